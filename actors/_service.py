@@ -1,0 +1,357 @@
+"""ConversationService: the facade applications call. It holds no locks of its own.
+
+Obtaining a conversation goes: the supervisor finds (or race-free spawns) the conversation's
+actor, loading it from the session cache or the persistent store on a miss; then the
+actor hands the lease over, at once or when the current owner releases.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import threading
+import time
+from typing import Any
+
+import msgspec
+import pykka
+from loguru import logger
+
+from parlour.actors._conversation import (
+    EVICT,
+    Abandon,
+    Acquire,
+    ConversationActor,
+    NotifyIdle,
+    Owner,
+    QueryOwner,
+    Release,
+    timeout_error,
+)
+from parlour.actors._supervisor import (
+    Evict,
+    Forget,
+    Lookup,
+    Owners,
+    ReleaseAllForJob,
+    Spawn,
+    StopAll,
+    Supervisor,
+    Sweep,
+)
+from parlour.actors._thinker import Thinker
+from parlour.runtime import Clock, ConversationContext, ResponseHandler, SystemClock
+from parlour.runtime.errors import ConversationUnavailableError, IllegalStateError
+from parlour.stores import PersistentStore, SessionStore
+
+_tokens = itertools.count(1)
+
+
+class ServiceStats(msgspec.Struct, frozen=True):
+    total: int
+    owned: int
+    idle: int
+
+    def __str__(self) -> str:
+        return f"{self.total} total ({self.owned} owned, {self.idle} idle)"
+
+
+def _seconds(value: dt.timedelta | float) -> float:
+    return value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
+
+
+def _failed(exc: BaseException) -> pykka.Future[Any]:
+    future: pykka.ThreadingFuture[Any] = pykka.ThreadingFuture()
+    future.set_exception((type(exc), exc, None))
+    return future
+
+
+class ConversationService:
+    """Ownership, persistence and lifecycle of live conversations.
+
+    Args:
+        store: the persistent store (None: nothing is durable).
+        session: the session cache consulted before the store.
+        clock: retention time; inject a fake one in tests.
+        conversation_timeout_s: how long an acquirer waits for a busy conversation.
+        cleanup_interval_s: how often the retention sweep runs (0 disables the timer).
+        max_live: most live conversation actors (each is a thread).
+        shutdown_grace_s: how long ``stop`` lets owners finish.
+
+    Thread-safety: every method may be called from any thread.
+    """
+
+    _instance: ConversationService | None = None
+
+    def __init__(
+        self,
+        store: PersistentStore | None = None,
+        session: SessionStore | None = None,
+        *,
+        clock: Clock | None = None,
+        conversation_timeout_s: float = 30.0,
+        cleanup_interval_s: float = 300.0,
+        max_live: int = 4096,
+        shutdown_grace_s: float = 5.0,
+    ) -> None:
+        self.store = store
+        self.session = session
+        self.clock = clock or SystemClock()
+        self.conversation_timeout_s = conversation_timeout_s
+        self.cleanup_interval_s = cleanup_interval_s
+        self.shutdown_grace_s = shutdown_grace_s
+        self._stopping = threading.Event()
+        self._supervisor = Supervisor.start(self.clock, max_live)
+        self._ticker: threading.Thread | None = None
+        if cleanup_interval_s > 0:
+            self._ticker = threading.Thread(target=self._tick, name="parlour-sweep", daemon=True)
+            self._ticker.start()
+
+    @classmethod
+    def get_instance(cls) -> ConversationService:
+        """The process-wide default service (created on first use, with no stores)."""
+        if cls._instance is None or cls._instance.is_stopping():
+            cls._instance = cls()
+        return cls._instance
+
+    # -- obtaining --------------------------------------------------------------------------
+
+    def obtain_conversation(
+        self,
+        conversation_id: str | None,
+        thinker: Thinker,
+        handler: ResponseHandler | None = None,
+        must_exist: bool | None = None,
+    ) -> pykka.Future[ConversationContext]:
+        """A future of the conversation, owned by ``thinker`` once it completes.
+
+        ``conversation_id`` defaults to the thinker's; ``must_exist`` defaults to True for an
+        adopted id. The future fails with ``ConversationUnavailableError`` when no store
+        holds a ``must_exist`` conversation, or when the current owner keeps it past
+        ``conversation_timeout_s`` (the message names the owner); with ``IllegalStateError``
+        after ``stop()``; with ``PermissionError`` for another user's conversation. Refusals
+        are failed futures, never raised by this call.
+        """
+        cid = conversation_id or thinker.conversation_id
+        if must_exist is None:
+            must_exist = cid != thinker.job_id and not thinker.is_conversation_minted()
+        if self._stopping.is_set():
+            logger.error("[ConvSvc] Shutting down, dropping request for {}", cid)
+            return _failed(IllegalStateError("ConversationService is shutting down"))
+        for _ in range(3):  # an actor evicted between lookup and acquire: look again
+            try:
+                ref = self._supervisor.ask(Lookup(cid))
+                if ref is None:
+                    context = self._restore_or_create(cid, thinker, handler, must_exist)
+                    ref = self._supervisor.ask(Spawn(context))
+                return self._acquire(ref, cid, thinker, _seconds(thinker.retain_duration))
+            except pykka.ActorDeadError:
+                continue
+            except (ConversationUnavailableError, PermissionError, LookupError) as exc:
+                return _failed(exc)
+            except Exception as exc:  # a corrupt record, a store failure: fail the future
+                logger.opt(exception=exc).error("obtain failed for {}", cid)
+                return _failed(exc)
+        return _failed(ConversationUnavailableError(f"Conversation {cid} kept being evicted."))
+
+    def _restore_or_create(
+        self, cid: str, thinker: Thinker, handler: ResponseHandler | None, must_exist: bool
+    ) -> ConversationContext:
+        temporary = cid == thinker.job_id
+        context = None if temporary else self._load(cid, thinker, handler)
+        if context is None:
+            if must_exist:
+                raise ConversationUnavailableError(
+                    f"Cannot resume conversation {cid}: it is not in memory and no store "
+                    "holds it."
+                )
+            context = ConversationContext(cid, user_id=thinker.user_id, temporary=temporary)
+        else:
+            context.stored = True
+            context.add_tools(thinker.build_tool_definition_blocks())
+        context.grade = thinker.grade
+        context.depth = thinker.depth
+        context.output_declaration = thinker.output_declaration
+        context.interactive = thinker.interactive
+        return context
+
+    def _load(
+        self, cid: str, thinker: Thinker, handler: ResponseHandler | None
+    ) -> ConversationContext | None:
+        snapshot = self.session.get(cid, thinker.user_id) if self.session else None
+        if snapshot is None and self.store is not None:
+            snapshot = self.store.load(cid, thinker.user_id, thinker)
+        return None if snapshot is None else snapshot.to_conversation(handler)
+
+    def _acquire(
+        self,
+        ref: pykka.ActorRef[ConversationActor],
+        cid: str,
+        thinker: Thinker,
+        retain_s: float,
+    ) -> pykka.Future[ConversationContext]:
+        owner = Owner(thinker.job_id, thinker.user_id, thinker.workflow_id, thinker,
+                      next(_tokens))
+        granted: pykka.ThreadingFuture[ConversationContext] = pykka.ThreadingFuture()
+        timeout_s = self.conversation_timeout_s
+        deadline = time.monotonic() + timeout_s
+        ref.tell(Acquire(owner, granted, deadline, retain_s, timeout_s))
+
+        def wait(timeout: float | None) -> ConversationContext:
+            left = deadline - time.monotonic()
+            if timeout is not None and timeout < left:
+                return granted.get(timeout=timeout)  # the caller's own, shorter timeout
+            try:
+                return granted.get(timeout=max(left, 0.0))
+            except pykka.Timeout:
+                pass
+            try:
+                outcome, value = ref.ask(Abandon(owner.token))
+            except pykka.ActorDeadError as exc:
+                raise ConversationUnavailableError(
+                    f"Conversation {cid} was stopped while waited for."
+                ) from exc
+            if outcome == "granted":
+                return value  # type: ignore[no-any-return]
+            raise timeout_error(cid, timeout_s, value)
+
+        result: pykka.ThreadingFuture[ConversationContext] = pykka.ThreadingFuture()
+        result.set_get_hook(wait)
+        return result
+
+    # -- saving and releasing ---------------------------------------------------------------
+
+    def save_conversation(self, context: ConversationContext | None, thinker: Thinker | None) -> None:
+        """Persist at a boundary: the first save of a minted conversation creates the record,
+        every other save updates it; temporary conversations are never persisted.
+
+        Raises:
+            ConversationNotFoundError: the record was deleted mid-conversation.
+            PermissionError: the record belongs to another user.
+        """
+        if self.store is None or context is None or thinker is None or context.temporary:
+            return
+        snapshot = context.to_snapshot()
+        if not context.stored and thinker.is_conversation_minted():
+            self.store.create_context(snapshot, thinker.user_id, thinker)
+            context.stored = True
+        else:
+            self.store.save_context(snapshot, thinker.user_id, thinker)
+        if self.session is not None:  # write-through after the durable commit: never stale
+            self.session.put(snapshot)
+
+    def release(self, thinker: Thinker, retain: dt.timedelta | float | None = None) -> None:
+        """Give the conversation back; keep it in memory for ``retain`` (default: the
+        thinker's retain duration). Zero retention evicts it at once. Never persists."""
+        cid = thinker.conversation_id
+        retain_s = _seconds(thinker.retain_duration if retain is None else retain)
+        ref = self._supervisor.ask(Lookup(cid))
+        if ref is None:
+            return
+        try:
+            outcome = ref.ask(Release(thinker.job_id, retain_s))
+        except pykka.ActorDeadError:
+            return
+        if outcome == EVICT:
+            self._supervisor.ask(Evict(cid))
+
+    def release_all_for_job(self, job_id: str) -> list[str]:
+        """Safety net at job end: release and evict what the job still owns."""
+        return self._supervisor.ask(ReleaseAllForJob(job_id))  # type: ignore[no-any-return]
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def owning_thinker(self, conversation_id: str, user_id: str) -> Thinker | None:
+        """The live thinker driving a turn on this conversation, if ``user_id`` owns it."""
+        owner = self._owner(conversation_id)
+        if owner is None or owner.user_id != user_id:
+            return None
+        return owner.thinker
+
+    def _owner(self, conversation_id: str) -> Owner | None:
+        ref = self._supervisor.ask(Lookup(conversation_id))
+        if ref is None:
+            return None
+        try:
+            return ref.ask(QueryOwner())  # type: ignore[no-any-return]
+        except pykka.ActorDeadError:
+            return None
+
+    def get_stats(self) -> ServiceStats:
+        owners = self._supervisor.ask(Owners())
+        owned = sum(1 for o in owners.values() if o is not None)
+        return ServiceStats(total=len(owners), owned=owned, idle=len(owners) - owned)
+
+    def sweep_expired(self) -> int:
+        """Evict unowned conversations whose retention ran out; returns how many."""
+        return self._supervisor.ask(Sweep())  # type: ignore[no-any-return]
+
+    def evict_conversation(self, conversation_id: str) -> bool:
+        """Free an unowned conversation's memory; an owned one is left alone with a warning."""
+        evicted = bool(self._supervisor.ask(Evict(conversation_id)))
+        if not evicted and self._owner(conversation_id) is not None:
+            logger.warning("not evicting conversation {}: it is owned", conversation_id)
+        return evicted
+
+    def remove_conversation(self, conversation_id: str, user_id: str) -> None:
+        """Delete a conversation from memory and from both stores.
+
+        Raises:
+            PermissionError: it belongs to another user.
+            IllegalStateError: a job owns it right now.
+        """
+        owner = self._owner(conversation_id)
+        if owner is not None:
+            if owner.user_id != user_id:
+                raise PermissionError(f"User {user_id} does not own conversation {conversation_id}")
+            raise IllegalStateError(
+                f"Cannot remove conversation {conversation_id} while owned by job {owner.job_id}"
+            )
+        if self.store is not None:
+            self.store.delete(conversation_id, user_id)
+        if self.session is not None:
+            self.session.delete(conversation_id)
+        self._supervisor.ask(Forget(conversation_id))
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def is_stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def stop(self) -> None:
+        """Refuse new obtains, let owners finish (up to the grace), stop every actor.
+
+        Idempotent. Never persists: the last boundary already did.
+        """
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        deadline = time.monotonic() + self.shutdown_grace_s
+        try:
+            for cid, owner in self._supervisor.ask(Owners()).items():
+                if owner is None:
+                    continue
+                ref = self._supervisor.ask(Lookup(cid))
+                if ref is None:
+                    continue
+                idle: pykka.ThreadingFuture[None] = pykka.ThreadingFuture()
+                ref.tell(NotifyIdle(idle))
+                try:
+                    idle.get(timeout=max(deadline - time.monotonic(), 0.0))
+                except pykka.Timeout:
+                    logger.warning("stopping with conversation {} still owned by {}", cid,
+                                   owner.job_id)
+            self._supervisor.ask(StopAll())
+        finally:
+            self._supervisor.stop()
+        if self._ticker is not None:
+            self._ticker.join()
+
+    def _tick(self) -> None:
+        while not self._stopping.wait(self.cleanup_interval_s):
+            try:
+                self._supervisor.ask(Sweep())
+            except pykka.ActorDeadError:
+                return
+            except Exception:
+                logger.exception("periodic sweep failed; the next one still runs")

@@ -1,0 +1,62 @@
+"""parlour.runtime: the conversation itself, single-threaded and free of I/O.
+
+Blocks, messages, the objective map and its freeze, rendering to the channel contract,
+snapshots, and the model clients. It imports nothing else of parlour's.
+"""
+
+from loguru import logger
+
+from parlour.runtime._clock import Clock, SystemClock
+from parlour.runtime._context import (
+    SCHEMA_NOTATION_GUIDANCE,
+    TOOL_ANNOUNCEMENT,
+    TOOL_WEIGHT_GUIDANCE,
+    ConversationContext,
+    DeclaredTool,
+    render_tool_text,
+)
+from parlour.runtime._handlers import (
+    ContentFormatter,
+    GenericContentFormatter,
+    NativeToolsFormatter,
+    ResponseHandler,
+    StringResponseHandler,
+)
+from parlour.runtime._llm import LLMClient, LLMResponse, StopReason, Usage
+from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage
+from parlour.runtime._prepared import PreparedConversation, Turn
+from parlour.runtime._roles import Depth, Grade, Input, OutputSize, TurnRole
+from parlour.runtime._scripted import ScriptedClient
+
+logger.disable("parlour")
+
+__all__ = [
+    "SCHEMA_NOTATION_GUIDANCE",
+    "TOOL_ANNOUNCEMENT",
+    "TOOL_WEIGHT_GUIDANCE",
+    "Clock",
+    "ContentFormatter",
+    "ConversationContext",
+    "DeclaredTool",
+    "Depth",
+    "GenericContentFormatter",
+    "Grade",
+    "IncomingMessage",
+    "Input",
+    "LLMClient",
+    "LLMResponse",
+    "Message",
+    "NativeToolsFormatter",
+    "OutgoingMessage",
+    "OutputSize",
+    "PreparedConversation",
+    "ResponseHandler",
+    "ScriptedClient",
+    "StopReason",
+    "StringResponseHandler",
+    "SystemClock",
+    "Turn",
+    "TurnRole",
+    "Usage",
+    "render_tool_text",
+]

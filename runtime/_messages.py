@@ -1,0 +1,135 @@
+"""Messages: an ordered list of content blocks under a role, with per-message flags."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from parlour.runtime._handlers import ResponseHandler
+from parlour.runtime.blocks import ContentBlock, TextBlock
+from parlour.runtime.errors import DehydratedError
+
+
+class Message:
+    """A message in a conversation. Not thread-safe: only the conversation's owner touches it.
+
+    ``role`` is a free string here on purpose: a wrong role is refused when the conversation
+    is mapped to turns (``TurnRole.of``), never silently relabelled.
+    """
+
+    __slots__ = (
+        "_raw_content",
+        "app_authored",
+        "blocks",
+        "cache",
+        "compactable",
+        "requested_output_tokens",
+        "role",
+    )
+
+    def __init__(
+        self,
+        role: str,
+        content: str | None = None,
+        blocks: Iterable[ContentBlock] = (),
+        *,
+        compactable: bool = True,
+        app_authored: bool = False,
+        cache: bool = False,
+        requested_output_tokens: int | None = None,
+    ) -> None:
+        self.role = role
+        self.blocks: list[ContentBlock] = list(blocks)
+        self._raw_content = content
+        self.compactable = compactable
+        self.app_authored = app_authored
+        self.cache = cache
+        self.requested_output_tokens = requested_output_tokens
+
+    @property
+    def raw_content(self) -> str:
+        """The message's text: as given, else the concatenation of its text blocks."""
+        if self._raw_content is not None:
+            return self._raw_content
+        return "".join(b.text for b in self.blocks if isinstance(b, TextBlock))
+
+    @property
+    def has_raw_text(self) -> bool:
+        return self._raw_content is not None
+
+    def add_text(self, text: str | None) -> None:
+        """Append a text block; None or blank text adds nothing."""
+        if text is not None and text.strip():
+            self.blocks.append(TextBlock(text=text))
+
+    def add_block(self, block: ContentBlock) -> None:
+        self.blocks.append(block)
+
+    def is_compactable(self) -> bool:
+        return self.compactable
+
+    def set_compactable(self, compactable: bool) -> None:
+        self.compactable = compactable
+
+    def set_cache(self, cache: bool) -> None:
+        self.cache = cache
+
+    def set_app_authored(self, app_authored: bool) -> None:
+        self.app_authored = app_authored
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(role={self.role!r}, blocks={self.blocks!r})"
+
+
+class OutgoingMessage(Message):
+    """A message to the model (the user channel), optionally with a response handler."""
+
+    __slots__ = ("response_handler",)
+
+    def __init__(
+        self,
+        content: str | None = None,
+        blocks: Iterable[ContentBlock] = (),
+        *,
+        response_handler: ResponseHandler | None = None,
+        role: str = "user",
+        **flags: Any,
+    ) -> None:
+        super().__init__(role, content, blocks, **flags)
+        self.response_handler = response_handler
+
+
+class IncomingMessage(Message):
+    """A message from the model (the assistant channel)."""
+
+    __slots__ = ("response_handler",)
+
+    def __init__(
+        self,
+        content: str | None = None,
+        blocks: Iterable[ContentBlock] = (),
+        *,
+        response_handler: ResponseHandler | None = None,
+        role: str = "assistant",
+        **flags: Any,
+    ) -> None:
+        super().__init__(role, content, blocks, **flags)
+        self.response_handler = response_handler
+
+    def is_dehydrated(self) -> bool:
+        """True for a restored message that has no handler to read its answer yet."""
+        return self.response_handler is None
+
+    def rehydrate(self, handler: ResponseHandler) -> None:
+        self.response_handler = handler
+
+    def get_response(self) -> Any:
+        """The answer read through the response handler.
+
+        Raises:
+            DehydratedError: the message was restored and has not been rehydrated.
+        """
+        if self.response_handler is None:
+            raise DehydratedError("This message was restored without a response handler; "
+                                  "call rehydrate(handler) first.")
+        return self.response_handler.parse(self.raw_content)

@@ -1,0 +1,103 @@
+"""parlour's exceptions, in one small tree.
+
+```
+Exception
+├── ParlourError                       base of everything parlour raises on purpose
+│   ├── UncorrectableLLMError          a call that must not be retried as it is
+│   │   ├── ContextOverflowError       the call cannot fit the model's hard context
+│   │   └── ProviderRefusalError       the provider refused to answer
+│   ├── RetryableLLMError              rate limit, overload, timeout: try again later
+│   ├── OutputTruncationRetry          a signal: retry with the larger budget it carries
+│   ├── ConversationUnavailableError   obtain failed: missing, or busy past the timeout
+│   ├── DehydratedError                a restored message has no response handler yet
+│   ├── MissingTypeAliasError          an artifact class without a type alias
+│   └── CorruptSnapshotError           a stored record that does not decode
+├── IllegalStateError (RuntimeError)   an operation the current state forbids
+└── ConversationNotFoundError (LookupError)   an update for a record that does not exist
+```
+
+Bad arguments raise ``ValueError``; another user's conversation raises ``PermissionError``;
+surface a store has not built raises ``NotImplementedError``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ContextOverflowError",
+    "ConversationNotFoundError",
+    "ConversationUnavailableError",
+    "CorruptSnapshotError",
+    "DehydratedError",
+    "IllegalStateError",
+    "MissingTypeAliasError",
+    "OutputTruncationRetry",
+    "ParlourError",
+    "ProviderRefusalError",
+    "RetryableLLMError",
+    "UncorrectableLLMError",
+]
+
+
+class ParlourError(Exception):
+    """Base class of the errors parlour raises on purpose."""
+
+
+class UncorrectableLLMError(ParlourError):
+    """An LLM call that must not be retried as it stands."""
+
+
+class ContextOverflowError(UncorrectableLLMError):
+    """Even maximum compaction cannot fit the call inside the model's hard context."""
+
+
+class ProviderRefusalError(UncorrectableLLMError):
+    """The provider refused to answer; carries its category and explanation when it gave them."""
+
+    def __init__(self, model_id: str, category: str | None, explanation: str | None) -> None:
+        self.model_id = model_id
+        self.category = category
+        self.explanation = explanation
+        if category is None and explanation is None:
+            text = f"Model {model_id} refused the request and gave no account of why."
+        else:
+            text = f"Model {model_id} refused the request ({category}): {explanation}"
+        super().__init__(text)
+
+
+class RetryableLLMError(ParlourError):
+    """A transient provider failure (rate limit, overload, timeout); the same call may succeed."""
+
+
+class OutputTruncationRetry(ParlourError):
+    """The answer was truncated and a larger output budget exists: retry with ``new_budget``."""
+
+    def __init__(self, previous_budget: int, new_budget: int) -> None:
+        self.previous_budget = previous_budget
+        self.new_budget = new_budget
+        super().__init__(
+            f"Answer truncated at {previous_budget} output tokens; retry with {new_budget}."
+        )
+
+
+class ConversationUnavailableError(ParlourError):
+    """``obtain_conversation`` could not hand the conversation over."""
+
+
+class DehydratedError(ParlourError):
+    """A restored message has no response handler until it is rehydrated."""
+
+
+class MissingTypeAliasError(ParlourError):
+    """An artifact class was registered without a type alias."""
+
+
+class CorruptSnapshotError(ParlourError):
+    """A stored conversation record does not decode; the record is left untouched."""
+
+
+class IllegalStateError(RuntimeError):
+    """The operation is not allowed in the object's current state."""
+
+
+class ConversationNotFoundError(LookupError):
+    """An update was saved for a conversation the store does not hold (it was deleted)."""

@@ -1,0 +1,190 @@
+"""Persistence snapshots: a conversation as plain msgspec data, with a format version.
+
+Evolve by msgspec's rules: new fields get defaults; never reorder or retype a stored field.
+``FORMAT_VERSION`` names the newest format this code writes; decoding a newer one is refused.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Literal
+
+import msgspec
+
+from parlour.runtime._context import ConversationContext
+from parlour.runtime._handlers import ResponseHandler
+from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage
+from parlour.runtime._roles import Depth, Grade, OutputSize
+from parlour.runtime.blocks import (
+    ContentBlock,
+    JsonBlock,
+    PojoBlock,
+    TextBlock,
+    ToolDefinitionBlock,
+    revive,
+)
+from parlour.runtime.errors import CorruptSnapshotError
+
+__all__ = [
+    "FORMAT_VERSION",
+    "ConversationPersistenceSnapshot",
+    "MessageSnapshot",
+    "ObjectiveSlot",
+    "decode_snapshot",
+    "encode_snapshot",
+]
+
+FORMAT_VERSION = 1
+
+
+class ObjectiveSlot(msgspec.Struct, frozen=True, kw_only=True):
+    key: str
+    block: ContentBlock
+
+
+class MessageSnapshot(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    direction: Literal["outgoing", "incoming", "plain"]
+    role: str
+    blocks: list[ContentBlock]
+    raw_content: str | None = None
+    compactable: bool = True
+    app_authored: bool = False
+    cache: bool = False
+    requested_output_tokens: int | None = None
+
+    @classmethod
+    def of(cls, m: Message) -> MessageSnapshot:
+        direction: Literal["outgoing", "incoming", "plain"] = (
+            "outgoing"
+            if isinstance(m, OutgoingMessage)
+            else "incoming" if isinstance(m, IncomingMessage) else "plain"
+        )
+        return cls(
+            direction=direction,
+            role=m.role,
+            blocks=list(m.blocks),
+            raw_content=m.raw_content if m.has_raw_text else None,
+            compactable=m.compactable,
+            app_authored=m.app_authored,
+            cache=m.cache,
+            requested_output_tokens=m.requested_output_tokens,
+        )
+
+    def to_message(self, handler: ResponseHandler | None) -> Message:
+        blocks = [revive(b) for b in self.blocks]
+        flags = {
+            "compactable": self.compactable,
+            "app_authored": self.app_authored,
+            "cache": self.cache,
+            "requested_output_tokens": self.requested_output_tokens,
+        }
+        if self.direction == "outgoing":
+            return OutgoingMessage(self.raw_content, blocks, role=self.role, **flags)
+        if self.direction == "incoming":
+            return IncomingMessage(
+                self.raw_content, blocks, role=self.role, response_handler=handler, **flags
+            )
+        return Message(self.role, self.raw_content, blocks, **flags)
+
+
+class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
+    """Everything a conversation needs to come back, and nothing live (no binding, no freeze)."""
+
+    version: int = FORMAT_VERSION
+    conversation_id: str | None
+    user_id: str | None = None
+    workflow_id: str | None = None
+    title: str = ""
+    created_at: dt.datetime
+    objective: list[ObjectiveSlot] = msgspec.field(default_factory=list)
+    declared_tools: list[ToolDefinitionBlock] = msgspec.field(default_factory=list)
+    messages: list[MessageSnapshot] = msgspec.field(default_factory=list)
+    grade: Grade | None = None
+    depth: Depth | None = None
+    output_declaration: OutputSize | int | None = None
+    interactive: bool = False
+    compactable: bool = True
+    temporary: bool = False
+    cache_main_objective: bool = True
+    prior_spec_id: str | None = None
+
+    @classmethod
+    def of(cls, context: ConversationContext) -> ConversationPersistenceSnapshot:
+        return cls(
+            conversation_id=context.conversation_id,
+            user_id=context.user_id,
+            workflow_id=context.workflow_id,
+            title=context.title,
+            created_at=context.created_at,
+            objective=[
+                ObjectiveSlot(key=k, block=_slot_block(v))
+                for k, v in context.get_main_objective().items()
+            ],
+            declared_tools=[t.definition() for t in context.declared_tools().values()],
+            messages=[MessageSnapshot.of(m) for m in context.messages],
+            grade=context.grade,
+            depth=context.depth,
+            output_declaration=context.output_declaration,
+            interactive=context.interactive,
+            compactable=context.compactable,
+            temporary=context.temporary,
+            cache_main_objective=context.cache_main_objective,
+            prior_spec_id=context.prior_spec_id,
+        )
+
+    def to_conversation(self, handler: ResponseHandler | None = None) -> ConversationContext:
+        """A fresh, unfrozen, unbound context holding this snapshot's state."""
+        c = ConversationContext(
+            self.conversation_id,
+            user_id=self.user_id,
+            workflow_id=self.workflow_id,
+            temporary=self.temporary,
+            created_at=self.created_at,
+        )
+        for slot in self.objective:
+            c.put_main_objective(slot.key, revive(slot.block))
+        c.messages = [m.to_message(handler) for m in self.messages]
+        c.add_tools(self.declared_tools)
+        c.grade, c.depth = self.grade, self.depth
+        c.output_declaration = self.output_declaration
+        c.interactive = self.interactive
+        c.compactable = self.compactable
+        c.cache_main_objective = self.cache_main_objective
+        c.prior_spec_id = self.prior_spec_id
+        return c
+
+
+def _slot_block(value: object) -> ContentBlock:
+    if isinstance(value, str):
+        return TextBlock(text=value)
+    if isinstance(value, (TextBlock, ToolDefinitionBlock, JsonBlock, PojoBlock)):
+        return value
+    return PojoBlock(value=value)
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(ConversationPersistenceSnapshot)
+
+
+def encode_snapshot(snapshot: ConversationPersistenceSnapshot) -> bytes:
+    return _encoder.encode(snapshot)
+
+
+def decode_snapshot(data: bytes | memoryview, conversation_id: str) -> ConversationPersistenceSnapshot:
+    """Decode a stored snapshot.
+
+    Raises:
+        CorruptSnapshotError: the bytes do not decode, or were written by a newer format.
+    """
+    try:
+        snapshot = _decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise CorruptSnapshotError(
+            f"Stored conversation {conversation_id} does not decode: {exc}"
+        ) from exc
+    if snapshot.version > FORMAT_VERSION:
+        raise CorruptSnapshotError(
+            f"Stored conversation {conversation_id} has format version {snapshot.version}; "
+            f"this parlour reads up to {FORMAT_VERSION}. Upgrade parlour."
+        )
+    return snapshot

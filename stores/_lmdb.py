@@ -1,0 +1,283 @@
+"""LmdbStore: the default persistent store, embedded, on a directory.
+
+Writes funnel into one writer thread that commits whatever is queued in one transaction
+(group commit) and acknowledges each caller only after that commit is on disk. Reads run in
+the caller's thread on LMDB's lock-free MVCC snapshots.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import msgspec
+from loguru import logger
+
+from parlour.runtime.errors import ConversationNotFoundError, IllegalStateError
+from parlour.runtime.snapshots import (
+    ConversationPersistenceSnapshot,
+    decode_snapshot,
+    encode_snapshot,
+)
+from parlour.stores._memory import foreign, require_id
+from parlour.stores._protocols import ConversationSummary
+
+
+class _Header(msgspec.Struct, frozen=True, kw_only=True):
+    """The small per-conversation record: owner, title, times. Read on every write."""
+
+    user_id: str
+    title: str
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+
+_header_encoder = msgspec.json.Encoder()
+_header_decoder = msgspec.json.Decoder(_Header)
+
+_Write = Callable[[Any], Any]  # applied inside the writer's transaction
+_STOP = object()
+
+
+class LmdbStore:
+    """A ``PersistentStore`` on an LMDB environment in ``path``.
+
+    Args:
+        path: the directory (created if missing).
+        map_size: the initial map size in bytes; the map grows on demand when it fills.
+        sync: fsync each commit (durable). False trades durability for speed.
+        max_batch: most writes one group commit takes.
+
+    Thread-safety: every method may be called from any thread. ``close()`` drains queued
+    writes before it returns.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        map_size: int = 1 << 30,
+        sync: bool = True,
+        max_batch: int = 512,
+    ) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._env = lmdb.open(
+            str(self.path), map_size=map_size, max_dbs=4, sync=sync, metasync=sync,
+            max_readers=1024,
+        )
+        self._heads = self._env.open_db(b"heads")
+        self._bodies = self._env.open_db(b"bodies")
+        self._max_batch = max_batch
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._closed = False
+        self._writer = threading.Thread(target=self._write_loop, name="parlour-lmdb-writer",
+                                        daemon=True)
+        self._writer.start()
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def create_context(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
+    ) -> None:
+        key = require_id(snapshot).encode()
+        body = encode_snapshot(snapshot)
+
+        def write(txn: Any) -> None:
+            now = dt.datetime.now(dt.UTC)
+            raw = txn.get(key, db=self._heads)
+            if raw is not None:
+                head = _header_decoder.decode(raw)
+                if head.user_id != user_id:
+                    raise foreign(key.decode(), user_id)
+                head = msgspec.structs.replace(head, updated_at=now)
+            else:
+                head = _Header(user_id=user_id, title=snapshot.title, created_at=now,
+                               updated_at=now)
+            txn.put(key, _header_encoder.encode(head), db=self._heads)
+            txn.put(key, body, db=self._bodies)
+
+        self._submit(write)
+
+    def save_context(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
+    ) -> None:
+        key = require_id(snapshot).encode()
+        body = encode_snapshot(snapshot)
+
+        def write(txn: Any) -> None:
+            raw = txn.get(key, db=self._heads)
+            if raw is None:
+                raise ConversationNotFoundError(
+                    f"Conversation {key.decode()} has no stored record; it may have been "
+                    "deleted. The save was refused rather than resurrect it."
+                )
+            head = _header_decoder.decode(raw)
+            if head.user_id != user_id:
+                raise foreign(key.decode(), user_id)
+            head = msgspec.structs.replace(head, updated_at=dt.datetime.now(dt.UTC))
+            txn.put(key, _header_encoder.encode(head), db=self._heads)
+            txn.put(key, body, db=self._bodies)
+
+        self._submit(write)
+
+    def delete(self, conversation_id: str, user_id: str) -> bool:
+        key = conversation_id.encode()
+
+        def write(txn: Any) -> bool:
+            raw = txn.get(key, db=self._heads)
+            if raw is None:
+                return False
+            if _header_decoder.decode(raw).user_id != user_id:
+                raise foreign(conversation_id, user_id)
+            txn.delete(key, db=self._heads)
+            txn.delete(key, db=self._bodies)
+            return True
+
+        return bool(self._submit(write))
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def load(
+        self, conversation_id: str, user_id: str, caller: object = None
+    ) -> ConversationPersistenceSnapshot | None:
+        key = conversation_id.encode()
+        with self._env.begin(buffers=True) as txn:
+            raw = txn.get(key, db=self._heads)
+            if raw is None:
+                return None
+            if _header_decoder.decode(raw).user_id != user_id:
+                raise foreign(conversation_id, user_id)
+            body = txn.get(key, db=self._bodies)
+            return decode_snapshot(body, conversation_id)
+
+    def exists(self, conversation_id: str, user_id: str) -> bool:
+        with self._env.begin(buffers=True) as txn:
+            raw = txn.get(conversation_id.encode(), db=self._heads)
+            return raw is not None and _header_decoder.decode(raw).user_id == user_id
+
+    def list_conversations(self, user_id: str) -> list[ConversationSummary]:
+        """The user's conversations, most recently updated first."""
+        found = []
+        with self._env.begin(buffers=True) as txn:
+            for key, raw in txn.cursor(db=self._heads):
+                head = _header_decoder.decode(raw)
+                if head.user_id == user_id:
+                    found.append(ConversationSummary(
+                        conversation_id=bytes(key).decode(), title=head.title,
+                        created_at=head.created_at, updated_at=head.updated_at,
+                    ))
+        return sorted(found, key=lambda s: s.updated_at, reverse=True)
+
+    def get_version_history(self, conversation_id: str, user_id: str) -> list[dt.datetime]:
+        raise NotImplementedError("LmdbStore does not keep version history yet.")
+
+    def load_version(
+        self, conversation_id: str, version: dt.datetime, user_id: str
+    ) -> ConversationPersistenceSnapshot | None:
+        raise NotImplementedError("LmdbStore does not keep version history yet.")
+
+    def backup(self, destination: str | os.PathLike[str]) -> None:
+        raise NotImplementedError("LmdbStore has no backup; copy the directory while closed.")
+
+    def statistics(self) -> dict[str, int]:
+        info = self._env.info()
+        stat = self._env.stat()
+        return {"map_size": info["map_size"], "page_size": stat["psize"],
+                "conversations": self._env.stat()["entries"]}
+
+    # -- the writer -------------------------------------------------------------------------
+
+    def _submit(self, write: _Write) -> Any:
+        if self._closed:
+            raise IllegalStateError(f"LmdbStore at {self.path} is closed.")
+        done: Future[Any] = Future()
+        self._queue.put((write, done))
+        return done.result()
+
+    def _write_loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                self._refuse_stragglers()
+                return
+            batch = [item]
+            stop = False
+            while len(batch) < self._max_batch:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    stop = True
+                    break
+                batch.append(item)
+            self._commit(batch)
+            if stop:
+                self._refuse_stragglers()
+                return
+
+    def _refuse_stragglers(self) -> None:
+        """Fail writes that raced ``close()`` into the queue, so no caller waits forever."""
+        while True:
+            try:
+                _, done = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            done.set_exception(IllegalStateError(f"LmdbStore at {self.path} is closed."))
+
+    def _commit(self, batch: list[tuple[_Write, Future[Any]]]) -> None:
+        """Apply every write in one transaction; a write that raises before writing fails
+        alone, the rest commit together. Nobody is answered before the commit is durable."""
+        while True:
+            outcomes: list[tuple[bool, Any]] = []
+            try:
+                with self._env.begin(write=True) as txn:
+                    for write, _ in batch:
+                        try:
+                            outcomes.append((True, write(txn)))
+                        except lmdb.MapFullError:
+                            raise
+                        except Exception as exc:  # the caller gets it; the batch goes on
+                            outcomes.append((False, exc))
+            except lmdb.MapFullError:
+                self._grow()
+                continue
+            except Exception as exc:
+                logger.opt(exception=exc).error("LMDB commit failed at {}", self.path)
+                for _, done in batch:
+                    done.set_exception(exc)
+                return
+            break
+        for (ok, value), (_, done) in zip(outcomes, batch, strict=True):
+            if ok:
+                done.set_result(value)
+            else:
+                done.set_exception(value)
+
+    def _grow(self) -> None:
+        size = self._env.info()["map_size"] * 2
+        logger.info("LMDB map at {} is full; growing it to {} bytes", self.path, size)
+        self._env.set_mapsize(size)
+
+    def close(self) -> None:
+        """Finish queued writes, then close the environment. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(_STOP)
+        self._writer.join()
+        self._env.close()
+
+    def __enter__(self) -> LmdbStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
