@@ -118,24 +118,25 @@ class ConversationActor(pykka.ThreadingActor):
     def _owned_by(self, job_id: str) -> bool:
         return self.owner is not None and self.owner.job_id == job_id
 
-    def _acquire(self, request: Acquire) -> None:
+    def _acquire(self, request: Acquire) -> ConversationContext | BaseException | None:
+        """Answer the context (granted now), an exception (refused), or None (queued: the
+        request's future completes at handoff)."""
         if self.owner is None or self.owner.job_id == request.owner.job_id:
-            self._grant(request)
-        else:
-            self.waiters.append(request)
+            return self._grant(request)
+        self.waiters.append(request)
+        return None
 
-    def _grant(self, request: Acquire) -> None:
+    def _grant(self, request: Acquire) -> ConversationContext | BaseException:
         owner = request.owner
         if self.context.user_id is not None and self.context.user_id != owner.user_id:
-            request.future.set_exception(_exc_info(PermissionError(
+            return PermissionError(
                 f"User {owner.user_id} does not own conversation {self.conversation_id}"
-            )))
-            return
+            )
         self.owner = owner
         self.context.user_id = owner.user_id
         self.context.workflow_id = owner.workflow_id
         self.expires_at = self.clock.now() + request.retain_s  # safety net while owned
-        request.future.set(self.context)
+        return self.context
 
     def _release(self, job_id: str, retain_s: float) -> str:
         if not self._owned_by(job_id):
@@ -151,9 +152,12 @@ class ConversationActor(pykka.ThreadingActor):
                     timeout_error(self.conversation_id, waiter.timeout_s, released.job_id)
                 ))
                 continue
-            self._grant(waiter)
-            if self.owner is not None:
-                return KEPT
+            granted = self._grant(waiter)
+            if isinstance(granted, BaseException):
+                waiter.future.set_exception(_exc_info(granted))
+                continue
+            waiter.future.set(granted)
+            return KEPT
         for watcher in self.idle_watchers:
             watcher.set(None)
         self.idle_watchers.clear()

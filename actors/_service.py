@@ -101,7 +101,10 @@ class ConversationService:
         self.cleanup_interval_s = cleanup_interval_s
         self.shutdown_grace_s = shutdown_grace_s
         self._stopping = threading.Event()
-        self._supervisor = Supervisor.start(self.clock, max_live)
+        # The supervisor's registry, mirrored for lock-free reads on the hot path: only the
+        # supervisor writes it; a stale entry shows up as ActorDeadError and is dropped.
+        self._live: dict[str, pykka.ActorRef[ConversationActor]] = {}
+        self._supervisor = Supervisor.start(self.clock, max_live, self._live)
         self._ticker: threading.Thread | None = None
         if cleanup_interval_s > 0:
             self._ticker = threading.Thread(target=self._tick, name="parlour-sweep", daemon=True)
@@ -140,12 +143,13 @@ class ConversationService:
             return _failed(IllegalStateError("ConversationService is shutting down"))
         for _ in range(3):  # an actor evicted between lookup and acquire: look again
             try:
-                ref = self._supervisor.ask(Lookup(cid))
+                ref = self._live.get(cid) or self._supervisor.ask(Lookup(cid))
                 if ref is None:
                     context = self._restore_or_create(cid, thinker, handler, must_exist)
                     ref = self._supervisor.ask(Spawn(context))
                 return self._acquire(ref, cid, thinker, _seconds(thinker.retain_duration))
             except pykka.ActorDeadError:
+                self._live.pop(cid, None)
                 continue
             except (ConversationUnavailableError, PermissionError, LookupError) as exc:
                 return _failed(exc)
@@ -195,7 +199,13 @@ class ConversationService:
         granted: pykka.ThreadingFuture[ConversationContext] = pykka.ThreadingFuture()
         timeout_s = self.conversation_timeout_s
         deadline = time.monotonic() + timeout_s
-        ref.tell(Acquire(owner, granted, deadline, retain_s, timeout_s))
+        answer = ref.ask(Acquire(owner, granted, deadline, retain_s, timeout_s))
+        if isinstance(answer, BaseException):
+            return _failed(answer)
+        if answer is not None:  # free, or already ours: granted in this one round trip
+            done: pykka.ThreadingFuture[ConversationContext] = pykka.ThreadingFuture()
+            done.set(answer)
+            return done
 
         def wait(timeout: float | None) -> ConversationContext:
             left = deadline - time.monotonic()
@@ -245,15 +255,16 @@ class ConversationService:
         thinker's retain duration). Zero retention evicts it at once. Never persists."""
         cid = thinker.conversation_id
         retain_s = _seconds(thinker.retain_duration if retain is None else retain)
-        ref = self._supervisor.ask(Lookup(cid))
+        ref = self._ref(cid)
         if ref is None:
             return
         try:
-            outcome = ref.ask(Release(thinker.job_id, retain_s))
+            if retain_s > 0:  # nothing to wait for: later messages queue behind it (FIFO)
+                ref.tell(Release(thinker.job_id, retain_s))
+            elif ref.ask(Release(thinker.job_id, retain_s)) == EVICT:
+                self._supervisor.ask(Evict(cid))
         except pykka.ActorDeadError:
-            return
-        if outcome == EVICT:
-            self._supervisor.ask(Evict(cid))
+            self._live.pop(cid, None)
 
     def release_all_for_job(self, job_id: str) -> list[str]:
         """Safety net at job end: release and evict what the job still owns."""
@@ -268,8 +279,12 @@ class ConversationService:
             return None
         return owner.thinker
 
+    def _ref(self, conversation_id: str) -> pykka.ActorRef[ConversationActor] | None:
+        ref = self._live.get(conversation_id)
+        return ref if ref is not None else self._supervisor.ask(Lookup(conversation_id))
+
     def _owner(self, conversation_id: str) -> Owner | None:
-        ref = self._supervisor.ask(Lookup(conversation_id))
+        ref = self._ref(conversation_id)
         if ref is None:
             return None
         try:
@@ -331,7 +346,7 @@ class ConversationService:
             for cid, owner in self._supervisor.ask(Owners()).items():
                 if owner is None:
                     continue
-                ref = self._supervisor.ask(Lookup(cid))
+                ref = self._ref(cid)
                 if ref is None:
                     continue
                 idle: pykka.ThreadingFuture[None] = pykka.ThreadingFuture()

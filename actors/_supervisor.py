@@ -61,11 +61,19 @@ class StopAll(NamedTuple):
 class Supervisor(pykka.ThreadingActor):
     """Owns ``{conversation_id: ActorRef}``; caps live actors, evicting idle ones LRU first."""
 
-    def __init__(self, clock: Clock, max_live: int) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        max_live: int,
+        mirror: dict[str, pykka.ActorRef[ConversationActor]] | None = None,
+    ) -> None:
         super().__init__()
         self.clock = clock
         self.max_live = max_live
         self.live: OrderedDict[str, pykka.ActorRef[ConversationActor]] = OrderedDict()
+        # A read-only view for the service's hot path; written here only, one atomic dict
+        # operation at a time.
+        self.mirror = mirror if mirror is not None else {}
 
     def on_receive(self, message: Any) -> Any:
         match message:
@@ -96,6 +104,7 @@ class Supervisor(pykka.ThreadingActor):
         if not ref.is_alive():  # died without telling us: forget it, callers reload
             logger.warning("conversation actor {} died; dropping it", conversation_id)
             del self.live[conversation_id]
+            self.mirror.pop(conversation_id, None)
             return None
         self.live.move_to_end(conversation_id)
         return ref
@@ -109,6 +118,7 @@ class Supervisor(pykka.ThreadingActor):
             self._evict_lru()
         ref = ConversationActor.start(context, self.clock)
         self.live[conversation_id] = ref
+        self.mirror[conversation_id] = ref
         return ref
 
     def _evict_lru(self) -> None:
@@ -131,6 +141,7 @@ class Supervisor(pykka.ThreadingActor):
 
     def _forget(self, conversation_id: str) -> bool:
         ref = self.live.pop(conversation_id, None)
+        self.mirror.pop(conversation_id, None)
         if ref is None:
             return False
         ref.stop()
@@ -153,6 +164,7 @@ class Supervisor(pykka.ThreadingActor):
                 owners[conversation_id] = ref.ask(QueryOwner())
             except pykka.ActorDeadError:
                 del self.live[conversation_id]
+                self.mirror.pop(conversation_id, None)
         return owners
 
     def _release_all_for_job(self, job_id: str) -> list[str]:

@@ -1,7 +1,8 @@
 """LmdbStore: the default persistent store, embedded, on a directory.
 
-Writes funnel into one writer thread that commits whatever is queued in one transaction
-(group commit) and acknowledges each caller only after that commit is on disk. Reads run in
+Concurrent writes are committed together (group commit): each writer queues its write and
+takes the commit lock, and the holder commits everything queued in one transaction. Each
+caller is answered only after the commit holding its write is on disk. Reads run in
 the caller's thread on LMDB's lock-free MVCC snapshots.
 """
 
@@ -43,7 +44,6 @@ _header_encoder = msgspec.json.Encoder()
 _header_decoder = msgspec.json.Decoder(_Header)
 
 _Write = Callable[[Any], Any]  # applied inside the writer's transaction
-_STOP = object()
 
 
 class LmdbStore:
@@ -76,11 +76,9 @@ class LmdbStore:
         self._heads = self._env.open_db(b"heads")
         self._bodies = self._env.open_db(b"bodies")
         self._max_batch = max_batch
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[_Write, Future[Any]]] = queue.SimpleQueue()
+        self._commit_lock = threading.Lock()
         self._closed = False
-        self._writer = threading.Thread(target=self._write_loop, name="parlour-lmdb-writer",
-                                        daemon=True)
-        self._writer.start()
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -193,45 +191,29 @@ class LmdbStore:
         return {"map_size": info["map_size"], "page_size": stat["psize"],
                 "conversations": self._env.stat()["entries"]}
 
-    # -- the writer -------------------------------------------------------------------------
+    # -- group commit -----------------------------------------------------------------------
 
     def _submit(self, write: _Write) -> Any:
+        """Queue ``write``, then take the commit lock: whoever holds it commits everything
+        queued so far in one transaction. While one commit syncs, the next writers queue up
+        and the first of them to get the lock commits them all together."""
         if self._closed:
             raise IllegalStateError(f"LmdbStore at {self.path} is closed.")
         done: Future[Any] = Future()
         self._queue.put((write, done))
+        with self._commit_lock:
+            if not done.done():
+                self._commit(self._drain())
         return done.result()
 
-    def _write_loop(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is _STOP:
-                self._refuse_stragglers()
-                return
-            batch = [item]
-            stop = False
-            while len(batch) < self._max_batch:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stop = True
-                    break
-                batch.append(item)
-            self._commit(batch)
-            if stop:
-                self._refuse_stragglers()
-                return
-
-    def _refuse_stragglers(self) -> None:
-        """Fail writes that raced ``close()`` into the queue, so no caller waits forever."""
-        while True:
+    def _drain(self) -> list[tuple[_Write, Future[Any]]]:
+        batch = []
+        while len(batch) < self._max_batch:
             try:
-                _, done = self._queue.get_nowait()
+                batch.append(self._queue.get_nowait())
             except queue.Empty:
-                return
-            done.set_exception(IllegalStateError(f"LmdbStore at {self.path} is closed."))
+                break
+        return batch
 
     def _commit(self, batch: list[tuple[_Write, Future[Any]]]) -> None:
         """Apply every write in one transaction; a write that raises before writing fails
@@ -272,9 +254,8 @@ class LmdbStore:
         if self._closed:
             return
         self._closed = True
-        self._queue.put(_STOP)
-        self._writer.join()
-        self._env.close()
+        with self._commit_lock:  # a commit in flight finishes first
+            self._env.close()
 
     def __enter__(self) -> LmdbStore:
         return self

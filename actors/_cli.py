@@ -1,0 +1,62 @@
+"""The ``parlour`` command: ``demo`` (the main job), ``list`` and ``show`` stored conversations."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from loguru import logger
+
+from parlour.actors._demo import run_demo
+from parlour.runtime.snapshots import encode_snapshot
+from parlour.stores import LmdbStore
+
+DEFAULT_DATA_DIR = Path("parlour-data")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="parlour", description=__doc__)
+    parser.add_argument("--verbose", action="store_true", help="log parlour's records to stderr")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    demo = commands.add_parser("demo", help="run, restart and restore conversations offline")
+    demo.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
+                      help="the LMDB directory (default: ./parlour-data)")
+    demo.add_argument("--conversations", type=int, default=20)
+    demo.add_argument("--workers", type=int, default=8)
+
+    listing = commands.add_parser("list", help="list a user's stored conversations")
+    listing.add_argument("user_id")
+    listing.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+
+    show = commands.add_parser("show", help="print a stored conversation as JSON")
+    show.add_argument("user_id")
+    show.add_argument("conversation_id")
+    show.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+
+    args = parser.parse_args(argv)
+    logger.remove()
+    logger.enable("parlour")
+    logger.add(sys.stderr, level="INFO" if args.verbose else "WARNING")
+    if args.command == "demo":
+        if args.conversations < 1 or args.workers < 1:
+            parser.error("--conversations and --workers must be at least 1")
+        return run_demo(args.data_dir, args.conversations, args.workers)
+    with LmdbStore(args.data_dir) as store:
+        if args.command == "list":
+            for summary in store.list_conversations(args.user_id):
+                print(f"{summary.conversation_id}\t{summary.updated_at:%Y-%m-%d %H:%M}\t"
+                      f"{summary.title}")
+            return 0
+        snapshot = store.load(args.conversation_id, args.user_id)
+        if snapshot is None:
+            print(f"no conversation {args.conversation_id} for {args.user_id}", file=sys.stderr)
+            return 1
+        print(encode_snapshot(snapshot).decode())
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

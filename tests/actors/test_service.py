@@ -1,0 +1,307 @@
+"""ConversationService: identity, the save discipline, restore, release, sweep, shutdown."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+from loguru import logger
+
+from parlour.actors import BasicThinker, ConversationService
+from parlour.runtime import Depth, Grade, OutputSize
+from parlour.runtime.blocks import ToolDefinitionBlock
+from parlour.runtime.errors import ConversationUnavailableError, IllegalStateError
+from parlour.runtime.testing import FakeClock
+from parlour.stores import LmdbStore, MemorySessionCache
+
+from .conftest import CountingStore
+
+
+def test_a_minted_id_has_the_documented_shape() -> None:
+    # B202, B203
+    thinker = BasicThinker("alice")
+    assert thinker.conversation_id == thinker.job_id
+    cid = thinker.mint_conversation_id()
+    assert cid.startswith("BasicThinker-conv-") and cid != thinker.job_id
+    assert thinker.conversation_id == cid and thinker.is_conversation_minted()
+    thinker.set_conversation_id("other")
+    assert not thinker.is_conversation_minted()
+
+
+def test_obtaining_a_minted_id_creates_an_empty_conversation_stamped_for_the_thinker(
+    counted_service: ConversationService,
+) -> None:
+    # B142, B192, B204
+    thinker = BasicThinker("alice", grade=Grade.SMALL, depth=Depth.STANDARD,
+                           output_declaration=OutputSize.COMPACT, interactive=True)
+    cid = thinker.mint_conversation_id()
+    context = counted_service.obtain_conversation(None, thinker).get(timeout=5)
+    assert context.conversation_id == cid and context.messages == []
+    assert (context.grade, context.depth, context.output_declaration, context.interactive) == (
+        Grade.SMALL, Depth.STANDARD, OutputSize.COMPACT, True)
+    assert context.user_id == "alice"
+
+
+def test_adopting_an_id_nobody_holds_fails_and_adds_nothing(
+    counted_service: ConversationService,
+) -> None:
+    # B205
+    before = counted_service.get_stats().total
+    thinker = BasicThinker("alice")
+    thinker.set_conversation_id("ghost")
+    with pytest.raises(ConversationUnavailableError, match=(
+        "^Cannot resume conversation ghost: it is not in memory and no store holds it.")):
+        counted_service.obtain_conversation(None, thinker).get(timeout=5)
+    assert counted_service.get_stats().total == before
+
+
+def test_the_first_save_of_a_minted_conversation_creates_and_later_ones_update(
+    counted_service: ConversationService, counting: CountingStore
+) -> None:
+    # B216, B217
+    thinker = BasicThinker("alice")
+    thinker.mint_conversation_id()
+    context = counted_service.obtain_conversation(None, thinker).get(timeout=5)
+    context.add_user_message("hello")
+    for _ in range(3):
+        counted_service.save_conversation(context, thinker)
+    assert (counting.calls["create"], counting.calls["save"]) == (1, 2)
+    counted_service.release(thinker)
+    assert (counting.calls["create"], counting.calls["save"]) == (1, 2)
+
+
+def test_a_temporary_conversation_is_never_persisted_nor_looked_up(
+    counted_service: ConversationService, counting: CountingStore
+) -> None:
+    # B206, B218
+    thinker = BasicThinker("alice")
+    context = counted_service.obtain_conversation(None, thinker).get(timeout=5)
+    assert context.temporary
+    for _ in range(3):
+        counted_service.save_conversation(context, thinker)
+    assert counting.calls == {"create": 0, "save": 0, "load": 0}
+
+
+def test_an_adopted_conversation_only_ever_updates(
+    counted_service: ConversationService, counting: CountingStore
+) -> None:
+    # B194, B219
+    minter = BasicThinker("alice")
+    cid = minter.mint_conversation_id()
+    context = counted_service.obtain_conversation(None, minter).get(timeout=5)
+    context.add_user_message("hello")
+    counted_service.save_conversation(context, minter)
+    counted_service.release(minter, retain=0)
+    adopter = BasicThinker("alice")
+    adopter.set_conversation_id(cid)
+    context = counted_service.obtain_conversation(None, adopter).get(timeout=5)
+    assert counting.load_callers[-1] is adopter
+    counted_service.save_conversation(context, adopter)
+    counted_service.save_conversation(context, adopter)
+    assert (counting.calls["create"], counting.calls["save"]) == (1, 2)
+
+
+def test_saving_without_a_store_or_a_thinker_is_a_no_op() -> None:
+    # B220
+    service = ConversationService(cleanup_interval_s=0)
+    thinker = BasicThinker("alice")
+    thinker.mint_conversation_id()
+    context = service.obtain_conversation(None, thinker).get(timeout=5)
+    service.save_conversation(context, thinker)
+    service.save_conversation(None, thinker)
+    service.save_conversation(context, None)
+    service.release(thinker)
+    service.stop()
+
+
+def test_obtain_and_release_without_a_save_leaves_the_store_empty(
+    counted_service: ConversationService, counting: CountingStore
+) -> None:
+    # B221
+    thinker = BasicThinker("alice")
+    cid = thinker.mint_conversation_id()
+    counted_service.obtain_conversation(None, thinker).get(timeout=5)
+    counted_service.release(thinker)
+    assert not counting.exists(cid, "alice")
+
+
+def test_a_conversation_survives_a_restart_and_restores_equal(tmp_path: Path) -> None:
+    tool = ToolDefinitionBlock(name="get_time", description="now", schema_json="{}")
+    thinker = BasicThinker("alice", tools=[tool])
+    cid = thinker.mint_conversation_id()
+    store = LmdbStore(tmp_path)
+    service = ConversationService(store, MemorySessionCache(), cleanup_interval_s=0)
+    context = service.obtain_conversation(None, thinker).get(timeout=5)
+    context.put_main_objective("task", "Be brief.")
+    context.add_tools(thinker.tools)
+    context.add_user_message("What time is it?")
+    service.save_conversation(context, thinker)
+    before = context.to_snapshot()
+    service.release(thinker)
+    service.stop()
+    store.close()
+
+    store = LmdbStore(tmp_path)
+    service = ConversationService(store, MemorySessionCache(), cleanup_interval_s=0)
+    resumed = BasicThinker("alice", tools=[tool], workflow_id=thinker.workflow_id)
+    resumed.set_conversation_id(cid)
+    restored = service.obtain_conversation(None, resumed).get(timeout=5)
+    assert restored.to_snapshot() == before
+    assert not restored.is_frozen()
+    service.release(resumed)
+    service.stop()
+    store.close()
+
+
+def test_another_users_conversation_cannot_be_obtained_or_saved(
+    service: ConversationService,
+) -> None:
+    owner = BasicThinker("alice")
+    cid = owner.mint_conversation_id()
+    context = service.obtain_conversation(None, owner).get(timeout=5)
+    context.add_user_message("mine")
+    service.save_conversation(context, owner)
+    service.release(owner, retain=0)  # evicted: the next obtain goes to the store
+    intruder = BasicThinker("mallory")
+    intruder.set_conversation_id(cid)
+    with pytest.raises(PermissionError):
+        service.obtain_conversation(None, intruder).get(timeout=5)
+    with pytest.raises(PermissionError):
+        service.save_conversation(context, intruder)
+    warm = BasicThinker("alice")
+    warm.set_conversation_id(cid)
+    service.obtain_conversation(None, warm).get(timeout=5)
+    service.release(warm)  # now live in memory, unowned
+    with pytest.raises(PermissionError):
+        service.obtain_conversation(None, intruder).get(timeout=5)
+
+
+def test_a_save_refreshes_the_session_cache(tmp_path: Path) -> None:
+    store = LmdbStore(tmp_path)
+    cache = MemorySessionCache()
+    service = ConversationService(store, cache, cleanup_interval_s=0)
+    thinker = BasicThinker("alice")
+    cid = thinker.mint_conversation_id()
+    context = service.obtain_conversation(None, thinker).get(timeout=5)
+    context.add_user_message("one")
+    service.save_conversation(context, thinker)
+    context.add_user_message("two")
+    service.save_conversation(context, thinker)
+    cached = cache.get(cid, "alice")
+    assert cached is not None and len(cached.messages) == 2
+    service.release(thinker)
+    service.stop()
+    store.close()
+
+
+def test_release_with_zero_retention_evicts_and_with_retention_keeps_it_idle(
+    service: ConversationService,
+) -> None:
+    # B225, B226
+    a = BasicThinker("alice", retain_duration=dt.timedelta(0))
+    a.mint_conversation_id()
+    service.obtain_conversation(None, a).get(timeout=5)
+    assert service.get_stats().total == 1
+    service.release(a)
+    assert service.get_stats().total == 0
+    b = BasicThinker("alice")
+    b.mint_conversation_id()
+    service.obtain_conversation(None, b).get(timeout=5)
+    service.release(b, retain=dt.timedelta(minutes=5))
+    stats = service.get_stats()
+    assert (stats.owned, stats.idle) == (0, 1)
+    assert str(stats) == "1 total (0 owned, 1 idle)"  # B235
+
+
+def test_a_release_by_a_non_owner_changes_nothing(service: ConversationService) -> None:
+    # B227
+    owner = BasicThinker("alice")
+    cid = owner.mint_conversation_id()
+    service.obtain_conversation(None, owner).get(timeout=5)
+    stranger = BasicThinker("alice")
+    stranger.set_conversation_id(cid)
+    service.release(stranger)
+    assert service.owning_thinker(cid, "alice") is owner
+    assert service.owning_thinker(cid, "somebody-else") is None  # B215
+
+
+def test_the_sweep_evicts_only_expired_unowned_conversations(
+    service: ConversationService, clock: FakeClock
+) -> None:
+    # B238, B239, B240
+    idle = BasicThinker("alice")
+    idle.mint_conversation_id()
+    service.obtain_conversation(None, idle).get(timeout=5)
+    service.release(idle, retain=60)
+    busy = BasicThinker("alice", retain_duration=dt.timedelta(seconds=1))
+    busy.mint_conversation_id()
+    service.obtain_conversation(None, busy).get(timeout=5)
+    assert service.sweep_expired() == 0
+    clock.advance(61)
+    assert service.sweep_expired() == 1
+    assert service.get_stats().total == 1  # the owned one survives past its safety net
+    gone = BasicThinker("alice")
+    gone.set_conversation_id(idle.conversation_id)
+    service.store.delete(idle.conversation_id, "alice") if service.store else None
+    with pytest.raises(ConversationUnavailableError):
+        service.obtain_conversation(None, gone).get(timeout=5)
+
+
+def test_release_all_for_job_evicts_what_the_job_still_owns(
+    service: ConversationService,
+) -> None:
+    # B228, B229
+    dead = BasicThinker("alice")
+    owned = dead.mint_conversation_id()
+    service.obtain_conversation(None, dead).get(timeout=5)
+    assert service.release_all_for_job(dead.job_id) == [owned]
+    assert service.owning_thinker(owned, "alice") is None
+    assert service.get_stats().total == 0
+    polite = BasicThinker("alice")
+    polite.mint_conversation_id()
+    service.obtain_conversation(None, polite).get(timeout=5)
+    service.release(polite, retain=300)
+    assert service.release_all_for_job(polite.job_id) == []
+    assert service.get_stats().total == 1
+
+
+def test_stop_refuses_new_obtains_with_an_error_log(tmp_path: Path) -> None:
+    # B242, B243, B244
+    records: list[str] = []
+    logger.enable("parlour")
+    sink = logger.add(lambda m: records.append(m.record["message"]), level="ERROR")
+    try:
+        service = ConversationService(cleanup_interval_s=0)
+        kept = BasicThinker("alice")
+        kept.mint_conversation_id()
+        service.obtain_conversation(None, kept).get(timeout=5)
+        service.release(kept, retain=300)
+        service.stop()
+        assert service.is_stopping()
+        late = BasicThinker("alice")
+        future = service.obtain_conversation("late-id", late)
+        with pytest.raises(IllegalStateError, match="ConversationService is shutting down"):
+            future.get(timeout=1)
+        assert "[ConvSvc] Shutting down, dropping request for late-id" in records
+        service.stop()
+        assert service.is_stopping()
+    finally:
+        logger.remove(sink)
+        logger.disable("parlour")
+
+
+def test_many_threads_obtain_distinct_conversations_at_once(
+    service: ConversationService,
+) -> None:
+    # B245
+    import concurrent.futures
+
+    thinkers = [BasicThinker(f"user-{i}") for i in range(50)]
+    for t in thinkers:
+        t.mint_conversation_id()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=50) as pool:
+        contexts = list(pool.map(
+            lambda t: service.obtain_conversation(None, t).get(timeout=5), thinkers))
+    assert len({c.conversation_id for c in contexts}) == 50
+    assert service.get_stats().total == 50

@@ -1,0 +1,96 @@
+"""LmdbStore specifics: durability across reopen, group commit under threads, bad records,
+map growth, unbuilt surface."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from parlour.runtime import ConversationContext
+from parlour.runtime.errors import CorruptSnapshotError, IllegalStateError
+from parlour.stores import LmdbStore
+
+
+def _snapshot(cid: str, text: str = "hello") -> object:
+    context = ConversationContext(cid, user_id="alice")
+    context.add_user_message(text)
+    return context.to_snapshot()
+
+
+def test_a_conversation_survives_closing_and_reopening_the_directory(tmp_path: Path) -> None:
+    with LmdbStore(tmp_path) as store:
+        store.create_context(_snapshot("c1", "kept"), "alice")  # type: ignore[arg-type]
+    with LmdbStore(tmp_path) as reopened:
+        loaded = reopened.load("c1", "alice")
+    assert loaded is not None and loaded.messages[0].raw_content == "kept"
+
+
+def test_concurrent_saves_from_many_threads_lose_nothing(lmdb_store: LmdbStore) -> None:
+    threads, per_thread = 16, 25
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            for i in range(per_thread):
+                cid = f"t{n}-{i}"
+                lmdb_store.create_context(_snapshot(cid, cid), "alice")  # type: ignore[arg-type]
+                lmdb_store.save_context(_snapshot(cid, cid + "!"), "alice")  # type: ignore[arg-type]
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert errors == []
+    for n in range(threads):
+        for i in range(per_thread):
+            loaded = lmdb_store.load(f"t{n}-{i}", "alice")
+            assert loaded is not None and loaded.messages[0].raw_content == f"t{n}-{i}!"
+
+
+def test_a_corrupt_record_raises_a_clear_error_and_other_records_still_load(
+    tmp_path: Path,
+) -> None:
+    with LmdbStore(tmp_path) as store:
+        store.create_context(_snapshot("good"), "alice")  # type: ignore[arg-type]
+        store.create_context(_snapshot("bad"), "alice")  # type: ignore[arg-type]
+    import lmdb
+
+    env = lmdb.open(str(tmp_path), max_dbs=4)
+    with env.begin(write=True) as txn:
+        txn.put(b"bad", b"{not json", db=env.open_db(b"bodies", txn=txn))
+    env.close()
+    with LmdbStore(tmp_path) as store:
+        with pytest.raises(CorruptSnapshotError, match="bad"):
+            store.load("bad", "alice")
+        assert store.load("good", "alice") is not None
+
+
+def test_the_map_grows_instead_of_failing_when_full(tmp_path: Path) -> None:
+    with LmdbStore(tmp_path, map_size=64 * 1024) as store:
+        big = "x" * 20_000
+        for i in range(20):
+            store.create_context(_snapshot(f"c{i}", big), "alice")  # type: ignore[arg-type]
+        assert store.statistics()["map_size"] > 64 * 1024
+        loaded = store.load("c19", "alice")
+        assert loaded is not None and loaded.messages[0].raw_content == big
+
+
+def test_unbuilt_surface_raises_not_implemented(lmdb_store: LmdbStore) -> None:
+    # B201
+    with pytest.raises(NotImplementedError):
+        lmdb_store.backup("/tmp/nowhere")
+    with pytest.raises(NotImplementedError):
+        lmdb_store.get_version_history("c1", "alice")
+
+
+def test_a_closed_store_refuses_writes(tmp_path: Path) -> None:
+    store = LmdbStore(tmp_path)
+    store.close()
+    store.close()  # idempotent
+    with pytest.raises(IllegalStateError, match="closed"):
+        store.create_context(_snapshot("c1"), "alice")  # type: ignore[arg-type]
