@@ -22,8 +22,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
 
     demo = commands.add_parser("demo", help="run, restart and restore conversations offline")
-    demo.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
-                      help="the LMDB directory (default: ./parlour-data)")
+    demo.add_argument(
+        "--data-dir",
+        type=Path,
+        default=DEFAULT_DATA_DIR,
+        help="the LMDB directory (default: ./parlour-data)",
+    )
     demo.add_argument("--conversations", type=int, default=20)
     demo.add_argument("--workers", type=int, default=8)
 
@@ -47,8 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     with LmdbStore(args.data_dir) as store:
         if args.command == "list":
             for summary in store.list_conversations(args.user_id):
-                print(f"{summary.conversation_id}\t{summary.updated_at:%Y-%m-%d %H:%M}\t"
-                      f"{summary.title}")
+                print(
+                    f"{summary.conversation_id}\t{summary.updated_at:%Y-%m-%d %H:%M}\t"
+                    f"{summary.title}"
+                )
             return 0
         snapshot = store.load(args.conversation_id, args.user_id)
         if snapshot is None:

@@ -69,7 +69,9 @@ class NotifyIdle(NamedTuple):
 NOT_OWNER, KEPT, EVICT = "not_owner", "kept", "evict"
 
 
-def timeout_error(conversation_id: str, timeout_s: float, owner_job: str) -> Exception:
+def timeout_error(
+    conversation_id: str, timeout_s: float, owner_job: str
+) -> ConversationUnavailableError:
     return ConversationUnavailableError(
         f"Timed out after {round(timeout_s * 1000)}ms waiting for conversation "
         f"{conversation_id} (owned by {owner_job})"
@@ -148,9 +150,11 @@ class ConversationActor(pykka.ThreadingActor):
             waiter = self.waiters.popleft()
             if now > waiter.deadline:
                 assert released is not None
-                waiter.future.set_exception(_exc_info(
-                    timeout_error(self.conversation_id, waiter.timeout_s, released.job_id)
-                ))
+                waiter.future.set_exception(
+                    _exc_info(
+                        timeout_error(self.conversation_id, waiter.timeout_s, released.job_id)
+                    )
+                )
                 continue
             granted = self._grant(waiter)
             if isinstance(granted, BaseException):
@@ -177,9 +181,13 @@ class ConversationActor(pykka.ThreadingActor):
 
     def on_stop(self) -> None:
         for waiter in self.waiters:
-            waiter.future.set_exception(_exc_info(ConversationUnavailableError(
-                f"Conversation {self.conversation_id} was stopped while waited for."
-            )))
+            waiter.future.set_exception(
+                _exc_info(
+                    ConversationUnavailableError(
+                        f"Conversation {self.conversation_id} was stopped while waited for."
+                    )
+                )
+            )
         self.waiters.clear()
         for watcher in self.idle_watchers:
             watcher.set(None)

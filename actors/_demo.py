@@ -9,12 +9,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import msgspec
+
 from parlour.actors._service import ConversationService
 from parlour.actors._thinker import BasicThinker
 from parlour.actors._workload import CURRENT_TIME, drive, run_turn
 from parlour.runtime import ConversationContext, ScriptedClient
-import msgspec
-
 from parlour.runtime.snapshots import encode_snapshot
 from parlour.stores import LmdbStore, MemorySessionCache
 
@@ -63,8 +63,10 @@ def run_demo(data_dir: Path, conversations: int = 20, workers: int = 8) -> int:
     saved = {t.conversation_id: _snapshot_bytes(service, t) for t in thinkers}
     service.stop()
     store.close()
-    print(f"  phase 1: {first.turns} turns in {first.seconds:.2f}s "
-          f"({first.turns_per_second:,.0f} turns/s), runtime stopped")
+    print(
+        f"  phase 1: {first.turns} turns in {first.seconds:.2f}s "
+        f"({first.turns_per_second:,.0f} turns/s), runtime stopped"
+    )
 
     store = LmdbStore(data_dir)
     service = ConversationService(store, MemorySessionCache())
@@ -83,15 +85,19 @@ def run_demo(data_dir: Path, conversations: int = 20, workers: int = 8) -> int:
     resumed = DemoThinker(sample.user_id)
     resumed.set_conversation_id(sample.conversation_id)
     context = service.obtain_conversation(None, resumed).get(timeout=30)
-    print(f"  phase 2: restored {conversations - len(broken)}/{conversations} intact and "
-          f"continued each by one turn in {seconds:.2f}s")
+    print(
+        f"  phase 2: restored {conversations - len(broken)}/{conversations} intact and "
+        f"continued each by one turn in {seconds:.2f}s"
+    )
     print(f"\n--- transcript of {sample.conversation_id} ---\n{_transcript(context)}\n")
     service.release(resumed)
     service.stop()
     store.close()
     total = first.turns + conversations
-    print(f"throughput: {total} turns, {first.turns_per_second:,.0f} turns/s concurrent, "
-          f"p50 {first.percentile(0.5) * 1000:.1f} ms, p99 {first.percentile(0.99) * 1000:.1f} ms")
+    print(
+        f"throughput: {total} turns, {first.turns_per_second:,.0f} turns/s concurrent, "
+        f"p50 {first.percentile(0.5) * 1000:.1f} ms, p99 {first.percentile(0.99) * 1000:.1f} ms"
+    )
     if broken:
         print(f"FAILED: {len(broken)} conversations did not restore intact: {broken}")
         return 1

@@ -11,7 +11,7 @@ import datetime as dt
 import itertools
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import pykka
@@ -143,10 +143,10 @@ class ConversationService:
             return _failed(IllegalStateError("ConversationService is shutting down"))
         for _ in range(3):  # an actor evicted between lookup and acquire: look again
             try:
-                ref = self._live.get(cid) or self._supervisor.ask(Lookup(cid))
+                ref = self._live.get(cid) or self._supervisor.ask(Lookup(cid), block=True)
                 if ref is None:
                     context = self._restore_or_create(cid, thinker, handler, must_exist)
-                    ref = self._supervisor.ask(Spawn(context))
+                    ref = self._supervisor.ask(Spawn(context), block=True)
                 return self._acquire(ref, cid, thinker, _seconds(thinker.retain_duration))
             except pykka.ActorDeadError:
                 self._live.pop(cid, None)
@@ -166,8 +166,7 @@ class ConversationService:
         if context is None:
             if must_exist:
                 raise ConversationUnavailableError(
-                    f"Cannot resume conversation {cid}: it is not in memory and no store "
-                    "holds it."
+                    f"Cannot resume conversation {cid}: it is not in memory and no store holds it."
                 )
             context = ConversationContext(cid, user_id=thinker.user_id, temporary=temporary)
         else:
@@ -194,12 +193,11 @@ class ConversationService:
         thinker: Thinker,
         retain_s: float,
     ) -> pykka.Future[ConversationContext]:
-        owner = Owner(thinker.job_id, thinker.user_id, thinker.workflow_id, thinker,
-                      next(_tokens))
+        owner = Owner(thinker.job_id, thinker.user_id, thinker.workflow_id, thinker, next(_tokens))
         granted: pykka.ThreadingFuture[ConversationContext] = pykka.ThreadingFuture()
         timeout_s = self.conversation_timeout_s
         deadline = time.monotonic() + timeout_s
-        answer = ref.ask(Acquire(owner, granted, deadline, retain_s, timeout_s))
+        answer = ref.ask(Acquire(owner, granted, deadline, retain_s, timeout_s), block=True)
         if isinstance(answer, BaseException):
             return _failed(answer)
         if answer is not None:  # free, or already ours: granted in this one round trip
@@ -210,19 +208,20 @@ class ConversationService:
         def wait(timeout: float | None) -> ConversationContext:
             left = deadline - time.monotonic()
             if timeout is not None and timeout < left:
-                return granted.get(timeout=timeout)  # the caller's own, shorter timeout
+                # the caller's own, shorter timeout
+                return cast(ConversationContext, granted.get(timeout=timeout))
             try:
-                return granted.get(timeout=max(left, 0.0))
+                return cast(ConversationContext, granted.get(timeout=max(left, 0.0)))
             except pykka.Timeout:
                 pass
             try:
-                outcome, value = ref.ask(Abandon(owner.token))
+                outcome, value = ref.ask(Abandon(owner.token), block=True)
             except pykka.ActorDeadError as exc:
                 raise ConversationUnavailableError(
                     f"Conversation {cid} was stopped while waited for."
                 ) from exc
             if outcome == "granted":
-                return value  # type: ignore[no-any-return]
+                return cast(ConversationContext, value)
             raise timeout_error(cid, timeout_s, value)
 
         result: pykka.ThreadingFuture[ConversationContext] = pykka.ThreadingFuture()
@@ -231,7 +230,9 @@ class ConversationService:
 
     # -- saving and releasing ---------------------------------------------------------------
 
-    def save_conversation(self, context: ConversationContext | None, thinker: Thinker | None) -> None:
+    def save_conversation(
+        self, context: ConversationContext | None, thinker: Thinker | None
+    ) -> None:
         """Persist at a boundary: the first save of a minted conversation creates the record,
         every other save updates it; temporary conversations are never persisted.
 
@@ -261,14 +262,15 @@ class ConversationService:
         try:
             if retain_s > 0:  # nothing to wait for: later messages queue behind it (FIFO)
                 ref.tell(Release(thinker.job_id, retain_s))
-            elif ref.ask(Release(thinker.job_id, retain_s)) == EVICT:
-                self._supervisor.ask(Evict(cid))
+            elif ref.ask(Release(thinker.job_id, retain_s), block=True) == EVICT:
+                self._supervisor.ask(Evict(cid), block=True)
         except pykka.ActorDeadError:
             self._live.pop(cid, None)
 
     def release_all_for_job(self, job_id: str) -> list[str]:
         """Safety net at job end: release and evict what the job still owns."""
-        return self._supervisor.ask(ReleaseAllForJob(job_id))  # type: ignore[no-any-return]
+        released: list[str] = self._supervisor.ask(ReleaseAllForJob(job_id), block=True)
+        return released
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -281,29 +283,30 @@ class ConversationService:
 
     def _ref(self, conversation_id: str) -> pykka.ActorRef[ConversationActor] | None:
         ref = self._live.get(conversation_id)
-        return ref if ref is not None else self._supervisor.ask(Lookup(conversation_id))
+        return ref if ref is not None else self._supervisor.ask(Lookup(conversation_id), block=True)
 
     def _owner(self, conversation_id: str) -> Owner | None:
         ref = self._ref(conversation_id)
         if ref is None:
             return None
         try:
-            return ref.ask(QueryOwner())  # type: ignore[no-any-return]
+            return cast(Owner | None, ref.ask(QueryOwner(), block=True))
         except pykka.ActorDeadError:
             return None
 
     def get_stats(self) -> ServiceStats:
-        owners = self._supervisor.ask(Owners())
+        owners = self._supervisor.ask(Owners(), block=True)
         owned = sum(1 for o in owners.values() if o is not None)
         return ServiceStats(total=len(owners), owned=owned, idle=len(owners) - owned)
 
     def sweep_expired(self) -> int:
         """Evict unowned conversations whose retention ran out; returns how many."""
-        return self._supervisor.ask(Sweep())  # type: ignore[no-any-return]
+        evicted: int = self._supervisor.ask(Sweep(), block=True)
+        return evicted
 
     def evict_conversation(self, conversation_id: str) -> bool:
         """Free an unowned conversation's memory; an owned one is left alone with a warning."""
-        evicted = bool(self._supervisor.ask(Evict(conversation_id)))
+        evicted = bool(self._supervisor.ask(Evict(conversation_id), block=True))
         if not evicted and self._owner(conversation_id) is not None:
             logger.warning("not evicting conversation {}: it is owned", conversation_id)
         return evicted
@@ -326,7 +329,7 @@ class ConversationService:
             self.store.delete(conversation_id, user_id)
         if self.session is not None:
             self.session.delete(conversation_id)
-        self._supervisor.ask(Forget(conversation_id))
+        self._supervisor.ask(Forget(conversation_id), block=True)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -343,7 +346,7 @@ class ConversationService:
         self._stopping.set()
         deadline = time.monotonic() + self.shutdown_grace_s
         try:
-            for cid, owner in self._supervisor.ask(Owners()).items():
+            for cid, owner in self._supervisor.ask(Owners(), block=True).items():
                 if owner is None:
                     continue
                 ref = self._ref(cid)
@@ -354,9 +357,10 @@ class ConversationService:
                 try:
                     idle.get(timeout=max(deadline - time.monotonic(), 0.0))
                 except pykka.Timeout:
-                    logger.warning("stopping with conversation {} still owned by {}", cid,
-                                   owner.job_id)
-            self._supervisor.ask(StopAll())
+                    logger.warning(
+                        "stopping with conversation {} still owned by {}", cid, owner.job_id
+                    )
+            self._supervisor.ask(StopAll(), block=True)
         finally:
             self._supervisor.stop()
         if self._ticker is not None:
@@ -365,7 +369,7 @@ class ConversationService:
     def _tick(self) -> None:
         while not self._stopping.wait(self.cleanup_interval_s):
             try:
-                self._supervisor.ask(Sweep())
+                self._supervisor.ask(Sweep(), block=True)
             except pykka.ActorDeadError:
                 return
             except Exception:

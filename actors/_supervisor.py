@@ -132,7 +132,7 @@ class Supervisor(pykka.ThreadingActor):
         if ref is None:
             return False
         try:
-            idle = ref.ask(StopIfIdle(expired_only))
+            idle = ref.ask(StopIfIdle(expired_only), block=True)
         except pykka.ActorDeadError:
             idle = True
         if idle:
@@ -161,7 +161,7 @@ class Supervisor(pykka.ThreadingActor):
         owners: dict[str, Owner | None] = {}
         for conversation_id, ref in list(self.live.items()):
             try:
-                owners[conversation_id] = ref.ask(QueryOwner())
+                owners[conversation_id] = ref.ask(QueryOwner(), block=True)
             except pykka.ActorDeadError:
                 del self.live[conversation_id]
                 self.mirror.pop(conversation_id, None)
@@ -171,7 +171,7 @@ class Supervisor(pykka.ThreadingActor):
         released = []
         for conversation_id, ref in list(self.live.items()):
             try:
-                outcome = ref.ask(ReleaseForJob(job_id))
+                outcome = ref.ask(ReleaseForJob(job_id), block=True)
             except pykka.ActorDeadError:
                 continue
             if outcome != "not_owner":

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import msgspec
@@ -81,8 +81,9 @@ def run_turn(
             results = [
                 ToolResultBlock(tool_use_id=c.id, content=tools[c.name](json.loads(c.input_json)))
                 if c.name in tools
-                else ToolResultBlock(tool_use_id=c.id, content=f"no such tool {c.name}",
-                                     is_error=True)
+                else ToolResultBlock(
+                    tool_use_id=c.id, content=f"no such tool {c.name}", is_error=True
+                )
                 for c in calls
             ]
             context.add_message(OutgoingMessage(blocks=results))
@@ -95,7 +96,7 @@ def run_turn(
 
 def drive(
     service: ConversationService,
-    thinkers: list[BasicThinker],
+    thinkers: Sequence[BasicThinker],
     client: LLMClient,
     texts: Callable[[int, int], str],
     turns: int,
@@ -112,8 +113,13 @@ def drive(
         latencies = []
         for turn in range(turns):
             start = time.perf_counter()
-            run_turn(service, thinkers[index], client, texts(index, turn),
-                     save_user_message=save_user_message)
+            run_turn(
+                service,
+                thinkers[index],
+                client,
+                texts(index, turn),
+                save_user_message=save_user_message,
+            )
             latencies.append(time.perf_counter() - start)
         return latencies
 

@@ -42,8 +42,9 @@ def run_parlour(
     for t in thinkers:
         t.mint_conversation_id()
     try:
-        return drive(service, thinkers, ScriptedClient(), _text, turns, workers,
-                     save_user_message=False)
+        return drive(
+            service, thinkers, ScriptedClient(), _text, turns, workers, save_user_message=False
+        )
     finally:
         service.stop()
         store.close()
@@ -86,21 +87,29 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=200)
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--no-sync", dest="sync", action="store_false",
-                        help="skip fsync on both sides: measures CPU cost, not the disk")
+    parser.add_argument(
+        "--no-sync",
+        dest="sync",
+        action="store_false",
+        help="skip fsync on both sides: measures CPU cost, not the disk",
+    )
     args = parser.parse_args()
     shape = (args.conversations, args.turns, args.workers, args.sync)
     with tempfile.TemporaryDirectory() as tmp:
         floor = run_floor(Path(tmp) / "floor", *shape)
         parlour = run_parlour(Path(tmp) / "parlour", *shape)
     durability = "fsync'd" if args.sync else "unsynced"
-    print(f"{args.conversations} conversations x {args.turns} turns, {args.workers} threads, "
-          f"{durability} LMDB commits")
+    print(
+        f"{args.conversations} conversations x {args.turns} turns, {args.workers} threads, "
+        f"{durability} LMDB commits"
+    )
     print(f"{'path':<10}{'turns/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'vs floor':>10}")
     for name, stats in (("floor", floor), ("parlour", parlour)):
         ratio = stats.turns_per_second / floor.turns_per_second
-        print(f"{name:<10}{stats.turns_per_second:>10,.0f}{stats.percentile(0.5) * 1e3:>10.2f}"
-              f"{stats.percentile(0.99) * 1e3:>10.2f}{ratio:>10.2f}")
+        print(
+            f"{name:<10}{stats.turns_per_second:>10,.0f}{stats.percentile(0.5) * 1e3:>10.2f}"
+            f"{stats.percentile(0.99) * 1e3:>10.2f}{ratio:>10.2f}"
+        )
 
 
 if __name__ == "__main__":

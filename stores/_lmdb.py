@@ -21,7 +21,11 @@ import lmdb
 import msgspec
 from loguru import logger
 
-from parlour.runtime.errors import ConversationNotFoundError, IllegalStateError
+from parlour.runtime.errors import (
+    ConversationNotFoundError,
+    CorruptSnapshotError,
+    IllegalStateError,
+)
 from parlour.runtime.snapshots import (
     ConversationPersistenceSnapshot,
     decode_snapshot,
@@ -70,7 +74,11 @@ class LmdbStore:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self._env = lmdb.open(
-            str(self.path), map_size=map_size, max_dbs=4, sync=sync, metasync=sync,
+            str(self.path),
+            map_size=map_size,
+            max_dbs=4,
+            sync=sync,
+            metasync=sync,
             max_readers=1024,
         )
         self._heads = self._env.open_db(b"heads")
@@ -97,8 +105,9 @@ class LmdbStore:
                     raise foreign(key.decode(), user_id)
                 head = msgspec.structs.replace(head, updated_at=now)
             else:
-                head = _Header(user_id=user_id, title=snapshot.title, created_at=now,
-                               updated_at=now)
+                head = _Header(
+                    user_id=user_id, title=snapshot.title, created_at=now, updated_at=now
+                )
             txn.put(key, _header_encoder.encode(head), db=self._heads)
             txn.put(key, body, db=self._bodies)
 
@@ -154,6 +163,8 @@ class LmdbStore:
             if _header_decoder.decode(raw).user_id != user_id:
                 raise foreign(conversation_id, user_id)
             body = txn.get(key, db=self._bodies)
+            if body is None:  # a head without a body: only a damaged file can do this
+                raise CorruptSnapshotError(f"Stored conversation {conversation_id} has no body.")
             return decode_snapshot(body, conversation_id)
 
     def exists(self, conversation_id: str, user_id: str) -> bool:
@@ -168,10 +179,14 @@ class LmdbStore:
             for key, raw in txn.cursor(db=self._heads):
                 head = _header_decoder.decode(raw)
                 if head.user_id == user_id:
-                    found.append(ConversationSummary(
-                        conversation_id=bytes(key).decode(), title=head.title,
-                        created_at=head.created_at, updated_at=head.updated_at,
-                    ))
+                    found.append(
+                        ConversationSummary(
+                            conversation_id=bytes(key).decode(),
+                            title=head.title,
+                            created_at=head.created_at,
+                            updated_at=head.updated_at,
+                        )
+                    )
         return sorted(found, key=lambda s: s.updated_at, reverse=True)
 
     def get_version_history(self, conversation_id: str, user_id: str) -> list[dt.datetime]:
@@ -188,8 +203,11 @@ class LmdbStore:
     def statistics(self) -> dict[str, int]:
         info = self._env.info()
         stat = self._env.stat()
-        return {"map_size": info["map_size"], "page_size": stat["psize"],
-                "conversations": self._env.stat()["entries"]}
+        return {
+            "map_size": info["map_size"],
+            "page_size": stat["psize"],
+            "conversations": self._env.stat()["entries"],
+        }
 
     # -- group commit -----------------------------------------------------------------------
 
@@ -207,7 +225,7 @@ class LmdbStore:
         return done.result()
 
     def _drain(self) -> list[tuple[_Write, Future[Any]]]:
-        batch = []
+        batch: list[tuple[_Write, Future[Any]]] = []
         while len(batch) < self._max_batch:
             try:
                 batch.append(self._queue.get_nowait())

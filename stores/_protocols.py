@@ -75,8 +75,7 @@ class SessionStore(Protocol):
     """A cache consulted before the persistent store. It must never serve a snapshot older
     than the last successful save of the same conversation."""
 
-    def get(self, conversation_id: str, user_id: str) -> ConversationPersistenceSnapshot | None:
-        ...
+    def get(self, conversation_id: str, user_id: str) -> ConversationPersistenceSnapshot | None: ...
 
     def put(self, snapshot: ConversationPersistenceSnapshot) -> None: ...
 

@@ -25,15 +25,20 @@ def test_a_layer_loads_nothing_above_it(package: str, tmp_path: Path) -> None:
         "print(bad); sys.exit(1 if bad else 0)\n"
     )
     # run from a temporary directory: parlour must import from its installation
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_no_top_level_runtime_stores_or_actors_module_is_installed(tmp_path: Path) -> None:
-    code = "import importlib.util as u; print([n for n in ('runtime','stores','actors') if u.find_spec(n)])"
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
-                          text=True, check=True)
+    code = (
+        "import importlib.util as u\n"
+        "print([n for n in ('runtime', 'stores', 'actors') if u.find_spec(n)])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
     assert done.stdout.strip() == "[]"
 
 

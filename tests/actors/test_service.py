@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from pathlib import Path
 
 import pytest
@@ -33,13 +34,22 @@ def test_obtaining_a_minted_id_creates_an_empty_conversation_stamped_for_the_thi
     counted_service: ConversationService,
 ) -> None:
     # B142, B192, B204
-    thinker = BasicThinker("alice", grade=Grade.SMALL, depth=Depth.STANDARD,
-                           output_declaration=OutputSize.COMPACT, interactive=True)
+    thinker = BasicThinker(
+        "alice",
+        grade=Grade.SMALL,
+        depth=Depth.STANDARD,
+        output_declaration=OutputSize.COMPACT,
+        interactive=True,
+    )
     cid = thinker.mint_conversation_id()
     context = counted_service.obtain_conversation(None, thinker).get(timeout=5)
     assert context.conversation_id == cid and context.messages == []
     assert (context.grade, context.depth, context.output_declaration, context.interactive) == (
-        Grade.SMALL, Depth.STANDARD, OutputSize.COMPACT, True)
+        Grade.SMALL,
+        Depth.STANDARD,
+        OutputSize.COMPACT,
+        True,
+    )
     assert context.user_id == "alice"
 
 
@@ -50,8 +60,12 @@ def test_adopting_an_id_nobody_holds_fails_and_adds_nothing(
     before = counted_service.get_stats().total
     thinker = BasicThinker("alice")
     thinker.set_conversation_id("ghost")
-    with pytest.raises(ConversationUnavailableError, match=(
-        "^Cannot resume conversation ghost: it is not in memory and no store holds it.")):
+    with pytest.raises(
+        ConversationUnavailableError,
+        match=re.escape(
+            "Cannot resume conversation ghost: it is not in memory and no store holds it."
+        ),
+    ):
         counted_service.obtain_conversation(None, thinker).get(timeout=5)
     assert counted_service.get_stats().total == before
 
@@ -301,7 +315,8 @@ def test_many_threads_obtain_distinct_conversations_at_once(
     for t in thinkers:
         t.mint_conversation_id()
     with concurrent.futures.ThreadPoolExecutor(max_workers=50) as pool:
-        contexts = list(pool.map(
-            lambda t: service.obtain_conversation(None, t).get(timeout=5), thinkers))
+        contexts = list(
+            pool.map(lambda t: service.obtain_conversation(None, t).get(timeout=5), thinkers)
+        )
     assert len({c.conversation_id for c in contexts}) == 50
     assert service.get_stats().total == 50

@@ -47,8 +47,11 @@ def test_the_objective_is_system_text_and_never_a_turn() -> None:
     prepared = c.prepare_messages_for_llm()
     assert "OBJECTIVE-MARKER" in prepared.system_text
     assert [t.role for t in prepared.turns] == [TurnRole.ASSISTANT, TurnRole.USER]
-    assert all("OBJECTIVE-MARKER" not in getattr(blk, "text", "")
-               for t in prepared.turns for blk in t.blocks)
+    assert all(
+        "OBJECTIVE-MARKER" not in getattr(blk, "text", "")
+        for t in prepared.turns
+        for blk in t.blocks
+    )
 
 
 def test_a_reput_keeps_its_position_and_empty_values_make_no_slot() -> None:
@@ -83,9 +86,21 @@ def test_the_first_utterance_skips_app_authored_messages_and_titles_the_conversa
 def test_the_block_union_has_eleven_kinds_with_stable_tags() -> None:
     # B96, B100
     kinds = typing.get_args(b.ContentBlock)
-    assert sorted(k.__struct_config__.tag for k in kinds) == sorted([
-        "text", "pojo", "json", "tool_definition", "image", "file", "tool_use",
-        "tool_result", "thinking", "redacted_thinking", "skill"])
+    assert sorted(k.__struct_config__.tag for k in kinds) == sorted(
+        [
+            "text",
+            "pojo",
+            "json",
+            "tool_definition",
+            "image",
+            "file",
+            "tool_use",
+            "tool_result",
+            "thinking",
+            "redacted_thinking",
+            "skill",
+        ]
+    )
     block = b.TextBlock(text="x")
     with pytest.raises(AttributeError):
         block.text = "y"  # type: ignore[misc]
@@ -103,8 +118,9 @@ def test_a_snapshot_round_trip_keeps_messages_objective_tools_and_typed_values()
     c.put_main_objective("task", "Be brief.")
     c.add_tool(b.ToolDefinitionBlock(name="get_time", description="now", schema_json="{}"))
     c.add_message(OutgoingMessage(blocks=[b.PojoBlock(value=Point(x=1, y=2))]))
-    c.add_message(OutgoingMessage(blocks=[b.ToolResultBlock(tool_use_id="t1", content="ok",
-                                                           is_error=True)]))
+    c.add_message(
+        OutgoingMessage(blocks=[b.ToolResultBlock(tool_use_id="t1", content="ok", is_error=True)])
+    )
     snapshot = decode_snapshot(encode_snapshot(c.to_snapshot()), "c1")
     restored = snapshot.to_conversation()
     assert restored.to_snapshot() == c.to_snapshot()
@@ -123,8 +139,7 @@ def test_the_scripted_client_calls_a_named_tool_then_reports_its_result() -> Non
     [call] = first.tool_uses
     assert call.name == "get_time"
     c.add_message(first.to_message())
-    c.add_message(OutgoingMessage(blocks=[b.ToolResultBlock(tool_use_id=call.id,
-                                                           content="12:00")]))
+    c.add_message(OutgoingMessage(blocks=[b.ToolResultBlock(tool_use_id=call.id, content="12:00")]))
     second = client.respond(c)
     assert second.stop_reason is StopReason.END_TURN and "12:00" in second.text
     assert second.end_time is not None and second.start_time is not None

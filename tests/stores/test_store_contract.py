@@ -24,7 +24,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Persistent
     lmdb_store.close()
 
 
-def snapshot(cid: str | None = "c1", text: str = "Are you working?") -> ConversationPersistenceSnapshot:
+def snapshot(
+    cid: str | None = "c1", text: str = "Are you working?"
+) -> ConversationPersistenceSnapshot:
     context = ConversationContext(cid, user_id="alice")
     context.put_main_objective("task", "Be brief.")
     context.add_user_message(text)
