@@ -8,11 +8,12 @@ the caller's thread on LMDB's lock-free MVCC snapshots.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,43 @@ _header_encoder = msgspec.json.Encoder()
 _header_decoder = msgspec.json.Decoder(_Header)
 
 _Write = Callable[[Any], Any]  # applied inside the writer's transaction
+
+
+class _ReadGate:
+    """Shared for read transactions, exclusive for resizing the map: LMDB requires that no
+    transaction be open in the process while ``set_mapsize`` runs, and does not check."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._resizing = False
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if self._readers == 0:
+                    self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._resizing = True
+            while self._readers:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._resizing = False
+                self._cond.notify_all()
 
 
 class LmdbStore:
@@ -86,6 +124,7 @@ class LmdbStore:
         self._max_batch = max_batch
         self._queue: queue.SimpleQueue[tuple[_Write, Future[Any]]] = queue.SimpleQueue()
         self._commit_lock = threading.Lock()
+        self._gate = _ReadGate()
         self._closed = False
 
     # -- writes -----------------------------------------------------------------------------
@@ -156,7 +195,7 @@ class LmdbStore:
         self, conversation_id: str, user_id: str, caller: object = None
     ) -> ConversationPersistenceSnapshot | None:
         key = conversation_id.encode()
-        with self._env.begin(buffers=True) as txn:
+        with self._gate.shared(), self._env.begin(buffers=True) as txn:
             raw = txn.get(key, db=self._heads)
             if raw is None:
                 return None
@@ -168,14 +207,14 @@ class LmdbStore:
             return decode_snapshot(body, conversation_id)
 
     def exists(self, conversation_id: str, user_id: str) -> bool:
-        with self._env.begin(buffers=True) as txn:
+        with self._gate.shared(), self._env.begin(buffers=True) as txn:
             raw = txn.get(conversation_id.encode(), db=self._heads)
             return raw is not None and _header_decoder.decode(raw).user_id == user_id
 
     def list_conversations(self, user_id: str) -> list[ConversationSummary]:
         """The user's conversations, most recently updated first."""
         found = []
-        with self._env.begin(buffers=True) as txn:
+        with self._gate.shared(), self._env.begin(buffers=True) as txn:
             for key, raw in txn.cursor(db=self._heads):
                 head = _header_decoder.decode(raw)
                 if head.user_id == user_id:
@@ -265,7 +304,8 @@ class LmdbStore:
     def _grow(self) -> None:
         size = self._env.info()["map_size"] * 2
         logger.info("LMDB map at {} is full; growing it to {} bytes", self.path, size)
-        self._env.set_mapsize(size)
+        with self._gate.exclusive():
+            self._env.set_mapsize(size)
 
     def close(self) -> None:
         """Finish queued writes, then close the environment. Idempotent."""

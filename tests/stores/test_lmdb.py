@@ -94,3 +94,32 @@ def test_a_closed_store_refuses_writes(tmp_path: Path) -> None:
     store.close()  # idempotent
     with pytest.raises(IllegalStateError, match="closed"):
         store.create_context(_snapshot("c1"), "alice")  # type: ignore[arg-type]
+
+
+def test_readers_keep_reading_while_the_map_grows_under_them(tmp_path: Path) -> None:
+    with LmdbStore(tmp_path, map_size=64 * 1024) as store:
+        store.create_context(_snapshot("seed", "seed"), "alice")  # type: ignore[arg-type]
+        stop = threading.Event()
+        failures: list[BaseException] = []
+
+        def read() -> None:
+            while not stop.is_set():
+                try:
+                    loaded = store.load("seed", "alice")
+                    assert loaded is not None and loaded.messages[0].raw_content == "seed"
+                except BaseException as exc:
+                    failures.append(exc)
+                    return
+
+        readers = [threading.Thread(target=read) for _ in range(4)]
+        for r in readers:
+            r.start()
+        try:
+            for i in range(30):
+                store.create_context(_snapshot(f"c{i}", "y" * 10_000), "alice")  # type: ignore[arg-type]
+        finally:
+            stop.set()
+            for r in readers:
+                r.join()
+        assert failures == []
+        assert store.statistics()["map_size"] > 64 * 1024
