@@ -5,7 +5,7 @@
 store for tests. Only this package knows LMDB.
 """
 
-from parlour.stores._lmdb import LmdbStore
+from parlour.stores._lmdb import LmdbStore, StoreStatistics
 from parlour.stores._memory import MemorySessionCache, MemoryStore
 from parlour.stores._protocols import ConversationSummary, PersistentStore, SessionStore
 
@@ -16,4 +16,5 @@ __all__ = [
     "MemoryStore",
     "PersistentStore",
     "SessionStore",
+    "StoreStatistics",
 ]

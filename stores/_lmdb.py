@@ -45,6 +45,14 @@ class _Header(msgspec.Struct, frozen=True, kw_only=True):
     updated_at: dt.datetime
 
 
+class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """The store's size: the map, the pages in use, the conversations held."""
+
+    map_size: int
+    used_bytes: int
+    conversations: int
+
+
 _header_encoder = msgspec.json.Encoder()
 _header_decoder = msgspec.json.Decoder(_Header)
 
@@ -111,18 +119,10 @@ class LmdbStore:
     ) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self._env = lmdb.open(
-            str(self.path),
-            map_size=map_size,
-            max_dbs=4,
-            sync=sync,
-            metasync=sync,
-            max_readers=1024,
-        )
-        self._heads = self._env.open_db(b"heads")
-        self._bodies = self._env.open_db(b"bodies")
+        self._sync = sync
+        self._open(map_size)
         self._max_batch = max_batch
-        self._queue: queue.SimpleQueue[tuple[_Write, Future[Any]]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[_Write, Future[Any], int]] = queue.SimpleQueue()
         self._commit_lock = threading.Lock()
         self._gate = _ReadGate()
         self._closed = False
@@ -150,7 +150,7 @@ class LmdbStore:
             txn.put(key, _header_encoder.encode(head), db=self._heads)
             txn.put(key, body, db=self._bodies)
 
-        self._submit(write)
+        self._submit(write, len(body))
 
     def save_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
@@ -172,7 +172,7 @@ class LmdbStore:
             txn.put(key, _header_encoder.encode(head), db=self._heads)
             txn.put(key, body, db=self._bodies)
 
-        self._submit(write)
+        self._submit(write, len(body))
 
     def delete(self, conversation_id: str, user_id: str) -> bool:
         key = conversation_id.encode()
@@ -187,7 +187,7 @@ class LmdbStore:
             txn.delete(key, db=self._bodies)
             return True
 
-        return bool(self._submit(write))
+        return bool(self._submit(write, 0))
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -239,32 +239,35 @@ class LmdbStore:
     def backup(self, destination: str | os.PathLike[str]) -> None:
         raise NotImplementedError("LmdbStore has no backup; copy the directory while closed.")
 
-    def statistics(self) -> dict[str, int]:
+    def statistics(self) -> StoreStatistics:
+        with self._gate.shared(), self._env.begin() as txn:
+            conversations = txn.stat(self._heads)["entries"]
         info = self._env.info()
-        stat = self._env.stat()
-        return {
-            "map_size": info["map_size"],
-            "page_size": stat["psize"],
-            "conversations": self._env.stat()["entries"],
-        }
+        return StoreStatistics(
+            map_size=info["map_size"],
+            used_bytes=(info["last_pgno"] + 1) * self._page_size,
+            conversations=conversations,
+        )
 
     # -- group commit -----------------------------------------------------------------------
 
-    def _submit(self, write: _Write) -> Any:
+    def _submit(self, write: _Write, size: int) -> Any:
         """Queue ``write``, then take the commit lock: whoever holds it commits everything
         queued so far in one transaction. While one commit syncs, the next writers queue up
         and the first of them to get the lock commits them all together."""
         if self._closed:
             raise IllegalStateError(f"LmdbStore at {self.path} is closed.")
         done: Future[Any] = Future()
-        self._queue.put((write, done))
+        self._queue.put((write, done, size))
         with self._commit_lock:
             if not done.done():
-                self._commit(self._drain())
+                batch = self._drain()
+                self._make_room(sum(size for _, _, size in batch))
+                self._commit([(w, d) for w, d, _ in batch])
         return done.result()
 
-    def _drain(self) -> list[tuple[_Write, Future[Any]]]:
-        batch: list[tuple[_Write, Future[Any]]] = []
+    def _drain(self) -> list[tuple[_Write, Future[Any], int]]:
+        batch: list[tuple[_Write, Future[Any], int]] = []
         while len(batch) < self._max_batch:
             try:
                 batch.append(self._queue.get_nowait())
@@ -301,9 +304,33 @@ class LmdbStore:
             else:
                 done.set_exception(value)
 
-    def _grow(self) -> None:
-        size = self._env.info()["map_size"] * 2
-        logger.info("LMDB map at {} is full; growing it to {} bytes", self.path, size)
+    def _open(self, map_size: int) -> None:
+        self._env = lmdb.open(
+            str(self.path),
+            map_size=map_size,
+            max_dbs=4,
+            sync=self._sync,
+            metasync=self._sync,
+            max_readers=1024,
+        )
+        self._heads = self._env.open_db(b"heads")
+        self._bodies = self._env.open_db(b"bodies")
+        self._page_size = self._env.stat()["psize"]
+
+    def _make_room(self, incoming: int) -> None:
+        """Grow the map before a batch could fill it. LMDB running out of map while other
+        threads hold read transactions hung here (py-lmdb 2.x and 3.0), so a full map must
+        stay the rare fallback, not the way growth is discovered."""
+        used = (self._env.info()["last_pgno"] + 1) * self._page_size
+        size = self._env.info()["map_size"]
+        if used + 4 * incoming + (1 << 20) > size // 2:
+            self._grow(max(2 * size, 2 * (used + 4 * incoming + (1 << 20))))
+
+    def _grow(self, size: int | None = None) -> None:
+        """Grow the map (to ``size``, else twice). Called under the commit lock, so no write
+        transaction is open; the gate keeps readers out, as ``set_mapsize`` requires."""
+        size = size or self._env.info()["map_size"] * 2
+        logger.info("growing the LMDB map at {} to {} bytes", self.path, size)
         with self._gate.exclusive():
             self._env.set_mapsize(size)
 
