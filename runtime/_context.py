@@ -179,7 +179,7 @@ class ConversationContext:
         return key in self._objective
 
     def set_cache_main_objective(self, cache: bool) -> None:
-        """Whether the system content is marked cacheable (``PreparedConversation.cache_system``)."""
+        """Whether the system content is marked cacheable: ``cache_system`` (B32)."""
         self.cache_main_objective = cache
 
     def set_compactable(self, compactable: bool) -> None:
@@ -329,9 +329,9 @@ class ConversationContext:
         """A frozen head: a companion or a tool that first appears now arrives as one
         app-authored user message at the end of the stream (B9, B46)."""
         said = scan.companions
-        if scan.uses_notation and LEGEND_KEY not in self._objective:
-            if SCHEMA_NOTATION_GUIDANCE not in said:
-                self._append(scan, renderer, [_LEGEND_BLOCK])
+        legend_missing = LEGEND_KEY not in self._objective and SCHEMA_NOTATION_GUIDANCE not in said
+        if scan.uses_notation and legend_missing:
+            self._append(scan, renderer, [_LEGEND_BLOCK])
         pending = [self._definition(n) for n in self._pending(scan.announced)]
         if not pending:
             return
@@ -349,7 +349,7 @@ class ConversationContext:
 
     def to_snapshot(self) -> ConversationPersistenceSnapshot:
         """This conversation as plain data; the freeze and any binding are not part of it."""
-        from parlour.runtime.snapshots import ConversationPersistenceSnapshot  # noqa: PLC0415
+        from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 
         return ConversationPersistenceSnapshot.of(self)
 

@@ -95,7 +95,7 @@ class Renderer:
             if kind is PojoBlock:
                 out[i] = self._process(block)
             elif kind is ToolDefinitionBlock:
-                announced[block.name] = block  # type: ignore[union-attr]
+                announced[block.name] = block  # type: ignore[union-attr,assignment]
         if message.app_authored and self._companions:
             self._note_companions(out)
         return out

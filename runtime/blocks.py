@@ -40,11 +40,11 @@ class Block(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     """Base of every content block: frozen, keyword-only, tagged by ``type``."""
 
 
-class TextBlock(Block, tag="text"):
+class TextBlock(Block, tag="text", frozen=True):
     text: str
 
 
-class PojoBlock(Block, tag="pojo"):
+class PojoBlock(Block, tag="pojo", frozen=True):
     """A typed value (a msgspec Struct, a dataclass or a dict) the model reads as JSON.
 
     ``class_path`` ("module:QualName") is filled in on construction so that a snapshot can
@@ -59,11 +59,11 @@ class PojoBlock(Block, tag="pojo"):
             force_setattr(self, "class_path", class_path_of(type(self.value)))
 
 
-class JsonBlock(Block, tag="json"):
+class JsonBlock(Block, tag="json", frozen=True):
     json: str
 
 
-class ToolDefinitionBlock(Block, tag="tool_definition"):
+class ToolDefinitionBlock(Block, tag="tool_definition", frozen=True):
     """A tool the model may call; it is its own declared tool (``definition()`` is ``self``)."""
 
     name: str
@@ -74,40 +74,40 @@ class ToolDefinitionBlock(Block, tag="tool_definition"):
         return self
 
 
-class ImageBlock(Block, tag="image"):
+class ImageBlock(Block, tag="image", frozen=True):
     data: str  # base64
     mime_type: str
     description: str | None = None
 
 
-class FileBlock(Block, tag="file"):
+class FileBlock(Block, tag="file", frozen=True):
     data: str  # base64
     mime_type: str
     filename: str | None = None
 
 
-class ToolUseBlock(Block, tag="tool_use"):
+class ToolUseBlock(Block, tag="tool_use", frozen=True):
     id: str
     name: str
     input_json: str
 
 
-class ToolResultBlock(Block, tag="tool_result"):
+class ToolResultBlock(Block, tag="tool_result", frozen=True):
     tool_use_id: str
     content: str
     is_error: bool = False
 
 
-class ThinkingBlock(Block, tag="thinking"):
+class ThinkingBlock(Block, tag="thinking", frozen=True):
     text: str
     signature: str | None = None
 
 
-class RedactedThinkingBlock(Block, tag="redacted_thinking"):
+class RedactedThinkingBlock(Block, tag="redacted_thinking", frozen=True):
     data: str
 
 
-class SkillBlock(Block, tag="skill"):
+class SkillBlock(Block, tag="skill", frozen=True):
     name: str
     body: str
 

@@ -7,7 +7,7 @@ Evolve by msgspec's rules: new fields get defaults; never reorder or retype a st
 from __future__ import annotations
 
 import datetime as dt
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -50,7 +50,9 @@ class MessageSnapshot(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
         direction: Literal["outgoing", "incoming", "plain"] = (
             "outgoing"
             if isinstance(m, OutgoingMessage)
-            else "incoming" if isinstance(m, IncomingMessage) else "plain"
+            else "incoming"
+            if isinstance(m, IncomingMessage)
+            else "plain"
         )
         return cls(
             direction=direction,
@@ -65,7 +67,7 @@ class MessageSnapshot(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
 
     def to_message(self, handler: ResponseHandler | None) -> Message:
         blocks = [revive(b) for b in self.blocks]
-        flags = {
+        flags: dict[str, Any] = {
             "compactable": self.compactable,
             "app_authored": self.app_authored,
             "cache": self.cache,
@@ -91,9 +93,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
     created_at: dt.datetime
     objective: list[ObjectiveSlot] = msgspec.field(default_factory=list)
     # written by nothing; read from records that predate named slots (B57)
-    legacy_objective: list[ContentBlock] | None = msgspec.field(
-        default=None, name="main_objective"
-    )
+    legacy_objective: list[ContentBlock] | None = msgspec.field(default=None, name="main_objective")
     declared_tools: list[ToolDefinitionBlock] = msgspec.field(default_factory=list)
     messages: list[MessageSnapshot] = msgspec.field(default_factory=list)
     grade: Grade | None = None
@@ -171,7 +171,9 @@ def encode_snapshot(snapshot: ConversationPersistenceSnapshot) -> bytes:
     return _encoder.encode(snapshot)
 
 
-def decode_snapshot(data: bytes | memoryview, conversation_id: str) -> ConversationPersistenceSnapshot:
+def decode_snapshot(
+    data: bytes | memoryview, conversation_id: str
+) -> ConversationPersistenceSnapshot:
     """Decode a stored snapshot.
 
     Raises:
