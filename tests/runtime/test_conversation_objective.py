@@ -276,9 +276,7 @@ def test_restored_tool_weights_heal_to_the_current_guidance() -> None:
         created_at=ConversationContext().created_at,
         objective=[
             ObjectiveSlot(key="toolWeights", block=TextBlock(text="Available tools: (old)")),
-            ObjectiveSlot(
-                key="tool:x", block=ToolDefinitionBlock(name="x", description="d")
-            ),
+            ObjectiveSlot(key="tool:x", block=ToolDefinitionBlock(name="x", description="d")),
         ],
     )
     c = snapshot.to_conversation()

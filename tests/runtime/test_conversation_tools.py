@@ -18,7 +18,9 @@ def prepare(c: ConversationContext) -> PreparedConversation:
     return c.prepare_messages_for_llm(GenericContentFormatter(), thinking_active=False)
 
 
-def tool(name: str, description: str = "does things", schema: str | None = "{}") -> ToolDefinitionBlock:
+def tool(
+    name: str, description: str = "does things", schema: str | None = "{}"
+) -> ToolDefinitionBlock:
     return ToolDefinitionBlock(name=name, description=description, schema_json=schema)
 
 
