@@ -85,6 +85,7 @@ _json = msgspec.json.Encoder()
 _GENERIC = GenericContentFormatter()
 _LEGEND_BLOCK = TextBlock(text=SCHEMA_NOTATION_GUIDANCE)
 _TOOL_WEIGHTS_BLOCK = TextBlock(text=TOOL_WEIGHT_GUIDANCE)
+_COMPANIONS = ((LEGEND_KEY, SCHEMA_NOTATION_GUIDANCE), (TOOL_WEIGHTS_KEY, TOOL_WEIGHT_GUIDANCE))
 
 
 class DeclaredTool(Protocol):
@@ -252,7 +253,7 @@ class ConversationContext:
     def announced_tools(self) -> dict[str, ToolDefinitionBlock]:
         """Tools the model has been shown, derived from the content itself (B13): the head's
         palette, then definitions announced in outgoing messages, a later one winning."""
-        announced = {t.name: t for t in self._objective.tool_definitions()}
+        announced = dict(self._objective.head_tools())
         for m in self.messages:
             if isinstance(m, OutgoingMessage):
                 for b in m.blocks:
@@ -302,7 +303,7 @@ class ConversationContext:
         )
 
     def _pending(self, stream_announced: dict[str, ToolDefinitionBlock]) -> list[str]:
-        head = {t.name for t in self._objective.tool_definitions()}
+        head = self._objective.head_tools()
         return [n for n in self._declared if n not in head and n not in stream_announced]
 
     def _reconcile_head(self, scan: Scan) -> None:
@@ -320,10 +321,10 @@ class ConversationContext:
 
     def _companions_to_find(self) -> tuple[str, ...]:
         # only a frozen head that lacks a companion needs to look for it in the stream
-        if not self._objective.frozen:
+        head = self._objective
+        if not head.frozen or (LEGEND_KEY in head and TOOL_WEIGHTS_KEY in head):
             return ()
-        missing = {LEGEND_KEY: SCHEMA_NOTATION_GUIDANCE, TOOL_WEIGHTS_KEY: TOOL_WEIGHT_GUIDANCE}
-        return tuple(text for key, text in missing.items() if key not in self._objective)
+        return tuple(text for key, text in _COMPANIONS if key not in head)
 
     def _reconcile_stream(self, scan: Scan, renderer: Renderer) -> None:
         """A frozen head: a companion or a tool that first appears now arrives as one

@@ -45,7 +45,7 @@ class ObjectiveMap:
             equal rendered form, B50).
     """
 
-    __slots__ = ("_render", "_rendered", "_slots", "frozen")
+    __slots__ = ("_render", "_rendered", "_slots", "_tools", "frozen")
 
     def __init__(self, render: Callable[[ContentBlock], str]) -> None:
         self._render = render
@@ -54,6 +54,7 @@ class ObjectiveMap:
         # system text per dialect (native tools or not); filled only once frozen, when the
         # map can no longer change, so a render never recomputes the head
         self._rendered: dict[bool, str] = {}
+        self._tools: dict[str, ToolDefinitionBlock] | None = None  # likewise, the palette
 
     def put(self, key: str, value: object) -> None:
         """Put ``value`` in slot ``key``, enforcing the freeze (see the module docstring)."""
@@ -105,8 +106,17 @@ class ObjectiveMap:
         return text
 
     def tool_definitions(self) -> list[ToolDefinitionBlock]:
-        """The palette announced in the head, in slot order."""
-        return [b for b in self._slots.values() if isinstance(b, ToolDefinitionBlock)]
+        """The palette announced in the head, in slot order (a fresh list)."""
+        return list(self.head_tools().values())
+
+    def head_tools(self) -> dict[str, ToolDefinitionBlock]:
+        """The head's palette by name; do not modify it (it is cached once frozen)."""
+        if self._tools is not None:
+            return self._tools
+        tools = {b.name: b for b in self._slots.values() if isinstance(b, ToolDefinitionBlock)}
+        if self.frozen:
+            self._tools = tools
+        return tools
 
     def has_tool_slots(self) -> bool:
         return any(k.startswith(TOOL_KEY_PREFIX) for k in self._slots)

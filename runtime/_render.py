@@ -21,6 +21,8 @@ Process = Callable[[ContentBlock], ContentBlock]
 # the two spellings every message uses, looked up without lowering; anything else goes
 # through TurnRole.of, which maps other casings and refuses the rest (B27)
 _ROLES = {"user": TurnRole.USER, "assistant": TurnRole.ASSISTANT}
+# the block kinds a render must look at; a message holding none of them is copied as it is
+_NOTABLE = frozenset({PojoBlock, ToolDefinitionBlock})
 
 
 class Scan:
@@ -47,7 +49,7 @@ class Renderer:
         companions: framework texts to look for in app-authored stream messages.
     """
 
-    __slots__ = ("_companions", "_native", "_process", "_thinking", "scan")
+    __slots__ = ("_companions", "_instructions", "_native", "_process", "_thinking", "scan")
 
     def __init__(
         self,
@@ -60,6 +62,9 @@ class Renderer:
         self._native = native_tools
         self._thinking = thinking_active
         self._companions = tuple(companions)
+        # one handler instance asks many turns: its instructions block is built once per
+        # render (by identity; the handlers are alive for the whole render) and shared
+        self._instructions: dict[int, TextBlock | None] = {}
         self.scan = Scan()
 
     def walk(self, messages: Iterable[Message]) -> Scan:
@@ -68,36 +73,38 @@ class Renderer:
         Raises:
             UncorrectableLLMError: a message's role is not user or assistant (B28).
         """
-        turns = self.scan.turns
+        append, turn = self.scan.turns.append, self.turn
         for message in messages:
-            turns.append(self.turn(message))
+            append(turn(message))
         return self.scan
 
     def turn(self, message: Message) -> Turn:
+        """The turn of one message; the message itself is never modified."""
         role = _ROLES.get(message.role) or TurnRole.of(message.role)
         blocks = message.blocks
         if not blocks:
             raw = message.raw_content
             out: list[ContentBlock] = [TextBlock(text=raw)] if raw else []  # B37
-        elif isinstance(message, OutgoingMessage):
-            out = self._outgoing_blocks(message)
+        elif _NOTABLE.isdisjoint(map(type, blocks)):
+            out = list(blocks)  # the common case, checked and copied at C speed
         else:
-            out = [self._process(b) if type(b) is PojoBlock else b for b in blocks]
-        if isinstance(message, OutgoingMessage) and message.response_handler is not None:
-            self._add_instructions(message, out)
+            out = self._convert(message)
+        if isinstance(message, OutgoingMessage):
+            if message.response_handler is not None:
+                self._add_instructions(message, out)
+            if self._companions and message.app_authored:
+                self._note_companions(out)
         return Turn(role=role, blocks=out, cache=message.cache)
 
-    def _outgoing_blocks(self, message: OutgoingMessage) -> list[ContentBlock]:
+    def _convert(self, message: Message) -> list[ContentBlock]:
+        """Blocks through the pipeline; an outgoing definition is noted as announced."""
         out = list(message.blocks)
-        announced = self.scan.announced
+        outgoing = isinstance(message, OutgoingMessage)
         for i, block in enumerate(out):
-            kind = type(block)
-            if kind is PojoBlock:
+            if isinstance(block, PojoBlock):
                 out[i] = self._process(block)
-            elif kind is ToolDefinitionBlock:
-                announced[block.name] = block  # type: ignore[union-attr,assignment]
-        if message.app_authored and self._companions:
-            self._note_companions(out)
+            elif outgoing and isinstance(block, ToolDefinitionBlock):
+                self.scan.announced[block.name] = block
         return out
 
     def _note_companions(self, blocks: list[ContentBlock]) -> None:
@@ -110,9 +117,13 @@ class Renderer:
         # render and never written into the stored message (B22); an asking turn renders
         # the same every time, so the prefix ahead of the newest turn never moves
         handler = message.response_handler
-        assert handler is not None
-        if handler.uses_schema_notation():
-            self.scan.uses_notation = True
-        text = handler.response_instructions(self._native, self._thinking)
-        if text:  # B23
-            out.append(TextBlock(text=text))
+        key = id(handler)
+        if key not in self._instructions:
+            assert handler is not None
+            if handler.uses_schema_notation():
+                self.scan.uses_notation = True
+            text = handler.response_instructions(self._native, self._thinking)
+            self._instructions[key] = TextBlock(text=text) if text else None  # B23
+        block = self._instructions[key]
+        if block is not None:
+            out.append(block)
