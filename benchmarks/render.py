@@ -32,7 +32,13 @@ from parlour.runtime import (
     Turn,
     TurnRole,
 )
-from parlour.runtime.blocks import TextBlock, ToolDefinitionBlock, ToolResultBlock, ToolUseBlock
+from parlour.runtime.blocks import (
+    ContentBlock,
+    TextBlock,
+    ToolDefinitionBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 
 MESSAGES = 200
 TOOLS = 20
@@ -55,7 +61,8 @@ def build(asks_with_handler: bool) -> ConversationContext:
     )
     handler = ThinkingResponseHandler(Answer) if asks_with_handler else None
     for i in range(MESSAGES // 2):
-        blocks = [TextBlock(text=f"Question {i}: what does tool_{i % TOOLS} say? " * 4)]
+        question = f"Question {i}: what does tool_{i % TOOLS} say? " * 4
+        blocks: list[ContentBlock] = [TextBlock(text=question)]
         if i:
             blocks.insert(0, ToolResultBlock(tool_use_id=f"call-{i - 1}", content='{"ok":1}'))
         c.add_message(OutgoingMessage(blocks=blocks, response_handler=handler))
