@@ -147,7 +147,7 @@ def loud_noop(attempt: str) -> None:
     )
     error = IllegalStateError(f"post-freeze head mutation: {attempt}")
     error = error.with_traceback(_caller_traceback())
-    logger.opt(exception=error).error("post-freeze head mutation: {}", attempt)
+    logger.opt(exception=error).error("The frozen head was left unchanged; the caller's stack:")
 
 
 def _caller_traceback() -> types.TracebackType | None:

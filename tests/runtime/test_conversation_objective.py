@@ -181,11 +181,13 @@ def test_a_divergent_put_after_the_freeze_is_logged_with_a_stack(errors: list[An
     c.put_main_objective("task", "DIVERGENT")  # no exception reaches us
     assert all(r["level"].name == "ERROR" for r in errors)
     named = [r for r in errors if 'put_main_objective("task")' in r["message"]]
-    assert named
+    assert len(named) == 1
+    assert "ignored" in named[0]["message"]
     carrying = [r for r in errors if r["exception"] is not None]
     assert len(carrying) == 1
     exc = carrying[0]["exception"]
     assert exc.type is IllegalStateError
+    assert 'put_main_objective("task")' in str(exc.value)
     assert exc.traceback is not None
     frames = []
     tb = exc.traceback
@@ -316,6 +318,16 @@ def test_a_legacy_anonymous_objective_restores_under_generated_keys() -> None:
     assert "OBJ" in prepared.system_text
     assert c.get_main_objective()["objective-0"] == TextBlock(text="OBJ")
     assert prepared.tool_definitions[0].name == "legacy_tool"
+
+
+def test_a_declared_but_unrendered_tool_lands_in_the_restored_head() -> None:
+    # B188
+    c = ConversationContext("c-188")
+    c.add_tool(ToolDefinitionBlock(name="never_rendered", description="d"))
+    restored = restore(c)
+    assert restored.get_main_objective() == {}
+    prepare(restored)
+    assert list(restored.get_main_objective()) == ["toolWeights", "tool:never_rendered"]
 
 
 def test_a_restored_head_takes_new_tools_in_the_head() -> None:
