@@ -386,3 +386,25 @@ def test_property_nothing_after_the_freeze_moves_the_system_text(
         else:
             c.put_main_objective(key, value)
         assert prepare(c).system_text == first
+
+
+slot_values = st.one_of(
+    values,
+    st.builds(Settings, tone=values, limit=st.integers()),
+    st.builds(ToolDefinitionBlock, name=values, description=values, schema_json=st.none() | values),
+)
+
+
+@given(st.lists(st.tuples(keys, slot_values), max_size=12), st.booleans())
+def test_property_a_snapshot_keeps_the_objective_slot_for_slot(
+    puts: list[tuple[str, object]], rendered: bool
+) -> None:
+    # B56, B183: keys in order, and each slot renders the same after the round trip
+    c = ConversationContext("c-prop")
+    for key, value in puts:
+        c.put_main_objective(key, value)
+    if rendered:
+        prepare(c)
+    restored = restore(c)
+    assert restored.get_main_objective() == c.get_main_objective()
+    assert prepare(restored).system_text == prepare(c).system_text
