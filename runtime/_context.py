@@ -288,6 +288,7 @@ class ConversationContext:
                 never relabelled (B28).
         """
         native = (formatter or _GENERIC).supports_native_tool_calling()
+        # to_llm_block is the pipeline seam: every block of every turn goes through it
         renderer = Renderer(to_llm_block, native, thinking_active, self._companions_to_find())
         scan = renderer.walk(self.messages)
         if self._objective.frozen:
