@@ -19,14 +19,19 @@ from parlour.runtime._handlers import (
     ContentFormatter,
     GenericContentFormatter,
     NativeToolsFormatter,
+    PojoResponseHandler,
     ResponseHandler,
     StringResponseHandler,
+    ThinkingResponse,
+    ThinkingResponseHandler,
+    ToolCall,
 )
 from parlour.runtime._llm import LLMClient, LLMResponse, StopReason, Usage
 from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage
 from parlour.runtime._prepared import PreparedConversation, Turn
 from parlour.runtime._roles import Depth, Grade, Input, OutputSize, TurnRole
 from parlour.runtime._scripted import ScriptedClient
+from parlour.runtime._transcript import Transcript
 
 logger.disable("parlour")
 
@@ -49,12 +54,17 @@ __all__ = [
     "NativeToolsFormatter",
     "OutgoingMessage",
     "OutputSize",
+    "PojoResponseHandler",
     "PreparedConversation",
     "ResponseHandler",
     "ScriptedClient",
     "StopReason",
     "StringResponseHandler",
     "SystemClock",
+    "ThinkingResponse",
+    "ThinkingResponseHandler",
+    "ToolCall",
+    "Transcript",
     "Turn",
     "TurnRole",
     "Usage",

@@ -2,57 +2,97 @@
 
 Not thread-safe, by design: a context is reached only by its current owner (see
 ``parlour.actors``). Everything here is plain single-threaded Python.
+
+``to_llm_block`` and ``render_slot`` are the transformation pipeline, in one place: every
+block of every turn and every objective slot goes through them, so the head and the turns
+render alike (artifact references and summaries hook in here).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import traceback
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
-from loguru import logger
 
 from parlour.runtime._handlers import ContentFormatter, GenericContentFormatter
-from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage
-from parlour.runtime._prepared import PreparedConversation, Turn
-from parlour.runtime._roles import Depth, Grade, OutputSize, TurnRole
+from parlour.runtime._messages import Message, OutgoingMessage
+from parlour.runtime._objective import (
+    LEGEND_KEY,
+    TOOL_KEY_PREFIX,
+    TOOL_WEIGHTS_KEY,
+    ObjectiveMap,
+)
+from parlour.runtime._prepared import PreparedConversation
+from parlour.runtime._render import Renderer, Scan
+from parlour.runtime._roles import Depth, Grade, Input, OutputSize
 from parlour.runtime.blocks import (
     ContentBlock,
+    FileBlock,
+    ImageBlock,
     JsonBlock,
     PojoBlock,
     TextBlock,
     ToolDefinitionBlock,
+    render_text,
+    render_tool_text,
 )
-from parlour.runtime.errors import IllegalStateError
 
 if TYPE_CHECKING:
     from parlour.runtime._handlers import ResponseHandler
     from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 
+__all__ = [
+    "LEGEND_KEY",
+    "SCHEMA_NOTATION_GUIDANCE",
+    "TOOL_ANNOUNCEMENT",
+    "TOOL_KEY_PREFIX",
+    "TOOL_WEIGHTS_KEY",
+    "TOOL_WEIGHT_GUIDANCE",
+    "ConversationContext",
+    "DeclaredTool",
+    "render_slot",
+    "render_tool_text",
+    "to_llm_block",
+]
+
 SCHEMA_NOTATION_GUIDANCE = (
-    "Schemas in this conversation use a compact notation: keys beginning with @ describe a "
-    "field rather than hold data. @type is the field's type, @description says what it is, "
-    "@required marks a field that must be present, @examples lists sample values, @values "
-    "lists the only allowed values of an enum, and @fields holds the fields of a nested object."
+    "Schema notation. In any schema you are given, keys beginning with @ explain the "
+    "structure to you; they are never part of your reply. @type names a value's type, "
+    "@description says what it means, @required marks a field that must be present, "
+    "@examples lists sample values, @values lists the only values an enum accepts, and "
+    "@fields holds the members of an object.\n"
+    "Answer with an instance of the schema: a node with @fields becomes an object holding "
+    "those members, the same rule applying inside it; a node without @fields becomes a value "
+    "of its @type.\n"
+    'schema    {"@type":"Person","@fields":{"name":{"@type":"string"},'
+    '"tags":{"@type":"array of string"}}}\n'
+    'instance  {"name":"Ada Lovelace","tags":["mathematician"]}'
 )
 TOOL_WEIGHT_GUIDANCE = (
     "Available tools:\n"
-    "Each tool below may carry a [type, weight: N] annotation: the type says what kind of work "
-    "the tool does and the weight how costly a call is. Prefer lighter tools when they serve."
+    "Each tool may be annotated [type, weight: N]. The type says what a call does: 'in "
+    "memory' is instant computation, 'api call' one external call, 'thinker LN' a sub-agent "
+    "N levels deep. The weight is the call's relative cost on a 0-100 scale: 1-5 is a quick "
+    "lookup, 30 or more a deep multi-step investigation. Prefer the lighter tool when it "
+    "serves, and keep heavy ones for questions that need them."
 )
 TOOL_ANNOUNCEMENT = "Additional tools now available:"
-LEGEND_KEY = "legend"
-TOOL_WEIGHTS_KEY = "toolWeights"
-TOOL_KEY_PREFIX = "tool:"
 UNTITLED = "Untitled Conversation"
 
 _json = msgspec.json.Encoder()
+_GENERIC = GenericContentFormatter()
+_LEGEND_BLOCK = TextBlock(text=SCHEMA_NOTATION_GUIDANCE)
+_TOOL_WEIGHTS_BLOCK = TextBlock(text=TOOL_WEIGHT_GUIDANCE)
+_COMPANIONS = ((LEGEND_KEY, SCHEMA_NOTATION_GUIDANCE), (TOOL_WEIGHTS_KEY, TOOL_WEIGHT_GUIDANCE))
 
 
 class DeclaredTool(Protocol):
-    """A tool declared to a conversation; converted to its wire definition lazily, once."""
+    """A tool declared to a conversation; converted to its wire definition lazily, once.
+
+    A ``ToolDefinitionBlock`` is its own DeclaredTool (``definition()`` returns itself).
+    """
 
     @property
     def name(self) -> str: ...
@@ -60,33 +100,19 @@ class DeclaredTool(Protocol):
     def definition(self) -> ToolDefinitionBlock: ...
 
 
-def render_tool_text(tool: ToolDefinitionBlock) -> str:
-    """The text form of a tool definition, as the text dialect sends it (B14)."""
-    if tool.schema_json is None:
-        return f"{tool.name}: {tool.description}"
-    return f"{tool.name}: {tool.description}\n  Input parameters: {tool.schema_json}"
-
-
 def to_llm_block(block: ContentBlock) -> ContentBlock:
-    """The transformation pipeline for one block: a PojoBlock becomes a JsonBlock."""
+    """The transformation pipeline for one block: a PojoBlock becomes a JsonBlock; every
+    other kind passes through unchanged."""
     if isinstance(block, PojoBlock):
         return JsonBlock(json=_json.encode(block.value).decode())
     return block
 
 
-def render_slot(value: object) -> str:
-    """The text an objective slot contributes to ``system_text``."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, TextBlock):
-        return value.text
-    if isinstance(value, ToolDefinitionBlock):
-        return render_tool_text(value)
-    if isinstance(value, JsonBlock):
-        return value.json
-    if isinstance(value, PojoBlock):
-        value = value.value
-    return _json.encode(value).decode()
+def render_slot(block: ContentBlock) -> str:
+    """The text an objective slot contributes to ``system_text``, through the pipeline."""
+    if isinstance(block, TextBlock):
+        return block.text
+    return render_text(to_llm_block(block))
 
 
 class ConversationContext:
@@ -95,6 +121,8 @@ class ConversationContext:
     The head (the objective map) freezes at this instance's first render: afterwards an
     identical re-put is silent and any other change is a logged no-op, so the cached prompt
     prefix never moves. The freeze is never persisted.
+
+    Thread-safety: none; only the conversation's current owner touches it.
     """
 
     def __init__(
@@ -114,49 +142,45 @@ class ConversationContext:
         self.messages: list[Message] = []
         self.compactable = True
         self.cache_main_objective = True
+        # the seat's declarations (B141): readable before any resolution, None until set
         self.grade: Grade | None = None
         self.depth: Depth | None = None
         self.output_declaration: OutputSize | int | None = None
         self.interactive = False
         self.prior_spec_id: str | None = None
         self.stored = False  # a durable record exists (set by the service, never persisted)
-        self._objective: dict[str, object] = {}
+        self._objective = ObjectiveMap(render_slot)
         self._declared: dict[str, DeclaredTool] = {}
-        self._frozen = False
 
     # -- the objective map ------------------------------------------------------------------
 
     def put_main_objective(self, key: str, value: object) -> None:
-        """Put ``value`` in slot ``key``; a re-put keeps the slot's position.
+        """Put ``value`` in slot ``key``; a re-put keeps the slot's position (B38).
 
-        Empty or None values create no slot. After the first render, a put that renders
-        identically is silent and anything else is logged at error level and ignored.
+        Text is stored as a TextBlock, a block as itself, any other value (a msgspec Struct,
+        a dataclass, a dict) as a PojoBlock rendered through the pipeline. None or "" creates
+        no slot (B40). After the first render a put that renders identically is silent, and
+        anything else is logged at error level with a stack trace and ignored (B47-B50);
+        nothing is raised.
         """
-        if value is None or value == "":
-            return
-        if self._frozen:
-            current = self._objective.get(key)
-            if current is not None and render_slot(current) == render_slot(value):
-                return
-            _loud_noop(f'put_main_objective("{key}")')
-            return
-        self._objective[key] = value
+        self._objective.put(key, value)
 
     def nuke_main_objective(self) -> None:
-        """Empty the whole objective, framework slots included; nothing re-seeds itself."""
-        if self._frozen:
-            _loud_noop("nuke_main_objective()")
-            return
-        self._objective.clear()
+        """Empty the whole objective, framework slots included; nothing re-seeds itself (B42).
 
-    def get_main_objective(self) -> dict[str, object]:
-        """An ordered copy of the objective map."""
-        return dict(self._objective)
+        After the first render it is a logged no-op (B51).
+        """
+        self._objective.nuke()
+
+    def get_main_objective(self) -> dict[str, ContentBlock]:
+        """An ordered copy of the objective map: slot keys to their blocks."""
+        return self._objective.copy()
 
     def has_main_objective(self, key: str) -> bool:
         return key in self._objective
 
     def set_cache_main_objective(self, cache: bool) -> None:
+        """Whether the system content is marked cacheable: ``cache_system`` (B32)."""
         self.cache_main_objective = cache
 
     def set_compactable(self, compactable: bool) -> None:
@@ -192,10 +216,26 @@ class ConversationContext:
             return UNTITLED
         return utterance if len(utterance) <= 50 else utterance[:50] + "..."
 
+    def carried_inputs(self) -> set[Input]:
+        """The inputs beyond text the outgoing messages carry anywhere in the history: an
+        image as ``Input.IMAGES``, a file as ``Input.DOCUMENTS`` (B145, B146)."""
+        carried: set[Input] = set()
+        for m in self.messages:
+            if isinstance(m, OutgoingMessage):
+                for b in m.blocks:
+                    if isinstance(b, ImageBlock):
+                        carried.add(Input.IMAGES)
+                    elif isinstance(b, FileBlock):
+                        carried.add(Input.DOCUMENTS)
+        return carried
+
     # -- tools ------------------------------------------------------------------------------
 
     def add_tool(self, tool: DeclaredTool) -> None:
-        """Declare a tool; add-only, so a name already declared is a no-op."""
+        """Declare a tool; add-only, so a name already declared is a no-op (B2, B3).
+
+        Nothing converts here: the definition is taken at the first render after this call.
+        """
         self._declared.setdefault(tool.name, tool)
 
     def add_tools(self, tools: Iterable[DeclaredTool]) -> None:
@@ -203,24 +243,30 @@ class ConversationContext:
             self.add_tool(tool)
 
     def declared_tools(self) -> dict[str, DeclaredTool]:
+        """The declarations by name, in declaration order (converted or not)."""
         return dict(self._declared)
 
+    def declared_tool_definitions(self) -> list[ToolDefinitionBlock]:
+        """Every declaration as its wire definition, converting the unconverted ones (once)."""
+        return [self._definition(name) for name in self._declared]
+
     def announced_tools(self) -> dict[str, ToolDefinitionBlock]:
-        """Tools the model has been shown, derived from the content itself."""
-        announced: dict[str, ToolDefinitionBlock] = {}
-        for key, value in self._objective.items():
-            if key.startswith(TOOL_KEY_PREFIX) and isinstance(value, ToolDefinitionBlock):
-                announced[value.name] = value
+        """Tools the model has been shown, derived from the content itself (B13): the head's
+        palette, then definitions announced in outgoing messages, a later one winning."""
+        announced = dict(self._objective.head_tools())
         for m in self.messages:
-            for b in m.blocks:
-                if isinstance(b, ToolDefinitionBlock):
-                    announced[b.name] = b
+            if isinstance(m, OutgoingMessage):
+                for b in m.blocks:
+                    if isinstance(b, ToolDefinitionBlock):
+                        announced[b.name] = b
         return announced
 
-    def pending_tools(self) -> list[DeclaredTool]:
-        """Declared tools not yet announced to the model."""
-        announced = self.announced_tools()
-        return [t for name, t in self._declared.items() if name not in announced]
+    def _definition(self, name: str) -> ToolDefinitionBlock:
+        # a definition is its own DeclaredTool: storing what the declaration produced makes
+        # this the one and only conversion (B5)
+        definition = self._declared[name].definition()
+        self._declared[name] = definition
+        return definition
 
     # -- rendering --------------------------------------------------------------------------
 
@@ -229,103 +275,83 @@ class ConversationContext:
         formatter: ContentFormatter | None = None,
         thinking_active: bool = False,
     ) -> PreparedConversation:
-        """Render: reconcile tools and legend, freeze the head, map messages to turns.
+        """Render: reconcile the legend and the declared tools, freeze the head, and map the
+        messages to turns (the channel contract, B24-B37).
+
+        The objective comes back as ``system_text``, the only system content; each message
+        becomes one USER or ASSISTANT turn; response instructions ride the asking turn. The
+        stored messages are never rewritten; the legend and late tools may be appended as
+        app-authored messages once the head is frozen.
 
         Raises:
-            UncorrectableLLMError: a message has a role other than user or assistant.
+            UncorrectableLLMError: a message has a role other than user or assistant; it is
+                never relabelled (B28).
         """
-        formatter = formatter or GenericContentFormatter()
-        self._reconcile()
-        self._frozen = True
-        native = formatter.supports_native_tool_calling()
-        system_text = "\n\n".join(
-            render_slot(v)
-            for k, v in self._objective.items()
-            if not (native and k.startswith(TOOL_KEY_PREFIX))  # native tools travel typed
-        )
-        turns = [self._turn(m) for m in self.messages]
-        self._append_instructions(turns, formatter, thinking_active)
-        head_tools = [
-            v
-            for k, v in self._objective.items()
-            if k.startswith(TOOL_KEY_PREFIX) and isinstance(v, ToolDefinitionBlock)
-        ]
-        return PreparedConversation(
-            system_text=system_text,
-            turns=turns,
-            cache_system=self.cache_main_objective,
-            tool_definitions=head_tools,
-        )
-
-    def _turn(self, message: Message) -> Turn:
-        role = TurnRole.of(message.role)
-        if message.blocks:
-            blocks = [to_llm_block(b) for b in message.blocks]
+        native = (formatter or _GENERIC).supports_native_tool_calling()
+        # to_llm_block is the pipeline seam: every block of every turn goes through it
+        renderer = Renderer(to_llm_block, native, thinking_active, self._companions_to_find())
+        scan = renderer.walk(self.messages)
+        if self._objective.frozen:
+            self._reconcile_stream(scan, renderer)
         else:
-            blocks = [TextBlock(text=message.raw_content)]
-        return Turn(role=role, blocks=blocks, cache=message.cache)
+            self._reconcile_head(scan)
+            self._objective.freeze()
+        return PreparedConversation(
+            system_text=self._objective.system_text(native),
+            turns=scan.turns,
+            cache_system=self.cache_main_objective,
+            tool_definitions=self._objective.tool_definitions(),
+        )
 
-    def _append_instructions(
-        self, turns: list[Turn], formatter: ContentFormatter, thinking_active: bool
-    ) -> None:
-        last = self.messages[-1] if self.messages else None
-        if not isinstance(last, OutgoingMessage) or last.response_handler is None:
+    def _pending(self, stream_announced: dict[str, ToolDefinitionBlock]) -> list[str]:
+        head = self._objective.head_tools()
+        return [n for n in self._declared if n not in head and n not in stream_announced]
+
+    def _reconcile_head(self, scan: Scan) -> None:
+        """First render: the companions and the pending palette join the head, framework
+        slots re-put in place so a restored conversation self-heals (B54, B55, D6)."""
+        if scan.uses_notation:
+            self._objective.place(LEGEND_KEY, _LEGEND_BLOCK)
+        pending = [self._definition(n) for n in self._pending(scan.announced)]
+        if pending or self._objective.has_tool_slots():
+            self._objective.place(
+                TOOL_WEIGHTS_KEY, _TOOL_WEIGHTS_BLOCK, before_prefix=TOOL_KEY_PREFIX
+            )
+        for tool in pending:
+            self._objective.place(TOOL_KEY_PREFIX + tool.name, tool)
+
+    def _companions_to_find(self) -> tuple[str, ...]:
+        # only a frozen head that lacks a companion needs to look for it in the stream
+        head = self._objective
+        if not head.frozen or (LEGEND_KEY in head and TOOL_WEIGHTS_KEY in head):
+            return ()
+        return tuple(text for key, text in _COMPANIONS if key not in head)
+
+    def _reconcile_stream(self, scan: Scan, renderer: Renderer) -> None:
+        """A frozen head: a companion or a tool that first appears now arrives as one
+        app-authored user message at the end of the stream (B9, B46)."""
+        said = scan.companions
+        legend_missing = LEGEND_KEY not in self._objective and SCHEMA_NOTATION_GUIDANCE not in said
+        if scan.uses_notation and legend_missing:
+            self._append(scan, renderer, [_LEGEND_BLOCK])
+        pending = [self._definition(n) for n in self._pending(scan.announced)]
+        if not pending:
             return
-        text = last.response_handler.response_instructions(
-            formatter.supports_native_tool_calling(), thinking_active
-        )
-        if text:
-            turns[-1] = Turn(
-                role=turns[-1].role,
-                blocks=[*turns[-1].blocks, TextBlock(text=text)],
-                cache=turns[-1].cache,
-            )
+        blocks: list[ContentBlock] = [TextBlock(text=TOOL_ANNOUNCEMENT)]
+        if TOOL_WEIGHTS_KEY not in self._objective and TOOL_WEIGHT_GUIDANCE not in said:
+            blocks.append(_TOOL_WEIGHTS_BLOCK)
+        self._append(scan, renderer, [*blocks, *pending])
 
-    def _uses_schema_notation(self) -> bool:
-        return any(
-            isinstance(m, OutgoingMessage)
-            and m.response_handler is not None
-            and m.response_handler.uses_schema_notation()
-            for m in self.messages
-        )
-
-    def _reconcile(self) -> None:
-        """Place the framework companions and pending tools: in the head before the freeze,
-        as stream messages after it."""
-        pending = [t.definition() for t in self.pending_tools()]
-        needs_legend = self._uses_schema_notation()
-        if not self._frozen:
-            if needs_legend:
-                self._objective[LEGEND_KEY] = SCHEMA_NOTATION_GUIDANCE
-            has_head_tools = any(k.startswith(TOOL_KEY_PREFIX) for k in self._objective)
-            if pending or has_head_tools:
-                self._objective[TOOL_WEIGHTS_KEY] = TOOL_WEIGHT_GUIDANCE
-            for tool in pending:
-                self._objective[TOOL_KEY_PREFIX + tool.name] = tool
-            return
-        if needs_legend and not self._legend_shown():
-            self.messages.append(
-                OutgoingMessage(SCHEMA_NOTATION_GUIDANCE, app_authored=True)
-            )
-        if pending:
-            announcement = OutgoingMessage(
-                TOOL_ANNOUNCEMENT, [TextBlock(text=TOOL_ANNOUNCEMENT), *pending],
-                app_authored=True,
-            )
-            self.messages.append(announcement)
-
-    def _legend_shown(self) -> bool:
-        if LEGEND_KEY in self._objective:
-            return True
-        return any(
-            m.app_authored and m.raw_content == SCHEMA_NOTATION_GUIDANCE for m in self.messages
-        )
+    def _append(self, scan: Scan, renderer: Renderer, blocks: list[ContentBlock]) -> None:
+        message = OutgoingMessage(blocks=blocks, app_authored=True)
+        self.messages.append(message)
+        scan.turns.append(renderer.turn(message))
 
     # -- persistence ------------------------------------------------------------------------
 
     def to_snapshot(self) -> ConversationPersistenceSnapshot:
         """This conversation as plain data; the freeze and any binding are not part of it."""
-        from parlour.runtime.snapshots import ConversationPersistenceSnapshot  # noqa: PLC0415
+        from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 
         return ConversationPersistenceSnapshot.of(self)
 
@@ -337,17 +363,5 @@ class ConversationContext:
         return snapshot.to_conversation(handler)
 
     def is_frozen(self) -> bool:
-        """True once this instance has rendered; never persisted."""
-        return self._frozen
-
-
-def _loud_noop(attempt: str) -> None:
-    logger.error(
-        "{} ignored: the head is frozen after the first render, and changing it would "
-        "invalidate the cached prefix. Send mid-conversation instructions as a message.",
-        attempt,
-    )
-    stack = "".join(traceback.format_stack(limit=12)[:-1])
-    logger.opt(exception=IllegalStateError(f"{attempt} after the freeze")).error(
-        "{} refused after the freeze; called from:\n{}", attempt, stack
-    )
+        """True once this instance has rendered; never persisted (B53)."""
+        return self._objective.frozen

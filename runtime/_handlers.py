@@ -1,8 +1,19 @@
-"""Response handlers: what the model is asked to answer, and how its answer is read back."""
+"""Response handlers: what the model is asked to answer, and how its answer is read back.
+
+Every handler here is stateless (B248): its instructions are a pure function of its answer
+type and the two render flags, memoized at module level, so one instance serves many
+conversations on many threads.
+"""
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Protocol, runtime_checkable
+
+import msgspec
+import msgspec.inspect as mi
+
+from parlour.runtime.blocks import ToolUseBlock
 
 
 @runtime_checkable
@@ -57,3 +68,219 @@ class NativeToolsFormatter:
 
     def supports_native_tool_calling(self) -> bool:
         return True
+
+
+# -- the @-notation ---------------------------------------------------------------------------
+
+REPLY_PREAMBLE = "Reply with one JSON object, and nothing around it, that is an instance of:\n"
+_SCALARS: dict[type[mi.Type], str] = {
+    mi.StrType: "string",
+    mi.IntType: "integer",
+    mi.FloatType: "number",
+    mi.BoolType: "boolean",
+    mi.NoneType: "null",
+    mi.AnyType: "any",
+    mi.DictType: "object",
+    mi.DateTimeType: "string (date-time)",
+    mi.DateType: "string (date)",
+}
+_ARRAYS = (mi.ListType, mi.SetType, mi.FrozenSetType, mi.VarTupleType)
+
+
+def notation_of(cls: type, omit: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The @-notation node of a msgspec Struct or dataclass, leaving out top-level ``omit``.
+
+    A small renderer for response contracts: ``@type``, ``@description``, ``@required``,
+    ``@values`` and ``@fields``, as ``SCHEMA_NOTATION_GUIDANCE`` explains them. A class met
+    again inside itself renders by name only, so cyclic types terminate.
+
+    Raises:
+        TypeError: ``cls`` is not a msgspec Struct or a dataclass.
+    """
+    info = mi.type_info(cls)
+    if not isinstance(info, (mi.StructType, mi.DataclassType)):
+        raise TypeError(f"{cls!r} is not a msgspec Struct or a dataclass.")
+    return _object_node(info, omit, ())
+
+
+def _object_node(
+    info: mi.StructType | mi.DataclassType, omit: frozenset[str], seen: tuple[type, ...]
+) -> dict[str, Any]:
+    node: dict[str, Any] = {"@type": info.cls.__name__}
+    if info.cls in seen:
+        return node
+    fields: dict[str, Any] = {}
+    for f in info.fields:
+        if f.encode_name in omit:
+            continue
+        field_node = _node(f.type, (*seen, info.cls))
+        if f.required:
+            field_node["@required"] = True
+        fields[f.encode_name] = field_node
+    node["@fields"] = fields
+    return node
+
+
+def _node(t: mi.Type, seen: tuple[type, ...]) -> dict[str, Any]:
+    if isinstance(t, mi.Metadata):
+        node = _node(t.type, seen)
+        description = (t.extra_json_schema or {}).get("description")
+        if description:
+            node["@description"] = description
+        return node
+    if isinstance(t, (mi.StructType, mi.DataclassType)):
+        return _object_node(t, frozenset(), seen)
+    if isinstance(t, (mi.EnumType, mi.LiteralType)):
+        values = [m.value for m in t.cls] if isinstance(t, mi.EnumType) else list(t.values)
+        return {"@type": "enum", "@values": values}
+    if isinstance(t, _ARRAYS):
+        item = _node(t.item_type, seen)
+        node = {"@type": f"array of {item.pop('@type')}"}
+        node.update(item)
+        return node
+    if isinstance(t, mi.UnionType):
+        kinds = [k for k in t.types if not isinstance(k, mi.NoneType)]
+        if len(kinds) == 1:
+            return _node(kinds[0], seen)
+        return {"@type": " or ".join(_node(k, seen)["@type"] for k in kinds)}
+    return {"@type": _SCALARS.get(type(t), type(t).__name__.removesuffix("Type").lower())}
+
+
+@functools.lru_cache(maxsize=256)
+def _pojo_instructions(cls: type) -> str:
+    return REPLY_PREAMBLE + msgspec.json.encode(notation_of(cls)).decode()
+
+
+def _strip_fences(text: str) -> str:
+    """The JSON inside a reply, tolerating a Markdown code fence around it."""
+    body = text.strip()
+    if body.startswith("```"):
+        body = body.split("\n", 1)[1] if "\n" in body else ""
+        body = body.rsplit("```", 1)[0]
+    return body.strip()
+
+
+class PojoResponseHandler:
+    """A typed answer: the model replies with one JSON instance of ``cls`` (a msgspec Struct
+    or a dataclass), described in the @-notation, so the legend joins the conversation."""
+
+    def __init__(self, cls: type) -> None:
+        notation_of(cls)  # refuse a type that has no fields to describe, here and now
+        self.cls = cls
+
+    def response_instructions(
+        self, native_tools_available: bool, thinking_active: bool
+    ) -> str | None:
+        return _pojo_instructions(self.cls)
+
+    def uses_schema_notation(self) -> bool:
+        return True
+
+    def parse(self, text: str) -> Any:
+        """The answer as an instance of ``cls``.
+
+        Raises:
+            msgspec.ValidationError: the reply is not JSON of that shape.
+        """
+        return msgspec.json.decode(_strip_fences(text), type=self.cls)
+
+
+# -- the thinking envelope --------------------------------------------------------------------
+
+
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool call the model wrote into its reply (the text dialect)."""
+
+    name: str
+    input: dict[str, Any] = msgspec.field(default_factory=dict)
+    id: str | None = None
+
+
+class _Envelope(msgspec.Struct, kw_only=True):
+    reasoning: str | None = None
+    tool_calls: list[ToolCall] = msgspec.field(default_factory=list)
+    answer: Any = None
+
+
+class ThinkingResponse(msgspec.Struct, frozen=True, kw_only=True):
+    """One step of a thinker: why, which tools to call now, and the answer once it is ready."""
+
+    reasoning: str | None
+    tool_calls: list[ToolUseBlock]
+    answer: Any
+
+
+_ENVELOPE_DESCRIPTIONS = {
+    "reasoning": "Why this step is the right one, in a few sentences a reader can check.",
+    "tool_calls": "Tools to call now, in order; leave it out or empty when you answer.",
+    "answer": "The final answer; leave it out while you still call tools.",
+}
+
+
+@functools.lru_cache(maxsize=256)
+def _thinking_instructions(answer: type | None, native_tools: bool, thinking: bool) -> str:
+    fields: dict[str, Any] = {}
+    if not thinking:
+        fields["reasoning"] = {"@type": "string"}
+    if not native_tools:
+        fields["tool_calls"] = {
+            "@type": "array of ToolCall",
+            "@fields": {
+                "name": {"@type": "string", "@required": True},
+                "input": {"@type": "object", "@description": "Matches the tool's input."},
+            },
+        }
+    omit = frozenset({"reasoning"}) if thinking else frozenset()
+    fields["answer"] = {"@type": "string"} if answer is None else notation_of(answer, omit)
+    for name, node in fields.items():
+        node["@description"] = _ENVELOPE_DESCRIPTIONS[name]
+    envelope = {"@type": "ThinkingResponse", "@fields": fields}
+    return REPLY_PREAMBLE + msgspec.json.encode(envelope).decode()
+
+
+class ThinkingResponseHandler:
+    """The thinker's envelope: ``reasoning``, ``tool_calls`` and the typed ``answer``.
+
+    Schema stripping (B20, B21): ``tool_calls`` is left out when native tool calling is
+    available (the model answers with native tool-use blocks), and both the envelope's
+    ``reasoning`` and the answer type's own top-level ``reasoning`` are left out when a
+    native thinking block is guaranteed, since they would be output the handler discards.
+
+    Args:
+        answer: the answer's msgspec Struct or dataclass; None for a prose answer.
+    """
+
+    def __init__(self, answer: type | None = None) -> None:
+        if answer is not None:
+            notation_of(answer)
+        self.answer = answer
+
+    def response_instructions(
+        self, native_tools_available: bool, thinking_active: bool
+    ) -> str | None:
+        return _thinking_instructions(self.answer, native_tools_available, thinking_active)
+
+    def uses_schema_notation(self) -> bool:
+        return True
+
+    def parse(self, text: str) -> ThinkingResponse:
+        """The reply as a ThinkingResponse; a call without an id gets ``name#position``,
+        its 1-based place in the turn (B18), so its result can be recorded against it.
+
+        Raises:
+            msgspec.ValidationError: the reply is not the envelope, or the answer does not
+                fit the answer type.
+        """
+        envelope = msgspec.json.decode(_strip_fences(text), type=_Envelope)
+        calls = [
+            ToolUseBlock(
+                id=call.id or f"{call.name}#{position}",
+                name=call.name,
+                input_json=msgspec.json.encode(call.input).decode(),
+            )
+            for position, call in enumerate(envelope.tool_calls, start=1)
+        ]
+        answer = envelope.answer
+        if answer is not None and self.answer is not None:
+            answer = msgspec.convert(answer, self.answer)
+        return ThinkingResponse(reasoning=envelope.reasoning, tool_calls=calls, answer=answer)

@@ -130,6 +130,8 @@ class IncomingMessage(Message):
             DehydratedError: the message was restored and has not been rehydrated.
         """
         if self.response_handler is None:
-            raise DehydratedError("This message was restored without a response handler; "
-                                  "call rehydrate(handler) first.")
+            raise DehydratedError(
+                "This message was restored without a response handler; "
+                "call rehydrate(handler) first."
+            )
         return self.response_handler.parse(self.raw_content)

@@ -7,7 +7,7 @@ Evolve by msgspec's rules: new fields get defaults; never reorder or retype a st
 from __future__ import annotations
 
 import datetime as dt
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -15,14 +15,7 @@ from parlour.runtime._context import ConversationContext
 from parlour.runtime._handlers import ResponseHandler
 from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage
 from parlour.runtime._roles import Depth, Grade, OutputSize
-from parlour.runtime.blocks import (
-    ContentBlock,
-    JsonBlock,
-    PojoBlock,
-    TextBlock,
-    ToolDefinitionBlock,
-    revive,
-)
+from parlour.runtime.blocks import ContentBlock, ToolDefinitionBlock, revive
 from parlour.runtime.errors import CorruptSnapshotError
 
 __all__ = [
@@ -57,7 +50,9 @@ class MessageSnapshot(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
         direction: Literal["outgoing", "incoming", "plain"] = (
             "outgoing"
             if isinstance(m, OutgoingMessage)
-            else "incoming" if isinstance(m, IncomingMessage) else "plain"
+            else "incoming"
+            if isinstance(m, IncomingMessage)
+            else "plain"
         )
         return cls(
             direction=direction,
@@ -72,7 +67,7 @@ class MessageSnapshot(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
 
     def to_message(self, handler: ResponseHandler | None) -> Message:
         blocks = [revive(b) for b in self.blocks]
-        flags = {
+        flags: dict[str, Any] = {
             "compactable": self.compactable,
             "app_authored": self.app_authored,
             "cache": self.cache,
@@ -97,6 +92,8 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
     title: str = ""
     created_at: dt.datetime
     objective: list[ObjectiveSlot] = msgspec.field(default_factory=list)
+    # written by nothing; read from records that predate named slots (B57)
+    legacy_objective: list[ContentBlock] | None = msgspec.field(default=None, name="main_objective")
     declared_tools: list[ToolDefinitionBlock] = msgspec.field(default_factory=list)
     messages: list[MessageSnapshot] = msgspec.field(default_factory=list)
     grade: Grade | None = None
@@ -117,10 +114,9 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
             title=context.title,
             created_at=context.created_at,
             objective=[
-                ObjectiveSlot(key=k, block=_slot_block(v))
-                for k, v in context.get_main_objective().items()
+                ObjectiveSlot(key=k, block=v) for k, v in context.get_main_objective().items()
             ],
-            declared_tools=[t.definition() for t in context.declared_tools().values()],
+            declared_tools=context.declared_tool_definitions(),
             messages=[MessageSnapshot.of(m) for m in context.messages],
             grade=context.grade,
             depth=context.depth,
@@ -141,8 +137,8 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
             temporary=self.temporary,
             created_at=self.created_at,
         )
-        for slot in self.objective:
-            c.put_main_objective(slot.key, revive(slot.block))
+        for key, block in self.objective_slots():
+            c.put_main_objective(key, revive(block))
         c.messages = [m.to_message(handler) for m in self.messages]
         c.add_tools(self.declared_tools)
         c.grade, c.depth = self.grade, self.depth
@@ -153,13 +149,18 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
         c.prior_spec_id = self.prior_spec_id
         return c
 
+    def objective_slots(self) -> list[tuple[str, ContentBlock]]:
+        """The stored objective as (key, block) pairs, in order.
 
-def _slot_block(value: object) -> ContentBlock:
-    if isinstance(value, str):
-        return TextBlock(text=value)
-    if isinstance(value, (TextBlock, ToolDefinitionBlock, JsonBlock, PojoBlock)):
-        return value
-    return PojoBlock(value=value)
+        A legacy record's anonymous block list gets keys: a tool definition its ``tool:``
+        slot, anything else ``objective-N`` by its place in the list (B57).
+        """
+        if self.objective or not self.legacy_objective:
+            return [(slot.key, slot.block) for slot in self.objective]
+        return [
+            (f"tool:{b.name}" if isinstance(b, ToolDefinitionBlock) else f"objective-{i}", b)
+            for i, b in enumerate(self.legacy_objective)
+        ]
 
 
 _encoder = msgspec.json.Encoder()
@@ -170,7 +171,9 @@ def encode_snapshot(snapshot: ConversationPersistenceSnapshot) -> bytes:
     return _encoder.encode(snapshot)
 
 
-def decode_snapshot(data: bytes | memoryview, conversation_id: str) -> ConversationPersistenceSnapshot:
+def decode_snapshot(
+    data: bytes | memoryview, conversation_id: str
+) -> ConversationPersistenceSnapshot:
     """Decode a stored snapshot.
 
     Raises:

@@ -1,0 +1,160 @@
+"""The objective map: named slots whose values, in insertion order, are the system content.
+
+Keys never reach the wire. A re-put keeps the slot's position; a nuke empties everything.
+The map freezes at its conversation's first render: afterwards a put that renders the same
+is silent and anything else is a loudly logged no-op (D7), because it would invalidate the
+provider's cached prefix.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable, Iterator
+
+from loguru import logger
+
+from parlour.runtime.blocks import Block, ContentBlock, PojoBlock, TextBlock, ToolDefinitionBlock
+from parlour.runtime.errors import IllegalStateError
+
+LEGEND_KEY = "legend"
+TOOL_WEIGHTS_KEY = "toolWeights"
+TOOL_KEY_PREFIX = "tool:"
+
+
+def as_slot_block(value: object) -> ContentBlock | None:
+    """The block a put stores: text as a TextBlock, a block as itself, anything else (a
+    msgspec Struct, a dataclass, a dict) as a PojoBlock; None or "" stores nothing (B40)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        return TextBlock(text=value)
+    if isinstance(value, TextBlock) and not value.text:
+        return None
+    if isinstance(value, Block):
+        return value  # type: ignore[return-value]  # every Block subclass is a ContentBlock
+    return PojoBlock(value=value)
+
+
+class ObjectiveMap:
+    """An insertion-ordered map of slots with the freeze. Single-flow, like its context.
+
+    Args:
+        render: the text a slot contributes to the system content; the conversation's own
+            pipeline, so the head and the turns render alike (and freeze-time equality means
+            equal rendered form, B50).
+    """
+
+    __slots__ = ("_render", "_rendered", "_slots", "_tools", "frozen")
+
+    def __init__(self, render: Callable[[ContentBlock], str]) -> None:
+        self._render = render
+        self._slots: dict[str, ContentBlock] = {}
+        self.frozen = False
+        # system text per dialect (native tools or not); filled only once frozen, when the
+        # map can no longer change, so a render never recomputes the head
+        self._rendered: dict[bool, str] = {}
+        self._tools: dict[str, ToolDefinitionBlock] | None = None  # likewise, the palette
+
+    def put(self, key: str, value: object) -> None:
+        """Put ``value`` in slot ``key``, enforcing the freeze (see the module docstring)."""
+        block = as_slot_block(value)
+        if block is None:
+            return
+        if not self.frozen:
+            self._slots[key] = block
+            return
+        current = self._slots.get(key)
+        if current is not None and self._render(current) == self._render(block):
+            return
+        loud_noop(f'put_main_objective("{key}")')
+
+    def nuke(self) -> None:
+        """Empty the map, framework slots included; after the freeze, a logged no-op."""
+        if self.frozen:
+            loud_noop("nuke_main_objective()")
+            return
+        self._slots.clear()
+
+    def place(self, key: str, block: ContentBlock, *, before_prefix: str | None = None) -> None:
+        """A framework put before the freeze: in place when the key exists, else appended,
+        or inserted ahead of the first key starting with ``before_prefix``."""
+        if key in self._slots or before_prefix is None:
+            self._slots[key] = block
+            return
+        keys = list(self._slots)
+        at = next((i for i, k in enumerate(keys) if k.startswith(before_prefix)), len(keys))
+        items = list(self._slots.items())
+        items.insert(at, (key, block))
+        self._slots = dict(items)
+
+    def freeze(self) -> None:
+        self.frozen = True
+
+    def system_text(self, native_tools: bool) -> str:
+        """The values rendered in order; a native dialect's tool slots travel typed instead."""
+        cached = self._rendered.get(native_tools)
+        if cached is not None:
+            return cached
+        text = "\n\n".join(
+            self._render(block)
+            for block in self._slots.values()
+            if not (native_tools and isinstance(block, ToolDefinitionBlock))
+        )
+        if self.frozen:
+            self._rendered[native_tools] = text
+        return text
+
+    def tool_definitions(self) -> list[ToolDefinitionBlock]:
+        """The palette announced in the head, in slot order (a fresh list)."""
+        return list(self.head_tools().values())
+
+    def head_tools(self) -> dict[str, ToolDefinitionBlock]:
+        """The head's palette by name; do not modify it (it is cached once frozen)."""
+        if self._tools is not None:
+            return self._tools
+        tools = {b.name: b for b in self._slots.values() if isinstance(b, ToolDefinitionBlock)}
+        if self.frozen:
+            self._tools = tools
+        return tools
+
+    def has_tool_slots(self) -> bool:
+        return any(k.startswith(TOOL_KEY_PREFIX) for k in self._slots)
+
+    def copy(self) -> dict[str, ContentBlock]:
+        return dict(self._slots)
+
+    def get(self, key: str) -> ContentBlock | None:
+        return self._slots.get(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._slots
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._slots)
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+
+def loud_noop(attempt: str) -> None:
+    """Log a refused head mutation (D7): one record naming the call, one with the stack."""
+    logger.error(
+        "{} was ignored: the head is frozen after the first render, and changing it would "
+        "invalidate the cached prefix. Compose before the first render, or say it in the "
+        "conversation as a message.",
+        attempt,
+    )
+    error = IllegalStateError(f"post-freeze head mutation: {attempt}")
+    error = error.with_traceback(_caller_traceback())
+    logger.opt(exception=error).error("The frozen head was left unchanged; the caller's stack:")
+
+
+def _caller_traceback() -> types.TracebackType | None:
+    """The current stack as a traceback, so the log names whoever tried the mutation."""
+    tb: types.TracebackType | None = None
+    frame: types.FrameType | None = sys._getframe(2)
+    while frame is not None:
+        tb = types.TracebackType(tb, frame, frame.f_lasti, frame.f_lineno)
+        frame = frame.f_back
+    return tb

@@ -1,0 +1,129 @@
+"""The per-render pass over the messages: one walk maps every message to its turn and
+gathers what reconciliation needs (tools announced in the stream, whether the notation is
+used, which framework companions the stream already carries).
+
+It is the hot path of every LLM call, so it walks each message once, touches each block
+once, and keeps nothing between renders: the work of a render depends on the conversation's
+size, never on how many renders came before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from parlour.runtime._messages import Message, OutgoingMessage
+from parlour.runtime._prepared import Turn
+from parlour.runtime._roles import TurnRole
+from parlour.runtime.blocks import ContentBlock, PojoBlock, TextBlock, ToolDefinitionBlock
+
+Process = Callable[[ContentBlock], ContentBlock]
+
+# the two spellings every message uses, looked up without lowering; anything else goes
+# through TurnRole.of, which maps other casings and refuses the rest (B27)
+_ROLES = {"user": TurnRole.USER, "assistant": TurnRole.ASSISTANT}
+# the block kinds a render must look at; a message holding none of them is copied as it is
+_NOTABLE = frozenset({PojoBlock, ToolDefinitionBlock})
+
+
+class Scan:
+    """What one walk over the messages found."""
+
+    __slots__ = ("announced", "companions", "turns", "uses_notation")
+
+    def __init__(self) -> None:
+        self.turns: list[Turn] = []
+        self.announced: dict[str, ToolDefinitionBlock] = {}
+        self.uses_notation = False
+        self.companions: set[str] = set()  # framework texts already said in the stream
+
+
+class Renderer:
+    """Maps messages to turns for one render: the dialect's flags and the block pipeline.
+
+    Args:
+        process: the transformation pipeline for a block that needs converting (a
+            PojoBlock becomes a JsonBlock); every other block passes through as it is.
+        native_tools: the dialect carries tools natively (drops ``tool_calls`` from
+            response instructions).
+        thinking_active: a native thinking block is guaranteed for this call.
+        companions: framework texts to look for in app-authored stream messages.
+    """
+
+    __slots__ = ("_companions", "_instructions", "_native", "_process", "_thinking", "scan")
+
+    def __init__(
+        self,
+        process: Process,
+        native_tools: bool,
+        thinking_active: bool,
+        companions: Iterable[str] = (),
+    ) -> None:
+        self._process = process
+        self._native = native_tools
+        self._thinking = thinking_active
+        self._companions = tuple(companions)
+        # one handler instance asks many turns: its instructions block is built once per
+        # render (by identity; the handlers are alive for the whole render) and shared
+        self._instructions: dict[int, TextBlock | None] = {}
+        self.scan = Scan()
+
+    def walk(self, messages: Iterable[Message]) -> Scan:
+        """Map each message to a turn, in order, and note what reconciliation needs.
+
+        Raises:
+            UncorrectableLLMError: a message's role is not user or assistant (B28).
+        """
+        append, turn = self.scan.turns.append, self.turn
+        for message in messages:
+            append(turn(message))
+        return self.scan
+
+    def turn(self, message: Message) -> Turn:
+        """The turn of one message; the message itself is never modified."""
+        role = _ROLES.get(message.role) or TurnRole.of(message.role)
+        blocks = message.blocks
+        if not blocks:
+            raw = message.raw_content
+            out: list[ContentBlock] = [TextBlock(text=raw)] if raw else []  # B37
+        elif _NOTABLE.isdisjoint(map(type, blocks)):
+            out = list(blocks)  # the common case, checked and copied at C speed
+        else:
+            out = self._convert(message)
+        if isinstance(message, OutgoingMessage):
+            if message.response_handler is not None:
+                self._add_instructions(message, out)
+            if self._companions and message.app_authored:
+                self._note_companions(out)
+        return Turn(role=role, blocks=out, cache=message.cache)
+
+    def _convert(self, message: Message) -> list[ContentBlock]:
+        """Blocks through the pipeline; an outgoing definition is noted as announced."""
+        out = list(message.blocks)
+        outgoing = isinstance(message, OutgoingMessage)
+        for i, block in enumerate(out):
+            if isinstance(block, PojoBlock):
+                out[i] = self._process(block)
+            elif outgoing and isinstance(block, ToolDefinitionBlock):
+                self.scan.announced[block.name] = block
+        return out
+
+    def _note_companions(self, blocks: list[ContentBlock]) -> None:
+        for block in blocks:
+            if isinstance(block, TextBlock):
+                self.scan.companions.update(c for c in self._companions if c in block.text)
+
+    def _add_instructions(self, message: OutgoingMessage, out: list[ContentBlock]) -> None:
+        # instructions ride the turn of the message that asked, computed fresh at every
+        # render and never written into the stored message (B22); an asking turn renders
+        # the same every time, so the prefix ahead of the newest turn never moves
+        handler = message.response_handler
+        key = id(handler)
+        if key not in self._instructions:
+            assert handler is not None
+            if handler.uses_schema_notation():
+                self.scan.uses_notation = True
+            text = handler.response_instructions(self._native, self._thinking)
+            self._instructions[key] = TextBlock(text=text) if text else None  # B23
+        block = self._instructions[key]
+        if block is not None:
+            out.append(block)
