@@ -14,10 +14,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 from loguru import logger
 
+from parlour.runtime._artifacts import ArtifactRegistry
 from parlour.runtime._handlers import ContentFormatter, GenericContentFormatter
 from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage
 from parlour.runtime._prepared import PreparedConversation, Turn
 from parlour.runtime._roles import Depth, Grade, OutputSize, TurnRole
+from parlour.runtime._serializer import build_registry_section, write_summarized_with_refs
+from parlour.runtime._summarizers import Summarizer, TruncatingSummarizer
+from parlour.runtime._tokens import counter_for
 from parlour.runtime.blocks import (
     ContentBlock,
     JsonBlock,
@@ -67,15 +71,30 @@ def render_tool_text(tool: ToolDefinitionBlock) -> str:
     return f"{tool.name}: {tool.description}\n  Input parameters: {tool.schema_json}"
 
 
-def to_llm_block(block: ContentBlock) -> ContentBlock:
-    """The transformation pipeline for one block: a PojoBlock becomes a JsonBlock."""
+def to_llm_block(
+    block: ContentBlock,
+    registry: ArtifactRegistry | None = None,
+    summarizer: Summarizer | None = None,
+) -> ContentBlock:
+    """The transformation pipeline for one block: a PojoBlock becomes a JsonBlock.
+
+    With a registry, the JSON is the model-facing write: artifacts registered and replaced
+    by ``{"@ref": ...}``, long summarizable fields summarized (B110, B111).
+    """
     if isinstance(block, PojoBlock):
+        if registry is not None:
+            return JsonBlock(json=write_summarized_with_refs(block.value, registry, summarizer))
         return JsonBlock(json=_json.encode(block.value).decode())
     return block
 
 
-def render_slot(value: object) -> str:
-    """The text an objective slot contributes to ``system_text``."""
+def render_slot(
+    value: object,
+    registry: ArtifactRegistry | None = None,
+    summarizer: Summarizer | None = None,
+) -> str:
+    """The text an objective slot contributes to ``system_text``; with a registry, a struct
+    slot goes through the same pipeline as messages (B41, B139)."""
     if isinstance(value, str):
         return value
     if isinstance(value, TextBlock):
@@ -86,6 +105,8 @@ def render_slot(value: object) -> str:
         return value.json
     if isinstance(value, PojoBlock):
         value = value.value
+    if registry is not None:
+        return write_summarized_with_refs(value, registry, summarizer)
     return _json.encode(value).decode()
 
 
@@ -123,6 +144,8 @@ class ConversationContext:
         self._objective: dict[str, object] = {}
         self._declared: dict[str, DeclaredTool] = {}
         self._frozen = False
+        self.artifact_registry = ArtifactRegistry()
+        self.summarizer: Summarizer = TruncatingSummarizer()
 
     # -- the objective map ------------------------------------------------------------------
 
@@ -239,12 +262,13 @@ class ConversationContext:
         self._frozen = True
         native = formatter.supports_native_tool_calling()
         system_text = "\n\n".join(
-            render_slot(v)
+            render_slot(v, self.artifact_registry, self.summarizer)
             for k, v in self._objective.items()
             if not (native and k.startswith(TOOL_KEY_PREFIX))  # native tools travel typed
         )
         turns = [self._turn(m) for m in self.messages]
         self._append_instructions(turns, formatter, thinking_active)
+        self._append_registry(turns)
         head_tools = [
             v
             for k, v in self._objective.items()
@@ -260,7 +284,8 @@ class ConversationContext:
     def _turn(self, message: Message) -> Turn:
         role = TurnRole.of(message.role)
         if message.blocks:
-            blocks = [to_llm_block(b) for b in message.blocks]
+            registry, summarizer = self.artifact_registry, self.summarizer
+            blocks = [to_llm_block(b, registry, summarizer) for b in message.blocks]
         else:
             blocks = [TextBlock(text=message.raw_content)]
         return Turn(role=role, blocks=blocks, cache=message.cache)
@@ -280,6 +305,41 @@ class ConversationContext:
                 blocks=[*turns[-1].blocks, TextBlock(text=text)],
                 cache=turns[-1].cache,
             )
+
+    # -- artifacts and tokens (schemas, artifacts and tokens) --------------------------------
+
+    def _append_registry(self, turns: list[Turn]) -> None:
+        """The registry dump rides a trailing USER turn, never cached (B30, B31, B90)."""
+        section = build_registry_section(self.artifact_registry, self.summarizer)
+        if section:
+            turns.append(Turn(role=TurnRole.USER, blocks=[TextBlock(text=section)], cache=False))
+
+    def get_total_tokens(self, spec: object) -> int:
+        """A fresh estimate of the whole conversation's input tokens (B135-B140).
+
+        The objective and the registry are counted on the strings a render would send;
+        messages on their raw content plus fixed per-image and per-file costs; the response
+        instructions are not counted. ``spec.encoding`` (if any) names the tokenizer.
+
+        Raises:
+            ValueError: ``spec`` is None.
+        """
+        if spec is None:
+            raise ValueError("get_total_tokens needs the model spec whose tokenizer counts")
+        counter = counter_for(getattr(spec, "encoding", None))
+        registry, summarizer = self.artifact_registry, self.summarizer
+        system_text = "\n\n".join(
+            render_slot(v, registry, summarizer) for v in self._objective.values()
+        )
+
+        def render(block: ContentBlock) -> str:
+            if isinstance(block, ToolDefinitionBlock):
+                return render_tool_text(block)
+            return render_slot(block, registry, summarizer)
+
+        messages = sum(counter.count_message(m, render) for m in self.messages)
+        section = build_registry_section(registry, summarizer)  # after the writes that register
+        return counter.count(system_text) + messages + counter.count(section)
 
     def _uses_schema_notation(self) -> bool:
         return any(

@@ -7,7 +7,7 @@ Evolve by msgspec's rules: new fields get defaults; never reorder or retype a st
 from __future__ import annotations
 
 import datetime as dt
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -15,6 +15,7 @@ from parlour.runtime._context import ConversationContext
 from parlour.runtime._handlers import ResponseHandler
 from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage
 from parlour.runtime._roles import Depth, Grade, OutputSize
+from parlour.runtime._serializer import registry_entries, restore_registry
 from parlour.runtime.blocks import (
     ContentBlock,
     JsonBlock,
@@ -107,6 +108,8 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
     temporary: bool = False
     cache_main_objective: bool = True
     prior_spec_id: str | None = None
+    # Top-level artifacts in their plain form; iterands ride inside their list.
+    artifacts: list[dict[str, Any]] = msgspec.field(default_factory=list)
 
     @classmethod
     def of(cls, context: ConversationContext) -> ConversationPersistenceSnapshot:
@@ -130,6 +133,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
             temporary=context.temporary,
             cache_main_objective=context.cache_main_objective,
             prior_spec_id=context.prior_spec_id,
+            artifacts=registry_entries(context.artifact_registry),
         )
 
     def to_conversation(self, handler: ResponseHandler | None = None) -> ConversationContext:
@@ -151,6 +155,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
         c.compactable = self.compactable
         c.cache_main_objective = self.cache_main_objective
         c.prior_spec_id = self.prior_spec_id
+        restore_registry(c.artifact_registry, self.artifacts)  # unknown aliases: skipped (B132)
         return c
 
 
