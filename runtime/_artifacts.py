@@ -278,4 +278,3 @@ def _children(node: object) -> Iterable[object]:
     if isinstance(node, dict):
         return list(node.values())
     return ()
-

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import re
 import typing
 from typing import Any, Final
@@ -146,18 +145,26 @@ def split_annotated(tp: Any) -> tuple[Any, tuple[object, ...]]:
 
 def is_composite(tp: object) -> bool:
     """A user class parlour describes field by field: a msgspec Struct or a dataclass."""
-    return isinstance(tp, type) and (
-        issubclass(tp, msgspec.Struct) or dataclasses.is_dataclass(tp)
-    )
+    return isinstance(tp, type) and (issubclass(tp, msgspec.Struct) or dataclasses.is_dataclass(tp))
 
 
-@functools.cache
+_SPECS: dict[type, tuple[FieldSpec, ...]] = {}
+
+
 def field_specs(cls: type) -> tuple[FieldSpec, ...]:
     """The fields of a Struct or dataclass in declaration order, JsonIgnore'd ones dropped.
+    Computed once per class.
 
     Raises:
         TypeError: ``cls`` is neither a msgspec Struct nor a dataclass.
     """
+    specs = _SPECS.get(cls)
+    if specs is None:
+        specs = _SPECS.setdefault(cls, _field_specs(cls))
+    return specs
+
+
+def _field_specs(cls: type) -> tuple[FieldSpec, ...]:
     if isinstance(cls, type) and issubclass(cls, msgspec.Struct):
         raw = [
             (f.name, f.encode_name, f.type, f.required is False)
@@ -182,9 +189,7 @@ def field_specs(cls: type) -> tuple[FieldSpec, ...]:
 
 
 def _dataclass_has_default(f: dataclasses.Field[Any]) -> bool:
-    return not (
-        f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    )
+    return not (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
 
 
 def class_description(cls: type) -> str | None:

@@ -74,8 +74,18 @@ _LEAVES: dict[type, Scalar] = {
     decimal.Decimal: Scalar("string"),
     type(None): Scalar("null"),
 }
-_ARRAYS = (list, tuple, set, frozenset, abc.Sequence, abc.MutableSequence, abc.Set,
-           abc.MutableSet, abc.Collection, abc.Iterable)
+_ARRAYS = (
+    list,
+    tuple,
+    set,
+    frozenset,
+    abc.Sequence,
+    abc.MutableSequence,
+    abc.Set,
+    abc.MutableSet,
+    abc.Collection,
+    abc.Iterable,
+)
 _MAPS = (dict, abc.Mapping, abc.MutableMapping)
 
 
@@ -211,12 +221,16 @@ class _Walker:
                 self.defs.setdefault(tp.__name__, self.path[tp])
                 return RefNode(tp.__name__)
             return ObjectNode(self.definition(tp))
-        leaf = next((s for t, s in _LEAVES.items() if isinstance(tp, type) and issubclass(tp, t)),
-                    None)
+        leaf = next(
+            (s for t, s in _LEAVES.items() if isinstance(tp, type) and issubclass(tp, t)), None
+        )
         if leaf is None:
             # Path, URL strings and other standard value types are leaves, written as text.
-            leaf = Scalar("string") if isinstance(tp, type) and issubclass(tp, pathlib.PurePath) \
+            leaf = (
+                Scalar("string")
+                if isinstance(tp, type) and issubclass(tp, pathlib.PurePath)
                 else Scalar(None)
+            )
         return _bounded(leaf, markers)
 
 

@@ -136,9 +136,7 @@ class _Writer:
 # -- the registry dump and persistence ------------------------------------------------------
 
 
-def build_registry_section(
-    registry: ArtifactRegistry, summarizer: Summarizer | None = None
-) -> str:
+def build_registry_section(registry: ArtifactRegistry, summarizer: Summarizer | None = None) -> str:
     """The trailing user turn's text: header, guidance, then one entry per top-level
     artifact; ``""`` for a registry with no top-level artifact (B124)."""
     entries = registry.get_all_artifacts()

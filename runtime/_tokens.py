@@ -88,8 +88,12 @@ def load_encoding(name: str | None = None) -> tiktoken.Encoding:
             return tiktoken.get_encoding(wanted)
     except (OSError, ValueError) as exc:
         if wanted != DEFAULT_ENCODING:
-            logger.warning("Encoding {} is not on this machine ({}); counting with {}",
-                           wanted, exc, OFFLINE_ENCODING)
+            logger.warning(
+                "Encoding {} is not on this machine ({}); counting with {}",
+                wanted,
+                exc,
+                OFFLINE_ENCODING,
+            )
         return tiktoken.get_encoding(OFFLINE_ENCODING)
 
 
@@ -153,8 +157,14 @@ class TokenCounter:
         return len(self._memo)
 
 
-_PLAIN = (JsonBlock, ToolUseBlock, ToolResultBlock, ThinkingBlock, RedactedThinkingBlock,
-          SkillBlock)
+_PLAIN = (
+    JsonBlock,
+    ToolUseBlock,
+    ToolResultBlock,
+    ThinkingBlock,
+    RedactedThinkingBlock,
+    SkillBlock,
+)
 
 
 def _has_plain_text(block: ContentBlock) -> bool:
