@@ -77,9 +77,17 @@ def write_summarized_with_refs(
 
 
 class _Writer:
-    def __init__(self, registry: ArtifactRegistry | None, summarizer: Summarizer | None) -> None:
+    def __init__(
+        self,
+        registry: ArtifactRegistry | None,
+        summarizer: Summarizer | None,
+        omit_ignored: bool = False,
+    ) -> None:
         self.registry = registry
         self.summarizer = summarizer or _DEFAULT_SUMMARIZER
+        # LLMContextIgnore'd fields leave everything a model reads: the refs-mode write and
+        # the registry dump.
+        self.omit_ignored = omit_ignored or registry is not None
 
     def value(self, v: object) -> Any:
         if isinstance(v, Artifact):
@@ -101,7 +109,7 @@ class _Writer:
     def fields(self, obj: object, owner: Artifact | None) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for spec in field_specs(type(obj)):
-            if self.registry is not None and spec.has(LLMContextIgnore):
+            if self.omit_ignored and spec.has(LLMContextIgnore):
                 continue
             x = getattr(obj, spec.attr)
             if x is None:
@@ -143,8 +151,10 @@ def build_registry_section(registry: ArtifactRegistry, summarizer: Summarizer | 
     if not entries:
         return ""
     parts = [f"\n\n{REGISTRY_HEADER}\n{REGISTRY_GUIDANCE}\n\n"]
+    writer = _Writer(None, summarizer, omit_ignored=True)
     for ref, artifact in entries.items():
-        parts.append(f"--- {ref} ---\n{write_summarized(artifact, summarizer)}\n\n")
+        text = _encoder.encode(writer.value(artifact)).decode()
+        parts.append(f"--- {ref} ---\n{text}\n\n")
     return "".join(parts)
 
 

@@ -156,6 +156,10 @@ class TokenCounter:
     def memo_size(self) -> int:
         return len(self._memo)
 
+    def clear_memo(self) -> None:
+        """Forget every memoized count (a benchmark's cold start)."""
+        self._memo.clear()
+
 
 _PLAIN = (
     JsonBlock,

@@ -8,11 +8,15 @@ from hypothesis import strategies as st
 from parlour.runtime import extract_alias_from_ref, normalize_ref, refs_mentioned_in
 
 _word = st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=6)
-aliases = st.lists(_word, min_size=1, max_size=4).flatmap(
-    lambda words: st.lists(
-        st.sampled_from([":", "-"]), min_size=len(words) - 1, max_size=len(words) - 1
-    ).map(lambda seps: words[0] + "".join(s + w for s, w in zip(seps, words[1:], strict=True)))
-).filter(lambda a: a.split(":")[0] != "artifact")
+aliases = (
+    st.lists(_word, min_size=1, max_size=4)
+    .flatmap(
+        lambda words: st.lists(
+            st.sampled_from([":", "-"]), min_size=len(words) - 1, max_size=len(words) - 1
+        ).map(lambda seps: words[0] + "".join(s + w for s, w in zip(seps, words[1:], strict=True)))
+    )
+    .filter(lambda a: a.split(":")[0] != "artifact")
+)
 ids = st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=8)
 padding = st.text(" \t\n", max_size=3)
 

@@ -52,8 +52,8 @@ def test_the_seed_example_renders_exactly_with_a_title() -> None:
 
 
 class Camel(msgspec.Struct):
-    maxResults: int = 0  # noqa: N815 - the camelCase declaration is the point
-    renamedAttr: Annotated[str, LLMDescription("x")] = msgspec.field(  # noqa: N815
+    maxResults: int = 0
+    renamedAttr: Annotated[str, LLMDescription("x")] = msgspec.field(
         default="", name="renamed_on_the_wire"
     )
     hidden: Annotated[str, JsonIgnore] = ""
