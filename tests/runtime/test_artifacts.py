@@ -11,7 +11,9 @@ from parlour.runtime import (
     Artifact,
     ArtifactRegistry,
     ListArtifact,
+    alias_of,
     canonicalize_artifact_refs,
+    class_for_alias,
     extract_alias_from_ref,
     normalize_ref,
     refs_mentioned_in,
@@ -165,6 +167,12 @@ def test_a_malformed_or_foreign_alias_is_refused() -> None:
         @type_alias("link:page")
         class Impostor(Artifact):
             pass
+
+
+def test_aliases_resolve_both_ways() -> None:
+    assert alias_of(PageArtifact) == "link:page"
+    assert class_for_alias("link:page") is PageArtifact
+    assert class_for_alias("no:such") is None and alias_of(Unaliased) is None
 
 
 def test_normalize_ref_is_none_for_none() -> None:

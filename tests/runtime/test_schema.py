@@ -382,6 +382,18 @@ def test_a_tools_model_facing_schema_has_no_harness_keywords_and_reduces_artifac
     jsonschema.Draft202012Validator.check_schema(model)
 
 
+def test_a_tool_definition_carries_the_model_form() -> None:
+    # B79: as carried by its ToolDefinitionBlock
+    def cite(doc: Annotated[DocArtifact, LLMDescription("The document")], note: str = "") -> str:
+        """Cite a document."""
+        return note
+
+    definition = tool_from_function(cite).definition()
+    assert definition.schema_json is not None and "x-parlour-" not in definition.schema_json
+    doc = json.loads(definition.schema_json)["properties"]["doc"]
+    assert list(doc["properties"]) == ["artifact_ref"] and doc["description"] == "The document"
+
+
 def test_a_function_becomes_a_tool_from_its_signature_and_docstring() -> None:
     def search_documents(query: str, max_results: int = 10) -> list[str]:
         """Search for relevant documents.

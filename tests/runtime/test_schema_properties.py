@@ -13,6 +13,7 @@ import types
 from typing import Annotated, Any, Optional
 
 import jsonschema
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -44,7 +45,8 @@ def _type_expr(n_classes: int) -> st.SearchStrategy[str]:
 
 @st.composite
 def type_graphs(draw: st.DrawFn) -> type:
-    """A fresh module holding classes C0..Cn whose fields reference each other freely."""
+    """A fresh module holding classes C0..Cn (dataclasses or Structs) whose fields
+    reference each other freely."""
     n = draw(st.integers(1, 4))
     module = types.ModuleType(f"parlour_hypothesis_types_{next(_counter)}")
     module.__dict__.update(Any=Any, Optional=Optional, Color=Color, dt=dt, Annotated=Annotated)
@@ -58,9 +60,15 @@ def type_graphs(draw: st.DrawFn) -> type:
             expr = draw(_type_expr(n))
             if draw(st.booleans()):
                 expr = f"Annotated[{expr}, LLMRequired, LLMDescription('f{j}')]"
-            fields.append((f"field{j}", expr, dataclasses.field(default=None)))
-        cls = dataclasses.make_dataclass(f"C{i}", fields)
-        cls.__module__ = module.__name__
+            fields.append((f"field{j}", expr))
+        cls: type
+        if draw(st.booleans()):  # a dataclass
+            with_defaults = [(n, t, dataclasses.field(default=None)) for n, t in fields]
+            cls = dataclasses.make_dataclass(f"C{i}", with_defaults)
+            cls.__module__ = module.__name__
+        else:  # a msgspec Struct
+            with_defaults_s = [(n, t, None) for n, t in fields]
+            cls = msgspec.defstruct(f"C{i}", with_defaults_s, module=module.__name__)
         setattr(module, f"C{i}", cls)
     root: type = module.C0
     return root
