@@ -18,7 +18,7 @@ import pathlib
 import types
 import typing
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import msgspec
@@ -119,13 +119,17 @@ class Schema:
         """``to_model_json_schema()`` as compact JSON text, as a ToolDefinitionBlock carries it."""
         return json.dumps(self.to_model_json_schema(), ensure_ascii=False, separators=(",", ":"))
 
-    def to_notation(self) -> dict[str, Any]:
+    def to_notation(self, omit: Collection[str] = ()) -> dict[str, Any]:
         """The @-notation (``@type``, ``@description``, ``@required``, ``@examples``,
-        ``@values``, ``@fields``) that SCHEMA_NOTATION_GUIDANCE explains."""
-        return notation_definition(self.root)
+        ``@values``, ``@fields``) that SCHEMA_NOTATION_GUIDANCE explains.
 
-    def render_notation(self) -> str:
-        return json.dumps(self.to_notation(), ensure_ascii=False, indent=2)
+        Fields whose names are in ``omit`` are left out at every depth, so a response
+        handler can strip ``tool_calls`` or ``reasoning`` (B20, B21).
+        """
+        return notation_definition(self.root, frozenset(omit))
+
+    def render_notation(self, omit: Collection[str] = ()) -> str:
+        return json.dumps(self.to_notation(omit), ensure_ascii=False, indent=2)
 
 
 def generate_schema(cls: type) -> Schema:

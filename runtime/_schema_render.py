@@ -100,25 +100,30 @@ def _example(value: Any, node: Node) -> Any:
 # -- the @-notation ------------------------------------------------------------------------
 
 
-def notation_definition(defn: Definition) -> dict[str, Any]:
+def notation_definition(defn: Definition, omit: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """``omit`` names fields left out at every depth (the schema strip of B20-B21)."""
     return {
         "@type": defn.name,
         "@description": defn.shown_description,
-        "@fields": {f.name: notation_field(f) for f in defn.fields},
+        "@fields": _notation_fields(defn, omit),
     }
 
 
-def notation_field(f: FieldDescriptor) -> dict[str, Any]:
+def _notation_fields(defn: Definition, omit: frozenset[str]) -> dict[str, Any]:
+    return {f.name: notation_field(f, omit) for f in defn.fields if f.name not in omit}
+
+
+def notation_field(f: FieldDescriptor, omit: frozenset[str] = frozenset()) -> dict[str, Any]:
     out: dict[str, Any] = {"@type": type_label(f.node), "@description": f.shown_description}
     if f.required:
         out["@required"] = True
     if f.examples:
         out["@examples"] = [_example(v, f.node) for v in f.examples]
-    out.update(_notation_detail(f.node))
+    out.update(_notation_detail(f.node, omit))
     return out
 
 
-def _notation_detail(node: Node) -> dict[str, Any]:
+def _notation_detail(node: Node, omit: frozenset[str]) -> dict[str, Any]:
     """``@values`` for enums and ``@fields`` for objects, looking through arrays and maps.
     A reference prints its name only: the occurrence containing it already described it."""
     while isinstance(node, ArrayNode | MapNode):
@@ -129,7 +134,7 @@ def _notation_detail(node: Node) -> dict[str, Any]:
     if isinstance(node, EnumNode):
         return {"@values": list(node.values)}
     if isinstance(node, ObjectNode):
-        return {"@fields": {f.name: notation_field(f) for f in node.definition.fields}}
+        return {"@fields": _notation_fields(node.definition, omit)}
     return {}
 
 

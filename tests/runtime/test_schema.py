@@ -428,6 +428,25 @@ def test_a_function_becomes_a_tool_from_its_signature_and_docstring() -> None:
     assert c.prepare_messages_for_llm().tool_definitions == [definition]
 
 
+class Reasoned(msgspec.Struct):
+    reasoning: str = ""
+    answer: Inner | None = None
+    tool_calls: list[str] = []
+
+
+class Envelope(msgspec.Struct):
+    reasoning: str = ""
+    result: Reasoned | None = None
+
+
+def test_the_notation_can_omit_named_fields_at_every_depth() -> None:
+    # B21's strip, as a response handler would ask for it
+    notation = generate_schema(Envelope).to_notation(omit={"reasoning", "tool_calls"})
+    assert list(notation["@fields"]) == ["result"]
+    assert list(notation["@fields"]["result"]["@fields"]) == ["answer"]
+    assert "reasoning" in generate_schema(Envelope).render_notation()
+
+
 def test_the_notation_legend_is_the_contexts_constant() -> None:
     # Appendix B: one legend, explained once
     for key in ("keys beginning with @", "@type", "@description", "@required", "@examples"):
