@@ -370,3 +370,19 @@ def test_a_conversation_uses_its_configured_summarizer() -> None:
     c.prepare_messages_for_llm()
     c.prepare_messages_for_llm()
     assert counting.calls == 1
+
+
+def test_registered_artifacts_and_iterands_resolve_after_a_snapshot_round_trip() -> None:
+    # B186, B183 (artifacts)
+    c = ConversationContext("c")
+    cite = CitationArtifact(title="T", abstract="a" * 300)
+    listing = _pages(4)
+    c.artifact_registry.register(cite)
+    c.artifact_registry.register(listing)
+    restored = decode_snapshot(encode_snapshot(c.to_snapshot()), "c").to_conversation()
+    registry = restored.artifact_registry
+    assert registry.get(cite.artifact_ref) == cite
+    assert list(registry.get_all_artifacts()) == list(c.artifact_registry.get_all_artifacts())
+    for page in listing.items:
+        assert registry.get(page.artifact_ref) == page
+    assert build_registry_section(registry) == build_registry_section(c.artifact_registry)
