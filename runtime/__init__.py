@@ -6,6 +6,18 @@ snapshots, and the model clients. It imports nothing else of parlour's.
 
 from loguru import logger
 
+from parlour.runtime._artifacts import (
+    Artifact,
+    ArtifactRegistry,
+    ListArtifact,
+    alias_of,
+    canonicalize_artifact_refs,
+    class_for_alias,
+    extract_alias_from_ref,
+    normalize_ref,
+    refs_mentioned_in,
+    type_alias,
+)
 from parlour.runtime._clock import Clock, SystemClock
 from parlour.runtime._context import (
     SCHEMA_NOTATION_GUIDANCE,
@@ -15,6 +27,7 @@ from parlour.runtime._context import (
     DeclaredTool,
     render_tool_text,
 )
+from parlour.runtime._function_tools import FunctionTool, tool_from_function
 from parlour.runtime._handlers import (
     ContentFormatter,
     GenericContentFormatter,
@@ -27,29 +40,63 @@ from parlour.runtime._handlers import (
     ToolCall,
 )
 from parlour.runtime._llm import LLMClient, LLMResponse, StopReason, Usage
+from parlour.runtime._markers import (
+    JsonIgnore,
+    LLMContextIgnore,
+    LLMDescription,
+    LLMExample,
+    LLMRequired,
+    LLMSummarizable,
+    SummarySize,
+)
 from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage
 from parlour.runtime._prepared import PreparedConversation, Turn
 from parlour.runtime._roles import Depth, Grade, Input, OutputSize, TurnRole
+from parlour.runtime._schema import Schema, generate_schema, validate_required_fields
 from parlour.runtime._scripted import ScriptedClient
 from parlour.runtime._transcript import Transcript
+from parlour.runtime._serializer import (
+    REGISTRY_GUIDANCE,
+    REGISTRY_HEADER,
+    build_registry_section,
+    read_artifact,
+    write_plain,
+    write_summarized,
+    write_summarized_with_refs,
+)
+from parlour.runtime._summarizers import LLMSummarizer, Summarizer, TruncatingSummarizer
+from parlour.runtime._tokens import TokenCounter, counter_for
 
 logger.disable("parlour")
 
 __all__ = [
+    "REGISTRY_GUIDANCE",
+    "REGISTRY_HEADER",
     "SCHEMA_NOTATION_GUIDANCE",
     "TOOL_ANNOUNCEMENT",
     "TOOL_WEIGHT_GUIDANCE",
+    "Artifact",
+    "ArtifactRegistry",
     "Clock",
     "ContentFormatter",
     "ConversationContext",
     "DeclaredTool",
     "Depth",
+    "FunctionTool",
     "GenericContentFormatter",
     "Grade",
     "IncomingMessage",
     "Input",
+    "JsonIgnore",
     "LLMClient",
+    "LLMContextIgnore",
+    "LLMDescription",
+    "LLMExample",
+    "LLMRequired",
     "LLMResponse",
+    "LLMSummarizable",
+    "LLMSummarizer",
+    "ListArtifact",
     "Message",
     "NativeToolsFormatter",
     "OutgoingMessage",
@@ -57,16 +104,37 @@ __all__ = [
     "PojoResponseHandler",
     "PreparedConversation",
     "ResponseHandler",
+    "Schema",
     "ScriptedClient",
     "StopReason",
     "StringResponseHandler",
+    "Summarizer",
+    "SummarySize",
     "SystemClock",
     "ThinkingResponse",
     "ThinkingResponseHandler",
     "ToolCall",
     "Transcript",
+    "TokenCounter",
+    "TruncatingSummarizer",
     "Turn",
     "TurnRole",
     "Usage",
+    "alias_of",
+    "build_registry_section",
+    "canonicalize_artifact_refs",
+    "class_for_alias",
+    "counter_for",
+    "extract_alias_from_ref",
+    "generate_schema",
+    "normalize_ref",
+    "read_artifact",
+    "refs_mentioned_in",
     "render_tool_text",
+    "tool_from_function",
+    "type_alias",
+    "validate_required_fields",
+    "write_plain",
+    "write_summarized",
+    "write_summarized_with_refs",
 ]

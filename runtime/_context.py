@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
+from parlour.runtime._artifacts import ArtifactRegistry
 from parlour.runtime._handlers import ContentFormatter, GenericContentFormatter
 from parlour.runtime._messages import Message, OutgoingMessage
 from parlour.runtime._objective import (
@@ -24,9 +25,12 @@ from parlour.runtime._objective import (
     TOOL_WEIGHTS_KEY,
     ObjectiveMap,
 )
-from parlour.runtime._prepared import PreparedConversation
+from parlour.runtime._prepared import PreparedConversation, Turn
 from parlour.runtime._render import Renderer, Scan
-from parlour.runtime._roles import Depth, Grade, Input, OutputSize
+from parlour.runtime._roles import Depth, Grade, Input, OutputSize, TurnRole
+from parlour.runtime._serializer import build_registry_section, write_summarized_with_refs
+from parlour.runtime._summarizers import Summarizer, TruncatingSummarizer
+from parlour.runtime._tokens import counter_for
 from parlour.runtime.blocks import (
     ContentBlock,
     FileBlock,
@@ -100,19 +104,34 @@ class DeclaredTool(Protocol):
     def definition(self) -> ToolDefinitionBlock: ...
 
 
-def to_llm_block(block: ContentBlock) -> ContentBlock:
+def to_llm_block(
+    block: ContentBlock,
+    registry: ArtifactRegistry | None = None,
+    summarizer: Summarizer | None = None,
+) -> ContentBlock:
     """The transformation pipeline for one block: a PojoBlock becomes a JsonBlock; every
-    other kind passes through unchanged."""
+    other kind passes through unchanged (B119).
+
+    With a registry, the JSON is the model-facing write: artifacts registered and replaced
+    by ``{"@ref": ...}``, long summarizable fields summarized (B110, B111).
+    """
     if isinstance(block, PojoBlock):
+        if registry is not None:
+            return JsonBlock(json=write_summarized_with_refs(block.value, registry, summarizer))
         return JsonBlock(json=_json.encode(block.value).decode())
     return block
 
 
-def render_slot(block: ContentBlock) -> str:
-    """The text an objective slot contributes to ``system_text``, through the pipeline."""
+def render_slot(
+    block: ContentBlock,
+    registry: ArtifactRegistry | None = None,
+    summarizer: Summarizer | None = None,
+) -> str:
+    """The text an objective slot contributes to ``system_text``, through the same pipeline
+    as the turns (B41, B139)."""
     if isinstance(block, TextBlock):
         return block.text
-    return render_text(to_llm_block(block))
+    return render_text(to_llm_block(block, registry, summarizer))
 
 
 class ConversationContext:
@@ -149,7 +168,9 @@ class ConversationContext:
         self.interactive = False
         self.prior_spec_id: str | None = None
         self.stored = False  # a durable record exists (set by the service, never persisted)
-        self._objective = ObjectiveMap(render_slot)
+        self.artifact_registry = ArtifactRegistry()
+        self.summarizer: Summarizer = TruncatingSummarizer()
+        self._objective = ObjectiveMap(self._render_slot)
         self._declared: dict[str, DeclaredTool] = {}
 
     # -- the objective map ------------------------------------------------------------------
@@ -289,16 +310,22 @@ class ConversationContext:
         """
         native = (formatter or _GENERIC).supports_native_tool_calling()
         # to_llm_block is the pipeline seam: every block of every turn goes through it
-        renderer = Renderer(to_llm_block, native, thinking_active, self._companions_to_find())
+        renderer = Renderer(self._to_llm_block, native, thinking_active,
+                            self._companions_to_find())
         scan = renderer.walk(self.messages)
         if self._objective.frozen:
             self._reconcile_stream(scan, renderer)
         else:
             self._reconcile_head(scan)
             self._objective.freeze()
+        system_text = self._objective.system_text(native)
+        section = build_registry_section(self.artifact_registry, self.summarizer)
+        turns = scan.turns
+        if section:  # data, not instruction: a trailing user turn, never cached (B30, B90)
+            turns = [*turns, Turn(role=TurnRole.USER, blocks=[TextBlock(text=section)])]
         return PreparedConversation(
-            system_text=self._objective.system_text(native),
-            turns=scan.turns,
+            system_text=system_text,
+            turns=turns,
             cache_system=self.cache_main_objective,
             tool_definitions=self._objective.tool_definitions(),
         )
@@ -346,6 +373,40 @@ class ConversationContext:
         message = OutgoingMessage(blocks=blocks, app_authored=True)
         self.messages.append(message)
         scan.turns.append(renderer.turn(message))
+
+    # -- the pipeline, bound to this conversation's registry ----------------------------------
+
+    def _to_llm_block(self, block: ContentBlock) -> ContentBlock:
+        return to_llm_block(block, self.artifact_registry, self.summarizer)
+
+    def _render_slot(self, block: ContentBlock) -> str:
+        return render_slot(block, self.artifact_registry, self.summarizer)
+
+    # -- tokens -----------------------------------------------------------------------------
+
+    def get_total_tokens(self, spec: object) -> int:
+        """A fresh estimate of the whole conversation's input tokens (B135-B140).
+
+        The objective and the registry are counted on the strings a render would send;
+        messages on their raw content plus fixed per-image and per-file costs; the response
+        instructions are not counted. ``spec.encoding`` (if any) names the tokenizer.
+
+        Raises:
+            ValueError: ``spec`` is None.
+        """
+        if spec is None:
+            raise ValueError("get_total_tokens needs the model spec whose tokenizer counts")
+        counter = counter_for(getattr(spec, "encoding", None))
+        system_text = self._objective.system_text(False)
+
+        def render(block: ContentBlock) -> str:
+            if isinstance(block, ToolDefinitionBlock):
+                return render_tool_text(block)
+            return self._render_slot(block)
+
+        messages = sum(counter.count_message(m, render) for m in self.messages)
+        section = build_registry_section(self.artifact_registry, self.summarizer)
+        return counter.count(system_text) + messages + counter.count(section)
 
     # -- persistence ------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from parlour.runtime._context import ConversationContext
 from parlour.runtime._handlers import ResponseHandler
 from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage
 from parlour.runtime._roles import Depth, Grade, OutputSize
+from parlour.runtime._serializer import registry_entries, restore_registry
 from parlour.runtime.blocks import ContentBlock, ToolDefinitionBlock, revive
 from parlour.runtime.errors import CorruptSnapshotError
 
@@ -104,6 +105,8 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
     temporary: bool = False
     cache_main_objective: bool = True
     prior_spec_id: str | None = None
+    # Top-level artifacts in their plain form; iterands ride inside their list.
+    artifacts: list[dict[str, Any]] = msgspec.field(default_factory=list)
 
     @classmethod
     def of(cls, context: ConversationContext) -> ConversationPersistenceSnapshot:
@@ -126,6 +129,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
             temporary=context.temporary,
             cache_main_objective=context.cache_main_objective,
             prior_spec_id=context.prior_spec_id,
+            artifacts=registry_entries(context.artifact_registry),
         )
 
     def to_conversation(self, handler: ResponseHandler | None = None) -> ConversationContext:
@@ -147,6 +151,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
         c.compactable = self.compactable
         c.cache_main_objective = self.cache_main_objective
         c.prior_spec_id = self.prior_spec_id
+        restore_registry(c.artifact_registry, self.artifacts)  # unknown aliases: skipped (B132)
         return c
 
     def objective_slots(self) -> list[tuple[str, ContentBlock]]:
