@@ -6,6 +6,8 @@ snapshots, and the model clients. It imports nothing else of parlour's.
 
 from loguru import logger
 
+from parlour.runtime._budget import ModelBinding
+from parlour.runtime._catalog import ModelCatalog, ModelSpec, ThinkingMode, resolve_grade
 from parlour.runtime._clock import Clock, SystemClock
 from parlour.runtime._context import (
     SCHEMA_NOTATION_GUIDANCE,
@@ -22,11 +24,14 @@ from parlour.runtime._handlers import (
     ResponseHandler,
     StringResponseHandler,
 )
-from parlour.runtime._llm import LLMClient, LLMResponse, StopReason, Usage
+from parlour.runtime._llm import LLMClient, ResponseStream, WireRequest
 from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage
 from parlour.runtime._prepared import PreparedConversation, Turn
+from parlour.runtime._response import LLMResponse, StopReason, Usage
+from parlour.runtime._retry import respond_with_truncation_retry
 from parlour.runtime._roles import Depth, Grade, Input, OutputSize, TurnRole
 from parlour.runtime._scripted import ScriptedClient
+from parlour.runtime.providers import client_for
 
 logger.disable("parlour")
 
@@ -46,17 +51,26 @@ __all__ = [
     "LLMClient",
     "LLMResponse",
     "Message",
+    "ModelBinding",
+    "ModelCatalog",
+    "ModelSpec",
     "NativeToolsFormatter",
     "OutgoingMessage",
     "OutputSize",
     "PreparedConversation",
     "ResponseHandler",
+    "ResponseStream",
     "ScriptedClient",
     "StopReason",
     "StringResponseHandler",
     "SystemClock",
+    "ThinkingMode",
     "Turn",
     "TurnRole",
     "Usage",
+    "WireRequest",
+    "client_for",
     "render_tool_text",
+    "resolve_grade",
+    "respond_with_truncation_retry",
 ]

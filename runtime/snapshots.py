@@ -129,7 +129,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
             compactable=context.compactable,
             temporary=context.temporary,
             cache_main_objective=context.cache_main_objective,
-            prior_spec_id=context.prior_spec_id,
+            prior_spec_id=context.served_spec_id(),
         )
 
     def to_conversation(self, handler: ResponseHandler | None = None) -> ConversationContext:
