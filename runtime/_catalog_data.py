@@ -59,7 +59,6 @@ def _gpt5(model_id: str, grade: Grade) -> ModelSpec:
         thinking_budgets=dict(_EFFORT_THINKING),
         thinking_mode=ThinkingMode.REASONING_EFFORT,
         supports_prompt_caching=True,  # automatic on OpenAI; reported as cached_tokens
-        encoding="o200k_base",
         inputs=frozenset({Input.IMAGES}),
     )
 
@@ -78,7 +77,6 @@ DEFAULT_SPECS: list[ModelSpec] = [
         max_output_tokens=32_768,
         output_budgets=dict(_RUNGS),
         supports_prompt_caching=True,
-        encoding="o200k_base",
         inputs=frozenset({Input.IMAGES}),
     ),
     _claude("us.anthropic.claude-sonnet-4-5-20250929-v1:0", Grade.MEDIUM, "bedrock"),

@@ -20,7 +20,8 @@ class MockProvider:
     """A recording ``httpx2.MockTransport`` handler answering from ``replies`` in order.
 
     Each reply is a JSON body (status 200), a ``(status, body)`` pair (an error answer), or
-    ``bytes`` of a server-sent event stream (see ``anthropic_sse`` and ``openai_sse``).
+    ``bytes`` of a server-sent event stream (see ``anthropic_sse`` and ``openai_sse``). A
+    message or completion body answering a streaming request is sent as its event stream.
     ``bodies`` holds the decoded JSON of every request received, in order.
     """
 
@@ -36,8 +37,11 @@ class MockProvider:
         import httpx2
 
         self.requests.append(request)
-        self.bodies.append(json.loads(request.content or b"{}"))
+        body = json.loads(request.content or b"{}")
+        self.bodies.append(body)
         reply = self._replies.popleft()
+        if body.get("stream") and isinstance(reply, dict):
+            reply = _as_stream(reply)
         if isinstance(reply, bytes):
             headers = {"content-type": "text/event-stream"}
             return httpx2.Response(200, content=reply, headers=headers)
@@ -48,6 +52,15 @@ class MockProvider:
     @property
     def last_body(self) -> dict[str, Any]:
         return self.bodies[-1]
+
+
+def _as_stream(reply: dict[str, Any]) -> bytes | dict[str, Any]:
+    """A JSON reply in the event-stream form a streaming request expects."""
+    if reply.get("type") == "message":
+        return anthropic_sse(reply)
+    if reply.get("object") == "chat.completion":
+        return openai_sse(reply)
+    return reply
 
 
 def _http_client(handler: MockProvider) -> Any:
@@ -119,7 +132,11 @@ def anthropic_sse(message: dict[str, Any], chunk: int = 4) -> bytes:
     events = [_sse("message_start", {"type": "message_start", "message": start})]
     for index, block in enumerate(message["content"]):
         events += _block_events(index, block, chunk)
-    delta = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+    delta = {
+        "stop_reason": message["stop_reason"],
+        "stop_sequence": None,
+        "stop_details": message.get("stop_details"),
+    }
     usage = {"output_tokens": message["usage"]["output_tokens"]}
     events.append(_sse("message_delta", {"type": "message_delta", "delta": delta, "usage": usage}))
     events.append(_sse("message_stop", {"type": "message_stop"}))

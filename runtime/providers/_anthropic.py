@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from parlour.runtime._catalog import ModelCatalog, ModelSpec
+from parlour.runtime._context import ConversationContext
+from parlour.runtime._counting import render_copy
 from parlour.runtime._handlers import NativeToolsFormatter
 from parlour.runtime._llm import LLMClient, WireRequest
 from parlour.runtime._prepared import PreparedConversation, Turn
@@ -224,9 +226,14 @@ class AnthropicClient(LLMClient):
         self.sdk_client = sdk_client
 
     def _send(self, request: WireRequest) -> LLMResponse:
+        # Always over the stream: the SDK refuses a non-streamed call whose max_tokens could
+        # run past ten minutes (about 21k tokens), which any large rung or escalation reaches.
         params = build_anthropic_params(request)
-        with map_http_errors(self._sdk, "Anthropic", request.spec.id):
-            return decode_message(self.sdk_client.messages.create(**params))
+        with (
+            map_http_errors(self._sdk, "Anthropic", request.spec.id),
+            self.sdk_client.messages.stream(**params) as stream,
+        ):
+            return decode_message(stream.get_final_message())
 
     def _stream(self, request: WireRequest) -> Iterator[str | LLMResponse]:
         params = build_anthropic_params(request)
@@ -238,9 +245,23 @@ class AnthropicClient(LLMClient):
             final = stream.get_final_message()
         yield decode_message(final)
 
-    def count_tokens(self, request: WireRequest) -> int:
-        """The exact input tokens of ``request``, from Anthropic's count_tokens endpoint."""
+    def count_tokens(self, conversation: ConversationContext) -> int:
+        """The exact input tokens of ``conversation`` from Anthropic's count_tokens endpoint
+        (the ``TokenCounter`` interface). The conversation itself is not frozen or bound.
+
+        Raises:
+            RetryableLLMError, UncorrectableLLMError: as ``respond``.
+        """
+        spec = conversation.get_model() if conversation.is_model_resolved() else self.spec
+        request = WireRequest(
+            prepared=render_copy(conversation, self.formatter),
+            spec=spec,
+            depth=Depth.IMMEDIATE,
+            output_budget=1,
+            max_tokens=1,
+            thinking_active=False,
+        )
         params = build_anthropic_params(request)
-        params.pop("max_tokens")
-        with map_http_errors(self._sdk, "Anthropic", request.spec.id):
+        del params["max_tokens"]
+        with map_http_errors(self._sdk, "Anthropic", spec.id):
             return int(self.sdk_client.messages.count_tokens(**params).input_tokens)
