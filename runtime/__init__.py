@@ -17,6 +17,7 @@ from parlour.runtime._context import (
     DeclaredTool,
     render_tool_text,
 )
+from parlour.runtime._counting import LocalTokenCounter, TokenCounter
 from parlour.runtime._handlers import (
     ContentFormatter,
     GenericContentFormatter,
@@ -50,6 +51,7 @@ __all__ = [
     "Input",
     "LLMClient",
     "LLMResponse",
+    "LocalTokenCounter",
     "Message",
     "ModelBinding",
     "ModelCatalog",
@@ -65,6 +67,7 @@ __all__ = [
     "StringResponseHandler",
     "SystemClock",
     "ThinkingMode",
+    "TokenCounter",
     "Turn",
     "TurnRole",
     "Usage",

@@ -175,15 +175,15 @@ class ModelCatalog:
             ValueError: the suffix is neither, or the file does not describe valid specs.
         """
         path = Path(path)
+        if path.suffix not in (".json", ".toml"):
+            raise ValueError(f"Catalog {path} must be a .json or .toml file.")
         data = path.read_bytes()
         try:
             if path.suffix == ".json":
                 parsed = msgspec.json.decode(data, type=_CatalogFile)
-            elif path.suffix == ".toml":
-                parsed = msgspec.toml.decode(data, type=_CatalogFile)
             else:
-                raise ValueError(f"Catalog {path} must be a .json or .toml file.")
-        except msgspec.ValidationError as exc:
+                parsed = msgspec.toml.decode(data, type=_CatalogFile)
+        except msgspec.DecodeError as exc:  # ValidationError included
             raise ValueError(f"Catalog {path} is not a valid model catalog: {exc}") from exc
         return cls(parsed.models)
 

@@ -76,7 +76,7 @@ def map_http_errors(sdk: ModuleType, provider: str, model_id: str) -> Iterator[N
         raise RetryableLLMError(
             f"{provider} could not be reached for model {model_id}: {exc}"
         ) from exc
-    except sdk.AnthropicError if hasattr(sdk, "AnthropicError") else sdk.OpenAIError as exc:
+    except _base_error(sdk) as exc:
         raise UncorrectableLLMError(f"{provider} client error for model {model_id}: {exc}") from exc
 
 

@@ -22,7 +22,9 @@ SPEC = fake_spec()
 CEILING = SPEC.max_output_tokens
 
 
-def bound(output: OutputSize | int | None = None, depth: Depth | None = Depth.IMMEDIATE) -> ConversationContext:
+def bound(
+    output: OutputSize | int | None = None, depth: Depth | None = Depth.IMMEDIATE
+) -> ConversationContext:
     c = ConversationContext("c-1")
     c.output_declaration = output
     c.depth = depth
@@ -105,9 +107,7 @@ def test_a_rung_translates_through_the_spec_and_a_count_stands() -> None:  # B15
 
 def test_the_binding_declaration_is_the_last_layer() -> None:  # B152
     c = ConversationContext("c-1")
-    c.set_model_binding(
-        ModelBinding(Grade.SMALL, Depth.IMMEDIATE, OutputSize.VERDICT, spec=SPEC)
-    )
+    c.set_model_binding(ModelBinding(Grade.SMALL, Depth.IMMEDIATE, OutputSize.VERDICT, spec=SPEC))
     assert c.resolve_output_budget() == SPEC.get_output_budget(OutputSize.VERDICT)
     assert c.resolve_depth() is Depth.IMMEDIATE
 

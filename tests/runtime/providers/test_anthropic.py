@@ -18,6 +18,7 @@ from parlour.runtime import (
     OutgoingMessage,
     OutputSize,
     StopReason,
+    TokenCounter,
     respond_with_truncation_retry,
 )
 from parlour.runtime.blocks import (
@@ -172,7 +173,9 @@ def test_an_empty_objective_takes_no_breakpoint(wire: Wire) -> None:  # B83
 
 @pytest.mark.parametrize("mode", ["builder", "sdk"])
 def test_a_model_without_caching_gets_no_markers(mode: str) -> None:  # B84
-    send = wire_for(fake_spec(id="claude-test", provider="anthropic", supports_prompt_caching=False), mode)
+    send = wire_for(
+        fake_spec(id="claude-test", provider="anthropic", supports_prompt_caching=False), mode
+    )
     c = conversation()
     flagged_turns(c, 3)
     assert markers(send(c)) == 0
@@ -398,6 +401,7 @@ def test_a_missing_sdk_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_exact_token_counts_come_from_the_count_tokens_endpoint() -> None:
     client, handler = sdk_client({"input_tokens": 1234})
+    assert isinstance(client, TokenCounter)  # the same interface as the local estimate
     c = conversation()
     c.add_user_message("count me")
     assert client.count_tokens(c) == 1234
@@ -406,6 +410,7 @@ def test_exact_token_counts_come_from_the_count_tokens_endpoint() -> None:
     assert handler.last_body["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "count me"}]}
     ]
+    assert not c.is_frozen() and not c.is_model_resolved()
 
 
 def test_a_conversation_bound_elsewhere_is_refused() -> None:
