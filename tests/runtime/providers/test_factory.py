@@ -57,3 +57,25 @@ def test_with_a_key_the_providers_client_serves(
 def test_an_unknown_model_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="not in the catalog"):
         client_for("no-such-model")
+
+
+def test_importing_the_runtime_loads_no_provider_sdk() -> None:
+    # The core install needs no SDK: they are extras, imported when a client is built.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, parlour.runtime, parlour.runtime.testing;"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'anthropic', 'openai', 'boto3', 'botocore', 'httpx2'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_missing_boto3_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "boto3", None)
+    with pytest.raises(ImportError, match=r"parlour\[bedrock\]"):
+        BedrockClient("us.anthropic.claude-haiku-4-5-20251001-v1:0")
