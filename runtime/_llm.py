@@ -74,6 +74,7 @@ class LLMClient(ABC):
     """
 
     formatter: ContentFormatter = GenericContentFormatter()
+    _serves_any = False  # the scripted client stands in for any provider's model
 
     def __init__(
         self,
@@ -181,8 +182,6 @@ class LLMClient(ABC):
             conversation.set_model_binding(binding)
         binding.resolve(self.spec)
         return self.spec
-
-    _serves_any = False  # the scripted client stands in for any provider's model
 
     def _finish(
         self,
