@@ -135,7 +135,7 @@ def build_anthropic_params(request: WireRequest) -> dict[str, Any]:
     tools = [_encode_tool(t) for t in prepared.all_tool_definitions()]
     if tools:
         params["tools"] = tools
-    if request.thinking_active:
+    if request.thinking_active and request.thinking_budget > 0:
         # Anthropic requires the thinking budget below max_tokens, which the reserve clamps.
         budget = min(request.thinking_budget, request.max_tokens - 1)
         params["thinking"] = {"type": "enabled", "budget_tokens": budget}
