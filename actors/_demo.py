@@ -14,7 +14,7 @@ import msgspec
 from parlour.actors._service import ConversationService
 from parlour.actors._thinker import BasicThinker
 from parlour.actors._workload import CURRENT_TIME, drive, run_turn
-from parlour.runtime import ConversationContext, ScriptedClient
+from parlour.runtime import ConversationContext, ScriptedClient, Transcript
 from parlour.runtime.snapshots import encode_snapshot
 from parlour.stores import LmdbStore, MemorySessionCache
 
@@ -30,19 +30,6 @@ def _opening(index: int, turn: int) -> str:
     if turn == 0:
         return f"Conversation {index}: please call get_current_time and tell me the date."
     return f"Thanks. Conversation {index}, turn {turn + 1}: summarise what you found."
-
-
-def _transcript(context: ConversationContext) -> str:
-    lines = []
-    for m in context.messages:
-        lines.append(f"[{m.role}]")
-        for b in m.blocks:
-            text = getattr(b, "text", None) or getattr(b, "content", None)
-            if text is None and hasattr(b, "name"):
-                text = f"<tool call {b.name}>"
-            if text:
-                lines.append(f"  {text}")
-    return "\n".join(lines)
 
 
 def run_demo(data_dir: Path, conversations: int = 20, workers: int = 8) -> int:
@@ -89,7 +76,7 @@ def run_demo(data_dir: Path, conversations: int = 20, workers: int = 8) -> int:
         f"  phase 2: restored {conversations - len(broken)}/{conversations} intact and "
         f"continued each by one turn in {seconds:.2f}s"
     )
-    print(f"\n--- transcript of {sample.conversation_id} ---\n{_transcript(context)}\n")
+    print(f"\n--- transcript of {sample.conversation_id} ---\n{Transcript.render(context).rstrip()}\n")
     service.release(resumed)
     service.stop()
     store.close()

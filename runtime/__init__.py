@@ -18,6 +18,8 @@ from parlour.runtime._artifacts import (
     refs_mentioned_in,
     type_alias,
 )
+from parlour.runtime._budget import ModelBinding
+from parlour.runtime._catalog import ModelCatalog, ModelSpec, ThinkingMode, resolve_grade
 from parlour.runtime._clock import Clock, SystemClock
 from parlour.runtime._context import (
     SCHEMA_NOTATION_GUIDANCE,
@@ -27,6 +29,7 @@ from parlour.runtime._context import (
     DeclaredTool,
     render_tool_text,
 )
+from parlour.runtime._counting import LocalTokenCounter, TokenCounter
 from parlour.runtime._function_tools import FunctionTool, tool_from_function
 from parlour.runtime._handlers import (
     ContentFormatter,
@@ -39,7 +42,7 @@ from parlour.runtime._handlers import (
     ThinkingResponseHandler,
     ToolCall,
 )
-from parlour.runtime._llm import LLMClient, LLMResponse, StopReason, Usage
+from parlour.runtime._llm import LLMClient, ResponseStream, WireRequest
 from parlour.runtime._markers import (
     JsonIgnore,
     LLMContextIgnore,
@@ -51,10 +54,11 @@ from parlour.runtime._markers import (
 )
 from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage
 from parlour.runtime._prepared import PreparedConversation, Turn
+from parlour.runtime._response import LLMResponse, StopReason, Usage
+from parlour.runtime._retry import respond_with_truncation_retry
 from parlour.runtime._roles import Depth, Grade, Input, OutputSize, TurnRole
 from parlour.runtime._schema import Schema, generate_schema, validate_required_fields
 from parlour.runtime._scripted import ScriptedClient
-from parlour.runtime._transcript import Transcript
 from parlour.runtime._serializer import (
     REGISTRY_GUIDANCE,
     REGISTRY_HEADER,
@@ -65,7 +69,9 @@ from parlour.runtime._serializer import (
     write_summarized_with_refs,
 )
 from parlour.runtime._summarizers import LLMSummarizer, Summarizer, TruncatingSummarizer
-from parlour.runtime._tokens import TokenCounter, counter_for
+from parlour.runtime._tokens import EncodingCounter, counter_for
+from parlour.runtime._transcript import Transcript
+from parlour.runtime.providers import client_for
 
 logger.disable("parlour")
 
@@ -82,6 +88,7 @@ __all__ = [
     "ConversationContext",
     "DeclaredTool",
     "Depth",
+    "EncodingCounter",
     "FunctionTool",
     "GenericContentFormatter",
     "Grade",
@@ -97,13 +104,18 @@ __all__ = [
     "LLMSummarizable",
     "LLMSummarizer",
     "ListArtifact",
+    "LocalTokenCounter",
     "Message",
+    "ModelBinding",
+    "ModelCatalog",
+    "ModelSpec",
     "NativeToolsFormatter",
     "OutgoingMessage",
     "OutputSize",
     "PojoResponseHandler",
     "PreparedConversation",
     "ResponseHandler",
+    "ResponseStream",
     "Schema",
     "ScriptedClient",
     "StopReason",
@@ -111,19 +123,22 @@ __all__ = [
     "Summarizer",
     "SummarySize",
     "SystemClock",
+    "ThinkingMode",
     "ThinkingResponse",
     "ThinkingResponseHandler",
+    "TokenCounter",
     "ToolCall",
     "Transcript",
-    "TokenCounter",
     "TruncatingSummarizer",
     "Turn",
     "TurnRole",
     "Usage",
+    "WireRequest",
     "alias_of",
     "build_registry_section",
     "canonicalize_artifact_refs",
     "class_for_alias",
+    "client_for",
     "counter_for",
     "extract_alias_from_ref",
     "generate_schema",
@@ -131,6 +146,8 @@ __all__ = [
     "read_artifact",
     "refs_mentioned_in",
     "render_tool_text",
+    "resolve_grade",
+    "respond_with_truncation_retry",
     "tool_from_function",
     "type_alias",
     "validate_required_fields",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
+from parlour.runtime import _budget
 from parlour.runtime._artifacts import ArtifactRegistry
 from parlour.runtime._handlers import ContentFormatter, GenericContentFormatter
 from parlour.runtime._messages import Message, OutgoingMessage
@@ -44,6 +45,8 @@ from parlour.runtime.blocks import (
 )
 
 if TYPE_CHECKING:
+    from parlour.runtime._budget import ModelBinding
+    from parlour.runtime._catalog import ModelSpec
     from parlour.runtime._handlers import ResponseHandler
     from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 
@@ -310,8 +313,7 @@ class ConversationContext:
         """
         native = (formatter or _GENERIC).supports_native_tool_calling()
         # to_llm_block is the pipeline seam: every block of every turn goes through it
-        renderer = Renderer(self._to_llm_block, native, thinking_active,
-                            self._companions_to_find())
+        renderer = Renderer(self._to_llm_block, native, thinking_active, self._companions_to_find())
         scan = renderer.walk(self.messages)
         if self._objective.frozen:
             self._reconcile_stream(scan, renderer)
@@ -426,3 +428,39 @@ class ConversationContext:
     def is_frozen(self) -> bool:
         """True once this instance has rendered; never persisted (B53)."""
         return self._objective.frozen
+
+    # -- the model binding and output budgets (delegates to _budget) -------------------------
+
+    model_binding: ModelBinding | None = None  # live, never persisted
+
+    def set_model_binding(self, binding: ModelBinding) -> None:
+        """Attach ``binding`` and wire it back to this conversation (B149)."""
+        self.model_binding = binding
+        binding.conversation = self
+
+    def get_model(self) -> ModelSpec:
+        """The resolved spec. Raises UncorrectableLLMError while unresolved."""
+        return _budget.get_model(self)
+
+    def is_model_resolved(self) -> bool:
+        return _budget.is_model_resolved(self)
+
+    def served_spec_id(self) -> str | None:
+        """The bound spec's id, else ``prior_spec_id``: what a snapshot records."""
+        return _budget.served_spec_id(self)
+
+    def resolve_output_budget(self) -> int:
+        """The next call's output tokens; see ``_budget.resolve_output_budget``."""
+        return _budget.resolve_output_budget(self)
+
+    def resolve_depth(self) -> Depth:
+        return _budget.resolve_depth(self)
+
+    def output_reserve(self, spec: ModelSpec) -> int:
+        """Output budget plus booked reasoning on ``spec``, clamped at its ceiling."""
+        return _budget.output_reserve(self, spec)
+
+    @staticmethod
+    def single_turn(spec: ModelSpec, prompt: str, backstop_tokens: int) -> ConversationContext:
+        """A fresh bound one-turn conversation at IMMEDIATE, capped at the backstop."""
+        return _budget.single_turn(spec, prompt, backstop_tokens)

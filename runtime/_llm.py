@@ -1,91 +1,287 @@
-"""The shared client template, the normalized response, and stop reasons.
+"""The shared client template, the wire request it hands a dialect, and the normalized response.
 
-Each provider dialect implements ``_send``; everything else (render, timing, response
-shape) lives here once, so behaviour is the same for every provider and for the offline
-``ScriptedClient``.
+Each provider dialect implements ``_send`` (and ``_stream`` when it can stream); everything
+else lives here once: binding the conversation to a model, resolving the output budget and
+the wire maximum, rendering, timing, the prefix-stability check, and the truncation and
+refusal discipline. The offline ``ScriptedClient`` goes through the same template.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import enum
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
 
 import msgspec
 
+from parlour.runtime._budget import ModelBinding, OutputDeclaration
+from parlour.runtime._catalog import ModelSpec
 from parlour.runtime._context import ConversationContext
 from parlour.runtime._handlers import ContentFormatter, GenericContentFormatter
-from parlour.runtime._messages import IncomingMessage
+from parlour.runtime._messages import OutgoingMessage
+from parlour.runtime._prefix import PrefixMonitor
 from parlour.runtime._prepared import PreparedConversation
-from parlour.runtime.blocks import ContentBlock, TextBlock, ToolUseBlock
+from parlour.runtime._response import LLMResponse, StopReason, Usage
+from parlour.runtime._roles import Depth
+from parlour.runtime.errors import (
+    IllegalStateError,
+    OutputCeilingError,
+    OutputTruncationRetry,
+    ProviderRefusalError,
+    UncorrectableLLMError,
+)
+
+TextCallback = Callable[[str], None]
+
+__all__ = ["LLMClient", "LLMResponse", "ResponseStream", "StopReason", "Usage", "WireRequest"]
 
 
-class StopReason(enum.Enum):
-    """Why the model stopped, normalized across providers."""
+class WireRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything a dialect needs to build one call, decided once by the template.
 
-    END_TURN = "end_turn"
-    TOOL_USE = "tool_use"
-    MAX_TOKENS = "max_tokens"
-    STOP_SEQUENCE = "stop_sequence"
-    CONTENT_FILTERED = "content_filtered"
-    UNKNOWN = "unknown"
+    ``max_tokens`` is the conversation's ``output_reserve(spec)``: the exact wire maximum
+    every dialect sends (``max_tokens``, ``max_completion_tokens``, ``maxTokens``).
+    """
 
-
-class Usage(msgspec.Struct, frozen=True, kw_only=True):
-    """Provider-reported token counts for one call. They live on the response, never on the
-    conversation: each call reports the whole conversation's input, not an increment."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_creation_input_tokens: int | None = None
-    cache_read_input_tokens: int | None = None
-
-
-class LLMResponse(msgspec.Struct, kw_only=True):
-    """One model answer: its blocks, why it stopped, what it cost, when it ran."""
-
-    model_id: str
-    blocks: list[ContentBlock]
-    stop_reason: StopReason = StopReason.END_TURN
-    usage: Usage = Usage()
-    start_time: dt.datetime | None = None
-    end_time: dt.datetime | None = None
+    prepared: PreparedConversation
+    spec: ModelSpec
+    depth: Depth
+    output_budget: int
+    max_tokens: int
+    thinking_active: bool
+    conversation_id: str | None = None
 
     @property
-    def text(self) -> str:
-        return "".join(b.text for b in self.blocks if isinstance(b, TextBlock))
-
-    @property
-    def tool_uses(self) -> list[ToolUseBlock]:
-        return [b for b in self.blocks if isinstance(b, ToolUseBlock)]
-
-    def to_message(self) -> IncomingMessage:
-        """The answer as the assistant message to add to the conversation."""
-        return IncomingMessage(blocks=self.blocks)
+    def thinking_budget(self) -> int:
+        """The reasoning tokens this call books (0 when it books none)."""
+        if not self.spec.thinking_mode.reasoning_reserved(self.depth):
+            return 0
+        return self.spec.get_thinking_budget(self.depth)
 
 
 class LLMClient(ABC):
-    """The template every client goes through: render, send, time, normalize.
+    """The template every client goes through: bind, budget, render, send, check, time.
 
-    Thread-safety: a client holds no per-call state, so one instance serves many threads.
+    Args (for subclasses):
+        spec: the model this client serves a conversation that has no resolved binding.
+        depth, output_declaration: the declarations of the binding this client attaches to
+            an unbound conversation that declares none itself. None for both means the seat
+            must declare them, and a call without them raises ``UncorrectableLLMError``.
+
+    Thread-safety: a client holds no per-call state, so one instance serves many threads;
+    the prefix monitor's per-conversation records are written only by each conversation's
+    owner.
     """
 
-    model_id: str = "unknown"
     formatter: ContentFormatter = GenericContentFormatter()
+    _serves_any = False  # the scripted client stands in for any provider's model
 
-    def respond(self, conversation: ConversationContext, thinking_active: bool = False) -> LLMResponse:
-        """Render ``conversation`` and ask the model for the next assistant turn.
+    def __init__(
+        self,
+        spec: ModelSpec,
+        *,
+        depth: Depth | None = None,
+        output_declaration: OutputDeclaration | None = None,
+    ) -> None:
+        self.spec = spec
+        self.default_depth = depth
+        self.default_output = output_declaration
+        self.prefix_monitor = PrefixMonitor()
 
-        The conversation is only read (and its head frozen by the render); the caller adds
-        ``response.to_message()`` itself.
+    @property
+    def model_id(self) -> str:
+        return self.spec.id
+
+    # -- the template --------------------------------------------------------------------------
+
+    def respond(
+        self,
+        conversation: ConversationContext,
+        thinking_active: bool | None = None,
+        *,
+        on_text: TextCallback | None = None,
+    ) -> LLMResponse:
+        """Ask the model for the next assistant turn of ``conversation``.
+
+        The conversation is only read, except that an unbound one gets this client's
+        binding and a truncation raises the sent message's ``requested_output_tokens``. The
+        caller adds ``response.to_message()`` itself. With ``on_text`` the answer streams:
+        each text delta is passed to it as it arrives, and the same response is returned.
+
+        Raises:
+            OutputTruncationRetry: truncated while a larger budget exists; retry as it is.
+            OutputCeilingError: truncated at the model's own ceiling.
+            ProviderRefusalError: the provider refused to answer.
+            RetryableLLMError: rate limit, overload or timeout (after the SDK's own retries).
+            UncorrectableLLMError: nothing declares an output size or depth, a bad request,
+                failed authentication.
         """
-        prepared = conversation.prepare_messages_for_llm(self.formatter, thinking_active)
-        start = dt.datetime.now(dt.UTC)
-        response = self._send(prepared)
+        if on_text is None:
+            request = self.build_request(conversation, thinking_active)
+            start = _now()
+            return self._finish(conversation, request, self._send(request), start)
+        stream = self.stream(conversation, thinking_active)
+        for text in stream:
+            on_text(text)
+        return stream.response
+
+    def stream(
+        self, conversation: ConversationContext, thinking_active: bool | None = None
+    ) -> ResponseStream:
+        """Like ``respond``, as an iterator of the answer's text deltas; the response is
+        ``stream.response`` once iteration ends (it raises what ``respond`` raises)."""
+        request = self.build_request(conversation, thinking_active)
+        start = _now()
+        return ResponseStream(
+            self._stream(request),
+            lambda response: self._finish(conversation, request, response, start),
+        )
+
+    def build_request(
+        self, conversation: ConversationContext, thinking_active: bool | None = None
+    ) -> WireRequest:
+        """Bind, resolve the budget and the wire maximum, render, and check the prefix.
+
+        Raises:
+            UncorrectableLLMError: nothing declares an output size or a depth, or the
+                conversation is bound to another provider's model.
+        """
+        spec = self._bind(conversation)
+        depth = conversation.resolve_depth()
+        budget = conversation.resolve_output_budget()  # before the render appends anything
+        max_tokens = conversation.output_reserve(spec)
+        active = (
+            spec.thinking_mode.thinking_active(spec, depth)
+            if thinking_active is None
+            else thinking_active
+        )
+        prepared = conversation.prepare_messages_for_llm(self.formatter, active)
+        self.prefix_monitor.check(spec.id, conversation.conversation_id, prepared)
+        return WireRequest(
+            prepared=prepared,
+            spec=spec,
+            depth=depth,
+            output_budget=budget,
+            max_tokens=max_tokens,
+            thinking_active=active,
+            conversation_id=conversation.conversation_id,
+        )
+
+    def _bind(self, conversation: ConversationContext) -> ModelSpec:
+        if conversation.is_model_resolved():
+            spec = conversation.get_model()
+            if spec.provider not in (self.spec.provider, "scripted") and not self._serves_any:
+                raise UncorrectableLLMError(
+                    f"Conversation {conversation.conversation_id} is bound to {spec.id} "
+                    f"({spec.provider}); this client speaks {self.spec.provider}."
+                )
+            return spec
+        binding = conversation.model_binding
+        if binding is None:
+            binding = ModelBinding(self.spec.grade, self.default_depth, self.default_output)
+            conversation.set_model_binding(binding)
+        binding.resolve(self.spec)
+        return self.spec
+
+    def _finish(
+        self,
+        conversation: ConversationContext,
+        request: WireRequest,
+        response: LLMResponse,
+        start: dt.datetime,
+    ) -> LLMResponse:
         response.start_time = start
-        response.end_time = dt.datetime.now(dt.UTC)
+        response.end_time = _now()
+        response.requested_output_tokens = request.max_tokens
+        if response.stop_reason is StopReason.CONTENT_FILTERED:
+            raise ProviderRefusalError(
+                request.spec.id, response.refusal_category, response.refusal_explanation
+            )
+        if _truncated(response, request):
+            _escalate(conversation, request)
         return response
 
+    # -- the dialect ---------------------------------------------------------------------------
+
     @abstractmethod
-    def _send(self, prepared: PreparedConversation) -> LLMResponse:
-        """Send one prepared conversation in this client's dialect."""
+    def _send(self, request: WireRequest) -> LLMResponse:
+        """Send one request in this client's dialect; map SDK errors at the seam."""
+
+    def _stream(self, request: WireRequest) -> Iterator[str | LLMResponse]:
+        """Yield the answer's text deltas, then the complete response. The default sends
+        once and yields the whole text; dialects that can stream override it."""
+        response = self._send(request)
+        if response.text:
+            yield response.text
+        yield response
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _truncated(response: LLMResponse, request: WireRequest) -> bool:
+    if response.stop_reason is StopReason.MAX_TOKENS:
+        return True
+    # The backstop: an unknown stop reason whose output filled the wire maximum (B166).
+    return (
+        response.stop_reason is StopReason.UNKNOWN
+        and response.usage.output_tokens >= request.max_tokens
+    )
+
+
+def _escalate(conversation: ConversationContext, request: WireRequest) -> None:
+    """Raise the sent message to the ceiling and signal a retry, while a larger budget
+    exists; at the ceiling the model's own limit refused the answer (B163-B165)."""
+    ceiling = request.spec.max_output_tokens
+    if request.output_budget >= ceiling:
+        raise OutputCeilingError(request.spec.id, ceiling)
+    sent = conversation.messages[-1] if conversation.messages else None
+    if not isinstance(sent, OutgoingMessage):
+        raise UncorrectableLLMError(
+            f"Model {request.spec.id} truncated its answer at {request.output_budget} tokens "
+            "and the conversation has no outgoing message to carry a larger budget."
+        )
+    sent.requested_output_tokens = ceiling
+    raise OutputTruncationRetry(request.output_budget, ceiling)
+
+
+class ResponseStream:
+    """An answer's text deltas as they arrive; ``response`` once they are all read.
+
+    Iterate it once. The template's checks (truncation, refusal) run when the last delta
+    has been read, so the loop itself raises what ``respond`` would.
+    """
+
+    def __init__(
+        self,
+        chunks: Iterator[str | LLMResponse],
+        finish: Callable[[LLMResponse], LLMResponse],
+    ) -> None:
+        self._chunks = chunks
+        self._finish = finish
+        self._response: LLMResponse | None = None
+
+    def __iter__(self) -> Iterator[str]:
+        for chunk in self._chunks:
+            if isinstance(chunk, str):
+                yield chunk
+            else:
+                self._response = self._finish(chunk)
+
+    @property
+    def response(self) -> LLMResponse:
+        """The complete response.
+
+        Raises:
+            IllegalStateError: the stream has not been read to its end.
+        """
+        if self._response is None:
+            raise IllegalStateError("The stream has not been read to its end yet.")
+        return self._response
+
+    def get_final_response(self) -> LLMResponse:
+        """Read whatever is left of the stream and return the complete response."""
+        for _ in self:
+            pass
+        return self.response

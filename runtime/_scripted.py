@@ -1,21 +1,29 @@
 """ScriptedClient: an offline model that answers deterministically, and can call tools.
 
 It is the default wherever no provider key is configured, so that everything in parlour
-runs with no network. It goes through the same client template as the real providers.
+runs with no network. It goes through the same client template as the real providers, so
+budgets, truncation and refusals behave exactly as they do on the wire.
 """
 
 from __future__ import annotations
 
-import json
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
-from parlour.runtime._llm import LLMClient, LLMResponse, StopReason, Usage
+import msgspec
+
+from parlour.runtime._budget import OutputDeclaration
+from parlour.runtime._catalog import ModelSpec
+from parlour.runtime._catalog_data import DEFAULT_SPECS
+from parlour.runtime._llm import LLMClient, WireRequest
 from parlour.runtime._prepared import PreparedConversation
-from parlour.runtime._roles import TurnRole
+from parlour.runtime._response import LLMResponse, StopReason, Usage
+from parlour.runtime._roles import Depth, OutputSize, TurnRole
 from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
 
 Reply = str | LLMResponse | Callable[[PreparedConversation], LLMResponse]
+
+SCRIPTED_SPEC: ModelSpec = next(s for s in DEFAULT_SPECS if s.id == "scripted")
 
 
 class ScriptedClient(LLMClient):
@@ -26,60 +34,95 @@ class ScriptedClient(LLMClient):
             of the prepared conversation. When they run out (or none are given) the default
             applies: a turn whose last user message names a declared tool calls that tool;
             a turn answering tool results reports them; anything else is echoed.
-        model_id: the id reported on every response.
+        model_id: the id reported on every response (and of the spec, when none is given).
+        spec: the model it stands in for; a conversation bound to any provider's model is
+            served too, so budgets can be tested against real specs offline.
+        depth, output_declaration: the binding it attaches to an unbound conversation that
+            declares nothing (``IMMEDIATE``, ``STANDARD``), so the offline default just runs.
+        requests: if given, every ``WireRequest`` sent is appended to it, for assertions.
 
     Thread-safety: with a script, replies are consumed in call order across threads; the
     default policy is a pure function of the prepared conversation.
     """
 
-    def __init__(self, replies: Iterable[Reply] = (), *, model_id: str = "scripted") -> None:
-        self.model_id = model_id
-        self._replies: deque[Reply] = deque(replies)
+    _serves_any = True
 
-    def _send(self, prepared: PreparedConversation) -> LLMResponse:
+    def __init__(
+        self,
+        replies: Iterable[Reply] = (),
+        *,
+        model_id: str = "scripted",
+        spec: ModelSpec | None = None,
+        depth: Depth | None = Depth.IMMEDIATE,
+        output_declaration: OutputDeclaration | None = OutputSize.STANDARD,
+        requests: list[WireRequest] | None = None,
+    ) -> None:
+        if spec is None:
+            spec = SCRIPTED_SPEC if model_id == "scripted" else _renamed(SCRIPTED_SPEC, model_id)
+        super().__init__(spec, depth=depth, output_declaration=output_declaration)
+        self._replies: deque[Reply] = deque(replies)
+        self.requests = requests
+
+    def _send(self, request: WireRequest) -> LLMResponse:
+        if self.requests is not None:
+            self.requests.append(request)
+        prepared = request.prepared
         try:
             reply = self._replies.popleft()
         except IndexError:
-            return self._default(prepared)
+            return self._default(prepared, request.spec.id)
         if isinstance(reply, str):
-            return self._response([TextBlock(text=reply)], prepared)
+            return _response([TextBlock(text=reply)], prepared, request.spec.id)
         if isinstance(reply, LLMResponse):
             return reply
         return reply(prepared)
 
-    def _default(self, prepared: PreparedConversation) -> LLMResponse:
+    def _stream(self, request: WireRequest) -> Iterator[str | LLMResponse]:
+        """Streams the answer word by word, as a provider would in deltas."""
+        response = self._send(request)
+        words = response.text.split(" ")
+        for at, word in enumerate(words):
+            if word or at:
+                yield word if at == 0 else " " + word
+        yield response
+
+    def _default(self, prepared: PreparedConversation, model_id: str) -> LLMResponse:
         last = prepared.turns[-1] if prepared.turns else None
         if last is None or last.role is not TurnRole.USER:
-            return self._response([TextBlock(text="How can I help?")], prepared)
+            return _response([TextBlock(text="How can I help?")], prepared, model_id)
         results = [b for b in last.blocks if isinstance(b, ToolResultBlock)]
         if results:
             said = "; ".join(f"{r.tool_use_id} returned {r.content}" for r in results)
-            return self._response([TextBlock(text=f"The tools answered: {said}.")], prepared)
+            text = f"The tools answered: {said}."
+            return _response([TextBlock(text=text)], prepared, model_id)
         text = " ".join(b.text for b in last.blocks if isinstance(b, TextBlock)).strip()
         turn = sum(1 for t in prepared.turns if t.role is TurnRole.ASSISTANT) + 1
         for tool in prepared.all_tool_definitions():
             if tool.name in text:
-                call = ToolUseBlock(
-                    id=f"toolu_{turn:04d}_1", name=tool.name, input_json=json.dumps({})
-                )
+                call = ToolUseBlock(id=f"toolu_{turn:04d}_1", name=tool.name, input_json="{}")
                 blocks: list[ContentBlock] = [TextBlock(text=f"Calling {tool.name}."), call]
-                return self._response(blocks, prepared, StopReason.TOOL_USE)
-        return self._response([TextBlock(text=f"Answer {turn}: you said {text!r}.")], prepared)
+                return _response(blocks, prepared, model_id, StopReason.TOOL_USE)
+        answer = f"Answer {turn}: you said {text!r}."
+        return _response([TextBlock(text=answer)], prepared, model_id)
 
-    def _response(
-        self,
-        blocks: list[ContentBlock],
-        prepared: PreparedConversation,
-        stop: StopReason = StopReason.END_TURN,
-    ) -> LLMResponse:
-        words_in = len(prepared.system_text.split()) + sum(
-            len(b.text.split()) for t in prepared.turns for b in t.blocks
-            if isinstance(b, TextBlock)
-        )
-        words_out = sum(len(b.text.split()) for b in blocks if isinstance(b, TextBlock))
-        return LLMResponse(
-            model_id=self.model_id,
-            blocks=blocks,
-            stop_reason=stop,
-            usage=Usage(input_tokens=words_in, output_tokens=words_out),
-        )
+
+def _renamed(spec: ModelSpec, model_id: str) -> ModelSpec:
+    return msgspec.structs.replace(spec, id=model_id)
+
+
+def _response(
+    blocks: list[ContentBlock],
+    prepared: PreparedConversation,
+    model_id: str,
+    stop: StopReason = StopReason.END_TURN,
+) -> LLMResponse:
+    words_in = len(prepared.system_text.split()) + sum(
+        len(b.text.split()) for t in prepared.turns for b in t.blocks if isinstance(b, TextBlock)
+    )
+    words_out = sum(len(b.text.split()) for b in blocks if isinstance(b, TextBlock))
+    return LLMResponse(
+        model_id=model_id,
+        blocks=blocks,
+        stop_reason=stop,
+        usage=Usage(input_tokens=words_in, output_tokens=words_out),
+    )

@@ -41,7 +41,7 @@ __all__ = [
     "FILE_BYTES_PER_TOKEN",
     "IMAGE_TOKENS",
     "OFFLINE_ENCODING",
-    "TokenCounter",
+    "EncodingCounter",
     "counter_for",
     "load_encoding",
 ]
@@ -108,7 +108,7 @@ def _encoding_name(name: str | None) -> str:
         return DEFAULT_ENCODING
 
 
-class TokenCounter:
+class EncodingCounter:
     """Counts text with one encoding; memoized by text. Counting is thread-safe (the memo is
     a dict whose races only recount); create through ``counter_for`` to share the memo."""
 
@@ -191,13 +191,13 @@ def _plain_text(block: ContentBlock) -> str:
     raise TypeError(f"no plain text for {type(block).__name__}")
 
 
-_COUNTERS: dict[str, TokenCounter] = {}
+_COUNTERS: dict[str, EncodingCounter] = {}
 
 
-def counter_for(name: str | None = None) -> TokenCounter:
+def counter_for(name: str | None = None) -> EncodingCounter:
     """The process-wide counter for ``name``, its encoding chosen at first use."""
     key = name or DEFAULT_ENCODING
     counter = _COUNTERS.get(key)
     if counter is None:
-        counter = _COUNTERS.setdefault(key, TokenCounter(load_encoding(name)))
+        counter = _COUNTERS.setdefault(key, EncodingCounter(load_encoding(name)))
     return counter

@@ -5,7 +5,8 @@ Exception
 ├── ParlourError                       base of everything parlour raises on purpose
 │   ├── UncorrectableLLMError          a call that must not be retried as it is
 │   │   ├── ContextOverflowError       the call cannot fit the model's hard context
-│   │   └── ProviderRefusalError       the provider refused to answer
+│   │   ├── ProviderRefusalError       the provider refused to answer
+│   │   └── OutputCeilingError         truncated at the model's own output ceiling
 │   ├── RetryableLLMError              rate limit, overload, timeout: try again later
 │   ├── OutputTruncationRetry          a signal: retry with the larger budget it carries
 │   ├── ConversationUnavailableError   obtain failed: missing, or busy past the timeout
@@ -30,6 +31,7 @@ __all__ = [
     "DehydratedError",
     "IllegalStateError",
     "MissingTypeAliasError",
+    "OutputCeilingError",
     "OutputTruncationRetry",
     "ParlourError",
     "ProviderRefusalError",
@@ -62,6 +64,20 @@ class ProviderRefusalError(UncorrectableLLMError):
         else:
             text = f"Model {model_id} refused the request ({category}): {explanation}"
         super().__init__(text)
+
+
+class OutputCeilingError(UncorrectableLLMError):
+    """The answer was truncated at the model's own output ceiling: no larger budget exists,
+    so a retry would only repeat the same truncation."""
+
+    def __init__(self, model_id: str, ceiling: int) -> None:
+        self.model_id = model_id
+        self.ceiling = ceiling
+        super().__init__(
+            f"Model {model_id} truncated its answer at its own ceiling of {ceiling} output "
+            "tokens, so no larger budget exists. Ask for less (a smaller rung, or split the "
+            "task) or choose a model with a higher ceiling."
+        )
 
 
 class RetryableLLMError(ParlourError):

@@ -128,7 +128,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
             compactable=context.compactable,
             temporary=context.temporary,
             cache_main_objective=context.cache_main_objective,
-            prior_spec_id=context.prior_spec_id,
+            prior_spec_id=context.served_spec_id(),
             artifacts=registry_entries(context.artifact_registry),
         )
 

@@ -1,13 +1,59 @@
 """Test doubles shipped with the library, so applications test their agents the same way.
 
-``ScriptedClient`` is the offline model; ``FakeClock`` is a clock tests advance by hand.
+``ScriptedClient`` is the offline model; ``FakeClock`` is a clock tests advance by hand;
+``fake_spec`` makes a ``ModelSpec`` with round numbers. For the real provider clients:
+``MockProvider`` is an ``httpx2.MockTransport`` handler that records what the anthropic or
+openai SDK sends and answers from a queue (``mock_anthropic_sdk`` / ``mock_openai_sdk``
+build the SDK client over it; ``anthropic_message``, ``anthropic_sse``,
+``openai_completion`` and ``openai_sse`` build the answers), and for boto3
+``dummy_bedrock_client``, ``converse_response`` (for ``botocore.stub.Stubber``),
+``record_params`` and ``ConverseStreamMock`` (a before-send hook for ``converse_stream``).
+None of it touches the network.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from parlour.runtime._catalog import ModelSpec, ThinkingMode
+from parlour.runtime._mock_bedrock import (
+    ConverseStreamMock,
+    converse_response,
+    converse_stream_events,
+    dummy_bedrock_client,
+    encode_event,
+    record_params,
+)
+from parlour.runtime._mock_http import (
+    MockProvider,
+    anthropic_message,
+    anthropic_sse,
+    mock_anthropic_sdk,
+    mock_openai_sdk,
+    openai_completion,
+    openai_sse,
+)
+from parlour.runtime._roles import Depth, OutputSize
 from parlour.runtime._scripted import ScriptedClient
 
-__all__ = ["FakeClock", "ScriptedClient"]
+__all__ = [
+    "ConverseStreamMock",
+    "FakeClock",
+    "MockProvider",
+    "ScriptedClient",
+    "anthropic_message",
+    "anthropic_sse",
+    "converse_response",
+    "converse_stream_events",
+    "dummy_bedrock_client",
+    "encode_event",
+    "fake_spec",
+    "mock_anthropic_sdk",
+    "mock_openai_sdk",
+    "openai_completion",
+    "openai_sse",
+    "record_params",
+]
 
 
 class FakeClock:
@@ -21,3 +67,32 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self._now += seconds
+
+
+def fake_spec(**overrides: Any) -> ModelSpec:
+    """A ``ModelSpec`` with round numbers: ceiling 64,000, context 200,000, rungs
+    1,000 / 4,000 / 16,000 / 32,000, thinking 8,000 / 16,000 / 32,000 above IMMEDIATE
+    (plus 2,000 at IMMEDIATE, booked only in reasoning-effort mode), anthropic thinking mode,
+    prompt caching on. Any field can be overridden."""
+    fields: dict[str, Any] = {
+        "id": "fake-model",
+        "provider": "scripted",
+        "max_context_tokens": 200_000,
+        "max_output_tokens": 64_000,
+        "output_budgets": {
+            OutputSize.VERDICT: 1_000,
+            OutputSize.COMPACT: 4_000,
+            OutputSize.STANDARD: 16_000,
+            OutputSize.EXTENDED: 32_000,
+        },
+        "thinking_budgets": {
+            Depth.IMMEDIATE: 2_000,
+            Depth.STANDARD: 8_000,
+            Depth.THOROUGH: 16_000,
+            Depth.ULTRA_THOROUGH: 32_000,
+        },
+        "thinking_mode": ThinkingMode.ANTHROPIC,
+        "supports_prompt_caching": True,
+    }
+    fields.update(overrides)
+    return ModelSpec(**fields)

@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from parlour.runtime import (
     Artifact,
     ConversationContext,
+    EncodingCounter,
     LLMSummarizable,
     OutgoingMessage,
     StringResponseHandler,
-    TokenCounter,
     build_registry_section,
     counter_for,
     type_alias,
@@ -154,7 +154,7 @@ def test_a_memo_hit_equals_a_fresh_count(texts: list[str]) -> None:
     for text in texts:
         fresh = len(encoding.encode_ordinary(text))
         assert shared.count(text) == fresh == shared.count(text)
-        assert TokenCounter(encoding).count(text) == fresh
+        assert EncodingCounter(encoding).count(text) == fresh
 
 
 def test_a_conversation_total_is_the_same_on_a_cold_and_a_warm_memo() -> None:

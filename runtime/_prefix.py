@@ -1,0 +1,86 @@
+"""The prefix-stability check: catch the silent cache-bust before the bill does.
+
+A provider's prompt cache pays only while each call's prefix repeats the previous call's.
+``PrefixMonitor`` records, per conversation, a hash of every slot of the cacheable prefix
+(the system text, each announced tool, each turn) and logs a warning naming the first slot
+that differs from the previous call where it should not have. The previous call's last turn
+is not compared: response instructions ride it at render and leave it afterwards, by design.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+
+import msgspec
+from loguru import logger
+
+from parlour.runtime._prepared import PreparedConversation
+
+Slot = tuple[str, str]  # (name, hash)
+
+_encoder = msgspec.json.Encoder()
+
+
+def _digest(value: object) -> str:
+    return hashlib.blake2b(_encoder.encode(value), digest_size=12).hexdigest()
+
+
+def prefix_slots(prepared: PreparedConversation) -> list[Slot]:
+    """The named, hashed slots of ``prepared``'s prefix, in wire order."""
+    slots: list[Slot] = [("system", _digest(prepared.system_text))]
+    slots += [(f"tool {d.name}", _digest(d)) for d in prepared.tool_definitions]
+    slots += [
+        (f"turn {i} ({turn.role.value})", _digest(turn.blocks))
+        for i, turn in enumerate(prepared.turns, start=1)
+    ]
+    return slots
+
+
+def first_divergence(previous: list[Slot], current: list[Slot]) -> str | None:
+    """The name of the first slot of ``previous`` (its last turn excluded) that ``current``
+    does not repeat, or None when the prefix held."""
+    stable = previous[:-1] if previous and previous[-1][0].startswith("turn") else previous
+    for at, slot in enumerate(stable):
+        if at >= len(current):
+            return f"{slot[0]} (dropped)"
+        if current[at] != slot:
+            return slot[0]
+    return None
+
+
+class PrefixMonitor:
+    """Per-conversation prefix records, bounded to the ``capacity`` most recent conversations.
+
+    Thread-safety: each conversation is reached by one owner at a time, so its record is
+    never written concurrently; the bounded map itself is only touched by single dict
+    operations.
+    """
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self._capacity = capacity
+        self._records: OrderedDict[str, list[Slot]] = OrderedDict()
+
+    def check(
+        self, model_id: str, conversation_id: str | None, prepared: PreparedConversation
+    ) -> str | None:
+        """Record this call's prefix; warn and return the first differing slot's name."""
+        if conversation_id is None:
+            return None
+        current = prefix_slots(prepared)
+        previous = self._records.pop(conversation_id, None)
+        self._records[conversation_id] = current
+        while len(self._records) > self._capacity:
+            self._records.popitem(last=False)
+        if previous is None:
+            return None
+        diverged = first_divergence(previous, current)
+        if diverged is not None:
+            logger.bind(conversation_id=conversation_id).warning(
+                "Cacheable prefix of conversation {} on {} changed at {} since the previous "
+                "call: the provider cache misses from there on.",
+                conversation_id,
+                model_id,
+                diverged,
+            )
+        return diverged

@@ -1,0 +1,270 @@
+"""The OpenAI Chat Completions dialect: a leading system message, native tools in OpenAI's
+shapes, ``max_completion_tokens`` and a reasoning effort per depth.
+
+``build_openai_body`` is the request builder (no credentials, no SDK needed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from parlour.runtime._catalog import ModelCatalog, ModelSpec, ThinkingMode
+from parlour.runtime._handlers import NativeToolsFormatter
+from parlour.runtime._llm import LLMClient, WireRequest
+from parlour.runtime._prepared import Turn
+from parlour.runtime._response import LLMResponse, StopReason, Usage
+from parlour.runtime._roles import Depth, TurnRole
+from parlour.runtime.blocks import (
+    ContentBlock,
+    FileBlock,
+    ImageBlock,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolDefinitionBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from parlour.runtime.providers._errors import map_http_errors, require_key, require_sdk
+from parlour.runtime.providers._shared import OutputDeclaration, block_text, spec_of, tool_schema
+
+_STOP = {
+    "stop": StopReason.END_TURN,
+    "tool_calls": StopReason.TOOL_USE,
+    "function_call": StopReason.TOOL_USE,
+    "length": StopReason.MAX_TOKENS,
+    "content_filter": StopReason.CONTENT_FILTERED,
+}
+_EFFORT = {
+    Depth.IMMEDIATE: "minimal",
+    Depth.STANDARD: "low",
+    Depth.THOROUGH: "medium",
+    Depth.ULTRA_THOROUGH: "high",
+}
+_SKIPPED = (ToolDefinitionBlock, ThinkingBlock, RedactedThinkingBlock)
+
+
+# -- encoding ------------------------------------------------------------------------------------
+
+
+def _user_part(block: ContentBlock) -> dict[str, Any]:
+    match block:
+        case ImageBlock(data=data, mime_type=mime):
+            return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
+        case FileBlock(data=data, mime_type=mime, filename=filename):
+            file: dict[str, Any] = {"file_data": f"data:{mime};base64,{data}"}
+            if filename:
+                file["filename"] = filename
+            return {"type": "file", "file": file}
+        case _:
+            return {"type": "text", "text": block_text(block)}
+
+
+def _user_messages(turn: Turn) -> list[dict[str, Any]]:
+    """Tool results first, each its own ``tool`` message; the rest as one user message."""
+    messages: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    for block in turn.blocks:
+        if isinstance(block, ToolResultBlock):
+            content = f"Error: {block.content}" if block.is_error else block.content
+            messages.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
+        elif not isinstance(block, _SKIPPED):
+            parts.append(_user_part(block))
+    if parts:
+        messages.append({"role": "user", "content": parts})
+    return messages
+
+
+def _assistant_message(turn: Turn) -> dict[str, Any] | None:
+    text = "".join(
+        block_text(b)
+        for b in turn.blocks
+        if not isinstance(b, (*_SKIPPED, ToolUseBlock, ToolResultBlock))
+    )
+    calls = [
+        {
+            "id": b.id,
+            "type": "function",
+            "function": {"name": b.name, "arguments": b.input_json},  # verbatim (B19)
+        }
+        for b in turn.blocks
+        if isinstance(b, ToolUseBlock)
+    ]
+    if not text and not calls:
+        return None
+    message: dict[str, Any] = {"role": "assistant"}
+    if text:
+        message["content"] = text
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def build_openai_body(request: WireRequest) -> dict[str, Any]:
+    """The ``chat.completions.create`` body for ``request`` (B16, B19, B34, B162).
+
+    The objective is ``messages[0]``, a ``system`` message, and nowhere else.
+    """
+    prepared = request.prepared
+    messages: list[dict[str, Any]] = []
+    if prepared.has_system_text():
+        messages.append({"role": "system", "content": prepared.system_text})
+    for turn in prepared.turns:
+        if turn.role is TurnRole.USER:
+            messages.extend(_user_messages(turn))
+        else:
+            assistant = _assistant_message(turn)
+            if assistant is not None:
+                messages.append(assistant)
+    body: dict[str, Any] = {
+        "model": request.spec.id,
+        "messages": messages,
+        "max_completion_tokens": request.max_tokens,
+    }
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": t.name,
+                "description": t.description,
+                "parameters": tool_schema(t),
+            },
+        }
+        for t in prepared.all_tool_definitions()
+    ]
+    if tools:
+        body["tools"] = tools
+    if request.spec.thinking_mode is ThinkingMode.REASONING_EFFORT:
+        body["reasoning_effort"] = _EFFORT[request.depth]
+    return body
+
+
+# -- decoding ------------------------------------------------------------------------------------
+
+
+def _usage(usage: Any) -> Usage:
+    if usage is None:
+        return Usage()
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None)
+    return Usage.subset(usage.prompt_tokens, None, cached, usage.completion_tokens)
+
+
+def decode_completion(completion: Any) -> LLMResponse:
+    """An SDK ``ChatCompletion`` as parlour's response."""
+    choice = completion.choices[0]
+    message = choice.message
+    blocks: list[ContentBlock] = []
+    if message.content:
+        blocks.append(TextBlock(text=message.content))
+    for call in message.tool_calls or ():
+        fn = call.function
+        blocks.append(ToolUseBlock(id=call.id, name=fn.name, input_json=fn.arguments))
+    refusal = getattr(message, "refusal", None)
+    stop = StopReason.CONTENT_FILTERED if refusal else _STOP.get(choice.finish_reason or "")
+    return LLMResponse(
+        model_id=completion.model,
+        blocks=blocks,
+        stop_reason=stop or StopReason.UNKNOWN,
+        usage=_usage(completion.usage),
+        refusal_explanation=refusal,
+    )
+
+
+class _StreamAssembly:
+    """Folds streamed chunks into the final response, yielding text deltas on the way."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, str]] = {}
+        self.finish: str | None = None
+        self.model = ""
+        self.usage: Any = None
+
+    def feed(self, chunk: Any) -> str | None:
+        self.model = chunk.model or self.model
+        self.usage = chunk.usage or self.usage
+        if not chunk.choices:
+            return None
+        choice = chunk.choices[0]
+        self.finish = choice.finish_reason or self.finish
+        for call in choice.delta.tool_calls or ():
+            slot = self.calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+            slot["id"] = call.id or slot["id"]
+            if call.function is not None:
+                slot["name"] += call.function.name or ""
+                slot["arguments"] += call.function.arguments or ""
+        delta = choice.delta.content
+        if delta:
+            self.text.append(delta)
+        return delta or None
+
+    def response(self) -> LLMResponse:
+        blocks: list[ContentBlock] = []
+        if self.text:
+            blocks.append(TextBlock(text="".join(self.text)))
+        for _, c in sorted(self.calls.items()):
+            blocks.append(ToolUseBlock(id=c["id"], name=c["name"], input_json=c["arguments"]))
+        return LLMResponse(
+            model_id=self.model,
+            blocks=blocks,
+            stop_reason=_STOP.get(self.finish or "", StopReason.UNKNOWN),
+            usage=_usage(self.usage),
+        )
+
+
+# -- the client ----------------------------------------------------------------------------------
+
+
+class OpenAIClient(LLMClient):
+    """OpenAI's Chat Completions through the official ``openai`` SDK.
+
+    Args:
+        model: a catalog id or a ``ModelSpec``.
+        api_key: else ``OPENAI_API_KEY``.
+        sdk_client: a ready ``openai.OpenAI`` (tests pass one over a mock transport).
+        max_retries: the SDK's own retry with backoff.
+
+    Raises:
+        ImportError: the SDK is missing (``pip install 'parlour[openai]'``).
+        UncorrectableLLMError: no API key is configured.
+    """
+
+    formatter = NativeToolsFormatter()
+
+    def __init__(
+        self,
+        model: str | ModelSpec = "gpt-5-mini",
+        *,
+        api_key: str | None = None,
+        sdk_client: Any = None,
+        max_retries: int = 2,
+        catalog: ModelCatalog | None = None,
+        depth: Depth | None = None,
+        output_declaration: OutputDeclaration | None = None,
+    ) -> None:
+        super().__init__(
+            spec_of(model, catalog), depth=depth, output_declaration=output_declaration
+        )
+        self._sdk = require_sdk("openai", "openai")
+        if sdk_client is None:
+            key = require_key(api_key, "OPENAI_API_KEY", "OpenAI")
+            sdk_client = self._sdk.OpenAI(api_key=key, max_retries=max_retries)
+        self.sdk_client = sdk_client
+
+    def _send(self, request: WireRequest) -> LLMResponse:
+        body = build_openai_body(request)
+        with map_http_errors(self._sdk, "OpenAI", request.spec.id):
+            return decode_completion(self.sdk_client.chat.completions.create(**body))
+
+    def _stream(self, request: WireRequest) -> Iterator[str | LLMResponse]:
+        body = build_openai_body(request)
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+        assembly = _StreamAssembly()
+        with map_http_errors(self._sdk, "OpenAI", request.spec.id):
+            for chunk in self.sdk_client.chat.completions.create(**body):
+                delta = assembly.feed(chunk)
+                if delta:
+                    yield delta
+        yield assembly.response()

@@ -1,0 +1,58 @@
+"""What the provider dialects share: spec lookup, block text, tool schemas."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+
+from parlour.runtime._budget import OutputDeclaration
+from parlour.runtime._catalog import ModelCatalog, ModelSpec
+from parlour.runtime.blocks import (
+    ContentBlock,
+    JsonBlock,
+    SkillBlock,
+    TextBlock,
+    ToolDefinitionBlock,
+)
+
+__all__ = ["OutputDeclaration", "block_text", "spec_of", "tool_schema"]
+
+_EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+def spec_of(model: str | ModelSpec, catalog: ModelCatalog | None = None) -> ModelSpec:
+    """``model`` itself, or its catalog entry.
+
+    Raises:
+        ValueError: an id the catalog does not know.
+    """
+    if isinstance(model, ModelSpec):
+        return model
+    return (catalog or ModelCatalog.default()).get(model)
+
+
+def block_text(block: ContentBlock) -> str:
+    """The text a text-only wire slot carries for ``block``."""
+    match block:
+        case TextBlock(text=text):
+            return text
+        case JsonBlock(json=text):
+            return text
+        case SkillBlock(name=name, body=body):
+            return f"Skill {name}:\n{body}"
+        case _:
+            return json.dumps(_plain(block))
+
+
+def _plain(block: ContentBlock) -> Any:
+    return msgspec.to_builtins(block)
+
+
+def tool_schema(tool: ToolDefinitionBlock) -> dict[str, Any]:
+    """The tool's JSON Schema as an object; an absent schema is an empty object schema."""
+    if tool.schema_json is None:
+        return dict(_EMPTY_SCHEMA)
+    schema = json.loads(tool.schema_json)
+    return schema if isinstance(schema, dict) and schema else dict(_EMPTY_SCHEMA)

@@ -1,0 +1,251 @@
+"""The Bedrock Converse dialect: the request builder, boto3 under ``Stubber`` (request and
+response validated against the service model) and ``converse_stream`` through a
+before-send hook (B17, B18, B35, B36, B162; D20)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from botocore.stub import Stubber
+from hypothesis import given
+from hypothesis import strategies as st
+
+from parlour.runtime import (
+    TOOL_WEIGHT_GUIDANCE,
+    ConversationContext,
+    Depth,
+    IncomingMessage,
+    OutgoingMessage,
+    StopReason,
+)
+from parlour.runtime.blocks import TextBlock, ToolDefinitionBlock, ToolResultBlock, ToolUseBlock
+from parlour.runtime.errors import OutputTruncationRetry, RetryableLLMError, UncorrectableLLMError
+from parlour.runtime.providers import BedrockClient, build_converse_request, parse_tool_calls
+from parlour.runtime.testing import (
+    ConverseStreamMock,
+    converse_response,
+    converse_stream_events,
+    dummy_bedrock_client,
+    fake_spec,
+    record_params,
+)
+
+SPEC = fake_spec(id="anthropic.claude-test-v1:0", provider="bedrock", supports_prompt_caching=False)
+OBJECTIVE = "You schedule deliveries."
+TOOL = ToolDefinitionBlock(name="get_time", description="The current time", schema_json="{}")
+Wire = Callable[[ConversationContext], dict[str, Any]]
+
+
+def conversation(objective: str | None = OBJECTIVE, output: int = 16_000) -> ConversationContext:
+    c = ConversationContext("b-1")
+    c.output_declaration = output
+    c.depth = Depth.IMMEDIATE
+    if objective:
+        c.put_main_objective("task", objective)
+    return c
+
+
+@pytest.fixture
+def stubbed() -> Iterator[tuple[BedrockClient, Stubber, list[dict[str, Any]]]]:
+    boto = dummy_bedrock_client()
+    seen = record_params(boto)
+    with Stubber(boto) as stubber:
+        yield BedrockClient(SPEC, boto_client=boto), stubber, seen
+        stubber.assert_no_pending_responses()
+
+
+@pytest.fixture(params=["builder", "stubber", "stream"])
+def wire(request: pytest.FixtureRequest) -> Iterator[Wire]:
+    """The request: from the builder, as boto3 validated it, or as the JSON body it sent."""
+    if request.param == "builder":
+        offline = BedrockClient(SPEC, boto_client=object())
+        yield lambda c: build_converse_request(offline.build_request(c))
+        return
+    boto = dummy_bedrock_client()
+    client = BedrockClient(SPEC, boto_client=boto)
+    if request.param == "stream":
+        mock = ConverseStreamMock(boto)
+
+        def streamed(c: ConversationContext) -> dict[str, Any]:
+            mock._answers.append(converse_stream_events("ok"))
+            client.stream(c).get_final_response()
+            return mock.bodies[-1]
+
+        yield streamed
+        return
+    seen = record_params(boto)
+    with Stubber(boto) as stubber:
+
+        def send(c: ConversationContext) -> dict[str, Any]:
+            stubber.add_response("converse", converse_response("ok"))
+            client.respond(c)
+            return seen[-1]
+
+        yield send
+
+
+def texts(turns: list[dict[str, Any]]) -> str:
+    return json.dumps([part.get("text") for m in turns for part in m["content"]])
+
+
+def test_tools_travel_as_text_once_in_the_system_after_the_instructions(wire: Wire) -> None:
+    # B17
+    c = conversation()
+    c.add_tool(TOOL)
+    c.add_user_message("What time is it?")
+    body = wire(c)
+    assert "toolConfig" not in body
+    system = "".join(block["text"] for block in body["system"])
+    assert system.count("get_time: The current time") == 1
+    assert system.index(OBJECTIVE) < system.index("get_time: The current time")
+    assert "get_time" not in texts(body["messages"])
+
+
+def test_the_objective_is_only_in_the_system_blocks(wire: Wire) -> None:  # B35
+    c = conversation()
+    c.add_user_message("Plan it.")
+    c.add_message(IncomingMessage("Planned.", [TextBlock(text="Planned.")]))
+    c.add_user_message("Thanks.")
+    body = wire(c)
+    assert json.dumps(body["system"]).count(OBJECTIVE) == 1
+    assert OBJECTIVE not in texts(body["messages"])
+
+
+def test_two_user_turns_are_never_merged(wire: Wire) -> None:  # B36
+    c = conversation()
+    c.add_user_message("first")
+    c.add_user_message("second")
+    assert wire(c)["messages"] == [
+        {"role": "user", "content": [{"text": "first"}]},
+        {"role": "user", "content": [{"text": "second"}]},
+    ]
+
+
+def test_max_tokens_is_capped_at_the_models_ceiling(wire: Wire) -> None:  # B162
+    c = conversation(output=4 * SPEC.max_output_tokens)
+    c.add_user_message("Everything, please.")
+    assert wire(c)["inferenceConfig"] == {"maxTokens": SPEC.max_output_tokens}
+
+
+def test_a_late_tool_and_tool_traffic_ride_the_turns_as_text(wire: Wire) -> None:
+    c = conversation()
+    c.add_user_message("hello")
+    c.prepare_messages_for_llm()  # the first render freezes the head
+    c.add_tool(TOOL)
+    c.add_message(
+        IncomingMessage(
+            blocks=[
+                TextBlock(text='{"tool_calls": [{"name": "get_time"}]}'),
+                ToolUseBlock(id="get_time#1", name="get_time", input_json="{}"),
+            ]
+        )
+    )
+    c.add_message(
+        OutgoingMessage(blocks=[ToolResultBlock(tool_use_id="get_time#1", content="9:00")])
+    )
+    turns = wire(c)["messages"]
+    assert turns[-2]["content"] == [{"text": "Tool result for get_time#1: 9:00"}]
+    # the announcement, at the point of declaration; the head never had tools, so the
+    # tool-weight guidance (the palette's companion) arrives with it
+    assert turns[-1]["content"] == [
+        {"text": "Additional tools now available:"},
+        {"text": TOOL_WEIGHT_GUIDANCE},
+        {"text": "get_time: The current time\n  Input parameters: {}"},
+    ]
+    assert all("toolUse" not in part for m in turns for part in m["content"])
+
+
+# -- tool calls out of the text (B18) -----------------------------------------------------------
+
+
+def test_calls_parsed_from_text_get_ids_from_their_name_and_place() -> None:  # B18
+    envelope = {
+        "tool_calls": [
+            {"name": "get_time", "arguments": {}},
+            {"name": "search", "arguments": {"q": "x"}},
+        ]
+    }
+    text = f"Let me check.\n```json\n{json.dumps(envelope)}\n```"
+    calls = parse_tool_calls(text)
+    assert [(c.id, c.name) for c in calls] == [("get_time#1", "get_time"), ("search#2", "search")]
+    assert json.loads(calls[1].input_json) == {"q": "x"}
+    kept = parse_tool_calls('{"tool_calls": [{"id": "mine", "name": "get_time"}]}')
+    assert kept[0].id == "mine"
+
+
+@given(st.lists(st.from_regex(r"[a-z_]{1,12}", fullmatch=True), max_size=5), st.text(max_size=30))
+def test_any_envelope_round_trips_through_the_parser(names: list[str], prose: str) -> None:
+    envelope = json.dumps(
+        {"tool_calls": [{"name": n, "arguments": {"n": i}} for i, n in enumerate(names)]}
+    )
+    calls = parse_tool_calls(prose.replace("{", "(") + "\n" + envelope)
+    assert [c.name for c in calls] == names
+    assert [c.id for c in calls] == [f"{n}#{i}" for i, n in enumerate(names, start=1)]
+    assert [json.loads(c.input_json) for c in calls] == [{"n": i} for i in range(len(names))]
+
+
+def test_a_converse_answer_with_an_envelope_is_a_tool_use(
+    stubbed: tuple[BedrockClient, Stubber, list[dict[str, Any]]],
+) -> None:
+    client, stubber, _ = stubbed
+    answer = '{"tool_calls": [{"name": "get_time", "arguments": {}}]}'
+    stubber.add_response("converse", converse_response(answer, cache_read=40, input_tokens=60))
+    c = conversation()
+    c.add_tool(TOOL)
+    c.add_user_message("Time?")
+    response = client.respond(c)
+    assert response.stop_reason is StopReason.TOOL_USE
+    assert response.tool_uses == [ToolUseBlock(id="get_time#1", name="get_time", input_json="{}")]
+    assert response.actual_input_tokens == 100
+    assert response.cache_read_input_tokens == 40
+
+
+def test_a_streamed_answer_yields_text_and_the_complete_response() -> None:
+    boto = dummy_bedrock_client()
+    mock = ConverseStreamMock(boto, converse_stream_events("Delivery at nine.", output_tokens=7))
+    c = conversation()
+    c.add_user_message("When?")
+    pieces: list[str] = []
+    response = BedrockClient(SPEC, boto_client=boto).respond(c, on_text=pieces.append)
+    assert len(pieces) > 1 and "".join(pieces) == "Delivery at nine."
+    assert response.text == "Delivery at nine."
+    assert response.output_tokens == 7
+    assert mock.bodies[0]["inferenceConfig"] == {"maxTokens": 16_000}
+
+
+def test_a_max_tokens_stop_is_a_truncation(
+    stubbed: tuple[BedrockClient, Stubber, list[dict[str, Any]]],
+) -> None:
+    client, stubber, _ = stubbed
+    stubber.add_response("converse", converse_response("cut", stop_reason="max_tokens"))
+    c = conversation()
+    c.add_user_message("go")
+    with pytest.raises(OutputTruncationRetry):
+        client.respond(c)
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "expected"),
+    [
+        ("ThrottlingException", 429, RetryableLLMError),
+        ("ServiceUnavailableException", 503, RetryableLLMError),
+        ("ValidationException", 400, UncorrectableLLMError),
+        ("AccessDeniedException", 403, UncorrectableLLMError),
+    ],
+)
+def test_boto_errors_are_mapped_at_the_seam(
+    stubbed: tuple[BedrockClient, Stubber, list[dict[str, Any]]],
+    code: str,
+    status: int,
+    expected: type[Exception],
+) -> None:
+    client, stubber, _ = stubbed
+    stubber.add_client_error("converse", service_error_code=code, http_status_code=status)
+    c = conversation()
+    c.add_user_message("go")
+    with pytest.raises(expected, match=code) as caught:
+        client.respond(c)
+    assert type(caught.value.__cause__).__module__.startswith("botocore")
