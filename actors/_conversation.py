@@ -145,6 +145,9 @@ class ConversationActor(pykka.ThreadingActor):
             return NOT_OWNER
         released = self.owner
         self.owner = None
+        keep = getattr(released.thinker, "keep_transcript", None) if released else None
+        if keep is not None:  # a shallow copy: the transcript as it was at release (B109)
+            keep(self.context.messages)
         now = time.monotonic()
         while self.waiters:
             waiter = self.waiters.popleft()

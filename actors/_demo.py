@@ -76,7 +76,9 @@ def run_demo(data_dir: Path, conversations: int = 20, workers: int = 8) -> int:
         f"  phase 2: restored {conversations - len(broken)}/{conversations} intact and "
         f"continued each by one turn in {seconds:.2f}s"
     )
-    print(f"\n--- transcript of {sample.conversation_id} ---\n{Transcript.render(context).rstrip()}\n")
+    print(
+        f"\n--- transcript of {sample.conversation_id} ---\n{Transcript.render(context).rstrip()}\n"
+    )
     service.release(resumed)
     service.stop()
     store.close()

@@ -7,7 +7,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from parlour.runtime import DeclaredTool, Depth, Grade, OutputSize
+from parlour.runtime import DeclaredTool, Depth, Grade, Message, OutputSize, Transcript
 
 
 @runtime_checkable
@@ -67,6 +67,7 @@ class BasicThinker:
         self.retain_duration = retain_duration
         self.tools = list(tools)
         self.cancelled: str | None = None
+        self._kept: list[Message] | None = None
         self._conversation_id: str | None = None
         self._minted = False
 
@@ -96,3 +97,14 @@ class BasicThinker:
 
     def cancel_workflow(self, reason: str) -> None:
         self.cancelled = reason
+
+    def keep_transcript(self, messages: Sequence[Message]) -> None:
+        """Called by the conversation's actor at release with the messages as they were."""
+        self._kept = list(messages)
+
+    def transcript(self) -> str | None:
+        """The conversation as it was at this thinker's last release, for a reader other
+        than the model (B109); None before the thinker has run."""
+        if self._kept is None:
+            return None
+        return "".join(Transcript.render_message(m) for m in self._kept)

@@ -16,7 +16,13 @@ from parlour.runtime._handlers import ResponseHandler
 from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage
 from parlour.runtime._roles import Depth, Grade, OutputSize
 from parlour.runtime._serializer import registry_entries, restore_registry
-from parlour.runtime.blocks import ContentBlock, ToolDefinitionBlock, revive
+from parlour.runtime.blocks import (
+    ContentBlock,
+    ToolDefinitionBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    revive,
+)
 from parlour.runtime.errors import CorruptSnapshotError
 
 __all__ = [
@@ -143,7 +149,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
         )
         for key, block in self.objective_slots():
             c.put_main_objective(key, revive(block))
-        c.messages = [m.to_message(handler) for m in self.messages]
+        c.messages = [m.to_message(handler) for m in _without_orphan_results(self.messages)]
         c.add_tools(self.declared_tools)
         c.grade, c.depth = self.grade, self.depth
         c.output_declaration = self.output_declaration
@@ -166,6 +172,23 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
             (f"tool:{b.name}" if isinstance(b, ToolDefinitionBlock) else f"objective-{i}", b)
             for i, b in enumerate(self.legacy_objective)
         ]
+
+
+def _without_orphan_results(messages: list[MessageSnapshot]) -> list[MessageSnapshot]:
+    """Drop every tool result whose call appears nowhere in the transcript (B184): a provider
+    refuses the whole conversation over one such orphan. A message left with nothing to say
+    goes too."""
+    calls = {b.id for m in messages for b in m.blocks if isinstance(b, ToolUseBlock)}
+    kept = []
+    for m in messages:
+        blocks = [
+            b for b in m.blocks if not isinstance(b, ToolResultBlock) or b.tool_use_id in calls
+        ]
+        if len(blocks) == len(m.blocks):
+            kept.append(m)
+        elif blocks or m.raw_content:
+            kept.append(msgspec.structs.replace(m, blocks=blocks))
+    return kept
 
 
 _encoder = msgspec.json.Encoder()

@@ -320,3 +320,21 @@ def test_many_threads_obtain_distinct_conversations_at_once(
         )
     assert len({c.conversation_id for c in contexts}) == 50
     assert service.get_stats().total == 50
+
+
+def test_a_thinker_keeps_the_transcript_of_its_last_run_after_release(
+    service: ConversationService,
+) -> None:
+    # B109
+    thinker = BasicThinker("alice")
+    thinker.mint_conversation_id()
+    assert thinker.transcript() is None
+    context = service.obtain_conversation(None, thinker).get(timeout=5)
+    context.add_user_message("How many days until the end of the year?")
+    service.release(thinker)
+    expected = "[user]\nHow many days until the end of the year?\n"
+    follower = BasicThinker("alice")
+    follower.set_conversation_id(thinker.conversation_id)
+    later = service.obtain_conversation(None, follower).get(timeout=5)
+    later.add_user_message("and after that?")  # changes after release do not leak in
+    assert thinker.transcript() == expected

@@ -193,7 +193,14 @@ def test_property_a_message_snapshot_preserves_every_block(items: list[ContentBl
     from parlour.runtime.snapshots import decode_snapshot, encode_snapshot
 
     c = ConversationContext("c-prop")
+    # every result answers a call on record, so restore keeps it (orphans are dropped: B184)
+    calls = [
+        ToolUseBlock(id=b.tool_use_id, name="t", input_json="{}")
+        for b in items
+        if isinstance(b, ToolResultBlock)
+    ]
+    c.add_message(IncomingMessage(blocks=calls))
     c.add_message(OutgoingMessage(blocks=items))
     c.add_message(IncomingMessage(blocks=items))
     restored = decode_snapshot(encode_snapshot(c.to_snapshot()), "c-prop").to_conversation()
-    assert [m.blocks for m in restored.messages] == [items, items]
+    assert [m.blocks for m in restored.messages] == [calls, items, items]

@@ -10,6 +10,7 @@ import pytest
 
 from parlour.runtime import (
     ConversationContext,
+    IncomingMessage,
     OutgoingMessage,
     ScriptedClient,
     StopReason,
@@ -119,6 +120,9 @@ def test_a_snapshot_round_trip_keeps_messages_objective_tools_and_typed_values()
     c.add_tool(b.ToolDefinitionBlock(name="get_time", description="now", schema_json="{}"))
     c.add_message(OutgoingMessage(blocks=[b.PojoBlock(value=Point(x=1, y=2))]))
     c.add_message(
+        IncomingMessage(blocks=[b.ToolUseBlock(id="t1", name="get_time", input_json="{}")])
+    )
+    c.add_message(
         OutgoingMessage(blocks=[b.ToolResultBlock(tool_use_id="t1", content="ok", is_error=True)])
     )
     snapshot = decode_snapshot(encode_snapshot(c.to_snapshot()), "c1")
@@ -144,3 +148,30 @@ def test_the_scripted_client_calls_a_named_tool_then_reports_its_result() -> Non
     assert second.stop_reason is StopReason.END_TURN and "12:00" in second.text
     assert second.end_time is not None and second.start_time is not None
     assert ScriptedClient(["scripted answer"]).respond(c).text == "scripted answer"
+
+
+def test_a_restore_drops_tool_results_whose_call_is_nowhere() -> None:
+    # B184, B185
+    c = ConversationContext("c1")
+    c.add_user_message("question")
+    c.add_message(
+        IncomingMessage(blocks=[b.ToolUseBlock(id="toolu_matched", name="t", input_json="{}")])
+    )
+    c.add_message(
+        OutgoingMessage(
+            blocks=[
+                b.ToolResultBlock(tool_use_id="toolu_matched", content="ok"),
+                b.ToolResultBlock(tool_use_id="toolu_orphan", content="lost"),
+            ]
+        )
+    )
+    c.add_message(OutgoingMessage(blocks=[b.ToolResultBlock(tool_use_id="gone", content="x")]))
+    restored = c.to_snapshot().to_conversation()
+    results = [
+        blk for m in restored.messages for blk in m.blocks if isinstance(blk, b.ToolResultBlock)
+    ]
+    assert [r.tool_use_id for r in results] == ["toolu_matched"]
+    assert len(restored.messages) == 3
+    assert restored.messages[1].blocks == [
+        b.ToolUseBlock(id="toolu_matched", name="t", input_json="{}")
+    ]
