@@ -1,37 +1,33 @@
 """The prefix-stability check: catch the silent cache-bust before the bill does.
 
 A provider's prompt cache pays only while each call's prefix repeats the previous call's.
-``PrefixMonitor`` records, per conversation, a hash of every slot of the cacheable prefix
-(the system text, each announced tool, each turn) and logs a warning naming the first slot
-that differs from the previous call where it should not have. The previous call's last turn
-is not compared: response instructions ride it at render and leave it afterwards, by design.
+``PrefixMonitor`` records, per conversation, every slot of the cacheable prefix (the system
+text, each announced tool, each turn) and logs a warning naming the first slot that differs
+from the previous call where it should not have. The previous call's last turn is not
+compared: response instructions ride it at render and leave it afterwards, by design.
+
+A slot keeps the rendered value itself rather than a hash of it: blocks are frozen and shared
+between renders, so comparing is mostly identity checks, and the check does not grow into
+re-encoding the whole conversation on every call.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 
-import msgspec
 from loguru import logger
 
 from parlour.runtime._prepared import PreparedConversation
 
-Slot = tuple[str, str]  # (name, hash)
-
-_encoder = msgspec.json.Encoder()
-
-
-def _digest(value: object) -> str:
-    return hashlib.blake2b(_encoder.encode(value), digest_size=12).hexdigest()
+Slot = tuple[str, object]  # (name, the rendered value: text, definition or block list)
 
 
 def prefix_slots(prepared: PreparedConversation) -> list[Slot]:
-    """The named, hashed slots of ``prepared``'s prefix, in wire order."""
-    slots: list[Slot] = [("system", _digest(prepared.system_text))]
-    slots += [(f"tool {d.name}", _digest(d)) for d in prepared.tool_definitions]
+    """The named slots of ``prepared``'s prefix, in wire order."""
+    slots: list[Slot] = [("system", prepared.system_text)]
+    slots += [(f"tool {d.name}", d) for d in prepared.tool_definitions]
     slots += [
-        (f"turn {i} ({turn.role.value})", _digest(turn.blocks))
+        (f"turn {i} ({turn.role.value})", turn.blocks)
         for i, turn in enumerate(prepared.turns, start=1)
     ]
     return slots
