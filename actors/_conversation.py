@@ -55,6 +55,10 @@ class QueryOwner(NamedTuple):
     pass
 
 
+class QueryHolder(NamedTuple):
+    """Answer (owner, the conversation's user id)."""
+
+
 class StopIfIdle(NamedTuple):
     """Answer True (and accept being stopped) when unowned with nobody waiting."""
 
@@ -105,6 +109,8 @@ class ConversationActor(pykka.ThreadingActor):
                 return self._abandon(token)
             case QueryOwner():
                 return self.owner
+            case QueryHolder():
+                return (self.owner, self.context.user_id)
             case StopIfIdle(expired_only):
                 return self._idle(expired_only)
             case ReleaseForJob(job_id):

@@ -24,6 +24,7 @@ from parlour.actors._conversation import (
     ConversationActor,
     NotifyIdle,
     Owner,
+    QueryHolder,
     QueryOwner,
     Release,
     timeout_error,
@@ -271,6 +272,44 @@ class ConversationService:
         """Safety net at job end: release and evict what the job still owns."""
         released: list[str] = self._supervisor.ask(ReleaseAllForJob(job_id), block=True)
         return released
+
+    def force_release(self, conversation_id: str, user_id: str) -> str | None:
+        """User-initiated release of a live conversation (security-checked).
+
+        It cancels the owning turn's whole workflow through its thinker's
+        ``cancel_workflow`` hook and lets that turn's own ``finally`` release the holder, so
+        no second turn can acquire the context while the dying one still mutates it. Only an
+        owner with no live thinker is released directly.
+
+        Returns:
+            The owning job id, or None when nobody owns the conversation.
+
+        Raises:
+            ValueError: no live conversation has this id.
+            PermissionError: it belongs to another user.
+        """
+        ref = self._ref(conversation_id)
+        holder = None
+        if ref is not None:
+            try:
+                holder = ref.ask(QueryHolder(), block=True)
+            except pykka.ActorDeadError:
+                holder = None
+        if holder is None:
+            raise ValueError(f"Conversation with ID {conversation_id} does not exist")
+        owner, owner_user = holder
+        if owner_user is not None and owner_user != user_id:
+            raise PermissionError(f"User {user_id} does not own conversation {conversation_id}")
+        if owner is None:
+            return None
+        cancel = getattr(owner.thinker, "cancel_workflow", None)
+        if cancel is None:
+            assert ref is not None
+            ref.ask(Release(owner.job_id, 0.0), block=True)
+            self._supervisor.ask(Evict(conversation_id), block=True)
+        else:
+            cancel(f"Conversation force-released by {user_id}")
+        return cast(str, owner.job_id)
 
     # -- queries ----------------------------------------------------------------------------
 

@@ -140,3 +140,56 @@ def test_sixteen_threads_contending_never_see_two_owners(service: ConversationSe
     last.set_conversation_id(cid)
     context = service.obtain_conversation(None, last).get(timeout=5)
     assert len(context.messages) == 80  # nothing lost: every owner's message is there
+
+
+class CancellableThinker(BasicThinker):
+    """A thinker whose turn parks until its workflow is cancelled."""
+
+    def __init__(self, user_id: str) -> None:
+        super().__init__(user_id)
+        self.cancel_requested = threading.Event()
+
+    def cancel_workflow(self, reason: str) -> None:
+        super().cancel_workflow(reason)
+        self.cancel_requested.set()
+
+
+def test_force_release_cancels_the_live_turn_which_then_releases_itself(
+    service: ConversationService,
+) -> None:
+    # B232, D13
+    thinker = CancellableThinker("alice")
+    cid = thinker.mint_conversation_id()
+    acquired = threading.Event()
+    released = threading.Event()
+
+    def turn() -> None:
+        service.obtain_conversation(None, thinker).get(timeout=5)
+        acquired.set()
+        try:
+            thinker.cancel_requested.wait(timeout=10)  # the turn's loop, parked
+        finally:
+            service.release(thinker, retain=0)
+            released.set()
+
+    worker = threading.Thread(target=turn)
+    worker.start()
+    assert acquired.wait(timeout=5)
+    assert service.force_release(cid, "alice") == thinker.job_id
+    assert thinker.cancelled == "Conversation force-released by alice"
+    assert released.wait(timeout=5)
+    worker.join(timeout=5)
+    assert service.owning_thinker(cid, "alice") is None
+
+
+def test_force_release_refuses_unknown_ids_and_foreign_users(service: ConversationService) -> None:
+    # B230, B231
+    with pytest.raises(ValueError, match=r"^Conversation with ID nope does not exist$"):
+        service.force_release("nope", "alice")
+    thinker = BasicThinker("alice")
+    cid = thinker.mint_conversation_id()
+    service.obtain_conversation(None, thinker).get(timeout=5)
+    with pytest.raises(PermissionError, match=f"^User mallory does not own conversation {cid}$"):
+        service.force_release(cid, "mallory")
+    service.release(thinker, retain=60)
+    assert service.force_release(cid, "alice") is None  # idle: nothing to release
