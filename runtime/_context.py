@@ -38,6 +38,7 @@ from parlour.runtime.blocks import (
     ImageBlock,
     JsonBlock,
     PojoBlock,
+    SkillBlock,
     TextBlock,
     ToolDefinitionBlock,
     render_text,
@@ -175,6 +176,7 @@ class ConversationContext:
         self.summarizer: Summarizer = TruncatingSummarizer()
         self._objective = ObjectiveMap(self._render_slot)
         self._declared: dict[str, DeclaredTool] = {}
+        self._skills: dict[str, SkillBlock] = {}
 
     # -- the objective map ------------------------------------------------------------------
 
@@ -253,6 +255,35 @@ class ConversationContext:
                         carried.add(Input.DOCUMENTS)
         return carried
 
+    # -- skills -----------------------------------------------------------------------------
+
+    def admit_skill(self, skill: SkillBlock) -> None:
+        """Admit a skill, once per name (D12). Before the first render it joins the system
+        content ahead of the objective (B89); after the freeze it arrives as an app-authored
+        user message, so the cached prefix never moves."""
+        if skill.name in self._skills:
+            return
+        self._skills[skill.name] = skill
+        if self._objective.frozen:
+            self.messages.append(OutgoingMessage(blocks=[skill], app_authored=True))
+
+    def admitted_skills(self) -> list[SkillBlock]:
+        """Every admitted skill, in admission order."""
+        return list(self._skills.values())
+
+    def _head_skills(self) -> list[SkillBlock]:
+        """Admitted skills not already said in the stream (those admitted after a freeze)."""
+        if not self._skills:
+            return []
+        streamed = {
+            b.name
+            for m in self.messages
+            if m.app_authored
+            for b in m.blocks
+            if isinstance(b, SkillBlock)
+        }
+        return [s for name, s in self._skills.items() if name not in streamed]
+
     # -- tools ------------------------------------------------------------------------------
 
     def add_tool(self, tool: DeclaredTool) -> None:
@@ -330,6 +361,7 @@ class ConversationContext:
             turns=turns,
             cache_system=self.cache_main_objective,
             tool_definitions=self._objective.tool_definitions(),
+            skills=self._head_skills(),
         )
 
     def _pending(self, stream_announced: dict[str, ToolDefinitionBlock]) -> list[str]:
@@ -399,7 +431,12 @@ class ConversationContext:
         if spec is None:
             raise ValueError("get_total_tokens needs the model spec whose tokenizer counts")
         counter = counter_for(getattr(spec, "encoding", None))
-        system_text = self._objective.system_text(False)
+        system_text = "\n\n".join(
+            [
+                *(render_text(skill) for skill in self._skills.values()),
+                self._objective.system_text(False),
+            ]
+        )
 
         def render(block: ContentBlock) -> str:
             if isinstance(block, ToolDefinitionBlock):

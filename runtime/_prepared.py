@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from parlour.runtime._roles import TurnRole
-from parlour.runtime.blocks import ContentBlock, ToolDefinitionBlock
+from parlour.runtime.blocks import ContentBlock, SkillBlock, ToolDefinitionBlock
 
 
 class Turn(msgspec.Struct, frozen=True, kw_only=True):
@@ -27,6 +27,8 @@ class PreparedConversation(msgspec.Struct, frozen=True, kw_only=True):
     turns: list[Turn]
     cache_system: bool = True
     tool_definitions: list[ToolDefinitionBlock] = msgspec.field(default_factory=list)
+    # skills admitted before the freeze: system content ahead of the objective (B89)
+    skills: list[SkillBlock] = msgspec.field(default_factory=list)
 
     def has_system_text(self) -> bool:
         return bool(self.system_text)

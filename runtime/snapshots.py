@@ -18,6 +18,7 @@ from parlour.runtime._roles import Depth, Grade, OutputSize
 from parlour.runtime._serializer import registry_entries, restore_registry
 from parlour.runtime.blocks import (
     ContentBlock,
+    SkillBlock,
     ToolDefinitionBlock,
     ToolResultBlock,
     ToolUseBlock,
@@ -113,6 +114,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
     prior_spec_id: str | None = None
     # Top-level artifacts in their plain form; iterands ride inside their list.
     artifacts: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    skills: list[SkillBlock] = msgspec.field(default_factory=list)
 
     @classmethod
     def of(cls, context: ConversationContext) -> ConversationPersistenceSnapshot:
@@ -136,6 +138,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
             cache_main_objective=context.cache_main_objective,
             prior_spec_id=context.served_spec_id(),
             artifacts=registry_entries(context.artifact_registry),
+            skills=context.admitted_skills(),
         )
 
     def to_conversation(self, handler: ResponseHandler | None = None) -> ConversationContext:
@@ -157,6 +160,8 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
         c.compactable = self.compactable
         c.cache_main_objective = self.cache_main_objective
         c.prior_spec_id = self.prior_spec_id
+        for skill in self.skills:
+            c.admit_skill(skill)
         restore_registry(c.artifact_registry, self.artifacts)  # unknown aliases: skipped (B132)
         return c
 

@@ -143,9 +143,11 @@ def build_anthropic_params(request: WireRequest) -> dict[str, Any]:
 
 
 def _system_blocks(prepared: PreparedConversation) -> list[dict[str, Any]]:
-    if not prepared.has_system_text():
-        return []
-    return [{"type": "text", "text": prepared.system_text}]
+    """Admitted skills first, then the objective (B89)."""
+    blocks = [{"type": "text", "text": block_text(skill)} for skill in prepared.skills]
+    if prepared.has_system_text():
+        blocks.append({"type": "text", "text": prepared.system_text})
+    return blocks
 
 
 def _encode_tool(tool: ToolDefinitionBlock) -> dict[str, Any]:

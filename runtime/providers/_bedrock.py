@@ -100,8 +100,11 @@ def build_converse_request(request: WireRequest) -> dict[str, Any]:
         "messages": messages,
         "inferenceConfig": {"maxTokens": request.max_tokens},
     }
+    system = [{"text": block_text(skill)} for skill in prepared.skills]
     if prepared.has_system_text():
-        params["system"] = [{"text": prepared.system_text}]
+        system.append({"text": prepared.system_text})
+    if system:
+        params["system"] = system
     return params
 
 

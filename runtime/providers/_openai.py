@@ -108,8 +108,11 @@ def build_openai_body(request: WireRequest) -> dict[str, Any]:
     """
     prepared = request.prepared
     messages: list[dict[str, Any]] = []
+    system = [block_text(skill) for skill in prepared.skills]
     if prepared.has_system_text():
-        messages.append({"role": "system", "content": prepared.system_text})
+        system.append(prepared.system_text)
+    if system:
+        messages.append({"role": "system", "content": "\n\n".join(system)})
     for turn in prepared.turns:
         if turn.role is TurnRole.USER:
             messages.extend(_user_messages(turn))

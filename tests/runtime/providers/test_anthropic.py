@@ -231,6 +231,36 @@ def test_unflagged_turns_are_never_marked(wire: Wire) -> None:  # B88
     assert marked_texts(body) == ["flagged"]
 
 
+def test_skills_precede_the_objective_and_only_the_last_system_block_is_marked(
+    wire: Wire,
+) -> None:  # B89
+    c = conversation()
+    c.put_main_objective("task", "OBJECTIVE-TEXT")
+    c.admit_skill(SkillBlock(name="citations", body="Cite every claim."))
+    c.admit_skill(SkillBlock(name="citations", body="a duplicate name is ignored"))
+    c.add_user_message("hello")
+    system = wire(c)["system"]
+    assert [b["text"] for b in system] == [
+        "Skill citations:\nCite every claim.",
+        "OBJECTIVE-TEXT",
+    ]
+    assert [b.get("cache_control") for b in system] == [None, {"type": "ephemeral"}]
+
+
+def test_a_skill_admitted_after_the_freeze_rides_the_stream(wire: Wire) -> None:
+    c = conversation()
+    c.put_main_objective("task", "OBJECTIVE-TEXT")
+    c.add_user_message("hello")
+    c.prepare_messages_for_llm()  # the head freezes
+    c.admit_skill(SkillBlock(name="late", body="Late instructions."))
+    body = wire(c)
+    assert [b["text"] for b in body["system"]] == ["OBJECTIVE-TEXT"]
+    assert body["messages"][-1]["content"][0]["text"] == "Skill late:\nLate instructions."
+    restored = c.to_snapshot().to_conversation()
+    assert [s.name for s in restored.admitted_skills()] == ["late"]
+    assert len(restored.prepare_messages_for_llm().skills) == 0  # said once, in the stream
+
+
 # -- thinking, budgets, usage --------------------------------------------------------------------
 
 
