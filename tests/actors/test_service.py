@@ -338,3 +338,35 @@ def test_a_thinker_keeps_the_transcript_of_its_last_run_after_release(
     later = service.obtain_conversation(None, follower).get(timeout=5)
     later.add_user_message("and after that?")  # changes after release do not leak in
     assert thinker.transcript() == expected
+
+
+def test_evicting_an_owned_conversation_is_a_no_op(service: ConversationService) -> None:
+    # B233
+    thinker = BasicThinker("alice")
+    cid = thinker.mint_conversation_id()
+    service.obtain_conversation(None, thinker).get(timeout=5)
+    assert service.evict_conversation(cid) is False
+    assert service.owning_thinker(cid, "alice") is thinker
+    service.release(thinker, retain=60)
+    assert service.evict_conversation(cid) is True
+    assert service.get_stats().total == 0
+
+
+def test_remove_refuses_foreign_users_and_owned_conversations_then_deletes_everywhere(
+    service: ConversationService,
+) -> None:
+    # B234
+    thinker = BasicThinker("alice")
+    cid = thinker.mint_conversation_id()
+    context = service.obtain_conversation(None, thinker).get(timeout=5)
+    context.add_user_message("to be removed")
+    service.save_conversation(context, thinker)
+    with pytest.raises(PermissionError):
+        service.remove_conversation(cid, "mallory")
+    with pytest.raises(IllegalStateError, match=f"while owned by job {thinker.job_id}"):
+        service.remove_conversation(cid, "alice")
+    service.release(thinker, retain=60)
+    service.remove_conversation(cid, "alice")
+    assert service.get_stats().total == 0
+    assert service.store is not None and not service.store.exists(cid, "alice")
+    assert service.session is not None and service.session.get(cid, "alice") is None
