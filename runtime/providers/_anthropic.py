@@ -30,7 +30,7 @@ from parlour.runtime.blocks import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from parlour.runtime.providers._errors import map_http_errors, require_key, require_sdk
+from parlour.runtime.providers._errors import connect_http_sdk, map_http_errors
 from parlour.runtime.providers._shared import (
     OutputDeclaration,
     block_text,
@@ -221,11 +221,9 @@ class AnthropicClient(LLMClient):
         super().__init__(
             spec_of(model, catalog), depth=depth, output_declaration=output_declaration
         )
-        self._sdk = require_sdk("anthropic", "anthropic")
-        if sdk_client is None:
-            key = require_key(api_key, "ANTHROPIC_API_KEY", "Anthropic")
-            sdk_client = self._sdk.Anthropic(api_key=key, max_retries=max_retries)
-        self.sdk_client = sdk_client
+        self._sdk, self.sdk_client = connect_http_sdk(
+            "anthropic", "Anthropic", "ANTHROPIC_API_KEY", sdk_client, api_key, max_retries
+        )
 
     def _send(self, request: WireRequest) -> LLMResponse:
         # Always over the stream: the SDK refuses a non-streamed call whose max_tokens could

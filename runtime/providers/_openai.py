@@ -26,7 +26,7 @@ from parlour.runtime.blocks import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from parlour.runtime.providers._errors import map_http_errors, require_key, require_sdk
+from parlour.runtime.providers._errors import connect_http_sdk, map_http_errors
 from parlour.runtime.providers._shared import OutputDeclaration, block_text, spec_of, tool_schema
 
 _STOP = {
@@ -250,11 +250,9 @@ class OpenAIClient(LLMClient):
         super().__init__(
             spec_of(model, catalog), depth=depth, output_declaration=output_declaration
         )
-        self._sdk = require_sdk("openai", "openai")
-        if sdk_client is None:
-            key = require_key(api_key, "OPENAI_API_KEY", "OpenAI")
-            sdk_client = self._sdk.OpenAI(api_key=key, max_retries=max_retries)
-        self.sdk_client = sdk_client
+        self._sdk, self.sdk_client = connect_http_sdk(
+            "openai", "OpenAI", "OPENAI_API_KEY", sdk_client, api_key, max_retries
+        )
 
     def _send(self, request: WireRequest) -> LLMResponse:
         body = build_openai_body(request)
