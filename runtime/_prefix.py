@@ -19,29 +19,37 @@ from loguru import logger
 
 from parlour.runtime._prepared import PreparedConversation
 
-Slot = tuple[str, object]  # (name, the rendered value: text, definition or block list)
+# (kind, what names it, the rendered value): the name is spelled out only for a divergence
+Slot = tuple[str, object, object]
 
 
 def prefix_slots(prepared: PreparedConversation) -> list[Slot]:
-    """The named slots of ``prepared``'s prefix, in wire order."""
-    slots: list[Slot] = [("system", prepared.system_text)]
-    slots += [(f"tool {d.name}", d) for d in prepared.tool_definitions]
-    slots += [
-        (f"turn {i} ({turn.role.value})", turn.blocks)
-        for i, turn in enumerate(prepared.turns, start=1)
-    ]
+    """The slots of ``prepared``'s prefix, in wire order."""
+    slots: list[Slot] = [("system", None, prepared.system_text)]
+    slots += [("tool", d.name, d) for d in prepared.tool_definitions]
+    slots += [("turn", turn.role, turn.blocks) for turn in prepared.turns]
     return slots
+
+
+def _name(slots: list[Slot], at: int) -> str:
+    kind, key, _ = slots[at]
+    if kind == "system":
+        return "system"
+    if kind == "tool":
+        return f"tool {key}"
+    first_turn = next(i for i, slot in enumerate(slots) if slot[0] == "turn")
+    return f"turn {at - first_turn + 1} ({getattr(key, 'value', key)})"
 
 
 def first_divergence(previous: list[Slot], current: list[Slot]) -> str | None:
     """The name of the first slot of ``previous`` (its last turn excluded) that ``current``
     does not repeat, or None when the prefix held."""
-    stable = previous[:-1] if previous and previous[-1][0].startswith("turn") else previous
-    for at, slot in enumerate(stable):
+    stable = len(previous) - 1 if previous and previous[-1][0] == "turn" else len(previous)
+    for at in range(stable):
         if at >= len(current):
-            return f"{slot[0]} (dropped)"
-        if current[at] != slot:
-            return slot[0]
+            return f"{_name(previous, at)} (dropped)"
+        if current[at] != previous[at]:
+            return _name(previous, at)
     return None
 
 

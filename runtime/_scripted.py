@@ -116,13 +116,14 @@ def _response(
     model_id: str,
     stop: StopReason = StopReason.END_TURN,
 ) -> LLMResponse:
-    words_in = len(prepared.system_text.split()) + sum(
-        len(b.text.split()) for t in prepared.turns for b in t.blocks if isinstance(b, TextBlock)
+    # a rough usage figure (about four characters a token), cheap on a long conversation
+    chars_in = len(prepared.system_text) + sum(
+        len(b.text) for t in prepared.turns for b in t.blocks if isinstance(b, TextBlock)
     )
-    words_out = sum(len(b.text.split()) for b in blocks if isinstance(b, TextBlock))
+    tokens_out = sum(len(b.text) for b in blocks if isinstance(b, TextBlock)) // 4
     return LLMResponse(
         model_id=model_id,
         blocks=blocks,
         stop_reason=stop,
-        usage=Usage(input_tokens=words_in, output_tokens=words_out),
+        usage=Usage(input_tokens=chars_in // 4, output_tokens=tokens_out),
     )
