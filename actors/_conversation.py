@@ -30,10 +30,17 @@ class Owner(NamedTuple):
 
 class Acquire(NamedTuple):
     owner: Owner
-    future: pykka.Future[ConversationContext]
     deadline: float  # time.monotonic() after which the waiter has given up
     retain_s: float
     timeout_s: float
+    # set by the actor when the request has to wait; completed at handoff
+    future: pykka.ThreadingFuture[ConversationContext] | None = None
+
+
+class Queued(NamedTuple):
+    """The answer to an ``Acquire`` that must wait: its future completes at handoff."""
+
+    future: pykka.ThreadingFuture[ConversationContext]
 
 
 class Abandon(NamedTuple):
@@ -126,13 +133,20 @@ class ConversationActor(pykka.ThreadingActor):
     def _owned_by(self, job_id: str) -> bool:
         return self.owner is not None and self.owner.job_id == job_id
 
-    def _acquire(self, request: Acquire) -> ConversationContext | BaseException | None:
-        """Answer the context (granted now), an exception (refused), or None (queued: the
-        request's future completes at handoff)."""
+    def _acquire(self, request: Acquire) -> ConversationContext | Queued:
+        """Answer the context (granted now) or ``Queued`` (its future completes at handoff).
+
+        Raises:
+            PermissionError: the conversation belongs to another user (the asker gets it).
+        """
         if self.owner is None or self.owner.job_id == request.owner.job_id:
-            return self._grant(request)
-        self.waiters.append(request)
-        return None
+            granted = self._grant(request)
+            if isinstance(granted, BaseException):
+                raise granted
+            return granted
+        future: pykka.ThreadingFuture[ConversationContext] = pykka.ThreadingFuture()
+        self.waiters.append(request._replace(future=future))
+        return Queued(future)
 
     def _grant(self, request: Acquire) -> ConversationContext | BaseException:
         owner = request.owner
@@ -159,16 +173,15 @@ class ConversationActor(pykka.ThreadingActor):
             waiter = self.waiters.popleft()
             if now > waiter.deadline:
                 assert released is not None
-                waiter.future.set_exception(
-                    _exc_info(
-                        timeout_error(self.conversation_id, waiter.timeout_s, released.job_id)
-                    )
+                _fail(
+                    waiter, timeout_error(self.conversation_id, waiter.timeout_s, released.job_id)
                 )
                 continue
             granted = self._grant(waiter)
             if isinstance(granted, BaseException):
-                waiter.future.set_exception(_exc_info(granted))
+                _fail(waiter, granted)
                 continue
+            assert waiter.future is not None  # every queued request has one
             waiter.future.set(granted)
             return KEPT
         for watcher in self.idle_watchers:
@@ -190,17 +203,21 @@ class ConversationActor(pykka.ThreadingActor):
 
     def on_stop(self) -> None:
         for waiter in self.waiters:
-            waiter.future.set_exception(
-                _exc_info(
-                    ConversationUnavailableError(
-                        f"Conversation {self.conversation_id} was stopped while waited for."
-                    )
-                )
+            _fail(
+                waiter,
+                ConversationUnavailableError(
+                    f"Conversation {self.conversation_id} was stopped while waited for."
+                ),
             )
         self.waiters.clear()
         for watcher in self.idle_watchers:
             watcher.set(None)
         logger.debug("conversation actor {} stopped", self.conversation_id)
+
+
+def _fail(waiter: Acquire, exc: BaseException) -> None:
+    if waiter.future is not None:
+        waiter.future.set_exception(_exc_info(exc))
 
 
 def _exc_info(exc: BaseException) -> tuple[type[BaseException], BaseException, None]:

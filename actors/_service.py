@@ -26,6 +26,7 @@ from parlour.actors._conversation import (
     Owner,
     QueryHolder,
     QueryOwner,
+    Queued,
     Release,
     timeout_error,
 )
@@ -195,16 +196,18 @@ class ConversationService:
         retain_s: float,
     ) -> pykka.Future[ConversationContext]:
         owner = Owner(thinker.job_id, thinker.user_id, thinker.workflow_id, thinker, next(_tokens))
-        granted: pykka.ThreadingFuture[ConversationContext] = pykka.ThreadingFuture()
         timeout_s = self.conversation_timeout_s
         deadline = time.monotonic() + timeout_s
-        answer = ref.ask(Acquire(owner, granted, deadline, retain_s, timeout_s), block=True)
-        if isinstance(answer, BaseException):
-            return _failed(answer)
-        if answer is not None:  # free, or already ours: granted in this one round trip
-            done: pykka.ThreadingFuture[ConversationContext] = pykka.ThreadingFuture()
-            done.set(answer)
-            return done
+        reply = ref.ask(Acquire(owner, deadline, retain_s, timeout_s), block=False)
+        try:
+            answer = reply.get()
+        except pykka.ActorDeadError:
+            raise  # evicted meanwhile: the caller looks again
+        except Exception:
+            return reply  # refused (another user's conversation): a failed future
+        if not isinstance(answer, Queued):
+            return reply  # free, or already ours: granted in this one round trip
+        granted = answer.future
 
         def wait(timeout: float | None) -> ConversationContext:
             left = deadline - time.monotonic()
@@ -225,9 +228,9 @@ class ConversationService:
                 return cast(ConversationContext, value)
             raise timeout_error(cid, timeout_s, value)
 
-        result: pykka.ThreadingFuture[ConversationContext] = pykka.ThreadingFuture()
-        result.set_get_hook(wait)
-        return result
+        waiting: pykka.ThreadingFuture[ConversationContext] = pykka.ThreadingFuture()
+        waiting.set_get_hook(wait)
+        return waiting
 
     # -- saving and releasing ---------------------------------------------------------------
 
