@@ -19,6 +19,7 @@ class Message:
 
     __slots__ = (
         "_raw_content",
+        "_snapshot",
         "app_authored",
         "blocks",
         "cache",
@@ -38,6 +39,7 @@ class Message:
         cache: bool = False,
         requested_output_tokens: int | None = None,
     ) -> None:
+        self._snapshot: object = None
         self.role = role
         self.blocks: list[ContentBlock] = list(blocks)
         self._raw_content = content
@@ -45,6 +47,12 @@ class Message:
         self.app_authored = app_authored
         self.cache = cache
         self.requested_output_tokens = requested_output_tokens
+
+    def __setattr__(self, name: str, value: object) -> None:
+        # any change forgets the memoized snapshot (see snapshots.MessageSnapshot.of)
+        object.__setattr__(self, name, value)
+        if name != "_snapshot":
+            object.__setattr__(self, "_snapshot", None)
 
     @property
     def raw_content(self) -> str:
@@ -60,10 +68,11 @@ class Message:
     def add_text(self, text: str | None) -> None:
         """Append a text block; None or blank text adds nothing."""
         if text is not None and text.strip():
-            self.blocks.append(TextBlock(text=text))
+            self.add_block(TextBlock(text=text))
 
     def add_block(self, block: ContentBlock) -> None:
         self.blocks.append(block)
+        self._snapshot = None
 
     def is_compactable(self) -> bool:
         return self.compactable

@@ -55,6 +55,22 @@ class MessageSnapshot(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
 
     @classmethod
     def of(cls, m: Message) -> MessageSnapshot:
+        """The snapshot of ``m``, memoized on the message until the message changes.
+
+        Setting any attribute or ``add_block``/``add_text`` forgets the memo; a list edited
+        in place is caught when its length changes. Replace blocks by assigning a new list.
+        The memo makes a save's snapshot cost a pointer copy per unchanged message, and
+        lets the LMDB store see (by identity) which messages it has already written.
+        """
+        memo = m._snapshot
+        if isinstance(memo, MessageSnapshot) and len(memo.blocks) == len(m.blocks):
+            return memo
+        snapshot = cls._build(m)
+        m._snapshot = snapshot
+        return snapshot
+
+    @classmethod
+    def _build(cls, m: Message) -> MessageSnapshot:
         direction: Literal["outgoing", "incoming", "plain"] = (
             "outgoing"
             if isinstance(m, OutgoingMessage)
@@ -74,6 +90,14 @@ class MessageSnapshot(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
         )
 
     def to_message(self, handler: ResponseHandler | None) -> Message:
+        """The message this snapshot describes; it remembers this snapshot as its own when
+        reviving changed no block (a typed PojoBlock does not equal its stored dict)."""
+        message = self._message(handler)
+        if all(a is b for a, b in zip(message.blocks, self.blocks, strict=True)):
+            message._snapshot = self
+        return message
+
+    def _message(self, handler: ResponseHandler | None) -> Message:
         blocks = [revive(b) for b in self.blocks]
         flags: dict[str, Any] = {
             "compactable": self.compactable,

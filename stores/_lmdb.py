@@ -13,6 +13,7 @@ import datetime as dt
 import os
 import queue
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -27,22 +28,21 @@ from parlour.runtime.errors import (
     CorruptSnapshotError,
     IllegalStateError,
 )
-from parlour.runtime.snapshots import (
-    ConversationPersistenceSnapshot,
-    decode_snapshot,
-    encode_snapshot,
-)
+from parlour.runtime.snapshots import ConversationPersistenceSnapshot, MessageSnapshot
 from parlour.stores._memory import foreign, require_id
 from parlour.stores._protocols import ConversationSummary
-
-
-class _Header(msgspec.Struct, frozen=True, kw_only=True):
-    """The small per-conversation record: owner, title, times. Read on every write."""
-
-    user_id: str
-    title: str
-    created_at: dt.datetime
-    updated_at: dt.datetime
+from parlour.stores._records import (
+    Header,
+    MessagePlan,
+    conversation_key,
+    decode_record,
+    encode_body,
+    header_decoder,
+    header_encoder,
+    message_key,
+    message_prefix,
+    plan_messages,
+)
 
 
 class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -53,10 +53,9 @@ class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
     conversations: int
 
 
-_header_encoder = msgspec.json.Encoder()
-_header_decoder = msgspec.json.Decoder(_Header)
-
 _Write = Callable[[Any], Any]  # applied inside the writer's transaction
+# what a write raises before it writes anything: the rest of its batch is unaffected
+_REFUSALS = (ConversationNotFoundError, PermissionError, ValueError)
 
 
 class _ReadGate:
@@ -116,6 +115,7 @@ class LmdbStore:
         map_size: int = 1 << 30,
         sync: bool = True,
         max_batch: int = 512,
+        remembered: int = 4096,
     ) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
@@ -126,65 +126,106 @@ class LmdbStore:
         self._commit_lock = threading.Lock()
         self._gate = _ReadGate()
         self._closed = False
+        # What this store last wrote of each conversation's messages, by identity (bounded);
+        # written only under the commit lock, after the commit that wrote them.
+        self._written: OrderedDict[str, list[MessageSnapshot]] = OrderedDict()
+        self._pending: dict[str, list[MessageSnapshot] | None] = {}
+        self._remembered = remembered
 
     # -- writes -----------------------------------------------------------------------------
 
     def create_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
     ) -> None:
-        key = require_id(snapshot).encode()
-        body = encode_snapshot(snapshot)
+        cid = require_id(snapshot)
+        key, body = conversation_key(cid), encode_body(snapshot)
+        plan = plan_messages(None, snapshot.messages)  # a create writes every message
 
         def write(txn: Any) -> None:
             now = dt.datetime.now(dt.UTC)
             raw = txn.get(key, db=self._heads)
-            if raw is not None:
-                head = _header_decoder.decode(raw)
-                if head.user_id != user_id:
-                    raise foreign(key.decode(), user_id)
-                head = msgspec.structs.replace(head, updated_at=now)
-            else:
-                head = _Header(
-                    user_id=user_id, title=snapshot.title, created_at=now, updated_at=now
-                )
-            txn.put(key, _header_encoder.encode(head), db=self._heads)
-            txn.put(key, body, db=self._bodies)
+            old = None if raw is None else header_decoder.decode(raw)
+            if old is not None and old.user_id != user_id:
+                raise foreign(cid, user_id)
+            head = Header(
+                user_id=user_id,
+                title=snapshot.title if old is None else old.title,
+                created_at=now if old is None else old.created_at,
+                updated_at=now,
+                message_count=len(plan.messages),
+            )
+            self._put(txn, key, cid, head, body, plan, 0 if old is None else old.message_count)
 
-        self._submit(write, len(body))
+        self._submit(write, len(body) + plan.size)
 
     def save_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
     ) -> None:
-        key = require_id(snapshot).encode()
-        body = encode_snapshot(snapshot)
+        cid = require_id(snapshot)
+        key, body = conversation_key(cid), encode_body(snapshot)
+        plan = plan_messages(self._written.get(cid), snapshot.messages)
 
         def write(txn: Any) -> None:
             raw = txn.get(key, db=self._heads)
             if raw is None:
                 raise ConversationNotFoundError(
-                    f"Conversation {key.decode()} has no stored record; it may have been "
-                    "deleted. The save was refused rather than resurrect it."
+                    f"Conversation {cid} has no stored record; it may have been deleted. "
+                    "The save was refused rather than resurrect it."
                 )
-            head = _header_decoder.decode(raw)
-            if head.user_id != user_id:
-                raise foreign(key.decode(), user_id)
-            head = msgspec.structs.replace(head, updated_at=dt.datetime.now(dt.UTC))
-            txn.put(key, _header_encoder.encode(head), db=self._heads)
-            txn.put(key, body, db=self._bodies)
+            old = header_decoder.decode(raw)
+            if old.user_id != user_id:
+                raise foreign(cid, user_id)
+            head = msgspec.structs.replace(
+                old, updated_at=dt.datetime.now(dt.UTC), message_count=len(plan.messages)
+            )
+            self._put(txn, key, cid, head, body, plan, old.message_count)
 
-        self._submit(write, len(body))
+        self._submit(write, len(body) + plan.size)
+
+    def _put(
+        self,
+        txn: Any,
+        key: bytes,
+        cid: str,
+        head: Header,
+        body: bytes,
+        plan: MessagePlan,
+        old_count: int,
+    ) -> None:
+        """Write a conversation inside the commit: header, body, the changed messages, and
+        the removal of messages past the new end. Runs under the commit lock."""
+        known = self._known(cid)
+        if plan.start and plan.base is not known:  # another write landed since planning
+            plan = plan_messages(known, plan.messages)
+        txn.put(key, header_encoder.encode(head), db=self._heads)
+        txn.put(key, body, db=self._bodies)
+        for index, data in enumerate(plan.encoded, start=plan.start):
+            txn.put(message_key(key, index), data, db=self._messages)
+        for index in range(len(plan.messages), old_count):
+            txn.delete(message_key(key, index), db=self._messages)
+        self._pending[cid] = plan.messages
+
+    def _known(self, cid: str) -> list[MessageSnapshot] | None:
+        """What the store has written of ``cid``'s messages, this batch included."""
+        if cid in self._pending:
+            return self._pending[cid]
+        return self._written.get(cid)
 
     def delete(self, conversation_id: str, user_id: str) -> bool:
-        key = conversation_id.encode()
+        key = conversation_key(conversation_id)
 
         def write(txn: Any) -> bool:
             raw = txn.get(key, db=self._heads)
             if raw is None:
                 return False
-            if _header_decoder.decode(raw).user_id != user_id:
+            head = header_decoder.decode(raw)
+            if head.user_id != user_id:
                 raise foreign(conversation_id, user_id)
             txn.delete(key, db=self._heads)
             txn.delete(key, db=self._bodies)
+            for index in range(head.message_count):
+                txn.delete(message_key(key, index), db=self._messages)
+            self._pending[conversation_id] = None
             return True
 
         return bool(self._submit(write, 0))
@@ -194,29 +235,43 @@ class LmdbStore:
     def load(
         self, conversation_id: str, user_id: str, caller: object = None
     ) -> ConversationPersistenceSnapshot | None:
-        key = conversation_id.encode()
+        key = conversation_key(conversation_id)
         with self._gate.shared(), self._env.begin(buffers=True) as txn:
             raw = txn.get(key, db=self._heads)
             if raw is None:
                 return None
-            if _header_decoder.decode(raw).user_id != user_id:
+            head = header_decoder.decode(raw)
+            if head.user_id != user_id:
                 raise foreign(conversation_id, user_id)
             body = txn.get(key, db=self._bodies)
             if body is None:  # a head without a body: only a damaged file can do this
                 raise CorruptSnapshotError(f"Stored conversation {conversation_id} has no body.")
-            return decode_snapshot(body, conversation_id)
+            messages = self._read_messages(txn, key, head.message_count)
+            return decode_record(conversation_id, body, messages, head.message_count)
+
+    def _read_messages(self, txn: Any, key: bytes, count: int) -> list[memoryview]:
+        prefix = message_prefix(key)
+        found: list[memoryview] = []
+        cursor = txn.cursor(db=self._messages)
+        if not cursor.set_range(prefix):
+            return found
+        for item_key, value in cursor:
+            if len(found) == count or not bytes(item_key).startswith(prefix):
+                break
+            found.append(value)
+        return found
 
     def exists(self, conversation_id: str, user_id: str) -> bool:
         with self._gate.shared(), self._env.begin(buffers=True) as txn:
-            raw = txn.get(conversation_id.encode(), db=self._heads)
-            return raw is not None and _header_decoder.decode(raw).user_id == user_id
+            raw = txn.get(conversation_key(conversation_id), db=self._heads)
+            return raw is not None and header_decoder.decode(raw).user_id == user_id
 
     def list_conversations(self, user_id: str) -> list[ConversationSummary]:
         """The user's conversations, most recently updated first."""
         found = []
         with self._gate.shared(), self._env.begin(buffers=True) as txn:
             for key, raw in txn.cursor(db=self._heads):
-                head = _header_decoder.decode(raw)
+                head = header_decoder.decode(raw)
                 if head.user_id == user_id:
                     found.append(
                         ConversationSummary(
@@ -280,6 +335,7 @@ class LmdbStore:
         alone, the rest commit together. Nobody is answered before the commit is durable."""
         while True:
             outcomes: list[tuple[bool, Any]] = []
+            self._pending.clear()
             try:
                 with self._env.begin(write=True) as txn:
                     for write, _ in batch:
@@ -298,11 +354,28 @@ class LmdbStore:
                     done.set_exception(exc)
                 return
             break
+        self._remember(outcomes)
         for (ok, value), (_, done) in zip(outcomes, batch, strict=True):
             if ok:
                 done.set_result(value)
             else:
                 done.set_exception(value)
+
+    def _remember(self, outcomes: list[tuple[bool, Any]]) -> None:
+        """After a commit: what it wrote becomes what the store knows it has written."""
+        if any(not ok and not isinstance(value, _REFUSALS) for ok, value in outcomes):
+            # a write failed part-way through: trust nothing, the next saves write in full
+            self._written.clear()
+            return
+        for cid, messages in self._pending.items():
+            if messages is None:
+                self._written.pop(cid, None)
+            else:
+                self._written[cid] = messages
+                self._written.move_to_end(cid)
+        while len(self._written) > self._remembered:
+            self._written.popitem(last=False)
+        self._pending.clear()
 
     def _open(self, map_size: int) -> None:
         self._env = lmdb.open(
@@ -315,6 +388,7 @@ class LmdbStore:
         )
         self._heads = self._env.open_db(b"heads")
         self._bodies = self._env.open_db(b"bodies")
+        self._messages = self._env.open_db(b"messages")
         self._page_size = self._env.stat()["psize"]
 
     def _make_room(self, incoming: int) -> None:

@@ -1,0 +1,119 @@
+"""LmdbStore writes only what changed: whatever happens to the messages between saves, a
+fresh store on the same directory loads exactly the conversation last saved."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import lmdb
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from parlour.runtime import ConversationContext, IncomingMessage, OutgoingMessage
+from parlour.runtime.blocks import TextBlock
+from parlour.runtime.errors import CorruptSnapshotError
+from parlour.stores import LmdbStore
+
+
+def _conversation(n: int) -> ConversationContext:
+    c = ConversationContext("c1", user_id="alice")
+    for i in range(n):
+        c.add_user_message(f"question {i}")
+        c.add_message(IncomingMessage(f"answer {i}"))
+    return c
+
+
+def _reloaded(path: Path) -> ConversationContext:
+    with LmdbStore(path) as fresh:  # a new instance: nothing remembered in memory
+        snapshot = fresh.load("c1", "alice")
+    assert snapshot is not None
+    return snapshot.to_conversation()
+
+
+def _same(a: ConversationContext, b: ConversationContext) -> bool:
+    return a.to_snapshot() == b.to_snapshot()
+
+
+def test_a_flag_set_on_a_saved_message_is_saved(tmp_path: Path) -> None:
+    c = _conversation(3)
+    with LmdbStore(tmp_path) as store:
+        store.create_context(c.to_snapshot(), "alice")
+        c.messages[1].set_cache(True)
+        c.messages[2].blocks.append(TextBlock(text="appended in place"))
+        store.save_context(c.to_snapshot(), "alice")
+    reloaded = _reloaded(tmp_path)
+    assert reloaded.messages[1].cache is True
+    assert reloaded.messages[2].blocks[-1] == TextBlock(text="appended in place")
+    assert _same(reloaded, c)
+
+
+def test_a_shortened_history_leaves_no_stale_messages(tmp_path: Path) -> None:
+    c = _conversation(5)
+    with LmdbStore(tmp_path) as store:
+        store.create_context(c.to_snapshot(), "alice")
+        c.messages = [OutgoingMessage("=== CONVERSATION SUMMARY === earlier"), *c.messages[-2:]]
+        store.save_context(c.to_snapshot(), "alice")
+    assert _same(_reloaded(tmp_path), c)
+
+
+def test_a_deleted_then_recreated_conversation_has_only_its_new_messages(tmp_path: Path) -> None:
+    with LmdbStore(tmp_path) as store:
+        store.create_context(_conversation(4).to_snapshot(), "alice")
+        assert store.delete("c1", "alice")
+        fresh = _conversation(1)
+        store.create_context(fresh.to_snapshot(), "alice")
+    assert _same(_reloaded(tmp_path), fresh)
+
+
+def test_a_missing_message_record_is_a_clear_error(tmp_path: Path) -> None:
+    with LmdbStore(tmp_path) as store:
+        store.create_context(_conversation(2).to_snapshot(), "alice")
+    env = lmdb.open(str(tmp_path), max_dbs=4)
+    with env.begin(write=True) as txn:
+        messages = env.open_db(b"messages", txn=txn)
+        txn.delete(b"c1\x00" + (3).to_bytes(8, "big"), db=messages)
+    env.close()
+    with LmdbStore(tmp_path) as store, pytest.raises(CorruptSnapshotError, match="3 of its 4"):
+        store.load("c1", "alice")
+
+
+def test_an_id_holding_nul_is_refused(lmdb_store: LmdbStore) -> None:
+    with pytest.raises(ValueError, match="NUL"):
+        lmdb_store.create_context(ConversationContext("a\x00b").to_snapshot(), "alice")
+
+
+# Each step: ("add", text) appends, ("flag", i) flags message i, ("edit", i) replaces
+# message i, ("drop", i) removes message i; the conversation is saved after every step.
+_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.text(max_size=8)),
+        st.tuples(st.sampled_from(["flag", "edit", "drop"]), st.integers(0, 30)),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_steps)
+def test_any_sequence_of_edits_and_saves_reloads_as_last_saved(
+    steps: list[tuple[str, object]],
+) -> None:
+    c = _conversation(2)
+    with tempfile.TemporaryDirectory() as tmp:
+        with LmdbStore(tmp) as store:
+            store.create_context(c.to_snapshot(), "alice")
+            for op, arg in steps:
+                if op == "add":
+                    c.add_user_message(f"said {arg}")
+                elif c.messages:
+                    i = int(str(arg)) % len(c.messages)
+                    if op == "flag":
+                        c.messages[i].set_cache(not c.messages[i].cache)
+                    elif op == "edit":
+                        c.messages[i] = OutgoingMessage(f"edited {i}")
+                    else:
+                        del c.messages[i]
+                store.save_context(c.to_snapshot(), "alice")
+        assert _same(_reloaded(Path(tmp)), c)
