@@ -3,11 +3,72 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Self, SupportsIndex
 
 from parlour.runtime._handlers import ResponseHandler
 from parlour.runtime.blocks import ContentBlock, TextBlock
 from parlour.runtime.errors import DehydratedError
+
+
+class _Blocks(list[ContentBlock]):
+    """A message's block list: any change in place forgets the message's memoized snapshot.
+
+    Reads (iteration, indexing, ``len``) are the list's own, at C speed.
+    """
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: Message, blocks: Iterable[ContentBlock]) -> None:
+        super().__init__(blocks)
+        self._owner = owner
+
+    def _changed(self) -> None:
+        object.__setattr__(self._owner, "_snapshot", None)
+
+    def append(self, block: ContentBlock) -> None:
+        super().append(block)
+        self._changed()
+
+    def extend(self, blocks: Iterable[ContentBlock]) -> None:
+        super().extend(blocks)
+        self._changed()
+
+    def insert(self, index: SupportsIndex, block: ContentBlock) -> None:
+        super().insert(index, block)
+        self._changed()
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        super().__setitem__(index, value)
+        self._changed()
+
+    def __delitem__(self, index: Any) -> None:
+        super().__delitem__(index)
+        self._changed()
+
+    def __iadd__(self, blocks: Iterable[ContentBlock]) -> Self:  # type: ignore[override,misc]
+        self.extend(blocks)
+        return self
+
+    def pop(self, index: SupportsIndex = -1) -> ContentBlock:
+        block = super().pop(index)
+        self._changed()
+        return block
+
+    def remove(self, block: ContentBlock) -> None:
+        super().remove(block)
+        self._changed()
+
+    def clear(self) -> None:
+        super().clear()
+        self._changed()
+
+    def reverse(self) -> None:
+        super().reverse()
+        self._changed()
+
+    def sort(self, *args: Any, **kwargs: Any) -> None:
+        super().sort(*args, **kwargs)
+        self._changed()
 
 
 class Message:
@@ -39,7 +100,7 @@ class Message:
         cache: bool = False,
         requested_output_tokens: int | None = None,
     ) -> None:
-        self._snapshot: object = None
+        self._snapshot: Any = None  # a MessageSnapshot, memoized by snapshots.py
         self.role = role
         self.blocks: list[ContentBlock] = list(blocks)
         self._raw_content = content
@@ -49,7 +110,10 @@ class Message:
         self.requested_output_tokens = requested_output_tokens
 
     def __setattr__(self, name: str, value: object) -> None:
-        # any change forgets the memoized snapshot (see snapshots.MessageSnapshot.of)
+        # any change forgets the memoized snapshot (see snapshots.MessageSnapshot.of); the
+        # block list reports its own in-place changes
+        if name == "blocks":
+            value = _Blocks(self, value)  # type: ignore[arg-type]
         object.__setattr__(self, name, value)
         if name != "_snapshot":
             object.__setattr__(self, "_snapshot", None)
@@ -72,7 +136,6 @@ class Message:
 
     def add_block(self, block: ContentBlock) -> None:
         self.blocks.append(block)
-        self._snapshot = None
 
     def is_compactable(self) -> bool:
         return self.compactable

@@ -57,14 +57,13 @@ class MessageSnapshot(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     def of(cls, m: Message) -> MessageSnapshot:
         """The snapshot of ``m``, memoized on the message until the message changes.
 
-        Setting any attribute or ``add_block``/``add_text`` forgets the memo; a list edited
-        in place is caught when its length changes. Replace blocks by assigning a new list.
-        The memo makes a save's snapshot cost a pointer copy per unchanged message, and
+        Setting any attribute, or changing the block list in place, forgets the memo. The
+        memo makes a save's snapshot cost a pointer copy per unchanged message, and
         lets the LMDB store see (by identity) which messages it has already written.
         """
         memo = m._snapshot
-        if isinstance(memo, MessageSnapshot) and len(memo.blocks) == len(m.blocks):
-            return memo
+        if memo is not None:
+            return memo  # type: ignore[no-any-return]  # only this method sets it
         snapshot = cls._build(m)
         m._snapshot = snapshot
         return snapshot
@@ -152,7 +151,8 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
                 ObjectiveSlot(key=k, block=v) for k, v in context.get_main_objective().items()
             ],
             declared_tools=context.declared_tool_definitions(),
-            messages=[MessageSnapshot.of(m) for m in context.messages],
+            # memoized snapshots first: one attribute read per unchanged message
+            messages=[m._snapshot or MessageSnapshot.of(m) for m in context.messages],
             grade=context.grade,
             depth=context.depth,
             output_declaration=context.output_declaration,

@@ -395,8 +395,8 @@ class LmdbStore:
         """Grow the map before a batch could fill it. LMDB running out of map while other
         threads hold read transactions hung here (py-lmdb 2.x and 3.0), so a full map must
         stay the rare fallback, not the way growth is discovered."""
-        used = (self._env.info()["last_pgno"] + 1) * self._page_size
-        size = self._env.info()["map_size"]
+        info = self._env.info()
+        used, size = (info["last_pgno"] + 1) * self._page_size, info["map_size"]
         if used + 4 * incoming + (1 << 20) > size // 2:
             self._grow(max(2 * size, 2 * (used + 4 * incoming + (1 << 20))))
 

@@ -8,6 +8,7 @@ not grow with the conversation's length.
 from __future__ import annotations
 
 import datetime as dt
+import operator
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -108,12 +109,14 @@ class MessagePlan(NamedTuple):
 def plan_messages(
     base: list[MessageSnapshot] | None, messages: list[MessageSnapshot]
 ) -> MessagePlan:
-    """Plan to write the messages from the first one that is not, by identity, what the
-    store last wrote (memoized message snapshots make unchanged messages identical)."""
+    """Plan to write the messages from the first one that differs from what the store last
+    wrote (memoized message snapshots make unchanged messages the very same objects)."""
     start = 0
     if base is not None:
         common = min(len(base), len(messages))
-        while start < common and base[start] is messages[start]:
-            start += 1
+        if base[:common] == messages[:common]:  # identity short-circuits: C speed
+            start = common
+        else:
+            start = list(map(operator.is_, base, messages)).index(False)
     encoded = [_message_encoder.encode(m) for m in messages[start:]]
     return MessagePlan(base, start, encoded, messages)
