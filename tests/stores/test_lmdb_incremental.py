@@ -42,10 +42,12 @@ def test_a_flag_set_on_a_saved_message_is_saved(tmp_path: Path) -> None:
         store.create_context(c.to_snapshot(), "alice")
         c.messages[1].set_cache(True)
         c.messages[2].blocks.append(TextBlock(text="appended in place"))
+        c.messages[0].blocks[0] = TextBlock(text="replaced in place")
         store.save_context(c.to_snapshot(), "alice")
     reloaded = _reloaded(tmp_path)
     assert reloaded.messages[1].cache is True
     assert reloaded.messages[2].blocks[-1] == TextBlock(text="appended in place")
+    assert reloaded.messages[0].blocks[0] == TextBlock(text="replaced in place")
     assert _same(reloaded, c)
 
 
@@ -85,11 +87,12 @@ def test_an_id_holding_nul_is_refused(lmdb_store: LmdbStore) -> None:
 
 
 # Each step: ("add", text) appends, ("flag", i) flags message i, ("edit", i) replaces
-# message i, ("drop", i) removes message i; the conversation is saved after every step.
+# message i, ("drop", i) removes message i, ("swap", i) replaces message i's first block in
+# place; the conversation is saved after every step.
 _steps = st.lists(
     st.one_of(
         st.tuples(st.just("add"), st.text(max_size=8)),
-        st.tuples(st.sampled_from(["flag", "edit", "drop"]), st.integers(0, 30)),
+        st.tuples(st.sampled_from(["flag", "edit", "drop", "swap"]), st.integers(0, 30)),
     ),
     max_size=25,
 )
@@ -113,6 +116,8 @@ def test_any_sequence_of_edits_and_saves_reloads_as_last_saved(
                         c.messages[i].set_cache(not c.messages[i].cache)
                     elif op == "edit":
                         c.messages[i] = OutgoingMessage(f"edited {i}")
+                    elif op == "swap" and c.messages[i].blocks:  # a block replaced in place
+                        c.messages[i].blocks[0] = TextBlock(text=f"swapped {arg}")
                     else:
                         del c.messages[i]
                 store.save_context(c.to_snapshot(), "alice")
