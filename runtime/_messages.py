@@ -23,7 +23,7 @@ class _Blocks(list[ContentBlock]):
         self._owner = owner
 
     def _changed(self) -> None:
-        object.__setattr__(self._owner, "_snapshot", None)
+        self._owner._forget()
 
     def append(self, block: ContentBlock) -> None:
         super().append(block)
@@ -81,6 +81,7 @@ class Message:
     __slots__ = (
         "_raw_content",
         "_snapshot",
+        "_turn",
         "app_authored",
         "blocks",
         "cache",
@@ -101,6 +102,7 @@ class Message:
         requested_output_tokens: int | None = None,
     ) -> None:
         self._snapshot: Any = None  # a MessageSnapshot, memoized by snapshots.py
+        self._turn: Any = None  # a Turn, memoized by the render (_render.py)
         self.role = role
         self.blocks: list[ContentBlock] = list(blocks)
         self._raw_content = content
@@ -115,8 +117,13 @@ class Message:
         if name == "blocks":
             value = _Blocks(self, value)  # type: ignore[arg-type]
         object.__setattr__(self, name, value)
-        if name != "_snapshot":
-            object.__setattr__(self, "_snapshot", None)
+        if name not in ("_snapshot", "_turn"):
+            self._forget()
+
+    def _forget(self) -> None:
+        """Drop what was derived from this message (its snapshot and its turn)."""
+        object.__setattr__(self, "_snapshot", None)
+        object.__setattr__(self, "_turn", None)
 
     @property
     def raw_content(self) -> str:

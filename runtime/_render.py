@@ -2,9 +2,11 @@
 gathers what reconciliation needs (tools announced in the stream, whether the notation is
 used, which framework companions the stream already carries).
 
-It is the hot path of every LLM call, so it walks each message once, touches each block
-once, and keeps nothing between renders: the work of a render depends on the conversation's
-size, never on how many renders came before it.
+It is the hot path of every LLM call, so it walks each message once and touches each block
+once. A turn that depends on its message alone (no PojoBlock to convert, no response
+instructions) is memoized on the message, which forgets it on any change; so a render of a
+long conversation mostly re-reads turns it already built, and its work never depends on how
+many renders came before it.
 """
 
 from __future__ import annotations
@@ -79,8 +81,18 @@ class Renderer:
         return self.scan
 
     def turn(self, message: Message) -> Turn:
-        """The turn of one message; the message itself is never modified."""
+        """The turn of one message; the message itself is never modified (a turn that
+        depends on nothing but the message is memoized on it until it changes)."""
+        memo: Turn | None = message._turn
+        if memo is None:
+            return self._fresh_turn(message)
+        if self._companions and message.app_authored and isinstance(message, OutgoingMessage):
+            self._note_companions(memo.blocks)
+        return memo
+
+    def _fresh_turn(self, message: Message) -> Turn:
         role = _ROLES.get(message.role) or TurnRole.of(message.role)
+        pure = True  # the turn depends on the message alone: no pipeline, no instructions
         blocks = message.blocks
         if not blocks:
             raw = message.raw_content
@@ -89,12 +101,17 @@ class Renderer:
             out = list(blocks)  # the common case, checked and copied at C speed
         else:
             out = self._convert(message)
+            pure = False
         if isinstance(message, OutgoingMessage):
             if message.response_handler is not None:
                 self._add_instructions(message, out)
+                pure = False
             if self._companions and message.app_authored:
                 self._note_companions(out)
-        return Turn(role=role, blocks=out, cache=message.cache)
+        turn = Turn(role=role, blocks=out, cache=message.cache)
+        if pure:
+            message._turn = turn
+        return turn
 
     def _convert(self, message: Message) -> list[ContentBlock]:
         """Blocks through the pipeline; an outgoing definition is noted as announced."""
