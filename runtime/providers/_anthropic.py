@@ -10,11 +10,9 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from parlour.runtime._catalog import ModelCatalog, ModelSpec
 from parlour.runtime._context import ConversationContext
 from parlour.runtime._counting import render_copy
-from parlour.runtime._handlers import NativeToolsFormatter
-from parlour.runtime._llm import LLMClient, WireRequest
+from parlour.runtime._llm import WireRequest
 from parlour.runtime._prepared import PreparedConversation, Turn
 from parlour.runtime._response import LLMResponse, StopReason, Usage
 from parlour.runtime._roles import Depth
@@ -30,11 +28,10 @@ from parlour.runtime.blocks import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from parlour.runtime.providers._errors import connect_http_sdk, map_http_errors
+from parlour.runtime.providers._errors import map_http_errors
+from parlour.runtime.providers._http import HttpSdkClient
 from parlour.runtime.providers._shared import (
-    OutputDeclaration,
     block_text,
-    spec_of,
     tool_schema,
 )
 
@@ -190,7 +187,7 @@ def decode_message(message: Any) -> LLMResponse:
 # -- the client ----------------------------------------------------------------------------------
 
 
-class AnthropicClient(LLMClient):
+class AnthropicClient(HttpSdkClient):
     """Anthropic's Messages API through the official ``anthropic`` SDK.
 
     Args:
@@ -205,25 +202,10 @@ class AnthropicClient(LLMClient):
         UncorrectableLLMError: no API key is configured.
     """
 
-    formatter = NativeToolsFormatter()
-
-    def __init__(
-        self,
-        model: str | ModelSpec = "claude-sonnet-4-5",
-        *,
-        api_key: str | None = None,
-        sdk_client: Any = None,
-        max_retries: int = 2,
-        catalog: ModelCatalog | None = None,
-        depth: Depth | None = None,
-        output_declaration: OutputDeclaration | None = None,
-    ) -> None:
-        super().__init__(
-            spec_of(model, catalog), depth=depth, output_declaration=output_declaration
-        )
-        self._sdk, self.sdk_client = connect_http_sdk(
-            "anthropic", "Anthropic", "ANTHROPIC_API_KEY", sdk_client, api_key, max_retries
-        )
+    module = "anthropic"
+    provider = "Anthropic"
+    env_var = "ANTHROPIC_API_KEY"
+    default_model = "claude-sonnet-4-5"
 
     def _send(self, request: WireRequest) -> LLMResponse:
         # Always over the stream: the SDK refuses a non-streamed call whose max_tokens could

@@ -57,29 +57,6 @@ def require_key(explicit: str | None, env_var: str, provider: str) -> str:
     return key
 
 
-def connect_http_sdk(
-    module: str,
-    provider: str,
-    env_var: str,
-    sdk_client: Any,
-    api_key: str | None,
-    max_retries: int,
-) -> tuple[ModuleType, Any]:
-    """The anthropic or openai SDK module and a client of it (``provider`` is also the SDK's
-    client class name): ``sdk_client`` when given,
-    else one built from the key (``api_key``, else ``env_var``) with the SDK's own retry.
-
-    Raises:
-        ImportError: the SDK is missing.
-        UncorrectableLLMError: no key is configured.
-    """
-    sdk = require_sdk(module, module)
-    if sdk_client is None:
-        key = require_key(api_key, env_var, provider)
-        sdk_client = getattr(sdk, provider)(api_key=key, max_retries=max_retries)
-    return sdk, sdk_client
-
-
 def _is_retryable_status(status: int) -> bool:
     return status in _RETRYABLE_STATUS or status >= 500
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from parlour.runtime._catalog import ModelCatalog, ModelSpec, ThinkingMode
-from parlour.runtime._handlers import NativeToolsFormatter
-from parlour.runtime._llm import LLMClient, WireRequest
+from parlour.runtime._catalog import ThinkingMode
+from parlour.runtime._llm import WireRequest
 from parlour.runtime._prepared import Turn
 from parlour.runtime._response import LLMResponse, StopReason, Usage
 from parlour.runtime._roles import Depth, TurnRole
@@ -26,8 +25,9 @@ from parlour.runtime.blocks import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from parlour.runtime.providers._errors import connect_http_sdk, map_http_errors
-from parlour.runtime.providers._shared import OutputDeclaration, block_text, spec_of, tool_schema
+from parlour.runtime.providers._errors import map_http_errors
+from parlour.runtime.providers._http import HttpSdkClient
+from parlour.runtime.providers._shared import block_text, tool_schema
 
 _STOP = {
     "stop": StopReason.END_TURN,
@@ -220,7 +220,7 @@ class _StreamAssembly:
 # -- the client ----------------------------------------------------------------------------------
 
 
-class OpenAIClient(LLMClient):
+class OpenAIClient(HttpSdkClient):
     """OpenAI's Chat Completions through the official ``openai`` SDK.
 
     Args:
@@ -234,25 +234,10 @@ class OpenAIClient(LLMClient):
         UncorrectableLLMError: no API key is configured.
     """
 
-    formatter = NativeToolsFormatter()
-
-    def __init__(
-        self,
-        model: str | ModelSpec = "gpt-5-mini",
-        *,
-        api_key: str | None = None,
-        sdk_client: Any = None,
-        max_retries: int = 2,
-        catalog: ModelCatalog | None = None,
-        depth: Depth | None = None,
-        output_declaration: OutputDeclaration | None = None,
-    ) -> None:
-        super().__init__(
-            spec_of(model, catalog), depth=depth, output_declaration=output_declaration
-        )
-        self._sdk, self.sdk_client = connect_http_sdk(
-            "openai", "OpenAI", "OPENAI_API_KEY", sdk_client, api_key, max_retries
-        )
+    module = "openai"
+    provider = "OpenAI"
+    env_var = "OPENAI_API_KEY"
+    default_model = "gpt-5-mini"
 
     def _send(self, request: WireRequest) -> LLMResponse:
         body = build_openai_body(request)
