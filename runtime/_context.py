@@ -3,9 +3,9 @@
 Not thread-safe, by design: a context is reached only by its current owner (see
 ``parlour.actors``). Everything here is plain single-threaded Python.
 
-``to_llm_block`` and ``render_slot`` are the transformation pipeline, in one place: every
-block of every turn and every objective slot goes through them, so the head and the turns
-render alike (artifact references and summaries hook in here).
+Every block of every turn and every objective slot goes through the transformation
+pipeline (``_pipeline.py``), bound here to this conversation's artifact registry, so the head
+and the turns render alike.
 """
 
 from __future__ import annotations
@@ -18,6 +18,11 @@ import msgspec
 
 from parlour.runtime import _budget
 from parlour.runtime._artifacts import ArtifactRegistry
+from parlour.runtime._guidance import (
+    SCHEMA_NOTATION_GUIDANCE,
+    TOOL_ANNOUNCEMENT,
+    TOOL_WEIGHT_GUIDANCE,
+)
 from parlour.runtime._handlers import ContentFormatter, GenericContentFormatter
 from parlour.runtime._messages import Message, OutgoingMessage
 from parlour.runtime._objective import (
@@ -26,18 +31,17 @@ from parlour.runtime._objective import (
     TOOL_WEIGHTS_KEY,
     ObjectiveMap,
 )
+from parlour.runtime._pipeline import render_slot, to_llm_block
 from parlour.runtime._prepared import PreparedConversation, Turn
 from parlour.runtime._render import Renderer, Scan
 from parlour.runtime._roles import Depth, Grade, Input, OutputSize, TurnRole
-from parlour.runtime._serializer import build_registry_section, write_summarized_with_refs
+from parlour.runtime._serializer import build_registry_section
 from parlour.runtime._summarizers import Summarizer, TruncatingSummarizer
 from parlour.runtime._tokens import counter_for
 from parlour.runtime.blocks import (
     ContentBlock,
     FileBlock,
     ImageBlock,
-    JsonBlock,
-    PojoBlock,
     SkillBlock,
     TextBlock,
     ToolDefinitionBlock,
@@ -65,28 +69,6 @@ __all__ = [
     "to_llm_block",
 ]
 
-SCHEMA_NOTATION_GUIDANCE = (
-    "Schema notation. In any schema you are given, keys beginning with @ explain the "
-    "structure to you; they are never part of your reply. @type names a value's type, "
-    "@description says what it means, @required marks a field that must be present, "
-    "@examples lists sample values, @values lists the only values an enum accepts, and "
-    "@fields holds the members of an object.\n"
-    "Answer with an instance of the schema: a node with @fields becomes an object holding "
-    "those members, the same rule applying inside it; a node without @fields becomes a value "
-    "of its @type.\n"
-    'schema    {"@type":"Person","@fields":{"name":{"@type":"string"},'
-    '"tags":{"@type":"array of string"}}}\n'
-    'instance  {"name":"Ada Lovelace","tags":["mathematician"]}'
-)
-TOOL_WEIGHT_GUIDANCE = (
-    "Available tools:\n"
-    "Each tool may be annotated [type, weight: N]. The type says what a call does: 'in "
-    "memory' is instant computation, 'api call' one external call, 'thinker LN' a sub-agent "
-    "N levels deep. The weight is the call's relative cost on a 0-100 scale: 1-5 is a quick "
-    "lookup, 30 or more a deep multi-step investigation. Prefer the lighter tool when it "
-    "serves, and keep heavy ones for questions that need them."
-)
-TOOL_ANNOUNCEMENT = "Additional tools now available:"
 UNTITLED = "Untitled Conversation"
 
 _json = msgspec.json.Encoder()
@@ -106,36 +88,6 @@ class DeclaredTool(Protocol):
     def name(self) -> str: ...
 
     def definition(self) -> ToolDefinitionBlock: ...
-
-
-def to_llm_block(
-    block: ContentBlock,
-    registry: ArtifactRegistry | None = None,
-    summarizer: Summarizer | None = None,
-) -> ContentBlock:
-    """The transformation pipeline for one block: a PojoBlock becomes a JsonBlock; every
-    other kind passes through unchanged (B119).
-
-    With a registry, the JSON is the model-facing write: artifacts registered and replaced
-    by ``{"@ref": ...}``, long summarizable fields summarized (B110, B111).
-    """
-    if isinstance(block, PojoBlock):
-        if registry is not None:
-            return JsonBlock(json=write_summarized_with_refs(block.value, registry, summarizer))
-        return JsonBlock(json=_json.encode(block.value).decode())
-    return block
-
-
-def render_slot(
-    block: ContentBlock,
-    registry: ArtifactRegistry | None = None,
-    summarizer: Summarizer | None = None,
-) -> str:
-    """The text an objective slot contributes to ``system_text``, through the same pipeline
-    as the turns (B41, B139)."""
-    if isinstance(block, TextBlock):
-        return block.text
-    return render_text(to_llm_block(block, registry, summarizer))
 
 
 class ConversationContext:
