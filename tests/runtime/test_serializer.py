@@ -33,6 +33,7 @@ from parlour.runtime import (
     write_summarized_with_refs,
 )
 from parlour.runtime.blocks import (
+    ContentBlock,
     FileBlock,
     ImageBlock,
     JsonBlock,
@@ -105,7 +106,7 @@ def test_an_artifact_field_becomes_a_registered_ref() -> None:
 
 def test_other_blocks_pass_through_unchanged() -> None:
     # B119
-    blocks = [
+    blocks: list[ContentBlock] = [
         ToolDefinitionBlock(name="t", description="d", schema_json="{}"),
         ImageBlock(data="aGk=", mime_type="image/png"),
         FileBlock(data="aGk=", mime_type="application/pdf", filename="r.pdf"),

@@ -65,7 +65,7 @@ def test_a_reput_keeps_its_position_and_empty_values_make_no_slot() -> None:
     c.put_main_objective("k", None)
     assert not c.has_main_objective("k")
     copy = c.get_main_objective()
-    copy["injected"] = "x"
+    copy["injected"] = b.TextBlock(text="x")
     assert not c.has_main_objective("injected")
     system = c.prepare_messages_for_llm().system_text
     assert "FIRST" not in system and system.index("OBJ") < system.index("EXTRA")
