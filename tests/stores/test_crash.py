@@ -1,0 +1,58 @@
+"""A process killed mid-write loses nothing it acknowledged: every save that returned is in
+the store when it is reopened, and the store opens and reads cleanly. (A kill, not a power
+cut: it checks that a save returns only after its commit, and that a commit is atomic.)"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from parlour.stores import LmdbStore
+
+WRITER = """
+import sys
+from parlour.runtime import ConversationContext
+from parlour.stores import LmdbStore
+
+store = LmdbStore(sys.argv[1])
+conversations = [ConversationContext(f"c{i}", user_id="alice") for i in range(4)]
+for c in conversations:
+    c.add_user_message("first")
+    store.create_context(c.to_snapshot(), "alice")
+turn = 0
+while True:  # saves until killed, acknowledging each one after it returned
+    c = conversations[turn % 4]
+    c.add_user_message(f"turn {turn}")
+    store.save_context(c.to_snapshot(), "alice")
+    print(turn, flush=True)
+    turn += 1
+"""
+
+
+def test_a_killed_writer_loses_no_acknowledged_save(tmp_path: Path) -> None:
+    acknowledged = -1
+    with subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    ) as child:
+        assert child.stdout is not None
+        for line in child.stdout:  # block on the pipe: no sleeping
+            acknowledged = int(line)
+            if acknowledged >= 200:
+                break
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    assert acknowledged >= 200
+    with LmdbStore(tmp_path) as store:
+        for i in range(4):
+            snapshot = store.load(f"c{i}", "alice")
+            assert snapshot is not None
+            said = [m.raw_content for m in snapshot.messages]
+            # every acknowledged turn of this conversation is there, in order
+            expected = [f"turn {t}" for t in range(i, acknowledged + 1, 4)]
+            assert said[1 : 1 + len(expected)] == expected
