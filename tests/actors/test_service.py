@@ -370,3 +370,39 @@ def test_remove_refuses_foreign_users_and_owned_conversations_then_deletes_every
     assert service.get_stats().total == 0
     assert service.store is not None and not service.store.exists(cid, "alice")
     assert service.session is not None and service.session.get(cid, "alice") is None
+
+
+def test_a_corrupt_stored_record_fails_its_obtain_and_nothing_else(tmp_path: Path) -> None:
+    import lmdb
+
+    from parlour.runtime.errors import CorruptSnapshotError
+
+    store = LmdbStore(tmp_path)
+    service = ConversationService(store, cleanup_interval_s=0)
+    ids = []
+    for _ in range(2):
+        t = BasicThinker("alice")
+        ids.append(t.mint_conversation_id())
+        context = service.obtain_conversation(None, t).get(timeout=5)
+        context.add_user_message("kept")
+        service.save_conversation(context, t)
+        service.release(t, retain=0)
+    service.stop()
+    store.close()
+    env = lmdb.open(str(tmp_path), max_dbs=4)
+    with env.begin(write=True) as txn:
+        txn.put(ids[0].encode(), b"{broken", db=env.open_db(b"bodies", txn=txn))
+    env.close()
+
+    store = LmdbStore(tmp_path)
+    service = ConversationService(store, cleanup_interval_s=0)
+    broken, fine = BasicThinker("alice"), BasicThinker("alice")
+    broken.set_conversation_id(ids[0])
+    fine.set_conversation_id(ids[1])
+    with pytest.raises(CorruptSnapshotError, match=ids[0]):
+        service.obtain_conversation(None, broken).get(timeout=5)
+    assert service.obtain_conversation(None, fine).get(timeout=5).messages[0].raw_content == "kept"
+    assert service.get_stats().total == 1
+    service.release(fine)
+    service.stop()
+    store.close()
