@@ -9,6 +9,7 @@ from pathlib import Path
 
 from loguru import logger
 
+from parlour.actors._bench import run_bench
 from parlour.actors._demo import run_demo
 from parlour.runtime.snapshots import encode_snapshot
 from parlour.stores import LmdbStore
@@ -31,6 +32,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--conversations", type=int, default=20)
     demo.add_argument("--workers", type=int, default=8)
 
+    bench = commands.add_parser("bench", help="durable turns per second through the full path")
+    bench.add_argument("--conversations", type=int, default=200)
+    bench.add_argument("--turns", type=int, default=10)
+    bench.add_argument("--workers", type=int, default=8)
+    bench.add_argument(
+        "--data-dir", type=Path, default=None, help="the LMDB directory (default: a temporary one)"
+    )
+    bench.add_argument(
+        "--no-sync",
+        dest="sync",
+        action="store_false",
+        help="skip fsync: measures the CPU path, not the disk",
+    )
+
     listing = commands.add_parser("list", help="list a user's stored conversations")
     listing.add_argument("user_id")
     listing.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
@@ -44,10 +59,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.remove()
     logger.enable("parlour")
     logger.add(sys.stderr, level="INFO" if args.verbose else "WARNING")
+    sizes = (getattr(args, name, 1) for name in ("conversations", "turns", "workers"))
+    if min(sizes) < 1:
+        parser.error("--conversations, --turns and --workers must be at least 1")
     if args.command == "demo":
-        if args.conversations < 1 or args.workers < 1:
-            parser.error("--conversations and --workers must be at least 1")
         return run_demo(args.data_dir, args.conversations, args.workers)
+    if args.command == "bench":
+        return run_bench(args.data_dir, args.conversations, args.turns, args.workers, args.sync)
     with LmdbStore(args.data_dir) as store:
         if args.command == "list":
             for summary in store.list_conversations(args.user_id):

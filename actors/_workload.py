@@ -103,10 +103,12 @@ def drive(
     workers: int,
     *,
     save_user_message: bool = True,
+    on_turn: Callable[[], None] | None = None,
 ) -> TurnStats:
     """Run ``turns`` turns on every thinker's conversation, ``workers`` threads at once.
 
     Each conversation's turns run in order on one worker; conversations interleave.
+    ``on_turn`` is called (from the worker threads) after every turn.
     """
 
     def one_conversation(index: int) -> list[float]:
@@ -121,6 +123,8 @@ def drive(
                 save_user_message=save_user_message,
             )
             latencies.append(time.perf_counter() - start)
+            if on_turn is not None:
+                on_turn()
         return latencies
 
     start = time.perf_counter()

@@ -38,3 +38,11 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         main(["demo", "--data-dir", str(tmp_path), "--conversations", "0"])
     assert not any(tmp_path.iterdir())
+
+
+def test_bench_prints_a_results_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--conversations", "6", "--turns", "2", "--workers", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("6 conversations x 2 turns, 2 threads")
+    turns, _, per_second, _, _ = out[2].split()
+    assert turns == "12" and float(per_second.replace(",", "")) > 0
