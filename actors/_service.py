@@ -145,7 +145,7 @@ class ConversationService:
             return _failed(IllegalStateError("ConversationService is shutting down"))
         for _ in range(3):  # an actor evicted between lookup and acquire: look again
             try:
-                ref = self._live.get(cid) or self._supervisor.ask(Lookup(cid), block=True)
+                ref = self._ref(cid)
                 if ref is None:
                     context = self._restore_or_create(cid, thinker, handler, must_exist)
                     ref = self._supervisor.ask(Spawn(context), block=True)

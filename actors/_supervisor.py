@@ -103,8 +103,7 @@ class Supervisor(pykka.ThreadingActor):
             return None
         if not ref.is_alive():  # died without telling us: forget it, callers reload
             logger.warning("conversation actor {} died; dropping it", conversation_id)
-            del self.live[conversation_id]
-            self.mirror.pop(conversation_id, None)
+            self._unregister(conversation_id)
             return None
         self.live.move_to_end(conversation_id)
         return ref
@@ -139,9 +138,13 @@ class Supervisor(pykka.ThreadingActor):
             self._forget(conversation_id)
         return bool(idle)
 
-    def _forget(self, conversation_id: str) -> bool:
-        ref = self.live.pop(conversation_id, None)
+    def _unregister(self, conversation_id: str) -> pykka.ActorRef[ConversationActor] | None:
+        """Drop the actor from the registry and its mirror; it is not stopped."""
         self.mirror.pop(conversation_id, None)
+        return self.live.pop(conversation_id, None)
+
+    def _forget(self, conversation_id: str) -> bool:
+        ref = self._unregister(conversation_id)
         if ref is None:
             return False
         ref.stop()
@@ -163,8 +166,7 @@ class Supervisor(pykka.ThreadingActor):
             try:
                 owners[conversation_id] = ref.ask(QueryOwner(), block=True)
             except pykka.ActorDeadError:
-                del self.live[conversation_id]
-                self.mirror.pop(conversation_id, None)
+                self._unregister(conversation_id)
         return owners
 
     def _release_all_for_job(self, job_id: str) -> list[str]:

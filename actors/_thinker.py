@@ -107,4 +107,4 @@ class BasicThinker:
         than the model (B109); None before the thinker has run."""
         if self._kept is None:
             return None
-        return "".join(Transcript.render_message(m) for m in self._kept)
+        return Transcript.render_messages(self._kept)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import msgspec
 
 from parlour.runtime._context import ConversationContext
@@ -34,7 +36,12 @@ class Transcript:
     @staticmethod
     def render(conversation: ConversationContext) -> str:
         """The transcript of ``conversation``'s messages; reading it changes nothing."""
-        return "".join(Transcript.render_message(m) for m in conversation.messages)
+        return Transcript.render_messages(conversation.messages)
+
+    @staticmethod
+    def render_messages(messages: Iterable[Message]) -> str:
+        """The transcript of ``messages``, in order."""
+        return "".join(Transcript.render_message(m) for m in messages)
 
     @staticmethod
     def render_message(message: Message) -> str:
