@@ -175,3 +175,20 @@ def test_a_restore_drops_tool_results_whose_call_is_nowhere() -> None:
     assert restored.messages[1].blocks == [
         b.ToolUseBlock(id="toolu_matched", name="t", input_json="{}")
     ]
+
+
+def test_a_restored_answer_is_dehydrated_until_a_handler_is_given() -> None:
+    # B190
+    from parlour.runtime import StringResponseHandler
+    from parlour.runtime.errors import DehydratedError
+
+    c = ConversationContext("c1")
+    c.add_user_message("question")
+    c.add_message(IncomingMessage("the answer", response_handler=StringResponseHandler()))
+    restored = ConversationContext.from_snapshot(c.to_snapshot())
+    answer = restored.messages[1]
+    assert isinstance(answer, IncomingMessage) and answer.is_dehydrated()
+    with pytest.raises(DehydratedError):
+        answer.get_response()
+    answer.rehydrate(StringResponseHandler())
+    assert not answer.is_dehydrated() and answer.get_response() == "the answer"
