@@ -172,7 +172,6 @@ class ConversationService:
                 )
             context = ConversationContext(cid, user_id=thinker.user_id, temporary=temporary)
         else:
-            context.stored = True
             context.add_tools(thinker.build_tool_definition_blocks())
         context.grade = thinker.grade
         context.depth = thinker.depth
@@ -248,10 +247,10 @@ class ConversationService:
             return
         snapshot = context.to_snapshot()
         if not context.stored and thinker.is_conversation_minted():
-            self.store.create_context(snapshot, thinker.user_id, thinker)
-            context.stored = True
+            version = self.store.create_context(snapshot, thinker.user_id, thinker)
         else:
-            self.store.save_context(snapshot, thinker.user_id, thinker)
+            version = self.store.save_context(snapshot, thinker.user_id, thinker)
+        context.stored_version = snapshot.stored_version = version
         if self.session is not None:  # write-through after the durable commit: never stale
             self.session.put(snapshot)
 

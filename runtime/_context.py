@@ -123,12 +123,19 @@ class ConversationContext:
         self.output_declaration: OutputSize | int | None = None
         self.interactive = False
         self.prior_spec_id: str | None = None
-        self.stored = False  # a durable record exists (set by the service, never persisted)
+        # The fencing version of the stored record this context was loaded at or last saved
+        # as; 0 while no durable record exists. Set by whoever persists it, never by users.
+        self.stored_version = 0
         self.artifact_registry = ArtifactRegistry()
         self.summarizer: Summarizer = TruncatingSummarizer()
         self._objective = ObjectiveMap(self._render_slot)
         self._declared: dict[str, DeclaredTool] = {}
         self._skills: dict[str, SkillBlock] = {}
+
+    @property
+    def stored(self) -> bool:
+        """A durable record of this conversation exists (it was loaded or saved)."""
+        return self.stored_version > 0
 
     # -- the objective map ------------------------------------------------------------------
 

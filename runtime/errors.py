@@ -12,7 +12,8 @@ Exception
 │   ├── ConversationUnavailableError   obtain failed: missing, or busy past the timeout
 │   ├── DehydratedError                a restored message has no response handler yet
 │   ├── MissingTypeAliasError          an artifact class without a type alias
-│   └── CorruptSnapshotError           a stored record that does not decode
+│   ├── CorruptSnapshotError           a stored record that does not decode
+│   └── StaleVersionError              a save from a version the record has moved past
 ├── IllegalStateError (RuntimeError)   an operation the current state forbids
 └── ConversationNotFoundError (LookupError)   an update for a record that does not exist
 ```
@@ -36,6 +37,7 @@ __all__ = [
     "ParlourError",
     "ProviderRefusalError",
     "RetryableLLMError",
+    "StaleVersionError",
     "UncorrectableLLMError",
 ]
 
@@ -117,3 +119,20 @@ class IllegalStateError(RuntimeError):
 
 class ConversationNotFoundError(LookupError):
     """An update was saved for a conversation the store does not hold (it was deleted)."""
+
+
+class StaleVersionError(ParlourError):
+    """A save named a version the stored record has moved past; nothing was written.
+
+    Another owner saved the conversation since this one loaded it. It is retryable in the
+    sense that obtaining the conversation again loads the newer state and goes on from there.
+    """
+
+    def __init__(self, conversation_id: str, expected: int, found: int) -> None:
+        self.conversation_id = conversation_id
+        self.expected = expected
+        self.found = found
+        super().__init__(
+            f"Conversation {conversation_id} was saved at version {found} since this copy "
+            f"loaded version {expected}; the save was refused. Obtain it again to go on."
+        )

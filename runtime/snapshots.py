@@ -138,6 +138,9 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
     # Top-level artifacts in their plain form; iterands ride inside their list.
     artifacts: list[dict[str, Any]] = msgspec.field(default_factory=list)
     skills: list[SkillBlock] = msgspec.field(default_factory=list)
+    # The fencing version of the stored record: what a store loaded it at or saved it as
+    # (0: never stored). A store stamps it from its own record on load; a save names it.
+    stored_version: int = 0
 
     @classmethod
     def of(cls, context: ConversationContext) -> ConversationPersistenceSnapshot:
@@ -163,6 +166,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
             prior_spec_id=context.served_spec_id(),
             artifacts=registry_entries(context.artifact_registry),
             skills=context.admitted_skills(),
+            stored_version=context.stored_version,
         )
 
     def to_conversation(self, handler: ResponseHandler | None = None) -> ConversationContext:
@@ -184,6 +188,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
         c.compactable = self.compactable
         c.cache_main_objective = self.cache_main_objective
         c.prior_spec_id = self.prior_spec_id
+        c.stored_version = self.stored_version
         for skill in self.skills:
             c.admit_skill(skill)
         restore_registry(c.artifact_registry, self.artifacts)  # unknown aliases: skipped (B132)

@@ -27,9 +27,10 @@ from parlour.runtime.errors import (
     ConversationNotFoundError,
     CorruptSnapshotError,
     IllegalStateError,
+    StaleVersionError,
 )
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot, MessageSnapshot
-from parlour.stores._memory import foreign, require_id
+from parlour.stores._memory import foreign, notify_deleted, require_id
 from parlour.stores._protocols import ConversationSummary
 from parlour.stores._records import (
     Header,
@@ -55,7 +56,7 @@ class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
 
 _Write = Callable[[Any], Any]  # applied inside the writer's transaction
 # what a write raises before it writes anything: the rest of its batch is unaffected
-_REFUSALS = (ConversationNotFoundError, PermissionError, ValueError)
+_REFUSALS = (ConversationNotFoundError, PermissionError, StaleVersionError, ValueError)
 
 
 class _ReadGate:
@@ -131,6 +132,7 @@ class LmdbStore:
         self._written: OrderedDict[str, list[MessageSnapshot]] = OrderedDict()
         self._pending: dict[str, list[MessageSnapshot] | None] = {}
         self._remembered = remembered
+        self._listeners: list[Callable[[str], None]] = []
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -141,7 +143,7 @@ class LmdbStore:
         key, body = conversation_key(cid), encode_body(snapshot)
         plan = plan_messages(None, snapshot.messages)  # a create writes every message
 
-        def write(txn: Any) -> None:
+        def write(txn: Any) -> int:
             now = dt.datetime.now(dt.UTC)
             raw = txn.get(key, db=self._heads)
             old = None if raw is None else header_decoder.decode(raw)
@@ -153,10 +155,12 @@ class LmdbStore:
                 created_at=now if old is None else old.created_at,
                 updated_at=now,
                 message_count=len(plan.messages),
+                version=1 if old is None else old.version + 1,
             )
             self._put(txn, key, cid, head, body, plan, 0 if old is None else old.message_count)
+            return head.version
 
-        self._submit(write, len(body) + plan.size)
+        return int(self._submit(write, len(body) + plan.size))
 
     def save_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
@@ -165,7 +169,7 @@ class LmdbStore:
         key, body = conversation_key(cid), encode_body(snapshot)
         plan = plan_messages(self._written.get(cid), snapshot.messages)
 
-        def write(txn: Any) -> None:
+        def write(txn: Any) -> int:
             raw = txn.get(key, db=self._heads)
             if raw is None:
                 raise ConversationNotFoundError(
@@ -175,12 +179,18 @@ class LmdbStore:
             old = header_decoder.decode(raw)
             if old.user_id != user_id:
                 raise foreign(cid, user_id)
+            if snapshot.stored_version != old.version:
+                raise StaleVersionError(cid, snapshot.stored_version, old.version)
             head = msgspec.structs.replace(
-                old, updated_at=dt.datetime.now(dt.UTC), message_count=len(plan.messages)
+                old,
+                updated_at=dt.datetime.now(dt.UTC),
+                message_count=len(plan.messages),
+                version=old.version + 1,
             )
             self._put(txn, key, cid, head, body, plan, old.message_count)
+            return head.version
 
-        self._submit(write, len(body) + plan.size)
+        return int(self._submit(write, len(body) + plan.size))
 
     def _put(
         self,
@@ -228,7 +238,13 @@ class LmdbStore:
             self._pending[conversation_id] = None
             return True
 
-        return bool(self._submit(write, 0))
+        removed = bool(self._submit(write, 0))
+        if removed:
+            notify_deleted(self._listeners, conversation_id)
+        return removed
+
+    def add_delete_listener(self, listener: Callable[[str], None]) -> None:
+        self._listeners.append(listener)
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -247,7 +263,19 @@ class LmdbStore:
             if body is None:  # a head without a body: only a damaged file can do this
                 raise CorruptSnapshotError(f"Stored conversation {conversation_id} has no body.")
             messages = self._read_messages(txn, key, head.message_count)
-            return decode_record(conversation_id, body, messages, head.message_count)
+            snapshot = decode_record(conversation_id, body, messages, head.message_count)
+            snapshot.stored_version = head.version
+            return snapshot
+
+    def version_of(self, conversation_id: str, user_id: str) -> int | None:
+        with self._gate.shared(), self._env.begin(buffers=True) as txn:
+            raw = txn.get(conversation_key(conversation_id), db=self._heads)
+            if raw is None:
+                return None
+            head = header_decoder.decode(raw)
+            if head.user_id != user_id:
+                raise foreign(conversation_id, user_id)
+            return head.version
 
     def _read_messages(self, txn: Any, key: bytes, count: int) -> list[memoryview]:
         prefix = message_prefix(key)

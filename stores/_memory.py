@@ -5,8 +5,12 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 
-from parlour.runtime.errors import ConversationNotFoundError
+import msgspec
+from loguru import logger
+
+from parlour.runtime.errors import ConversationNotFoundError, StaleVersionError
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from parlour.stores._protocols import ConversationSummary
 
@@ -62,41 +66,49 @@ class MemoryStore:
     """
 
     def __init__(self) -> None:
-        self._records: dict[str, tuple[str, ConversationSummary, ConversationPersistenceSnapshot]]
-        self._records = {}
+        self._records: dict[str, _Record] = {}
+        self._last_versions: dict[str, int] = {}  # survives deletes: versions never restart
+        self._listeners: list[Callable[[str], None]] = []
         self._lock = threading.Lock()
 
     def create_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
-    ) -> None:
+    ) -> int:
         key = require_id(snapshot)
         now = dt.datetime.now(dt.UTC)
         with self._lock:
             existing = self._records.get(key)
-            if existing is not None and existing[0] != user_id:
+            if existing is not None and existing.user_id != user_id:
                 raise foreign(key, user_id)
+            version = self._last_versions.get(key, 0) + 1
             summary = ConversationSummary(
                 conversation_id=key, title=snapshot.title, created_at=now, updated_at=now
             )
-            self._records[key] = (user_id, summary, snapshot)
+            self._store(key, _Record(user_id, summary, snapshot), version)
+            return version
 
     def save_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
-    ) -> None:
+    ) -> int:
         key = require_id(snapshot)
         with self._lock:
             existing = self._records.get(key)
             if existing is None:
                 raise ConversationNotFoundError(f"Conversation {key} has no stored record.")
-            if existing[0] != user_id:
+            if existing.user_id != user_id:
                 raise foreign(key, user_id)
-            summary = ConversationSummary(
-                conversation_id=key,
-                title=existing[1].title,
-                created_at=existing[1].created_at,
-                updated_at=dt.datetime.now(dt.UTC),
-            )
-            self._records[key] = (user_id, summary, snapshot)
+            current = self._last_versions[key]
+            if snapshot.stored_version != current:
+                raise StaleVersionError(key, snapshot.stored_version, current)
+            summary = msgspec.structs.replace(existing.summary, updated_at=dt.datetime.now(dt.UTC))
+            self._store(key, _Record(user_id, summary, snapshot), current + 1)
+            return current + 1
+
+    def _store(self, key: str, record: _Record, version: int) -> None:
+        # a private copy stamped with its version: the caller's snapshot stays the caller's
+        record.snapshot = msgspec.structs.replace(record.snapshot, stored_version=version)
+        self._records[key] = record
+        self._last_versions[key] = version
 
     def load(
         self, conversation_id: str, user_id: str, caller: object = None
@@ -105,25 +117,60 @@ class MemoryStore:
             existing = self._records.get(conversation_id)
         if existing is None:
             return None
-        if existing[0] != user_id:
+        if existing.user_id != user_id:
             raise foreign(conversation_id, user_id)
-        return existing[2]
+        return msgspec.structs.replace(existing.snapshot)
+
+    def version_of(self, conversation_id: str, user_id: str) -> int | None:
+        with self._lock:
+            existing = self._records.get(conversation_id)
+        if existing is None:
+            return None
+        if existing.user_id != user_id:
+            raise foreign(conversation_id, user_id)
+        return existing.snapshot.stored_version
 
     def delete(self, conversation_id: str, user_id: str) -> bool:
         with self._lock:
             existing = self._records.get(conversation_id)
             if existing is None:
                 return False
-            if existing[0] != user_id:
+            if existing.user_id != user_id:
                 raise foreign(conversation_id, user_id)
             del self._records[conversation_id]
-            return True
+        notify_deleted(self._listeners, conversation_id)
+        return True
 
     def exists(self, conversation_id: str, user_id: str) -> bool:
         with self._lock:
             existing = self._records.get(conversation_id)
-        return existing is not None and existing[0] == user_id
+        return existing is not None and existing.user_id == user_id
 
     def list_conversations(self, user_id: str) -> list[ConversationSummary]:
+        """The user's conversations, most recently updated first."""
         with self._lock:
-            return [s for owner, s, _ in self._records.values() if owner == user_id]
+            found = [r.summary for r in self._records.values() if r.user_id == user_id]
+        return sorted(found, key=lambda s: s.updated_at, reverse=True)
+
+    def add_delete_listener(self, listener: Callable[[str], None]) -> None:
+        self._listeners.append(listener)
+
+
+class _Record:
+    __slots__ = ("snapshot", "summary", "user_id")
+
+    def __init__(
+        self, user_id: str, summary: ConversationSummary, snapshot: ConversationPersistenceSnapshot
+    ) -> None:
+        self.user_id = user_id
+        self.summary = summary
+        self.snapshot = snapshot
+
+
+def notify_deleted(listeners: list[Callable[[str], None]], conversation_id: str) -> None:
+    """Tell every delete listener; one that raises is logged and the rest still hear."""
+    for listener in listeners:
+        try:
+            listener(conversation_id)
+        except Exception:
+            logger.exception("a delete listener failed for conversation {}", conversation_id)

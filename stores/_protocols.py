@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from typing import Protocol
 
 import msgspec
@@ -20,18 +21,28 @@ class ConversationSummary(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class PersistentStore(Protocol):
-    """Durable conversations, bound to users.
+    """Durable conversations, bound to users, fenced by a version.
 
     Every conversation-addressed call takes the acting user id; another user's conversation
     raises ``PermissionError`` (``exists`` answers False). ``caller`` is the thinker on whose
     behalf a read happens, for stores that dispatch reads as work; it may be None.
+
+    Every record carries a fencing version: a create stores version 1 or, for an id that
+    was deleted, one past the last version it ever had (an id's versions never restart);
+    each save advances it by one. A snapshot names the version it was loaded at or last
+    saved as (``snapshot.stored_version``); a save from any other version is refused with
+    ``StaleVersionError`` and writes nothing.
+
     Thread-safety: implementations are safe to call from any thread.
     """
 
     def create_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
-    ) -> None:
+    ) -> int:
         """Create the record (the first save), titled from the snapshot.
+
+        Returns:
+            The new record's version.
 
         Raises:
             ValueError: the snapshot has no conversation id.
@@ -41,20 +52,25 @@ class PersistentStore(Protocol):
 
     def save_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
-    ) -> None:
+    ) -> int:
         """Update an existing record; never creates one and never re-titles it.
+
+        Returns:
+            The record's new version.
 
         Raises:
             ValueError: the snapshot has no conversation id.
             ConversationNotFoundError: no record holds the id (it was deleted).
             PermissionError: the record belongs to another user.
+            StaleVersionError: the record has moved past ``snapshot.stored_version``.
         """
         ...
 
     def load(
         self, conversation_id: str, user_id: str, caller: object = None
     ) -> ConversationPersistenceSnapshot | None:
-        """The stored snapshot, or None when there is none.
+        """The stored snapshot (its ``stored_version`` the record's), or None when there is
+        none.
 
         Raises:
             PermissionError: the record belongs to another user.
@@ -62,13 +78,28 @@ class PersistentStore(Protocol):
         """
         ...
 
+    def version_of(self, conversation_id: str, user_id: str) -> int | None:
+        """The stored record's current version; None when there is none.
+
+        Raises:
+            PermissionError: the record belongs to another user.
+        """
+        ...
+
     def delete(self, conversation_id: str, user_id: str) -> bool:
-        """Remove the record; True when one was removed."""
+        """Remove the record; True when one was removed. Every delete listener hears of it
+        after the removal is durable."""
         ...
 
     def exists(self, conversation_id: str, user_id: str) -> bool: ...
 
     def list_conversations(self, user_id: str) -> list[ConversationSummary]: ...
+
+    def add_delete_listener(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(conversation_id)`` after every delete, whoever asked for it, so a
+        cache in front of the store never serves a deleted conversation. A listener that
+        raises is logged and does not fail the delete."""
+        ...
 
 
 class SessionStore(Protocol):

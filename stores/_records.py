@@ -31,6 +31,7 @@ class Header(msgspec.Struct, frozen=True, kw_only=True):
     created_at: dt.datetime
     updated_at: dt.datetime
     message_count: int = 0
+    version: int = 0  # the fencing version: advanced by every save
 
 
 header_encoder = msgspec.json.Encoder()

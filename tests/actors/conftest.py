@@ -22,11 +22,11 @@ class CountingStore(MemoryStore):
 
     def create_context(self, snapshot, user_id, caller=None):  # type: ignore[no-untyped-def]
         self.calls["create"] += 1
-        super().create_context(snapshot, user_id, caller)
+        return super().create_context(snapshot, user_id, caller)
 
     def save_context(self, snapshot, user_id, caller=None):  # type: ignore[no-untyped-def]
         self.calls["save"] += 1
-        super().save_context(snapshot, user_id, caller)
+        return super().save_context(snapshot, user_id, caller)
 
     def load(self, conversation_id, user_id, caller=None):  # type: ignore[no-untyped-def]
         self.calls["load"] += 1

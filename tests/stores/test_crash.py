@@ -21,12 +21,12 @@ store = LmdbStore(sys.argv[1])
 conversations = [ConversationContext(f"c{i}", user_id="alice") for i in range(4)]
 for c in conversations:
     c.add_user_message("first")
-    store.create_context(c.to_snapshot(), "alice")
+    c.stored_version = store.create_context(c.to_snapshot(), "alice")
 turn = 0
 while True:  # saves until killed, acknowledging each one after it returned
     c = conversations[turn % 4]
     c.add_user_message(f"turn {turn}")
-    store.save_context(c.to_snapshot(), "alice")
+    c.stored_version = store.save_context(c.to_snapshot(), "alice")
     print(turn, flush=True)
     turn += 1
 """

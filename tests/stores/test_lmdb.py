@@ -10,18 +10,20 @@ import pytest
 
 from parlour.runtime import ConversationContext
 from parlour.runtime.errors import CorruptSnapshotError, IllegalStateError
+from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from parlour.stores import LmdbStore
 
 
-def _snapshot(cid: str, text: str = "hello") -> object:
+def _snapshot(cid: str, text: str = "hello", version: int = 0) -> ConversationPersistenceSnapshot:
     context = ConversationContext(cid, user_id="alice")
     context.add_user_message(text)
+    context.stored_version = version
     return context.to_snapshot()
 
 
 def test_a_conversation_survives_closing_and_reopening_the_directory(tmp_path: Path) -> None:
     with LmdbStore(tmp_path) as store:
-        store.create_context(_snapshot("c1", "kept"), "alice")  # type: ignore[arg-type]
+        store.create_context(_snapshot("c1", "kept"), "alice")
     with LmdbStore(tmp_path) as reopened:
         loaded = reopened.load("c1", "alice")
     assert loaded is not None and loaded.messages[0].raw_content == "kept"
@@ -35,8 +37,8 @@ def test_concurrent_saves_from_many_threads_lose_nothing(lmdb_store: LmdbStore) 
         try:
             for i in range(per_thread):
                 cid = f"t{n}-{i}"
-                lmdb_store.create_context(_snapshot(cid, cid), "alice")  # type: ignore[arg-type]
-                lmdb_store.save_context(_snapshot(cid, cid + "!"), "alice")  # type: ignore[arg-type]
+                lmdb_store.create_context(_snapshot(cid, cid), "alice")
+                lmdb_store.save_context(_snapshot(cid, cid + "!", 1), "alice")
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 
@@ -56,8 +58,8 @@ def test_a_corrupt_record_raises_a_clear_error_and_other_records_still_load(
     tmp_path: Path,
 ) -> None:
     with LmdbStore(tmp_path) as store:
-        store.create_context(_snapshot("good"), "alice")  # type: ignore[arg-type]
-        store.create_context(_snapshot("bad"), "alice")  # type: ignore[arg-type]
+        store.create_context(_snapshot("good"), "alice")
+        store.create_context(_snapshot("bad"), "alice")
     import lmdb
 
     env = lmdb.open(str(tmp_path), max_dbs=4)
@@ -74,7 +76,7 @@ def test_the_map_grows_instead_of_failing_when_full(tmp_path: Path) -> None:
     with LmdbStore(tmp_path, map_size=64 * 1024) as store:
         big = "x" * 20_000
         for i in range(20):
-            store.create_context(_snapshot(f"c{i}", big), "alice")  # type: ignore[arg-type]
+            store.create_context(_snapshot(f"c{i}", big), "alice")
         assert store.statistics().map_size > 64 * 1024
         loaded = store.load("c19", "alice")
         assert loaded is not None and loaded.messages[0].raw_content == big
@@ -93,12 +95,12 @@ def test_a_closed_store_refuses_writes(tmp_path: Path) -> None:
     store.close()
     store.close()  # idempotent
     with pytest.raises(IllegalStateError, match="closed"):
-        store.create_context(_snapshot("c1"), "alice")  # type: ignore[arg-type]
+        store.create_context(_snapshot("c1"), "alice")
 
 
 def test_readers_keep_reading_while_the_map_grows_under_them(tmp_path: Path) -> None:
     with LmdbStore(tmp_path, map_size=64 * 1024) as store:
-        store.create_context(_snapshot("seed", "seed"), "alice")  # type: ignore[arg-type]
+        store.create_context(_snapshot("seed", "seed"), "alice")
         stop = threading.Event()
         failures: list[BaseException] = []
 
@@ -116,7 +118,7 @@ def test_readers_keep_reading_while_the_map_grows_under_them(tmp_path: Path) -> 
             r.start()
         try:
             for i in range(30):
-                store.create_context(_snapshot(f"c{i}", "y" * 10_000), "alice")  # type: ignore[arg-type]
+                store.create_context(_snapshot(f"c{i}", "y" * 10_000), "alice")
         finally:
             stop.set()
             for r in readers:

@@ -39,11 +39,11 @@ def _same(a: ConversationContext, b: ConversationContext) -> bool:
 def test_a_flag_set_on_a_saved_message_is_saved(tmp_path: Path) -> None:
     c = _conversation(3)
     with LmdbStore(tmp_path) as store:
-        store.create_context(c.to_snapshot(), "alice")
+        c.stored_version = store.create_context(c.to_snapshot(), "alice")
         c.messages[1].set_cache(True)
         c.messages[2].blocks.append(TextBlock(text="appended in place"))
         c.messages[0].blocks[0] = TextBlock(text="replaced in place")
-        store.save_context(c.to_snapshot(), "alice")
+        c.stored_version = store.save_context(c.to_snapshot(), "alice")
     reloaded = _reloaded(tmp_path)
     assert reloaded.messages[1].cache is True
     assert reloaded.messages[2].blocks[-1] == TextBlock(text="appended in place")
@@ -54,9 +54,9 @@ def test_a_flag_set_on_a_saved_message_is_saved(tmp_path: Path) -> None:
 def test_a_shortened_history_leaves_no_stale_messages(tmp_path: Path) -> None:
     c = _conversation(5)
     with LmdbStore(tmp_path) as store:
-        store.create_context(c.to_snapshot(), "alice")
+        c.stored_version = store.create_context(c.to_snapshot(), "alice")
         c.messages = [OutgoingMessage("=== CONVERSATION SUMMARY === earlier"), *c.messages[-2:]]
-        store.save_context(c.to_snapshot(), "alice")
+        c.stored_version = store.save_context(c.to_snapshot(), "alice")
     assert _same(_reloaded(tmp_path), c)
 
 
@@ -65,7 +65,7 @@ def test_a_deleted_then_recreated_conversation_has_only_its_new_messages(tmp_pat
         store.create_context(_conversation(4).to_snapshot(), "alice")
         assert store.delete("c1", "alice")
         fresh = _conversation(1)
-        store.create_context(fresh.to_snapshot(), "alice")
+        fresh.stored_version = store.create_context(fresh.to_snapshot(), "alice")
     assert _same(_reloaded(tmp_path), fresh)
 
 
@@ -106,7 +106,7 @@ def test_any_sequence_of_edits_and_saves_reloads_as_last_saved(
     c = _conversation(2)
     with tempfile.TemporaryDirectory() as tmp:
         with LmdbStore(tmp) as store:
-            store.create_context(c.to_snapshot(), "alice")
+            c.stored_version = store.create_context(c.to_snapshot(), "alice")
             for op, arg in steps:
                 if op == "add":
                     c.add_user_message(f"said {arg}")
@@ -120,5 +120,5 @@ def test_any_sequence_of_edits_and_saves_reloads_as_last_saved(
                         c.messages[i].blocks[0] = TextBlock(text=f"swapped {arg}")
                     else:
                         del c.messages[i]
-                store.save_context(c.to_snapshot(), "alice")
+                c.stored_version = store.save_context(c.to_snapshot(), "alice")
         assert _same(_reloaded(Path(tmp)), c)

@@ -6,10 +6,11 @@ import datetime as dt
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from parlour.runtime import ConversationContext
-from parlour.runtime.errors import ConversationNotFoundError
+from parlour.runtime.errors import ConversationNotFoundError, StaleVersionError
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from parlour.stores import LmdbStore, MemoryStore, PersistentStore
 
@@ -25,25 +26,27 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Persistent
 
 
 def snapshot(
-    cid: str | None = "c1", text: str = "Are you working?"
+    cid: str | None = "c1", text: str = "Are you working?", version: int = 0
 ) -> ConversationPersistenceSnapshot:
     context = ConversationContext(cid, user_id="alice")
     context.put_main_objective("task", "Be brief.")
     context.add_user_message(text)
+    context.stored_version = version
     return context.to_snapshot()
 
 
-def test_a_created_conversation_loads_back_equal(store: PersistentStore) -> None:
+def test_a_created_conversation_loads_back_equal_at_its_version(store: PersistentStore) -> None:
     saved = snapshot()
-    store.create_context(saved, "alice")
-    assert store.load("c1", "alice") == saved
+    assert store.create_context(saved, "alice") == 1
+    assert store.load("c1", "alice") == msgspec.structs.replace(saved, stored_version=1)
     assert store.exists("c1", "alice")
+    assert store.version_of("c1", "alice") == 1
 
 
 def test_an_update_replaces_the_snapshot_but_keeps_the_title(store: PersistentStore) -> None:
     # B199
     store.create_context(snapshot(text="First question"), "alice")
-    store.save_context(snapshot(text="Retitled question"), "alice")
+    assert store.save_context(snapshot(text="Retitled question", version=1), "alice") == 2
     loaded = store.load("c1", "alice")
     assert loaded is not None and loaded.messages[0].raw_content == "Retitled question"
     [summary] = store.list_conversations("alice")
@@ -99,3 +102,23 @@ def test_a_user_lists_only_their_own_conversations(store: PersistentStore) -> No
     assert sorted(s.conversation_id for s in store.list_conversations("alice")) == ["a1", "a2"]
     assert [s.conversation_id for s in store.list_conversations("bob")] == ["b1"]
     assert all(isinstance(s.updated_at, dt.datetime) for s in store.list_conversations("bob"))
+
+
+def test_a_save_from_a_stale_version_is_refused_and_writes_nothing(store: PersistentStore) -> None:
+    store.create_context(snapshot(), "alice")
+    store.save_context(snapshot(text="second", version=1), "alice")
+    with pytest.raises(StaleVersionError) as refused:
+        store.save_context(snapshot(text="stale", version=1), "alice")
+    assert (refused.value.expected, refused.value.found) == (1, 2)
+    loaded = store.load("c1", "alice")
+    assert loaded is not None and loaded.messages[0].raw_content == "second"
+    assert loaded.stored_version == 2
+
+
+def test_a_delete_is_heard_by_every_delete_listener(store: PersistentStore) -> None:
+    heard: list[str] = []
+    store.add_delete_listener(heard.append)
+    store.create_context(snapshot(), "alice")
+    store.delete("c1", "alice")
+    store.delete("c1", "alice")
+    assert heard == ["c1"]
