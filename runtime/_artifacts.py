@@ -37,6 +37,7 @@ __all__ = [
     "extract_alias_from_ref",
     "normalize_ref",
     "refs_mentioned_in",
+    "registered_classes",
     "type_alias",
 ]
 
@@ -75,6 +76,8 @@ class Artifact(msgspec.Struct, kw_only=True, dict=True):
 
 _ALIAS_TO_CLASS: dict[str, type[Artifact]] = {}
 _CLASS_TO_ALIAS: dict[type[Artifact], str] = {}
+# by "module:QualName", the form a stored PojoBlock names its class in
+_PATH_TO_CLASS: dict[str, type[Artifact]] = {}
 
 A = TypeVar("A", bound=type[Artifact])
 
@@ -99,6 +102,7 @@ def type_alias(alias: str) -> Callable[[A], A]:
             )
         _ALIAS_TO_CLASS[alias] = cls
         _CLASS_TO_ALIAS[cls] = alias
+        _PATH_TO_CLASS[f"{cls.__module__}:{cls.__qualname__}"] = cls
         return cls
 
     return register
@@ -115,6 +119,11 @@ def alias_of(cls: type) -> str | None:
 
 def class_for_alias(alias: str) -> type[Artifact] | None:
     return _ALIAS_TO_CLASS.get(alias)
+
+
+def registered_classes() -> dict[str, type[Artifact]]:
+    """Every class given a type alias, by its ``module:QualName`` path; do not modify it."""
+    return _PATH_TO_CLASS
 
 
 # -- references -----------------------------------------------------------------------------
