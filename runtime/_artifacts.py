@@ -25,6 +25,7 @@ from typing import Generic, TypeVar
 
 import msgspec
 
+from parlour.runtime._validation import check_value
 from parlour.runtime.errors import MissingTypeAliasError
 
 __all__ = [
@@ -202,16 +203,26 @@ class ArtifactRegistry:
 
         Raises:
             MissingTypeAliasError: the artifact's class (or a reachable one's) has no alias.
+            ValueError: the artifact could not be stored (a lone surrogate, nesting deeper
+                than ``MAX_NESTING``, a value msgspec cannot encode); nothing is registered.
         """
+        if artifact.artifact_ref is not None and self._top.get(artifact.artifact_ref) is artifact:
+            return artifact.artifact_ref  # registered already: skip the checks and the walk
+        _check(artifact)
         ref = self._ensure_ref(artifact)
         if self._top.get(ref) is artifact:
-            return ref  # registered already: skip the reachable walk
+            return ref
         self._top[ref] = artifact
         self._walk(artifact, set())
         return ref
 
     def index_reachable(self, artifact: Artifact) -> str:
-        """Index ``artifact`` as reachable: resolvable, but not a top-level entry."""
+        """Index ``artifact`` as reachable: resolvable, but not a top-level entry.
+
+        Raises:
+            MissingTypeAliasError, ValueError: as ``register``.
+        """
+        _check(artifact)
         ref = self._ensure_ref(artifact)
         self._reachable[ref] = artifact
         self._walk(artifact, set())
@@ -275,6 +286,11 @@ class ArtifactRegistry:
             if isinstance(child, Artifact) and id(child) not in seen:
                 self._reachable[self._ensure_ref(child)] = child
             self._walk(child, seen)
+
+
+def _check(artifact: Artifact) -> None:
+    name = f"{type(artifact).__name__} {artifact.artifact_ref or '(unregistered)'}"
+    check_value(artifact, f"artifact {name}")
 
 
 def _children(node: object) -> Iterable[object]:

@@ -38,6 +38,7 @@ from parlour.runtime._roles import Depth, Grade, Input, OutputSize, TurnRole
 from parlour.runtime._serializer import build_registry_section
 from parlour.runtime._summarizers import Summarizer, TruncatingSummarizer
 from parlour.runtime._tokens import counter_for
+from parlour.runtime._validation import check_text
 from parlour.runtime.blocks import (
     ContentBlock,
     FileBlock,
@@ -45,6 +46,7 @@ from parlour.runtime.blocks import (
     SkillBlock,
     TextBlock,
     ToolDefinitionBlock,
+    check_block,
     render_text,
     render_tool_text,
 )
@@ -144,9 +146,13 @@ class ConversationContext:
 
         Text is stored as a TextBlock, a block as itself, any other value (a msgspec Struct,
         a dataclass, a dict) as a PojoBlock rendered through the pipeline. None or "" creates
-        no slot (B40). After the first render a put that renders identically is silent, and
-        anything else is logged at error level with a stack trace and ignored (B47-B50);
-        nothing is raised.
+        no slot. After the first render a put that renders identically is silent, and
+        anything else is logged at error level with a stack trace and ignored.
+
+        Raises:
+            ValueError: the value could not be stored: a lone surrogate in any text, nesting
+                deeper than ``MAX_NESTING``, or a value msgspec cannot encode. The message
+                names the slot; the objective is left as it was.
         """
         self._objective.put(key, value)
 
@@ -177,9 +183,24 @@ class ConversationContext:
     # -- messages ---------------------------------------------------------------------------
 
     def add_message(self, message: Message) -> None:
+        """Append ``message``; it validated its own text and blocks as they entered it.
+
+        Raises:
+            ValueError: ``message`` is not a ``Message``.
+        """
+        if not isinstance(message, Message):
+            raise ValueError(
+                f"Conversation {self.conversation_id} accepts Message instances, "
+                f"not {type(message).__name__}; refused"
+            )
         self.messages.append(message)
 
     def add_user_message(self, text: str, **flags: Any) -> OutgoingMessage:
+        """Append a user message saying ``text``.
+
+        Raises:
+            ValueError: ``text`` holds a lone surrogate (the message names where).
+        """
         message = OutgoingMessage(text, [TextBlock(text=text)], **flags)
         self.messages.append(message)
         return message
@@ -219,7 +240,15 @@ class ConversationContext:
     def admit_skill(self, skill: SkillBlock) -> None:
         """Admit a skill, once per name (D12). Before the first render it joins the system
         content ahead of the objective (B89); after the freeze it arrives as an app-authored
-        user message, so the cached prefix never moves."""
+        user message, so the cached prefix never moves.
+
+        Raises:
+            ValueError: ``skill`` is not a SkillBlock that could be stored (a lone surrogate,
+                a field of the wrong type); the message names the skill.
+        """
+        if not isinstance(skill, SkillBlock):
+            raise ValueError(f"A skill is a SkillBlock, not {type(skill).__name__}; refused")
+        check_block(skill, f"skill {skill.name!r}")
         if skill.name in self._skills:
             return
         self._skills[skill.name] = skill
@@ -248,8 +277,17 @@ class ConversationContext:
     def add_tool(self, tool: DeclaredTool) -> None:
         """Declare a tool; add-only, so a name already declared is a no-op (B2, B3).
 
-        Nothing converts here: the definition is taken at the first render after this call.
+        Nothing converts here: the definition is taken at the first render after this call
+        (and validated then, like a definition given here).
+
+        Raises:
+            ValueError: the tool's name, or the definition given, could not be stored (a
+                lone surrogate, a field of the wrong type); the message names the tool.
         """
+        if isinstance(tool, ToolDefinitionBlock):
+            check_block(tool, f"tool definition {tool.name!r}")
+        else:
+            check_text(tool.name, "a declared tool's name")
         self._declared.setdefault(tool.name, tool)
 
     def add_tools(self, tools: Iterable[DeclaredTool]) -> None:
@@ -278,7 +316,10 @@ class ConversationContext:
     def _definition(self, name: str) -> ToolDefinitionBlock:
         # a definition is its own DeclaredTool: storing what the declaration produced makes
         # this the one and only conversion (B5)
-        definition = self._declared[name].definition()
+        declared = self._declared[name]
+        definition = declared.definition()
+        if definition is not declared:
+            check_block(definition, f"tool definition {name!r}")
         self._declared[name] = definition
         return definition
 

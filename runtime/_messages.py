@@ -2,42 +2,76 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 from typing import Any, Self, SupportsIndex
 
 from parlour.runtime._handlers import ResponseHandler
-from parlour.runtime.blocks import ContentBlock, TextBlock
+from parlour.runtime._validation import check_text, is_valid_text
+from parlour.runtime.blocks import ContentBlock, TextBlock, check_block, plainly_storable
 from parlour.runtime.errors import DehydratedError
 
 
+class StoredBlocks(list[ContentBlock]):
+    """Blocks decoded from a stored record: the decoder already proved them storable (typed
+    fields, no lone surrogate, values within the nesting cap), so a message given them
+    skips the check. Only the snapshot code makes one."""
+
+    __slots__ = ()
+
+
 class _Blocks(list[ContentBlock]):
-    """A message's block list: any change in place forgets the message's memoized snapshot.
+    """A message's block list: every block that enters it is validated, and any change in
+    place forgets the message's memoized snapshot.
 
     Reads (iteration, indexing, ``len``) are the list's own, at C speed.
+
+    Raises:
+        ValueError: (on construction and on every insertion) a block that could not be
+            stored (see ``blocks.check_block``); the list is left as it was.
     """
 
     __slots__ = ("_owner",)
 
-    def __init__(self, owner: Message, blocks: Iterable[ContentBlock]) -> None:
+    def __init__(
+        self, owner: Message, blocks: Iterable[ContentBlock], *, checked: bool = False
+    ) -> None:
         super().__init__(blocks)
         self._owner = owner
+        if not checked:
+            self._check(self, 0)  # a stored record's blocks are checked by the decoder
+
+    def _check(self, blocks: Iterable[object], start: int) -> None:
+        owner = self._owner
+        for i, block in enumerate(blocks, start):
+            if not plainly_storable(block):  # the common case builds no message text
+                check_block(block, f"{type(owner).__name__} (role {owner.role!r}) block {i}")
 
     def _changed(self) -> None:
         self._owner._forget()
 
     def append(self, block: ContentBlock) -> None:
+        self._check((block,), len(self))
         super().append(block)
         self._changed()
 
     def extend(self, blocks: Iterable[ContentBlock]) -> None:
+        blocks = list(blocks)
+        self._check(blocks, len(self))
         super().extend(blocks)
         self._changed()
 
     def insert(self, index: SupportsIndex, block: ContentBlock) -> None:
+        self._check((block,), operator.index(index))
         super().insert(index, block)
         self._changed()
 
     def __setitem__(self, index: Any, value: Any) -> None:
+        if isinstance(index, slice):
+            value = list(value)
+            self._check(value, 0)
+        else:
+            self._check((value,), index)
         super().__setitem__(index, value)
         self._changed()
 
@@ -74,6 +108,12 @@ class _Blocks(list[ContentBlock]):
 class Message:
     """A message in a conversation. Not thread-safe: only the conversation's owner touches it.
 
+    Its text and every block are validated as they enter (on construction, on assignment,
+    on every change to the block list): a lone surrogate, a block field of the wrong type,
+    or a PojoBlock value nested deeper than ``MAX_NESTING`` or not encodable raises
+    ``ValueError`` naming the message's kind, role, block index and field, and the message
+    is left as it was. So nothing a message holds can make a later save fail.
+
     ``role`` is a free string here on purpose: a wrong role is refused when the conversation
     is mapped to turns (``TurnRole.of``), never silently relabelled.
     """
@@ -104,8 +144,10 @@ class Message:
         self._snapshot: Any = None  # a MessageSnapshot, memoized by snapshots.py
         self._turn: Any = None  # a Turn, memoized by the render (_render.py)
         self.role = role
-        self.blocks: list[ContentBlock] = list(blocks)
-        self._raw_content = content
+        self.blocks: list[ContentBlock] = blocks  # type: ignore[assignment]  # wrapped in _Blocks
+        if content is not None:
+            self._check_content(content)
+        self._raw_content = content  # set here only
         self.compactable = compactable
         self.app_authored = app_authored
         self.cache = cache
@@ -115,10 +157,18 @@ class Message:
         # any change forgets the memoized snapshot (see snapshots.MessageSnapshot.of); the
         # block list reports its own in-place changes
         if name == "blocks":
-            value = _Blocks(self, value)  # type: ignore[arg-type]
+            value = _Blocks(self, value, checked=type(value) is StoredBlocks)  # type: ignore[arg-type]
         object.__setattr__(self, name, value)
         if name not in ("_snapshot", "_turn"):
             self._forget()
+
+    def _check_content(self, content: object) -> None:
+        if isinstance(content, str) and is_valid_text(content):
+            return  # the common case builds no message text
+        where = f"{type(self).__name__} (role {self.role!r}) content"
+        if not isinstance(content, str):
+            raise ValueError(f"{where} is of type {type(content).__name__}, not str; refused")
+        check_text(content, where)
 
     def _forget(self) -> None:
         """Drop what was derived from this message (its snapshot and its turn)."""

@@ -19,6 +19,7 @@ a ``JsonBlock`` of the same data.
 from __future__ import annotations
 
 import sys
+import types
 import typing
 from typing import Any, ClassVar
 
@@ -26,6 +27,7 @@ import msgspec
 from msgspec.structs import force_setattr
 
 from parlour.runtime._artifacts import registered_classes
+from parlour.runtime._validation import check_text, check_value, is_valid_text
 from parlour.runtime.errors import IllegalStateError, UncorrectableLLMError
 
 __all__ = [
@@ -43,7 +45,9 @@ __all__ = [
     "ToolDefinitionBlock",
     "ToolResultBlock",
     "ToolUseBlock",
+    "check_block",
     "class_path_of",
+    "plainly_storable",
     "render_text",
     "render_tool_text",
     "revive",
@@ -195,6 +199,73 @@ BLOCK_KINDS: dict[str, type[ContentBlock]] = {
     cls.__struct_config__.tag: cls for cls in typing.get_args(ContentBlock)
 }
 """Every stored kind name and the block class it decodes to, derived from the union."""
+
+
+def _field_types(cls: type) -> tuple[tuple[str, tuple[type, ...]], ...]:
+    """Each field of a block kind with the Python types it may hold (Any: none listed)."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for name in cls.__struct_fields__:  # type: ignore[attr-defined]
+        hint = hints[name]
+        args = typing.get_args(hint) if typing.get_origin(hint) is types.UnionType else (hint,)
+        out.append((name, () if hint is Any else tuple(args)))
+    return tuple(out)
+
+
+_FIELDS: dict[type, tuple[tuple[str, tuple[type, ...]], ...]] = {
+    cls: _field_types(cls) for cls in BLOCK_KINDS.values()
+}
+
+
+def plainly_storable(block: object) -> bool:
+    """True when ``block`` is a content block whose text is all ASCII and whose other fields
+    have their declared types: the common case, proven without building any message.
+    False only means "look closer" (``check_block`` decides)."""
+    fields = _FIELDS.get(type(block))
+    if fields is None or type(block) is PojoBlock:
+        return False
+    for name, allowed in fields:
+        value = getattr(block, name)
+        if isinstance(value, str):
+            if not value.isascii():
+                return False
+        elif allowed and not isinstance(value, allowed):
+            return False
+    return True
+
+
+def check_block(block: object, where: str) -> None:
+    """Refuse a block that could not be stored and read back (see ``_validation``).
+
+    Cheap: a type lookup, then per text field one ``isascii`` (a strict encode only for
+    non-ASCII text); only a PojoBlock's value is walked. A caller on a hot path may test
+    ``plainly_storable(block)`` first and build ``where`` only when it is False.
+
+    Raises:
+        ValueError: ``block`` is no content block, a field has the wrong type or holds a
+            lone surrogate, or a PojoBlock's value fails ``check_value``; the message names
+            ``where``, the kind and the field.
+    """
+    if plainly_storable(block):
+        return
+    fields = _FIELDS.get(type(block))
+    if fields is None:
+        kind = "a Block subclass" if isinstance(block, Block) else type(block).__name__
+        raise ValueError(f"{where} is {kind}, not one of the content block kinds; refused")
+    kind = type(block).__name__
+    for name, allowed in fields:
+        value = getattr(block, name)
+        if isinstance(value, str):
+            if not is_valid_text(value):
+                check_text(value, f"{where} ({kind}.{name})")
+        elif allowed and not isinstance(value, allowed):
+            expected = " or ".join(t.__name__ for t in allowed)
+            raise ValueError(
+                f"{where} ({kind}.{name}) is of type {type(value).__name__}, not {expected}; "
+                "refused"
+            )
+    if type(block) is PojoBlock:
+        check_value(block.value, f"{where} (PojoBlock.value)")
 
 
 class ContentBlockSnapshot(msgspec.Struct, frozen=True, kw_only=True):
