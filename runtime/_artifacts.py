@@ -11,7 +11,7 @@ Its references read ``«artifact:link:cite~a1b2c3»``. The registry holds two ti
 artifacts (what the registry dump and persistence iterate) and reachable ones (iterands of a
 registered list, artifacts nested in another's fields), resolvable by reference but rendered
 only through their top-level owner. A registry belongs to one conversation and is not
-thread-safe (D3).
+thread-safe.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def refs_mentioned_in(text: str | None) -> list[str]:
 
 def canonicalize_artifact_refs(declared: Iterable[str], text: str | None) -> list[str]:
     """Declared refs first, then refs mentioned in ``text`` in first-mention order, all
-    canonical and deduplicated; a declared string that is no reference is dropped (B118)."""
+    canonical and deduplicated; a declared string that is no reference is dropped."""
     out: list[str] = []
     for ref in [*(normalize_ref(r) for r in declared), *refs_mentioned_in(text)]:
         if ref is not None and ref not in out:
