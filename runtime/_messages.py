@@ -11,6 +11,15 @@ from parlour.runtime._validation import check_text, is_valid_text
 from parlour.runtime.blocks import ContentBlock, TextBlock, check_block, plainly_storable
 from parlour.runtime.errors import DehydratedError
 
+# the exact types a message's role and flags may have: what its stored form reads back
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "role": (str,),
+    "compactable": (bool,),
+    "app_authored": (bool,),
+    "cache": (bool,),
+    "requested_output_tokens": (int, type(None)),
+}
+
 
 class StoredBlocks(list[ContentBlock]):
     """Blocks decoded from a stored record: the decoder already proved them storable (typed
@@ -108,11 +117,12 @@ class _Blocks(list[ContentBlock]):
 class Message:
     """A message in a conversation. Not thread-safe: only the conversation's owner touches it.
 
-    Its text and every block are validated as they enter (on construction, on assignment,
-    on every change to the block list): a lone surrogate, a block field of the wrong type,
-    or a PojoBlock value nested deeper than ``MAX_NESTING`` or not encodable raises
-    ``ValueError`` naming the message's kind, role, block index and field, and the message
-    is left as it was. So nothing a message holds can make a later save fail.
+    Its text, role, flags and every block are validated as they enter (on construction, on
+    assignment, on every change to the block list): a lone surrogate, a flag or block field
+    of the wrong type, or a PojoBlock value nested deeper than ``MAX_NESTING`` or not
+    encodable raises ``ValueError`` naming the message's kind, role, block index and field,
+    and the message is left as it was. So nothing a message holds can make a later save
+    fail.
 
     ``role`` is a free string here on purpose: a wrong role is refused when the conversation
     is mapped to turns (``TurnRole.of``), never silently relabelled.
@@ -158,9 +168,23 @@ class Message:
         # block list reports its own in-place changes
         if name == "blocks":
             value = _Blocks(self, value, checked=type(value) is StoredBlocks)  # type: ignore[arg-type]
+        elif name in _FIELD_TYPES:
+            self._check_field(name, value)
         object.__setattr__(self, name, value)
         if name not in ("_snapshot", "_turn"):
             self._forget()
+
+    def _check_field(self, name: str, value: object) -> None:
+        """Refuse a role or flag the stored form could not read back (``1`` for a bool
+        encodes, and then never decodes)."""
+        expected = _FIELD_TYPES[name]
+        if type(value) in expected and (type(value) is not str or is_valid_text(value)):
+            return
+        where = f"{type(self).__name__} {name}"
+        if isinstance(value, str):
+            check_text(value, where)
+        names = " or ".join("None" if t is type(None) else t.__name__ for t in expected)
+        raise ValueError(f"{where} is {value!r} of type {type(value).__name__}, not {names}")
 
     def _check_content(self, content: object) -> None:
         if isinstance(content, str) and is_valid_text(content):

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 from loguru import logger
 
+from parlour.runtime._validation import check_text, is_valid_text
 from parlour.runtime.blocks import (
     Block,
     ContentBlock,
@@ -71,6 +72,9 @@ class ObjectiveMap:
                 than ``MAX_NESTING``, not encodable); the message names the slot. The map
                 is left as it was, frozen or not.
         """
+        if not isinstance(key, str) or not is_valid_text(key):
+            check_text(key if isinstance(key, str) else repr(key), "an objective slot key")
+            raise ValueError(f"An objective slot key is a str, not {type(key).__name__}")
         block = as_slot_block(value)
         if block is None:
             return

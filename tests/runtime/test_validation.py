@@ -256,3 +256,27 @@ def test_a_cyclic_or_shared_value_is_refused_quickly() -> None:
     for _ in range(48):
         deep_shared = [deep_shared, deep_shared]  # 2**48 paths: only a guarded walk ends
     assert nesting_depth(deep_shared) == 48
+
+
+def test_a_role_or_flag_the_stored_form_could_not_read_back_is_refused() -> None:
+    """``1`` for a bool flag encodes, and then never decodes: refused when set."""
+    with pytest.raises(ValueError, match="OutgoingMessage cache is 1 of type int, not bool"):
+        OutgoingMessage("hi", cache=1)
+    with pytest.raises(ValueError, match="requested_output_tokens is True"):
+        OutgoingMessage("hi", requested_output_tokens=True)
+    with pytest.raises(ValueError, match="role holds a lone surrogate"):
+        OutgoingMessage("hi", role=BROKEN)
+    c = conversation()
+    with pytest.raises(ValueError, match="compactable"):
+        c.messages[0].set_compactable("yes")  # type: ignore[arg-type]
+    assert c.messages[0].compactable is True
+    assert_still_saves(c, 1)
+
+
+def test_an_objective_slot_key_with_a_lone_surrogate_is_refused() -> None:
+    c = conversation()
+    with pytest.raises(ValueError, match="objective slot key holds a lone surrogate"):
+        c.put_main_objective(BROKEN, "value")
+    with pytest.raises(ValueError, match="slot key is a str, not int"):
+        c.put_main_objective(7, "value")  # type: ignore[arg-type]
+    assert list(c.get_main_objective()) == ["task"]
