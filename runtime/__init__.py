@@ -71,11 +71,13 @@ from parlour.runtime._serializer import (
 from parlour.runtime._summarizers import LLMSummarizer, Summarizer, TruncatingSummarizer
 from parlour.runtime._tokens import EncodingCounter, counter_for
 from parlour.runtime._transcript import Transcript
+from parlour.runtime._validation import MAX_NESTING
 from parlour.runtime.providers import client_for
 
 logger.disable("parlour")
 
 __all__ = [
+    "MAX_NESTING",
     "REGISTRY_GUIDANCE",
     "REGISTRY_HEADER",
     "SCHEMA_NOTATION_GUIDANCE",

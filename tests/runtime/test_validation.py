@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parlour.runtime import (
+    MAX_NESTING,
     Artifact,
     ConversationContext,
     IncomingMessage,
@@ -22,7 +23,7 @@ from parlour.runtime import (
     tool_from_function,
     type_alias,
 )
-from parlour.runtime._validation import MAX_NESTING, check_value, nesting_depth
+from parlour.runtime._validation import check_value, nesting_depth
 from parlour.runtime.blocks import (
     PojoBlock,
     SkillBlock,
