@@ -18,6 +18,7 @@ a ``JsonBlock`` of the same data.
 
 from __future__ import annotations
 
+import inspect
 import sys
 import types
 import typing
@@ -163,7 +164,8 @@ def _resolve(class_path: str) -> type | None:
         return None
     target: Any = sys.modules.get(module_name)
     for part in parts:
-        target = getattr(target, part, None)
+        # static lookup: a module's __getattr__ (a lazy importer) or a descriptor never runs
+        target = inspect.getattr_static(target, part, None)
     return target if isinstance(target, type) else None
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -163,3 +164,21 @@ def test_a_class_that_refuses_the_data_degrades_to_json() -> None:
 def test_a_stored_path_to_an_imported_non_struct_class_never_raises() -> None:
     block = _stored_pojo("datetime:datetime", {"a": 1})
     assert block == JsonBlock(json='{"a":1}')
+
+
+def test_a_lazy_module_attribute_hook_never_runs_for_a_stored_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A module's ``__getattr__`` may import on demand; a stored path never triggers it."""
+    called: list[str] = []
+    lazy = types.ModuleType("parlour_lazy_mod")
+
+    def lazy_getattr(name: str) -> object:
+        called.append(name)
+        raise AttributeError(name)
+
+    lazy.__getattr__ = lazy_getattr  # type: ignore[method-assign]
+    monkeypatch.setitem(sys.modules, "parlour_lazy_mod", lazy)
+    block = _stored_pojo("parlour_lazy_mod:Submodule.Thing", {"a": 1})
+    assert block == JsonBlock(json='{"a":1}')
+    assert called == []
