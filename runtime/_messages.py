@@ -139,6 +139,15 @@ class Message:
         "requested_output_tokens",
         "role",
     )
+    _snapshot: Any
+    _turn: Any
+    _raw_content: str | None
+    role: str
+    blocks: list[ContentBlock]
+    compactable: bool
+    app_authored: bool
+    cache: bool
+    requested_output_tokens: int | None
 
     def __init__(
         self,
@@ -151,17 +160,28 @@ class Message:
         cache: bool = False,
         requested_output_tokens: int | None = None,
     ) -> None:
-        self._snapshot: Any = None  # a MessageSnapshot, memoized by snapshots.py
-        self._turn: Any = None  # a Turn, memoized by the render (_render.py)
-        self.role = role
-        self.blocks: list[ContentBlock] = blocks  # type: ignore[assignment]  # wrapped in _Blocks
+        # set directly (the memos are empty, nothing to forget): one check per value, and
+        # nothing built for the common case
+        init = object.__setattr__
+        init(self, "_snapshot", None)  # a MessageSnapshot, memoized by snapshots.py
+        init(self, "_turn", None)  # a Turn, memoized by the render (_render.py)
+        if type(role) is not str or not role.isascii():
+            self._check_field("role", role)
+        init(self, "role", role)
+        init(self, "blocks", _Blocks(self, blocks, checked=type(blocks) is StoredBlocks))
         if content is not None:
             self._check_content(content)
-        self._raw_content = content  # set here only
-        self.compactable = compactable
-        self.app_authored = app_authored
-        self.cache = cache
-        self.requested_output_tokens = requested_output_tokens
+        init(self, "_raw_content", content)  # set here only
+        flags = {
+            "compactable": compactable,
+            "app_authored": app_authored,
+            "cache": cache,
+            "requested_output_tokens": requested_output_tokens,
+        }
+        for name, value in flags.items():
+            if type(value) not in _FIELD_TYPES[name]:
+                self._check_field(name, value)
+            init(self, name, value)
 
     def __setattr__(self, name: str, value: object) -> None:
         # any change forgets the memoized snapshot (see snapshots.MessageSnapshot.of); the
