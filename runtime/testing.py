@@ -1,14 +1,10 @@
 """Test doubles shipped with the library, so applications test their agents the same way.
 
 ``ScriptedClient`` is the offline model; ``FakeClock`` is a clock tests advance by hand;
-``fake_spec`` makes a ``ModelSpec`` with round numbers. For the real provider clients:
-``MockProvider`` is an ``httpx2.MockTransport`` handler that records what the anthropic or
-openai SDK sends and answers from a queue (``mock_anthropic_sdk`` / ``mock_openai_sdk``
-build the SDK client over it; ``anthropic_message``, ``anthropic_sse``,
-``openai_completion`` and ``openai_sse`` build the answers), and for boto3
-``dummy_bedrock_client``, ``converse_response`` (for ``botocore.stub.Stubber``),
-``record_params`` and ``ConverseStreamMock`` (a before-send hook for ``converse_stream``).
-None of it touches the network.
+``fake_spec`` makes a ``ModelSpec`` with round numbers. The fakes of the providers' servers
+(``MockProvider`` and the answer builders for anthropic and openai, the boto3 doubles for
+Bedrock) live in ``parlour.runtime.providers.testing`` and are re-exported here. None of it
+touches the network.
 """
 
 from __future__ import annotations
@@ -16,25 +12,25 @@ from __future__ import annotations
 from typing import Any
 
 from parlour.runtime._catalog import ModelSpec, ThinkingMode
-from parlour.runtime._mock_bedrock import (
+from parlour.runtime._roles import Depth, OutputSize
+from parlour.runtime.providers._scripted import ScriptedClient
+from parlour.runtime.providers.testing import (
     ConverseStreamMock,
+    MockProvider,
+    anthropic_message,
+    anthropic_sse,
+    anthropic_sse_error,
     converse_response,
     converse_stream_events,
     dummy_bedrock_client,
     encode_event,
-    record_params,
-)
-from parlour.runtime._mock_http import (
-    MockProvider,
-    anthropic_message,
-    anthropic_sse,
     mock_anthropic_sdk,
     mock_openai_sdk,
     openai_completion,
     openai_sse,
+    openai_sse_error,
+    record_params,
 )
-from parlour.runtime._roles import Depth, OutputSize
-from parlour.runtime._scripted import ScriptedClient
 
 __all__ = [
     "ConverseStreamMock",
@@ -43,6 +39,7 @@ __all__ = [
     "ScriptedClient",
     "anthropic_message",
     "anthropic_sse",
+    "anthropic_sse_error",
     "converse_response",
     "converse_stream_events",
     "dummy_bedrock_client",
@@ -52,6 +49,7 @@ __all__ = [
     "mock_openai_sdk",
     "openai_completion",
     "openai_sse",
+    "openai_sse_error",
     "record_params",
 ]
 

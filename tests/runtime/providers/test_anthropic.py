@@ -73,10 +73,10 @@ def wire(request: pytest.FixtureRequest) -> Wire:
 
 def wire_for(spec: Any, mode: str) -> Wire:
     if mode == "builder":
-        offline = AnthropicClient(spec, sdk_client=object())  # no key, no SDK client
+        offline = AnthropicClient(spec, client=object())  # no key, no SDK client
         return lambda c: build_anthropic_params(offline.build_request(c))
     handler = MockProvider()
-    client = AnthropicClient(spec, sdk_client=mock_anthropic_sdk(handler))
+    client = AnthropicClient(spec, client=mock_anthropic_sdk(handler))
 
     def send(c: ConversationContext) -> dict[str, Any]:
         handler.add(anthropic_message("ok"))
@@ -301,7 +301,7 @@ def test_thinking_depth_books_its_budget_in_max_tokens(wire: Wire) -> None:
 
 def sdk_client(*replies: Any) -> tuple[AnthropicClient, MockProvider]:
     handler = MockProvider(*replies)
-    return AnthropicClient(SPEC, sdk_client=mock_anthropic_sdk(handler)), handler
+    return AnthropicClient(SPEC, client=mock_anthropic_sdk(handler)), handler
 
 
 def test_usage_is_additive_with_cache_counters() -> None:  # B93 on the wire

@@ -53,7 +53,7 @@ def stubbed() -> Iterator[tuple[BedrockClient, Stubber, list[dict[str, Any]]]]:
     boto = dummy_bedrock_client()
     seen = record_params(boto)
     with Stubber(boto) as stubber:
-        yield BedrockClient(SPEC, boto_client=boto), stubber, seen
+        yield BedrockClient(SPEC, client=boto), stubber, seen
         stubber.assert_no_pending_responses()
 
 
@@ -61,11 +61,11 @@ def stubbed() -> Iterator[tuple[BedrockClient, Stubber, list[dict[str, Any]]]]:
 def wire(request: pytest.FixtureRequest) -> Iterator[Wire]:
     """The request: from the builder, as boto3 validated it, or as the JSON body it sent."""
     if request.param == "builder":
-        offline = BedrockClient(SPEC, boto_client=object())
+        offline = BedrockClient(SPEC, client=object())
         yield lambda c: build_converse_request(offline.build_request(c))
         return
     boto = dummy_bedrock_client()
-    client = BedrockClient(SPEC, boto_client=boto)
+    client = BedrockClient(SPEC, client=boto)
     if request.param == "stream":
         mock = ConverseStreamMock(boto)
 
@@ -114,13 +114,13 @@ def test_the_objective_is_only_in_the_system_blocks(wire: Wire) -> None:  # B35
     assert OBJECTIVE not in texts(body["messages"])
 
 
-def test_two_user_turns_are_never_merged(wire: Wire) -> None:  # B36
+def test_two_user_turns_are_one_wire_message_keeping_their_blocks_in_order(wire: Wire) -> None:
+    # Converse refuses roles that do not alternate, so same-role turns share one message
     c = conversation()
     c.add_user_message("first")
     c.add_user_message("second")
     assert wire(c)["messages"] == [
-        {"role": "user", "content": [{"text": "first"}]},
-        {"role": "user", "content": [{"text": "second"}]},
+        {"role": "user", "content": [{"text": "first"}, {"text": "second"}]}
     ]
 
 
@@ -147,10 +147,12 @@ def test_a_late_tool_and_tool_traffic_ride_the_turns_as_text(wire: Wire) -> None
         OutgoingMessage(blocks=[ToolResultBlock(tool_use_id="get_time#1", content="9:00")])
     )
     turns = wire(c)["messages"]
-    assert turns[-2]["content"] == [{"text": "Tool result for get_time#1: 9:00"}]
-    # the announcement, at the point of declaration; the head never had tools, so the
-    # tool-weight guidance (the palette's companion) arrives with it
+    assert [m["role"] for m in turns] == ["user", "assistant", "user"]
+    # the result, then the announcement at the point of declaration, in one user message;
+    # the head never had tools, so the tool-weight guidance (the palette's companion) comes
+    # with it
     assert turns[-1]["content"] == [
+        {"text": "Tool result for get_time#1: 9:00"},
         {"text": "Additional tools now available:"},
         {"text": TOOL_WEIGHT_GUIDANCE},
         {"text": "get_time: The current time\n  Input parameters: {}"},
@@ -209,7 +211,7 @@ def test_a_streamed_answer_yields_text_and_the_complete_response() -> None:
     c = conversation()
     c.add_user_message("When?")
     pieces: list[str] = []
-    response = BedrockClient(SPEC, boto_client=boto).respond(c, on_text=pieces.append)
+    response = BedrockClient(SPEC, client=boto).respond(c, on_text=pieces.append)
     assert len(pieces) > 1 and "".join(pieces) == "Delivery at nine."
     assert response.text == "Delivery at nine."
     assert response.output_tokens == 7

@@ -62,10 +62,10 @@ def conversation(objective: str | None = OBJECTIVE, output: int = 16_000) -> Con
 def wire(request: pytest.FixtureRequest) -> Wire:
     """The request body: from the credential-free builder, or as the SDK sent it."""
     if request.param == "builder":
-        offline = OpenAIClient(SPEC, sdk_client=object())
+        offline = OpenAIClient(SPEC, client=object())
         return lambda c: build_openai_body(offline.build_request(c))
     handler = MockProvider()
-    client = OpenAIClient(SPEC, sdk_client=mock_openai_sdk(handler))
+    client = OpenAIClient(SPEC, client=mock_openai_sdk(handler))
 
     def send(c: ConversationContext) -> dict[str, Any]:
         handler.add(openai_completion("ok"))
@@ -77,7 +77,7 @@ def wire(request: pytest.FixtureRequest) -> Wire:
 
 def sdk_client(*replies: Any) -> tuple[OpenAIClient, MockProvider]:
     handler = MockProvider(*replies)
-    return OpenAIClient(SPEC, sdk_client=mock_openai_sdk(handler)), handler
+    return OpenAIClient(SPEC, client=mock_openai_sdk(handler)), handler
 
 
 def test_a_tool_is_one_function_entry_and_no_message_mentions_it(wire: Wire) -> None:  # B16

@@ -15,11 +15,11 @@ import msgspec
 from parlour.runtime._budget import OutputDeclaration
 from parlour.runtime._catalog import ModelSpec
 from parlour.runtime._catalog_data import DEFAULT_SPECS
-from parlour.runtime._llm import LLMClient, WireRequest
 from parlour.runtime._prepared import PreparedConversation
-from parlour.runtime._response import LLMResponse, StopReason, Usage
 from parlour.runtime._roles import Depth, OutputSize, TurnRole
 from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from parlour.runtime.providers._response import LLMResponse, StopReason, Usage
+from parlour.runtime.providers._template import LLMClient, WireRequest
 
 Reply = str | LLMResponse | Callable[[PreparedConversation], LLMResponse]
 

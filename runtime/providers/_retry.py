@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from parlour.runtime._context import ConversationContext
-from parlour.runtime._llm import LLMClient, TextCallback
-from parlour.runtime._response import LLMResponse
 from parlour.runtime.errors import (
     OutputCeilingError,
     OutputTruncationRetry,
     UncorrectableLLMError,
 )
+from parlour.runtime.providers._response import LLMResponse
+from parlour.runtime.providers._template import LLMClient, TextCallback
 
 ConversationSource = ConversationContext | Callable[[], ConversationContext]
 

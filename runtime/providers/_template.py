@@ -19,9 +19,7 @@ from parlour.runtime._catalog import ModelSpec
 from parlour.runtime._context import ConversationContext
 from parlour.runtime._handlers import ContentFormatter, GenericContentFormatter
 from parlour.runtime._messages import OutgoingMessage
-from parlour.runtime._prefix import PrefixMonitor
 from parlour.runtime._prepared import PreparedConversation
-from parlour.runtime._response import LLMResponse, StopReason, Usage
 from parlour.runtime._roles import Depth
 from parlour.runtime.errors import (
     IllegalStateError,
@@ -30,6 +28,8 @@ from parlour.runtime.errors import (
     ProviderRefusalError,
     UncorrectableLLMError,
 )
+from parlour.runtime.providers._prefix import PrefixMonitor
+from parlour.runtime.providers._response import LLMResponse, StopReason, Usage
 
 TextCallback = Callable[[str], None]
 
@@ -156,7 +156,8 @@ class LLMClient(ABC):
             else thinking_active
         )
         prepared = conversation.prepare_messages_for_llm(self.formatter, active)
-        self.prefix_monitor.check(spec.id, conversation.conversation_id, prepared)
+        native = self.formatter.supports_native_tool_calling()
+        self.prefix_monitor.check(spec.id, conversation.conversation_id, prepared, native)
         return WireRequest(
             prepared=prepared,
             spec=spec,
@@ -166,6 +167,20 @@ class LLMClient(ABC):
             thinking_active=active,
             conversation_id=conversation.conversation_id,
         )
+
+    def preview(
+        self, conversation: ConversationContext, thinking_active: bool | None = None
+    ) -> WireRequest:
+        """The request ``respond`` would send for ``conversation`` now, built on a copy.
+
+        Nothing of ``conversation`` changes: no freeze, no binding, no announcement
+        appended, no prefix record. The copy shares the messages (their response handlers
+        included) and renders as the original would: frozen when it is frozen.
+
+        Raises:
+            UncorrectableLLMError: as ``build_request``.
+        """
+        return self.build_request(_render_copy(conversation), thinking_active)
 
     def _bind(self, conversation: ConversationContext) -> ModelSpec:
         if conversation.is_model_resolved():
@@ -214,6 +229,22 @@ class LLMClient(ABC):
         if response.text:
             yield response.text
         yield response
+
+
+def _render_copy(conversation: ConversationContext) -> ConversationContext:
+    copy = conversation.to_snapshot().to_conversation()
+    copy.messages = list(conversation.messages)  # the same messages, handlers and all
+    copy.conversation_id = None  # anonymous: no prefix record is read or written
+    binding = conversation.model_binding
+    if binding is not None:
+        copy.set_model_binding(
+            ModelBinding(binding.grade, binding.depth, binding.output_declaration, binding.spec)
+        )
+    if conversation.is_frozen():
+        # A restored copy is unfrozen; the original's next render is a frozen one (late tools
+        # announced in the stream, not joining the head), so the copy must render frozen too.
+        copy._objective.freeze()
+    return copy
 
 
 def _now() -> dt.datetime:
