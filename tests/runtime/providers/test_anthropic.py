@@ -4,7 +4,6 @@ transport (B15, B33, B36, B80-B88, B93, B104, B162, B167, B168; D20)."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -32,9 +31,7 @@ from parlour.runtime.blocks import (
     ToolUseBlock,
 )
 from parlour.runtime.errors import (
-    OutputTruncationRetry,
     ProviderRefusalError,
-    RetryableLLMError,
     UncorrectableLLMError,
 )
 from parlour.runtime.providers import AnthropicClient, build_anthropic_params
@@ -361,14 +358,6 @@ def test_a_streamed_answer_yields_text_and_the_complete_response() -> None:
     assert response.output_tokens == 9
 
 
-def test_a_streamed_truncation_raises_the_retry_signal() -> None:
-    client, _ = sdk_client(anthropic_sse(anthropic_message("cut sh", stop_reason="max_tokens")))
-    c = conversation()
-    c.add_user_message("go")
-    with pytest.raises(OutputTruncationRetry):
-        list(client.stream(c))
-
-
 def test_the_retry_helper_resends_at_the_ceiling() -> None:  # B167
     client, handler = sdk_client(
         anthropic_message("cut sh", stop_reason="max_tokens"), anthropic_message("whole")
@@ -395,38 +384,6 @@ def test_a_refusal_on_the_wire_is_a_provider_refusal() -> None:  # B168
 
 
 # -- errors, keys, counting ----------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("status", "expected"),
-    [
-        (429, RetryableLLMError),
-        (529, RetryableLLMError),
-        (500, RetryableLLMError),
-        (400, UncorrectableLLMError),
-        (401, UncorrectableLLMError),
-    ],
-)
-def test_sdk_errors_are_mapped_at_the_seam(status: int, expected: type[Exception]) -> None:
-    error = {"type": "error", "error": {"type": "some_error", "message": "nope"}}
-    client, _ = sdk_client((status, error))
-    c = conversation()
-    c.add_user_message("go")
-    with pytest.raises(expected, match=f"answered {status}") as caught:
-        client.respond(c)
-    assert type(caught.value.__cause__).__module__.startswith("anthropic")
-
-
-def test_a_missing_key_says_what_to_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    with pytest.raises(UncorrectableLLMError, match="ANTHROPIC_API_KEY"):
-        AnthropicClient(SPEC)
-
-
-def test_a_missing_sdk_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "anthropic", None)
-    with pytest.raises(ImportError, match=r"parlour\[anthropic\]"):
-        AnthropicClient(SPEC, api_key="k")
 
 
 def test_exact_token_counts_come_from_the_count_tokens_endpoint() -> None:

@@ -22,7 +22,7 @@ from parlour.runtime import (
     StopReason,
 )
 from parlour.runtime.blocks import TextBlock, ToolDefinitionBlock, ToolResultBlock, ToolUseBlock
-from parlour.runtime.errors import OutputTruncationRetry, RetryableLLMError, UncorrectableLLMError
+from parlour.runtime.errors import OutputTruncationRetry
 from parlour.runtime.providers import BedrockClient, build_converse_request, parse_tool_calls
 from parlour.runtime.testing import (
     ConverseStreamMock,
@@ -227,27 +227,3 @@ def test_a_max_tokens_stop_is_a_truncation(
     c.add_user_message("go")
     with pytest.raises(OutputTruncationRetry):
         client.respond(c)
-
-
-@pytest.mark.parametrize(
-    ("code", "status", "expected"),
-    [
-        ("ThrottlingException", 429, RetryableLLMError),
-        ("ServiceUnavailableException", 503, RetryableLLMError),
-        ("ValidationException", 400, UncorrectableLLMError),
-        ("AccessDeniedException", 403, UncorrectableLLMError),
-    ],
-)
-def test_boto_errors_are_mapped_at_the_seam(
-    stubbed: tuple[BedrockClient, Stubber, list[dict[str, Any]]],
-    code: str,
-    status: int,
-    expected: type[Exception],
-) -> None:
-    client, stubber, _ = stubbed
-    stubber.add_client_error("converse", service_error_code=code, http_status_code=status)
-    c = conversation()
-    c.add_user_message("go")
-    with pytest.raises(expected, match=code) as caught:
-        client.respond(c)
-    assert type(caught.value.__cause__).__module__.startswith("botocore")

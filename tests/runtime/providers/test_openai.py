@@ -4,7 +4,6 @@ transport (B16, B19, B34, B94, B159, B162; D20)."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -29,8 +28,6 @@ from parlour.runtime.blocks import (
 from parlour.runtime.errors import (
     OutputTruncationRetry,
     ProviderRefusalError,
-    RetryableLLMError,
-    UncorrectableLLMError,
 )
 from parlour.runtime.providers import OpenAIClient, build_openai_body
 from parlour.runtime.testing import (
@@ -220,33 +217,3 @@ def test_a_refusal_message_is_a_provider_refusal() -> None:
     c.add_user_message("go")
     with pytest.raises(ProviderRefusalError, match="can't help"):
         client.respond(c)
-
-
-@pytest.mark.parametrize(
-    ("status", "expected"),
-    [
-        (429, RetryableLLMError),
-        (503, RetryableLLMError),
-        (400, UncorrectableLLMError),
-        (401, UncorrectableLLMError),
-    ],
-)
-def test_sdk_errors_are_mapped_at_the_seam(status: int, expected: type[Exception]) -> None:
-    client, _ = sdk_client((status, {"error": {"message": "nope", "type": "x"}}))
-    c = conversation()
-    c.add_user_message("go")
-    with pytest.raises(expected, match=f"answered {status}") as caught:
-        client.respond(c)
-    assert type(caught.value.__cause__).__module__.startswith("openai")
-
-
-def test_a_missing_key_says_what_to_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    with pytest.raises(UncorrectableLLMError, match="OPENAI_API_KEY"):
-        OpenAIClient(SPEC)
-
-
-def test_a_missing_sdk_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "openai", None)
-    with pytest.raises(ImportError, match=r"parlour\[openai\]"):
-        OpenAIClient(SPEC, api_key="k")
