@@ -4,7 +4,9 @@ before-send hook (B17, B18, B35, B36, B162; D20)."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,9 +23,23 @@ from parlour.runtime import (
     OutgoingMessage,
     StopReason,
 )
-from parlour.runtime.blocks import TextBlock, ToolDefinitionBlock, ToolResultBlock, ToolUseBlock
+from parlour.runtime.blocks import (
+    FileBlock,
+    ImageBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolDefinitionBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from parlour.runtime.errors import OutputTruncationRetry
-from parlour.runtime.providers import BedrockClient, build_converse_request, parse_tool_calls
+from parlour.runtime.providers import (
+    DEFAULT_USER_OPENER,
+    BedrockClient,
+    build_converse_request,
+    parse_tool_calls,
+)
+from parlour.runtime.providers._converse import document_name
 from parlour.runtime.testing import (
     ConverseStreamMock,
     converse_response,
@@ -227,3 +243,187 @@ def test_a_max_tokens_stop_is_a_truncation(
     c.add_user_message("go")
     with pytest.raises(OutputTruncationRetry):
         client.respond(c)
+
+
+# -- Converse's own rules ------------------------------------------------------------------------
+
+
+def test_a_natively_served_assistant_turn_is_sent_as_its_tool_call_envelope(wire: Wire) -> None:
+    # thinking and a native call have no Converse form: the turn is written, never dropped
+    c = conversation()
+    c.add_user_message("What time is it?")
+    call = ToolUseBlock(id="toolu_01", name="get_time", input_json='{"zone": "UTC"}')
+    c.add_message(IncomingMessage(blocks=[ThinkingBlock(text="hm", signature="s"), call]))
+    c.add_message(OutgoingMessage(blocks=[ToolResultBlock(tool_use_id="toolu_01", content="9:00")]))
+    messages = wire(c)["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    envelope = {"tool_calls": [{"id": "toolu_01", "name": "get_time", "input": {"zone": "UTC"}}]}
+    assert messages[1]["content"] == [{"text": json.dumps(envelope)}]
+    assert parse_tool_calls(messages[1]["content"][0]["text"]) == [call]
+
+
+def test_a_call_already_in_the_answer_text_is_not_written_twice(wire: Wire) -> None:
+    c = conversation()
+    c.add_user_message("Time?")
+    said = '{"tool_calls": [{"name": "get_time", "arguments": {}}]}'
+    c.add_message(IncomingMessage(blocks=[TextBlock(text=said), *parse_tool_calls(said)]))
+    c.add_user_message("thanks")
+    assert wire(c)["messages"][1]["content"] == [{"text": said}]
+
+
+def test_a_turn_of_thinking_alone_is_sent_as_its_reasoning(wire: Wire) -> None:
+    c = conversation()
+    c.add_user_message("Think.")
+    c.add_message(IncomingMessage(blocks=[ThinkingBlock(text="Pondering.", signature="s")]))
+    c.add_user_message("And?")
+    messages = wire(c)["messages"]
+    assert messages[1] == {
+        "role": "assistant",
+        "content": [{"text": '{"reasoning": "Pondering."}'}],
+    }
+
+
+def test_a_history_opening_with_an_assistant_turn_gets_a_user_opener(wire: Wire) -> None:
+    c = conversation()
+    c.add_message(IncomingMessage("Welcome back.", [TextBlock(text="Welcome back.")]))
+    c.add_user_message("Hi.")
+    assert wire(c)["messages"] == [
+        {"role": "user", "content": [{"text": DEFAULT_USER_OPENER}]},
+        {"role": "assistant", "content": [{"text": "Welcome back."}]},
+        {"role": "user", "content": [{"text": "Hi."}]},
+    ]
+
+
+def test_the_user_opener_is_configurable() -> None:
+    c = conversation()
+    c.add_message(IncomingMessage("Welcome back.", [TextBlock(text="Welcome back.")]))
+    client = BedrockClient(SPEC, client=object(), user_opener="(resumed)")
+    assert client.encode(client.build_request(c))["messages"][0]["content"] == [
+        {"text": "(resumed)"}
+    ]
+
+
+def test_blank_text_is_never_sent(wire: Wire) -> None:
+    c = conversation()
+    c.add_user_message("hello")
+    c.add_user_message("   ")
+    c.add_message(IncomingMessage(blocks=[TextBlock(text=""), TextBlock(text="Hi.")]))
+    c.add_message(IncomingMessage(blocks=[TextBlock(text=" \n")]))
+    c.add_user_message("")
+    c.add_user_message("bye")
+    assert wire(c)["messages"] == [
+        {"role": "user", "content": [{"text": "hello"}]},
+        {"role": "assistant", "content": [{"text": "Hi."}]},
+        {"role": "user", "content": [{"text": "bye"}]},
+    ]
+
+
+FORMATS = [
+    ("application/pdf", "pdf"),
+    ("text/plain", "txt"),
+    ("text/markdown", "md"),
+    ("text/csv", "csv"),
+    ("text/html", "html"),
+    ("application/msword", "doc"),
+    ("application/vnd.openxmlformats-officedocument.wordprocessingml.document", "docx"),
+    ("application/vnd.ms-excel", "xls"),
+    ("application/vnd.openxmlformats-officedocument.spreadsheetml.sheet", "xlsx"),
+]
+
+
+@pytest.mark.parametrize(("mime", "expected"), FORMATS)
+def test_a_document_format_is_one_of_converses_and_its_name_its_allowed_characters(
+    stubbed: tuple[BedrockClient, Stubber, list[dict[str, Any]]], mime: str, expected: str
+) -> None:
+    client, stubber, seen = stubbed
+    stubber.add_response("converse", converse_response("ok"))  # validates the request
+    c = conversation()
+    document = FileBlock(data="aGk=", mime_type=mime, filename="Q3 report.final_v2.md")
+    c.add_message(OutgoingMessage(blocks=[TextBlock(text="Read this."), document]))
+    client.respond(c)
+    sent = seen[-1]["messages"][0]["content"][1]["document"]
+    assert sent == {"format": expected, "name": "Q3 report final v2 md", "source": {"bytes": b"hi"}}
+
+
+@given(st.text(max_size=60))
+def test_any_filename_becomes_a_name_converse_accepts(filename: str) -> None:
+    name = document_name(filename)
+    assert re.fullmatch(r"[A-Za-z0-9\-()\[\]]+( [A-Za-z0-9\-()\[\]]+)*", name)
+    assert 1 <= len(name) <= 200
+
+
+def test_an_unmappable_document_type_is_refused_before_anything_is_sent(
+    stubbed: tuple[BedrockClient, Stubber, list[dict[str, Any]]],
+) -> None:
+    client, _, seen = stubbed
+    c = conversation()
+    c.add_message(
+        OutgoingMessage(
+            blocks=[FileBlock(data="aGk=", mime_type="image/svg+xml", filename="x.svg")]
+        )
+    )
+    with pytest.raises(
+        ValueError, match=r"Conversation b-1: Converse takes documents as .*'x\.svg'"
+    ):
+        client.respond(c)
+    assert seen == []
+
+
+def test_an_image_jpg_type_is_sent_as_jpeg(wire: Wire) -> None:
+    c = conversation()
+    c.add_message(
+        OutgoingMessage(
+            blocks=[TextBlock(text="Look"), ImageBlock(data="aGk=", mime_type="image/jpg")]
+        )
+    )
+    assert wire(c)["messages"][0]["content"][1]["image"]["format"] == "jpeg"
+
+
+KINDS = st.sampled_from(["user", "user-blank", "assistant", "assistant-native", "result"])
+
+
+def turn_of(kind: str, n: int) -> IncomingMessage | OutgoingMessage:
+    if kind == "user":
+        return OutgoingMessage(blocks=[TextBlock(text=f"u{n}")])
+    if kind == "user-blank":
+        return OutgoingMessage(blocks=[TextBlock(text=" ")])
+    if kind == "result":
+        return OutgoingMessage(blocks=[ToolResultBlock(tool_use_id=f"c{n}", content="r")])
+    if kind == "assistant":
+        return IncomingMessage(blocks=[TextBlock(text=f"a{n}")])
+    call = ToolUseBlock(id=f"c{n}", name="get_time", input_json="{}")
+    return IncomingMessage(blocks=[ThinkingBlock(text="t", signature="s"), call])
+
+
+@given(st.lists(KINDS, min_size=1, max_size=12))
+def test_any_history_alternates_from_a_user_turn_and_keeps_every_block_in_order(
+    kinds: list[str],
+) -> None:
+    c = conversation()
+    for n, kind in enumerate(kinds):
+        c.add_message(turn_of(kind, n))
+    messages = BUILDER.encode(BUILDER.build_request(c))["messages"]
+    roles = [m["role"] for m in messages]
+    assert all(a != b for a, b in itertools.pairwise(roles))
+    assert not messages or roles[0] == "user"
+    assert all(
+        m["content"] and all(p.get("text", "x").strip() for p in m["content"]) for m in messages
+    )
+    sent = [p["text"] for m in messages for p in m["content"]]
+    expected = [t for n, k in enumerate(kinds) for t in _texts(k, n)]
+    first = next((k for k in kinds if k != "user-blank"), "user")
+    opener = [DEFAULT_USER_OPENER] if first.startswith("assistant") else []
+    assert sent == opener + expected
+
+
+def _texts(kind: str, n: int) -> list[str]:
+    if kind == "user-blank":
+        return []
+    if kind == "result":
+        return [f"Tool result for c{n}: r"]
+    if kind == "assistant-native":
+        return [json.dumps({"tool_calls": [{"id": f"c{n}", "name": "get_time", "input": {}}]})]
+    return [f"{kind[0]}{n}"]
+
+
+BUILDER = BedrockClient(SPEC, client=object())
