@@ -3,10 +3,12 @@ transport (B15, B33, B36, B80-B88, B93, B104, B162, B167, B168; D20)."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import pytest
 
 from parlour.runtime import (
@@ -16,11 +18,13 @@ from parlour.runtime import (
     ModelBinding,
     OutgoingMessage,
     OutputSize,
+    PojoResponseHandler,
     StopReason,
     TokenCounter,
     respond_with_truncation_retry,
 )
 from parlour.runtime.blocks import (
+    FileBlock,
     ImageBlock,
     RedactedThinkingBlock,
     SkillBlock,
@@ -416,3 +420,114 @@ def test_the_rung_declaration_reaches_the_wire() -> None:
     c.add_user_message("go")
     client.respond(c)
     assert handler.last_body["max_tokens"] == SPEC.get_output_budget(OutputSize.COMPACT)
+
+
+# -- the API's own rules -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mime", ["text/plain", "text/markdown", "text/csv"])
+def test_a_text_file_is_sent_as_the_plain_text_document_source(wire: Wire, mime: str) -> None:
+    c = conversation()
+    notes = base64.b64encode("Ship on Friday. ✓".encode()).decode()
+    c.add_message(
+        OutgoingMessage(
+            blocks=[TextBlock(text="Read:"), FileBlock(data=notes, mime_type=mime, filename="n.md")]
+        )
+    )
+    document = wire(c)["messages"][0]["content"][1]
+    assert document == {
+        "type": "document",
+        "source": {"type": "text", "media_type": "text/plain", "data": "Ship on Friday. ✓"},
+    }
+
+
+def test_a_pdf_stays_the_base64_document_source(wire: Wire) -> None:
+    c = conversation()
+    c.add_message(OutgoingMessage(blocks=[FileBlock(data="JVBE", mime_type="application/pdf")]))
+    assert wire(c)["messages"][0]["content"][0]["source"] == {
+        "type": "base64",
+        "media_type": "application/pdf",
+        "data": "JVBE",
+    }
+
+
+@pytest.mark.parametrize(
+    ("mime", "data", "refusal"),
+    [
+        (
+            "application/msword",
+            "aGk=",
+            r"PDF or plain text, and file 'x\.doc' is application/msword",
+        ),
+        ("text/plain", base64.b64encode(b"\xff\xfe").decode(), r"not base64 of UTF-8 text"),
+    ],
+)
+def test_a_file_the_api_cannot_take_is_refused_before_anything_is_sent(
+    mime: str, data: str, refusal: str
+) -> None:
+    client, handler = sdk_client()
+    c = conversation()
+    c.add_message(OutgoingMessage(blocks=[FileBlock(data=data, mime_type=mime, filename="x.doc")]))
+    with pytest.raises(ValueError, match=f"Conversation a-1: .*{refusal}"):
+        client.respond(c)
+    assert handler.bodies == []
+
+
+def test_an_image_jpg_type_is_sent_as_image_jpeg(wire: Wire) -> None:
+    c = conversation()
+    c.add_message(OutgoingMessage(blocks=[ImageBlock(data="aGk=", mime_type="image/jpg")]))
+    assert wire(c)["messages"][0]["content"][0]["source"]["media_type"] == "image/jpeg"
+
+
+def test_empty_text_is_never_sent(wire: Wire) -> None:
+    c = conversation()
+    c.add_user_message("")
+    c.add_message(
+        OutgoingMessage(blocks=[TextBlock(text="  "), TextBlock(text="real")], cache=True)
+    )
+    assert wire(c)["messages"] == [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "real", "cache_control": {"type": "ephemeral"}}],
+        }
+    ]
+
+
+# -- counting exactly what is sent ---------------------------------------------------------------
+
+
+class Verdict(msgspec.Struct):
+    approved: bool
+
+
+def test_count_tokens_counts_exactly_the_body_messages_create_sends() -> None:
+    client, handler = sdk_client({"input_tokens": 321}, anthropic_message('{"approved": true}'))
+    c = conversation()
+    c.depth = Depth.STANDARD  # thinking on: its config is part of the count
+    c.add_tool(TOOL)
+    c.add_message(OutgoingMessage("Approve?", response_handler=PojoResponseHandler(Verdict)))
+    assert client.count_tokens(c) == 321
+    assert not c.is_frozen() and not c.is_model_resolved()
+    client.respond(c)
+    counted, sent = handler.bodies
+    assert {k: v for k, v in sent.items() if k not in ("max_tokens", "stream")} == counted
+    assert "thinking" in counted and "tools" in counted
+    assert "approved" in json.dumps(counted["messages"])  # the response instructions
+
+
+def test_count_tokens_on_a_frozen_conversation_counts_a_late_tool_as_it_will_be_sent() -> None:
+    client, handler = sdk_client(
+        anthropic_message("ok"), {"input_tokens": 9}, anthropic_message("ok")
+    )
+    c = conversation()
+    c.add_user_message("hello")
+    c.add_message(client.respond(c).to_message())
+    c.add_tool(TOOL)  # after the freeze: announced in the stream, not in the head
+    c.add_user_message("and now?")
+    before = list(c.messages)
+    client.count_tokens(c)
+    assert c.messages == before  # counting appended no announcement
+    client.respond(c)
+    counted, sent = handler.bodies[1:]
+    assert {k: v for k, v in sent.items() if k not in ("max_tokens", "stream")} == counted
+    assert "Additional tools now available" in json.dumps(counted["messages"])
