@@ -17,6 +17,7 @@ from botocore.stub import Stubber
 from parlour.runtime import ConversationContext, Depth, LLMClient
 from parlour.runtime.errors import OutputTruncationRetry, RetryableLLMError, UncorrectableLLMError
 from parlour.runtime.providers import AnthropicClient, BedrockClient, OpenAIClient
+from parlour.runtime.providers._http import HttpSdkClient
 from parlour.runtime.testing import (
     ConverseStreamMock,
     MockProvider,
@@ -249,17 +250,17 @@ KEYED = [
 
 @pytest.mark.parametrize(("cls", "model", "env", "_"), KEYED)
 def test_a_missing_key_says_what_to_set(
-    monkeypatch: pytest.MonkeyPatch, cls: type[LLMClient], model: str, env: str, _: str
+    monkeypatch: pytest.MonkeyPatch, cls: type[HttpSdkClient], model: str, env: str, _: str
 ) -> None:
     monkeypatch.delenv(env, raising=False)
     with pytest.raises(UncorrectableLLMError, match=env):
-        cls(model)  # type: ignore[call-arg]
+        cls(model)
 
 
 @pytest.mark.parametrize(("cls", "model", "_", "sdk"), KEYED)
 def test_a_missing_sdk_says_what_to_install(
-    monkeypatch: pytest.MonkeyPatch, cls: type[LLMClient], model: str, _: str, sdk: str
+    monkeypatch: pytest.MonkeyPatch, cls: type[HttpSdkClient], model: str, _: str, sdk: str
 ) -> None:
     monkeypatch.setitem(sys.modules, sdk, None)
     with pytest.raises(ImportError, match=rf"parlour\[{sdk}\]"):
-        cls(model, api_key="k")  # type: ignore[call-arg]
+        cls(model, api_key="k")
