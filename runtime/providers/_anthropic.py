@@ -137,7 +137,7 @@ def _encode_turn(
 
 
 def build_anthropic_params(request: WireRequest) -> dict[str, Any]:
-    """The ``messages.create`` keyword arguments for ``request`` (B15, B33, B36, B80-B89).
+    """The ``messages.create`` keyword arguments for ``request``.
 
     Breakpoints: at most 4. The system prefix takes the first, counted before the turns, on
     the last system block, when there is system text, the model caches and the conversation
@@ -176,7 +176,7 @@ def build_anthropic_params(request: WireRequest) -> dict[str, Any]:
 
 
 def _system_blocks(prepared: PreparedConversation) -> list[dict[str, Any]]:
-    """Admitted skills first, then the objective (B89)."""
+    """Admitted skills first, then the objective."""
     blocks = [{"type": "text", "text": block_text(skill)} for skill in prepared.skills]
     if prepared.has_system_text():
         blocks.append({"type": "text", "text": prepared.system_text})

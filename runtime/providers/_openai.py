@@ -88,7 +88,7 @@ def _assistant_message(turn: Turn) -> dict[str, Any] | None:
         {
             "id": b.id,
             "type": "function",
-            "function": {"name": b.name, "arguments": b.input_json},  # verbatim (B19)
+            "function": {"name": b.name, "arguments": b.input_json},  # verbatim
         }
         for b in turn.blocks
         if isinstance(b, ToolUseBlock)
@@ -104,7 +104,7 @@ def _assistant_message(turn: Turn) -> dict[str, Any] | None:
 
 
 def build_openai_body(request: WireRequest) -> dict[str, Any]:
-    """The ``chat.completions.create`` body for ``request`` (B16, B19, B34, B162).
+    """The ``chat.completions.create`` body for ``request``.
 
     The objective is ``messages[0]``, a ``system`` message, and nowhere else.
     """

@@ -254,7 +254,7 @@ def _now() -> dt.datetime:
 def _truncated(response: LLMResponse, request: WireRequest) -> bool:
     if response.stop_reason is StopReason.MAX_TOKENS:
         return True
-    # The backstop: an unknown stop reason whose output filled the wire maximum (B166).
+    # The backstop: an unknown stop reason whose output filled the wire maximum.
     return (
         response.stop_reason is StopReason.UNKNOWN
         and response.usage.output_tokens >= request.max_tokens
@@ -263,7 +263,7 @@ def _truncated(response: LLMResponse, request: WireRequest) -> bool:
 
 def _escalate(conversation: ConversationContext, request: WireRequest) -> None:
     """Raise the sent message to the ceiling and signal a retry, while a larger budget
-    exists; at the ceiling the model's own limit refused the answer (B163-B165)."""
+    exists; at the ceiling the model's own limit refused the answer."""
     ceiling = request.spec.max_output_tokens
     if request.output_budget >= ceiling:
         raise OutputCeilingError(request.spec.id, ceiling)

@@ -1,5 +1,5 @@
 """The Anthropic dialect, on the request builder and through the real SDK over a mock
-transport (B15, B33, B36, B80-B88, B93, B104, B162, B167, B168; D20)."""
+transport."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def flagged_turns(c: ConversationContext, count: int) -> None:
 # -- routing and tools ---------------------------------------------------------------------------
 
 
-def test_a_tool_travels_only_in_the_tools_parameter(wire: Wire) -> None:  # B15
+def test_a_tool_travels_only_in_the_tools_parameter(wire: Wire) -> None:
     c = conversation()
     c.add_tool(TOOL)
     c.add_user_message("How many left?")
@@ -119,7 +119,7 @@ def test_a_tool_travels_only_in_the_tools_parameter(wire: Wire) -> None:  # B15
     assert "lookup_inventory" not in json.dumps(body["messages"])
 
 
-def test_the_objective_is_only_in_system_and_roles_are_kept(wire: Wire) -> None:  # B33
+def test_the_objective_is_only_in_system_and_roles_are_kept(wire: Wire) -> None:
     c = conversation()
     c.add_user_message("Question")
     c.add_message(IncomingMessage("Answer", [TextBlock(text="Answer")]))
@@ -130,7 +130,7 @@ def test_the_objective_is_only_in_system_and_roles_are_kept(wire: Wire) -> None:
     assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
 
 
-def test_two_user_turns_are_never_merged(wire: Wire) -> None:  # B36
+def test_two_user_turns_are_never_merged(wire: Wire) -> None:
     c = conversation()
     c.add_user_message("first")
     c.add_user_message("second")
@@ -145,7 +145,7 @@ def test_two_user_turns_are_never_merged(wire: Wire) -> None:  # B36
 
 
 def test_six_flagged_turns_with_a_cached_objective_use_exactly_four_markers(wire: Wire) -> None:
-    # B80, B81
+
     c = conversation()
     flagged_turns(c, 6)
     body = wire(c)
@@ -155,7 +155,7 @@ def test_six_flagged_turns_with_a_cached_objective_use_exactly_four_markers(wire
 
 
 def test_an_uncached_objective_leaves_four_breakpoints_to_the_turns(wire: Wire) -> None:
-    # B82
+
     c = conversation()
     c.set_cache_main_objective(False)
     flagged_turns(c, 6)
@@ -164,7 +164,7 @@ def test_an_uncached_objective_leaves_four_breakpoints_to_the_turns(wire: Wire) 
     assert marked_texts(body) == ["turn 1", "turn 2", "turn 3", "turn 4"]
 
 
-def test_an_empty_objective_takes_no_breakpoint(wire: Wire) -> None:  # B83
+def test_an_empty_objective_takes_no_breakpoint(wire: Wire) -> None:
     c = conversation(objective=None)
     flagged_turns(c, 6)
     body = wire(c)
@@ -173,7 +173,7 @@ def test_an_empty_objective_takes_no_breakpoint(wire: Wire) -> None:  # B83
 
 
 @pytest.mark.parametrize("mode", ["builder", "sdk"])
-def test_a_model_without_caching_gets_no_markers(mode: str) -> None:  # B84
+def test_a_model_without_caching_gets_no_markers(mode: str) -> None:
     send = wire_for(
         fake_spec(id="claude-test", provider="anthropic", supports_prompt_caching=False), mode
     )
@@ -182,7 +182,7 @@ def test_a_model_without_caching_gets_no_markers(mode: str) -> None:  # B84
     assert markers(send(c)) == 0
 
 
-def test_only_the_first_text_block_of_a_turn_anchors(wire: Wire) -> None:  # B85
+def test_only_the_first_text_block_of_a_turn_anchors(wire: Wire) -> None:
     c = conversation()
     image = ImageBlock(data="aGk=", mime_type="image/png")
     c.add_message(
@@ -195,7 +195,7 @@ def test_only_the_first_text_block_of_a_turn_anchors(wire: Wire) -> None:  # B85
     assert "cache_control" not in content[2]
 
 
-def test_turns_without_text_spend_no_breakpoint(wire: Wire) -> None:  # B86
+def test_turns_without_text_spend_no_breakpoint(wire: Wire) -> None:
     c = conversation()
     image = ImageBlock(data="aGk=", mime_type="image/png")
     call = ToolUseBlock(id="toolu_1", name="lookup_inventory", input_json='{"sku": "A"}')
@@ -212,7 +212,7 @@ def test_turns_without_text_spend_no_breakpoint(wire: Wire) -> None:  # B86
     assert markers(body) == 4
 
 
-def test_a_skill_block_can_anchor_a_breakpoint(wire: Wire) -> None:  # B87
+def test_a_skill_block_can_anchor_a_breakpoint(wire: Wire) -> None:
     c = conversation()
     image = ImageBlock(data="aGk=", mime_type="image/png")
     skill = SkillBlock(name="triage", body="Sort by urgency.")
@@ -223,7 +223,7 @@ def test_a_skill_block_can_anchor_a_breakpoint(wire: Wire) -> None:  # B87
     assert "cache_control" not in content[2]
 
 
-def test_unflagged_turns_are_never_marked(wire: Wire) -> None:  # B88
+def test_unflagged_turns_are_never_marked(wire: Wire) -> None:
     c = conversation()
     c.add_user_message("plain one")
     c.add_user_message("flagged").set_cache(True)
@@ -234,7 +234,7 @@ def test_unflagged_turns_are_never_marked(wire: Wire) -> None:  # B88
 
 def test_skills_precede_the_objective_and_only_the_last_system_block_is_marked(
     wire: Wire,
-) -> None:  # B89
+) -> None:
     c = conversation()
     c.put_main_objective("task", "OBJECTIVE-TEXT")
     c.admit_skill(SkillBlock(name="citations", body="Cite every claim."))
@@ -265,7 +265,7 @@ def test_a_skill_admitted_after_the_freeze_rides_the_stream(wire: Wire) -> None:
 # -- thinking, budgets, usage --------------------------------------------------------------------
 
 
-def test_thinking_and_redacted_thinking_are_echoed_verbatim(wire: Wire) -> None:  # B104
+def test_thinking_and_redacted_thinking_are_echoed_verbatim(wire: Wire) -> None:
     c = conversation()
     c.add_user_message("think")
     c.add_message(
@@ -283,7 +283,7 @@ def test_thinking_and_redacted_thinking_are_echoed_verbatim(wire: Wire) -> None:
     assert assistant[1] == {"type": "redacted_thinking", "data": "opaque-bytes"}
 
 
-def test_max_tokens_is_the_declared_budget_at_immediate(wire: Wire) -> None:  # B162
+def test_max_tokens_is_the_declared_budget_at_immediate(wire: Wire) -> None:
     c = conversation(output=16_000)
     c.add_user_message("go")
     body = wire(c)
@@ -305,7 +305,7 @@ def sdk_client(*replies: Any) -> tuple[AnthropicClient, MockProvider]:
     return AnthropicClient(SPEC, client=mock_anthropic_sdk(handler)), handler
 
 
-def test_usage_is_additive_with_cache_counters() -> None:  # B93 on the wire
+def test_usage_is_additive_with_cache_counters() -> None:
     client, _ = sdk_client(
         anthropic_message("ok", input_tokens=100, cache_creation=20, cache_read=30, output_tokens=5)
     )
@@ -362,7 +362,7 @@ def test_a_streamed_answer_yields_text_and_the_complete_response() -> None:
     assert response.output_tokens == 9
 
 
-def test_the_retry_helper_resends_at_the_ceiling() -> None:  # B167
+def test_the_retry_helper_resends_at_the_ceiling() -> None:
     client, handler = sdk_client(
         anthropic_message("cut sh", stop_reason="max_tokens"), anthropic_message("whole")
     )
@@ -372,7 +372,7 @@ def test_the_retry_helper_resends_at_the_ceiling() -> None:  # B167
     assert [b["max_tokens"] for b in handler.bodies] == [16_000, SPEC.max_output_tokens]
 
 
-def test_a_refusal_on_the_wire_is_a_provider_refusal() -> None:  # B168
+def test_a_refusal_on_the_wire_is_a_provider_refusal() -> None:
     details = {
         "type": "refusal",
         "category": "reasoning_extraction",

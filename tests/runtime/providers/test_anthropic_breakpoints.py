@@ -1,4 +1,4 @@
-"""The breakpoint budget as a property over any conversation (B80-B88)."""
+"""The breakpoint budget as a property over any conversation."""
 
 from __future__ import annotations
 

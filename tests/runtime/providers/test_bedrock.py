@@ -1,6 +1,6 @@
 """The Bedrock Converse dialect: the request builder, boto3 under ``Stubber`` (request and
 response validated against the service model) and ``converse_stream`` through a
-before-send hook (B17, B18, B35, B36, B162; D20)."""
+before-send hook."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def texts(turns: list[dict[str, Any]]) -> str:
 
 
 def test_tools_travel_as_text_once_in_the_system_after_the_instructions(wire: Wire) -> None:
-    # B17
+
     c = conversation()
     c.add_tool(TOOL)
     c.add_user_message("What time is it?")
@@ -120,7 +120,7 @@ def test_tools_travel_as_text_once_in_the_system_after_the_instructions(wire: Wi
     assert "get_time" not in texts(body["messages"])
 
 
-def test_the_objective_is_only_in_the_system_blocks(wire: Wire) -> None:  # B35
+def test_the_objective_is_only_in_the_system_blocks(wire: Wire) -> None:
     c = conversation()
     c.add_user_message("Plan it.")
     c.add_message(IncomingMessage("Planned.", [TextBlock(text="Planned.")]))
@@ -140,7 +140,7 @@ def test_two_user_turns_are_one_wire_message_keeping_their_blocks_in_order(wire:
     ]
 
 
-def test_max_tokens_is_capped_at_the_models_ceiling(wire: Wire) -> None:  # B162
+def test_max_tokens_is_capped_at_the_models_ceiling(wire: Wire) -> None:
     c = conversation(output=4 * SPEC.max_output_tokens)
     c.add_user_message("Everything, please.")
     assert wire(c)["inferenceConfig"] == {"maxTokens": SPEC.max_output_tokens}
@@ -176,10 +176,10 @@ def test_a_late_tool_and_tool_traffic_ride_the_turns_as_text(wire: Wire) -> None
     assert all("toolUse" not in part for m in turns for part in m["content"])
 
 
-# -- tool calls out of the text (B18) -----------------------------------------------------------
+# -- tool calls out of the text -----------------------------------------------------------
 
 
-def test_calls_parsed_from_text_get_ids_from_their_name_and_place() -> None:  # B18
+def test_calls_parsed_from_text_get_ids_from_their_name_and_place() -> None:
     envelope = {
         "tool_calls": [
             {"name": "get_time", "arguments": {}},

@@ -1,5 +1,5 @@
 """The OpenAI dialect, on the request builder and through the real SDK over a mock
-transport (B16, B19, B34, B94, B159, B162; D20)."""
+transport."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def sdk_client(*replies: Any) -> tuple[OpenAIClient, MockProvider]:
     return OpenAIClient(SPEC, client=mock_openai_sdk(handler)), handler
 
 
-def test_a_tool_is_one_function_entry_and_no_message_mentions_it(wire: Wire) -> None:  # B16
+def test_a_tool_is_one_function_entry_and_no_message_mentions_it(wire: Wire) -> None:
     c = conversation()
     c.add_tool(TOOL)
     c.add_user_message("Where is it?")
@@ -92,7 +92,7 @@ def test_a_tool_is_one_function_entry_and_no_message_mentions_it(wire: Wire) -> 
     assert all("find:" not in json.dumps(m) for m in body["messages"])
 
 
-def test_native_tool_calls_and_results_take_openais_shapes(wire: Wire) -> None:  # B19
+def test_native_tool_calls_and_results_take_openais_shapes(wire: Wire) -> None:
     c = conversation()
     c.add_tool(TOOL)
     c.add_user_message("Find the crate.")
@@ -118,7 +118,7 @@ def test_native_tool_calls_and_results_take_openais_shapes(wire: Wire) -> None: 
     assert user == {"role": "user", "content": [{"type": "text", "text": "Thanks."}]}
 
 
-def test_the_objective_is_the_leading_system_message_only(wire: Wire) -> None:  # B34
+def test_the_objective_is_the_leading_system_message_only(wire: Wire) -> None:
     c = conversation()
     c.add_message(IncomingMessage("Hello.", [TextBlock(text="Hello.")]))
     c.add_user_message("Hi.")
@@ -129,7 +129,7 @@ def test_the_objective_is_the_leading_system_message_only(wire: Wire) -> None:  
 
 
 def test_max_completion_tokens_books_reasoning_even_at_immediate(wire: Wire) -> None:
-    # B162, B159
+
     c = conversation(output=16_000)
     c.add_user_message("go")
     body = wire(c)
@@ -155,7 +155,7 @@ def test_images_travel_as_data_urls_and_thinking_stays_home(wire: Wire) -> None:
     assert messages[2] == {"role": "assistant", "content": "A cat."}
 
 
-def test_cached_tokens_are_a_subset_of_the_input() -> None:  # B94 on the wire
+def test_cached_tokens_are_a_subset_of_the_input() -> None:
     client, _ = sdk_client(openai_completion("ok", prompt_tokens=150, cached_tokens=30))
     c = conversation()
     c.add_user_message("go")
