@@ -68,7 +68,6 @@ def test_a_truncation_at_the_ceiling_is_final_and_names_it() -> None:
 
 
 def test_a_ceiling_below_the_declaration_truncates_finally_on_the_first_call() -> None:
-
     low = fake_spec(max_output_tokens=8_000)
     c = conversation(16_000, low)
     with pytest.raises(UncorrectableLLMError, match="8000"):

@@ -145,7 +145,6 @@ def test_two_user_turns_are_never_merged(wire: Wire) -> None:
 
 
 def test_six_flagged_turns_with_a_cached_objective_use_exactly_four_markers(wire: Wire) -> None:
-
     c = conversation()
     flagged_turns(c, 6)
     body = wire(c)
@@ -155,7 +154,6 @@ def test_six_flagged_turns_with_a_cached_objective_use_exactly_four_markers(wire
 
 
 def test_an_uncached_objective_leaves_four_breakpoints_to_the_turns(wire: Wire) -> None:
-
     c = conversation()
     c.set_cache_main_objective(False)
     flagged_turns(c, 6)

@@ -108,7 +108,6 @@ def texts(turns: list[dict[str, Any]]) -> str:
 
 
 def test_tools_travel_as_text_once_in_the_system_after_the_instructions(wire: Wire) -> None:
-
     c = conversation()
     c.add_tool(TOOL)
     c.add_user_message("What time is it?")

@@ -129,7 +129,6 @@ def test_the_objective_is_the_leading_system_message_only(wire: Wire) -> None:
 
 
 def test_max_completion_tokens_books_reasoning_even_at_immediate(wire: Wire) -> None:
-
     c = conversation(output=16_000)
     c.add_user_message("go")
     body = wire(c)
