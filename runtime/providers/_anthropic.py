@@ -37,7 +37,7 @@ from parlour.runtime.providers._errors import (
 from parlour.runtime.providers._http import HttpSdkClient
 from parlour.runtime.providers._response import LLMResponse, StopReason, Usage
 from parlour.runtime.providers._shared import block_text, image_subtype, is_blank, tool_schema
-from parlour.runtime.providers._template import WireRequest
+from parlour.runtime.providers._template import TextCallback, WireRequest
 
 MAX_CACHE_BREAKPOINTS = 4
 EPHEMERAL = {"type": "ephemeral"}
@@ -305,6 +305,14 @@ class AnthropicClient(HttpSdkClient):
         # run past ten minutes (about 21k tokens), which any large rung or escalation reaches.
         with self.sdk_client.messages.stream(**body) as stream:
             return decode_message(stream.get_final_message())
+
+    async def _acall(self, body: dict[str, Any], on_text: TextCallback | None) -> LLMResponse:
+        async with self.async_sdk_client.messages.stream(**body) as stream:
+            if on_text is not None:
+                async for text in stream.text_stream:
+                    on_text(text)
+            final = await stream.get_final_message()
+        return decode_message(final)
 
     def _call_streaming(self, body: dict[str, Any]) -> Iterator[str | LLMResponse]:
         with self.sdk_client.messages.stream(**body) as stream:

@@ -15,7 +15,7 @@ from parlour.runtime._roles import Depth
 from parlour.runtime.providers._errors import ErrorMap, map_errors, require_key, require_sdk
 from parlour.runtime.providers._response import LLMResponse
 from parlour.runtime.providers._shared import OutputDeclaration, spec_of
-from parlour.runtime.providers._template import LLMClient, WireRequest
+from parlour.runtime.providers._template import LLMClient, TextCallback, WireRequest
 
 UNSET: Any = object()
 
@@ -45,8 +45,10 @@ class HttpSdkClient(LLMClient):
         model: a catalog id or a ``ModelSpec`` (default: the dialect's ``default_model``).
         api_key: else the dialect's environment variable.
         client: a ready SDK client (tests pass one over a mock transport); when given,
-            ``api_key`` and ``max_retries`` are not used. ``sdk_client=`` is its deprecated
-            name.
+            ``api_key`` and ``max_retries`` are not used for it. ``sdk_client=`` is its
+            deprecated name.
+        async_client: a ready async SDK client (``AsyncAnthropic``, ``AsyncOpenAI``) for
+            ``arespond``; else one is made from the key at the first ``arespond``.
         max_retries: the SDK's own retry with backoff for rate limits, overload, timeouts.
         catalog, depth, output_declaration: see ``LLMClient``.
 
@@ -72,6 +74,7 @@ class HttpSdkClient(LLMClient):
         catalog: ModelCatalog | None = None,
         depth: Depth | None = None,
         output_declaration: OutputDeclaration | None = None,
+        async_client: Any = None,
         sdk_client: Any = UNSET,
     ) -> None:
         super().__init__(
@@ -81,10 +84,31 @@ class HttpSdkClient(LLMClient):
         )
         self._sdk = require_sdk(self.module, self.module)
         client = injected(client, sdk_client, "sdk_client")
+        self._api_key, self._max_retries = api_key, max_retries
         if client is None:
-            key = require_key(api_key, self.env_var, self.provider)
-            client = getattr(self._sdk, self.provider)(api_key=key, max_retries=max_retries)
+            client = self._make(self.provider)
         self.sdk_client = client
+        self._async_client = async_client
+
+    def _make(self, cls_name: str) -> Any:
+        key = require_key(self._api_key, self.env_var, self.provider)
+        return getattr(self._sdk, cls_name)(api_key=key, max_retries=self._max_retries)
+
+    @property
+    def async_sdk_client(self) -> Any:
+        """The async SDK client ``arespond`` uses, made from the key on first use.
+
+        Raises:
+            UncorrectableLLMError: none was given and no API key is configured.
+        """
+        if self._async_client is None:
+            self._async_client = self._make(f"Async{self.provider}")
+        return self._async_client
+
+    async def _asend(self, request: WireRequest, on_text: TextCallback | None) -> LLMResponse:
+        body = self.encode(request)
+        with map_errors(self._sdk, self.error_map, self.provider, request.spec.id):
+            return await self._acall(body, on_text)
 
     def _send(self, request: WireRequest) -> LLMResponse:
         body = self.encode(request)
@@ -103,6 +127,10 @@ class HttpSdkClient(LLMClient):
     @abstractmethod
     def _call(self, body: dict[str, Any]) -> LLMResponse:
         """One call with ``body``; SDK errors propagate to the error map."""
+
+    @abstractmethod
+    async def _acall(self, body: dict[str, Any], on_text: TextCallback | None) -> LLMResponse:
+        """One call on the async SDK client; with ``on_text``, over its stream."""
 
     @abstractmethod
     def _call_streaming(self, body: dict[str, Any]) -> Iterator[str | LLMResponse]:

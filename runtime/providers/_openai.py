@@ -29,7 +29,7 @@ from parlour.runtime.providers._errors import ErrorMap, error_message, status_ve
 from parlour.runtime.providers._http import HttpSdkClient
 from parlour.runtime.providers._response import LLMResponse, StopReason, Usage
 from parlour.runtime.providers._shared import block_text, tool_schema
-from parlour.runtime.providers._template import WireRequest
+from parlour.runtime.providers._template import TextCallback, WireRequest
 
 _STOP = {
     "stop": StopReason.END_TURN,
@@ -45,6 +45,7 @@ _EFFORT = {
     Depth.ULTRA_THOROUGH: "high",
 }
 _SKIPPED = (ToolDefinitionBlock, ThinkingBlock, RedactedThinkingBlock)
+_STREAMED = {"stream": True, "stream_options": {"include_usage": True}}
 
 
 # -- encoding ------------------------------------------------------------------------------------
@@ -286,8 +287,19 @@ class OpenAIClient(HttpSdkClient):
     def _call(self, body: dict[str, Any]) -> LLMResponse:
         return decode_completion(self.sdk_client.chat.completions.create(**body))
 
+    async def _acall(self, body: dict[str, Any], on_text: TextCallback | None) -> LLMResponse:
+        completions = self.async_sdk_client.chat.completions
+        if on_text is None:
+            return decode_completion(await completions.create(**body))
+        assembly = _StreamAssembly()
+        async for chunk in await completions.create(**(body | _STREAMED)):
+            delta = assembly.feed(chunk)
+            if delta:
+                on_text(delta)
+        return assembly.response()
+
     def _call_streaming(self, body: dict[str, Any]) -> Iterator[str | LLMResponse]:
-        body = body | {"stream": True, "stream_options": {"include_usage": True}}
+        body = body | _STREAMED
         assembly = _StreamAssembly()
         for chunk in self.sdk_client.chat.completions.create(**body):
             delta = assembly.feed(chunk)

@@ -19,7 +19,7 @@ from parlour.runtime._prepared import PreparedConversation
 from parlour.runtime._roles import Depth, OutputSize, TurnRole
 from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from parlour.runtime.providers._response import LLMResponse, StopReason, Usage
-from parlour.runtime.providers._template import LLMClient, WireRequest
+from parlour.runtime.providers._template import LLMClient, TextCallback, WireRequest
 
 Reply = str | LLMResponse | Callable[[PreparedConversation], LLMResponse]
 
@@ -76,6 +76,9 @@ class ScriptedClient(LLMClient):
         if isinstance(reply, LLMResponse):
             return reply
         return reply(prepared)
+
+    async def _asend(self, request: WireRequest, on_text: TextCallback | None) -> LLMResponse:
+        return self._send_with(request, on_text)  # no I/O: it answers on the loop itself
 
     def _stream(self, request: WireRequest) -> Iterator[str | LLMResponse]:
         """Streams the answer word by word, as a provider would in deltas."""

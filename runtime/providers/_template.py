@@ -8,6 +8,7 @@ refusal discipline. The offline ``ScriptedClient`` goes through the same templat
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -125,6 +126,29 @@ class LLMClient(ABC):
             on_text(text)
         return stream.response
 
+    async def arespond(
+        self,
+        conversation: ConversationContext,
+        thinking_active: bool | None = None,
+        *,
+        on_text: TextCallback | None = None,
+    ) -> LLMResponse:
+        """``respond`` for asyncio code: the same request, checks and errors.
+
+        Clients over an async SDK (Anthropic, OpenAI) never leave the event loop, and call
+        ``on_text`` on it. The default, for a blocking SDK (boto3), sends on the loop's
+        default executor so the loop is never blocked; ``on_text`` is then called from that
+        worker thread while the coroutine waits. The conversation is only touched by the
+        awaiting owner, as with ``respond``.
+
+        Raises:
+            The same as ``respond``.
+        """
+        request = self.build_request(conversation, thinking_active)
+        start = _now()
+        response = await self._asend(request, on_text)
+        return self._finish(conversation, request, response, start)
+
     def stream(
         self, conversation: ConversationContext, thinking_active: bool | None = None
     ) -> ResponseStream:
@@ -221,6 +245,21 @@ class LLMClient(ABC):
     @abstractmethod
     def _send(self, request: WireRequest) -> LLMResponse:
         """Send one request in this client's dialect; map SDK errors at the seam."""
+
+    async def _asend(self, request: WireRequest, on_text: TextCallback | None) -> LLMResponse:
+        """Send for ``arespond``; this default runs the blocking send on a worker thread."""
+        return await asyncio.to_thread(self._send_with, request, on_text)
+
+    def _send_with(self, request: WireRequest, on_text: TextCallback | None) -> LLMResponse:
+        """Send once; with ``on_text``, over the stream, passing it each delta."""
+        if on_text is None:
+            return self._send(request)
+        for chunk in self._stream(request):
+            if isinstance(chunk, str):
+                on_text(chunk)
+            else:
+                return chunk
+        raise IllegalStateError(f"The stream of {request.spec.id} ended without a response.")
 
     def _stream(self, request: WireRequest) -> Iterator[str | LLMResponse]:
         """Yield the answer's text deltas, then the complete response. The default sends

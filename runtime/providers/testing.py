@@ -7,8 +7,9 @@ anthropic and openai (over ``httpx2``): ``MockProvider`` is a transport handler 
 the JSON body of every request and answers from a queue: a JSON body, a ``(status, body)``
 error, the bytes of a server-sent event stream, or an exception to raise (a dropped
 connection: ``httpx2.ConnectError``). ``mock_anthropic_sdk`` / ``mock_openai_sdk`` build the
-SDK client over it; ``anthropic_message``, ``anthropic_sse``, ``openai_completion`` and
-``openai_sse`` build the answers; ``anthropic_sse_error`` and ``openai_sse_error`` build
+SDK client over it (``mock_async_anthropic_sdk`` / ``mock_async_openai_sdk`` the async
+one); ``anthropic_message``, ``anthropic_sse``, ``openai_completion`` and ``openai_sse``
+build the answers; ``anthropic_sse_error`` and ``openai_sse_error`` build
 a stream that fails part-way, as the servers do.
 
 boto3 (Bedrock): ``dummy_bedrock_client`` is a real ``bedrock-runtime`` client with dummy
@@ -42,6 +43,8 @@ __all__ = [
     "dummy_bedrock_client",
     "encode_event",
     "mock_anthropic_sdk",
+    "mock_async_anthropic_sdk",
+    "mock_async_openai_sdk",
     "mock_openai_sdk",
     "openai_completion",
     "openai_sse",
@@ -120,6 +123,28 @@ def mock_openai_sdk(handler: MockProvider) -> Any:
     import openai
 
     return openai.OpenAI(api_key="test-key", max_retries=0, http_client=_http_client(handler))
+
+
+def _async_http_client(handler: MockProvider) -> Any:
+    import httpx2
+
+    return httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
+
+
+def mock_async_anthropic_sdk(handler: MockProvider) -> Any:
+    """A real ``anthropic.AsyncAnthropic`` over ``handler``: a dummy key, no SDK retries."""
+    import anthropic
+
+    http = _async_http_client(handler)
+    return anthropic.AsyncAnthropic(api_key="test-key", max_retries=0, http_client=http)
+
+
+def mock_async_openai_sdk(handler: MockProvider) -> Any:
+    """A real ``openai.AsyncOpenAI`` over ``handler``: a dummy key, no SDK retries."""
+    import openai
+
+    http = _async_http_client(handler)
+    return openai.AsyncOpenAI(api_key="test-key", max_retries=0, http_client=http)
 
 
 # -- Anthropic shapes ----------------------------------------------------------------------------
