@@ -1,6 +1,7 @@
 """Test doubles shipped with the library, so applications test their agents the same way.
 
-``ScriptedClient`` is the offline model; ``FakeClock`` is a clock tests advance by hand;
+``ScriptedClient`` is the offline model (``scripted_tool_calls`` scripts an answer that
+calls tools with arguments); ``FakeClock`` is a clock tests advance by hand;
 ``fake_spec`` makes a ``ModelSpec`` with round numbers. The fakes of the providers' servers
 (``MockProvider`` and the answer builders for anthropic and openai, the boto3 doubles for
 Bedrock) live in ``parlour.runtime.providers.testing`` and are re-exported here. None of it
@@ -13,7 +14,7 @@ from typing import Any
 
 from parlour.runtime._catalog import ModelSpec, ThinkingMode
 from parlour.runtime._roles import Depth, OutputSize
-from parlour.runtime.providers._scripted import ScriptedClient
+from parlour.runtime.providers._scripted import ScriptedClient, scripted_tool_calls
 from parlour.runtime.providers.testing import (
     ConverseStreamMock,
     MockProvider,
@@ -55,6 +56,7 @@ __all__ = [
     "openai_sse",
     "openai_sse_error",
     "record_params",
+    "scripted_tool_calls",
 ]
 
 

@@ -18,7 +18,7 @@ from parlour.runtime.providers._openai import OpenAIClient, build_openai_body
 from parlour.runtime.providers._prefix import PrefixMonitor
 from parlour.runtime.providers._response import LLMResponse, StopReason, Usage
 from parlour.runtime.providers._retry import respond_with_truncation_retry
-from parlour.runtime.providers._scripted import ScriptedClient
+from parlour.runtime.providers._scripted import ScriptedClient, scripted_tool_calls
 from parlour.runtime.providers._template import LLMClient, ResponseStream, WireRequest
 
 __all__ = [
@@ -42,4 +42,5 @@ __all__ = [
     "parse_tool_calls",
     "provider_available",
     "respond_with_truncation_retry",
+    "scripted_tool_calls",
 ]
