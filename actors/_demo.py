@@ -14,7 +14,7 @@ import msgspec
 from parlour.actors._service import ConversationService
 from parlour.actors._thinker import BasicThinker
 from parlour.actors._workload import CURRENT_TIME, drive, run_turn
-from parlour.runtime import ConversationContext, ScriptedClient, Transcript
+from parlour.runtime import ConversationContext, Transcript, client_for
 from parlour.runtime.snapshots import encode_snapshot
 from parlour.stores import LmdbStore, MemorySessionCache
 
@@ -33,11 +33,14 @@ def _opening(index: int, turn: int) -> str:
 
 
 def run_demo(data_dir: Path, conversations: int = 20, workers: int = 8) -> int:
-    client = ScriptedClient()
+    client = client_for("scripted")  # by name: real models never fall back to it
     thinkers = [DemoThinker(f"user-{i % 4}", tools=[CURRENT_TIME]) for i in range(conversations)]
     for t in thinkers:
         t.mint_conversation_id()
-    print(f"parlour demo: {conversations} conversations on {data_dir.resolve()}")
+    print(
+        f"parlour demo: {conversations} conversations on {data_dir.resolve()}, "
+        "answered by the offline scripted model"
+    )
 
     store = LmdbStore(data_dir)
     service = ConversationService(store, MemorySessionCache())

@@ -42,7 +42,6 @@ from parlour.runtime._handlers import (
     ThinkingResponseHandler,
     ToolCall,
 )
-from parlour.runtime._llm import LLMClient, ResponseStream, WireRequest
 from parlour.runtime._markers import (
     JsonIgnore,
     LLMContextIgnore,
@@ -54,11 +53,8 @@ from parlour.runtime._markers import (
 )
 from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage
 from parlour.runtime._prepared import PreparedConversation, Turn
-from parlour.runtime._response import LLMResponse, StopReason, Usage
-from parlour.runtime._retry import respond_with_truncation_retry
 from parlour.runtime._roles import Depth, Grade, Input, OutputSize, TurnRole
 from parlour.runtime._schema import Schema, generate_schema, validate_required_fields
-from parlour.runtime._scripted import ScriptedClient
 from parlour.runtime._serializer import (
     REGISTRY_GUIDANCE,
     REGISTRY_HEADER,
@@ -72,7 +68,17 @@ from parlour.runtime._summarizers import LLMSummarizer, Summarizer, TruncatingSu
 from parlour.runtime._tokens import EncodingCounter, counter_for
 from parlour.runtime._transcript import Transcript
 from parlour.runtime._validation import MAX_NESTING
-from parlour.runtime.providers import client_for
+from parlour.runtime.providers import (
+    LLMClient,
+    LLMResponse,
+    ResponseStream,
+    ScriptedClient,
+    StopReason,
+    Usage,
+    WireRequest,
+    client_for,
+    respond_with_truncation_retry,
+)
 
 logger.disable("parlour")
 
