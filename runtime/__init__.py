@@ -71,11 +71,25 @@ from parlour.runtime._serializer import (
 from parlour.runtime._summarizers import LLMSummarizer, Summarizer, TruncatingSummarizer
 from parlour.runtime._tokens import EncodingCounter, counter_for
 from parlour.runtime._transcript import Transcript
+from parlour.runtime.compaction import (
+    DEFAULT_COMFORT_CONTEXT_TOKENS,
+    DEFAULT_COMPACTION_TRIGGER,
+    CompactionLevel,
+    CompactionResult,
+    ContextCompactor,
+    ContextWindowManager,
+    FitReport,
+    LLMContextCompactor,
+    OfflineCompactor,
+    summary_model,
+)
 from parlour.runtime.providers import client_for
 
 logger.disable("parlour")
 
 __all__ = [
+    "DEFAULT_COMFORT_CONTEXT_TOKENS",
+    "DEFAULT_COMPACTION_TRIGGER",
     "REGISTRY_GUIDANCE",
     "REGISTRY_HEADER",
     "SCHEMA_NOTATION_GUIDANCE",
@@ -84,11 +98,16 @@ __all__ = [
     "Artifact",
     "ArtifactRegistry",
     "Clock",
+    "CompactionLevel",
+    "CompactionResult",
     "ContentFormatter",
+    "ContextCompactor",
+    "ContextWindowManager",
     "ConversationContext",
     "DeclaredTool",
     "Depth",
     "EncodingCounter",
+    "FitReport",
     "FunctionTool",
     "GenericContentFormatter",
     "Grade",
@@ -96,6 +115,7 @@ __all__ = [
     "Input",
     "JsonIgnore",
     "LLMClient",
+    "LLMContextCompactor",
     "LLMContextIgnore",
     "LLMDescription",
     "LLMExample",
@@ -110,6 +130,7 @@ __all__ = [
     "ModelCatalog",
     "ModelSpec",
     "NativeToolsFormatter",
+    "OfflineCompactor",
     "OutgoingMessage",
     "OutputSize",
     "PojoResponseHandler",
@@ -148,6 +169,7 @@ __all__ = [
     "render_tool_text",
     "resolve_grade",
     "respond_with_truncation_retry",
+    "summary_model",
     "tool_from_function",
     "type_alias",
     "validate_required_fields",

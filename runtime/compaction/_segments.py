@@ -1,0 +1,123 @@
+"""How a conversation's messages are cut for compaction, and which must stay together.
+
+An exchange runs from an outgoing (user-side) message through the model's final answer,
+tool calls and their results included. Exchanges are then merged wherever a tool call and
+its result would otherwise fall on two sides of a cut, so no cut ever separates a pair,
+whatever the input looks like. ``pair_closure`` grows a set of kept messages until every
+tool call or result in it has its partner kept too; its complement is then closed as
+well, so collapsing the complement never leaves an orphan on either side.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from parlour.runtime._messages import Message
+from parlour.runtime.blocks import ToolResultBlock, ToolUseBlock
+
+__all__ = ["exchanges", "is_outgoing", "latest_outgoing", "pair_closure", "safe_position"]
+
+
+def is_outgoing(message: Message) -> bool:
+    """A message of the application's side (the user channel)."""
+    return message.role.lower() == "user"
+
+
+def _is_final_answer(message: Message) -> bool:
+    return not is_outgoing(message) and not any(isinstance(b, ToolUseBlock) for b in message.blocks)
+
+
+def latest_outgoing(messages: Sequence[Message]) -> int | None:
+    """The index of the most recent outgoing message, or None when there is none."""
+    for index in range(len(messages) - 1, -1, -1):
+        if is_outgoing(messages[index]):
+            return index
+    return None
+
+
+def tool_ids(message: Message) -> set[str]:
+    """Every tool call id and answered call id the message holds."""
+    ids: set[str] = set()
+    for block in message.blocks:
+        if isinstance(block, ToolUseBlock):
+            ids.add(block.id)
+        elif isinstance(block, ToolResultBlock):
+            ids.add(block.tool_use_id)
+    return ids
+
+
+def _holders(messages: Sequence[Message]) -> dict[str, list[int]]:
+    holders: dict[str, list[int]] = defaultdict(list)
+    for index, message in enumerate(messages):
+        for tool_id in tool_ids(message):
+            holders[tool_id].append(index)
+    return holders
+
+
+def exchanges(messages: Sequence[Message]) -> list[range]:
+    """The messages cut into exchanges, oldest first, no tool pair across a cut."""
+    starts = [0] + [
+        i
+        for i in range(1, len(messages))
+        if _is_final_answer(messages[i - 1]) and is_outgoing(messages[i])
+    ]
+    if not messages:
+        return []
+    owner = [0] * len(messages)
+    for n, start in enumerate(starts):
+        for i in range(start, starts[n + 1] if n + 1 < len(starts) else len(messages)):
+            owner[i] = n
+    reach = list(range(len(starts)))
+    for indices in _holders(messages).values():
+        first, last = owner[min(indices)], owner[max(indices)]
+        reach[first] = max(reach[first], last)
+    return _merged(starts, reach, len(messages))
+
+
+def _merged(starts: list[int], reach: list[int], total: int) -> list[range]:
+    merged: list[range] = []
+    n = 0
+    while n < len(starts):
+        end = reach[n]
+        m = n
+        while m <= end:
+            end = max(end, reach[m])
+            m += 1
+        stop = starts[m] if m < len(starts) else total
+        merged.append(range(starts[n], stop))
+        n = m
+    return merged
+
+
+def pair_closure(messages: Sequence[Message], keep: Iterable[int]) -> set[int]:
+    """``keep`` grown until every tool call or result in a kept message has its partner
+    kept too."""
+    holders = _holders(messages)
+    closed = set(keep)
+    pending = list(closed)
+    while pending:
+        index = pending.pop()
+        for tool_id in tool_ids(messages[index]):
+            for partner in holders[tool_id]:
+                if partner not in closed:
+                    closed.add(partner)
+                    pending.append(partner)
+    return closed
+
+
+def safe_position(position: int, messages: Sequence[Message], kept: set[int]) -> int:
+    """The first index at or after ``position`` that does not fall between a kept tool call
+    and its kept result, so an inserted summary never separates them."""
+    spans = [
+        (min(ix), max(ix))
+        for ix in (sorted(i for i in found if i in kept) for found in _holders(messages).values())
+        if len(ix) > 1
+    ]
+    moved = True
+    while moved:
+        moved = False
+        for first, last in spans:
+            if first < position <= last:
+                position, moved = last + 1, True
+    return position
