@@ -13,7 +13,7 @@ from parlour.runtime import (
     OutgoingMessage,
     OutputSize,
 )
-from parlour.runtime.blocks import TextBlock, ToolResultBlock, ToolUseBlock
+from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
 
 WORDS = ["the", "survey", "found", "seven", "sites", "with", "readings", "above", "the", "agreed"]
 WORDS += ["threshold"]
@@ -32,7 +32,10 @@ def declared(conversation: ConversationContext) -> ConversationContext:
 
 
 def call(call_id: str, text: str = "Let me look.") -> IncomingMessage:
-    blocks = [TextBlock(text=text), ToolUseBlock(id=call_id, name="search", input_json="{}")]
+    blocks: list[ContentBlock] = [
+        TextBlock(text=text),
+        ToolUseBlock(id=call_id, name="search", input_json="{}"),
+    ]
     return IncomingMessage(blocks=blocks)
 
 

@@ -7,6 +7,7 @@ import pytest
 from parlour.runtime import (
     ContextWindowManager,
     ConversationContext,
+    ModelSpec,
     OutgoingMessage,
     OutputSize,
 )
@@ -28,7 +29,7 @@ SMALL_RUNGS = {
 }
 
 
-def small_spec(context: int, **overrides: object) -> object:
+def small_spec(context: int, **overrides: object) -> ModelSpec:
     return fake_spec(
         max_context_tokens=context, max_output_tokens=500, output_budgets=SMALL_RUNGS, **overrides
     )
