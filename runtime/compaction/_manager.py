@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import msgspec
 from loguru import logger
 
 from parlour.runtime._catalog import ModelSpec
 from parlour.runtime._context import ConversationContext
 from parlour.runtime._counting import LocalTokenCounter, TokenCounter
+from parlour.runtime._messages import Message
 from parlour.runtime.compaction._compactor import AsyncContextCompactor, ContextCompactor
 from parlour.runtime.compaction._levels import (
     LADDER,
@@ -144,7 +146,8 @@ class ContextWindowManager:
         ladder = self._ladder(conversation, reserve)
         for level in ladder:
             assert self.compactor is not None  # the ladder yields nothing without one
-            ladder.record(self.compactor.compact(conversation, level))
+            before = list(conversation.messages)
+            ladder.record(self.compactor.compact(conversation, level), before)
         return ladder.report()
 
     async def afit(
@@ -158,12 +161,12 @@ class ContextWindowManager:
         """
         ladder = self._ladder(conversation, reserve)
         for level in ladder:
-            compactor = self.compactor
+            compactor, before = self.compactor, list(conversation.messages)
             if isinstance(compactor, AsyncContextCompactor):
-                ladder.record(await compactor.acompact(conversation, level))
+                ladder.record(await compactor.acompact(conversation, level), before)
             else:
                 assert compactor is not None
-                ladder.record(compactor.compact(conversation, level))
+                ladder.record(compactor.compact(conversation, level), before)
         return ladder.report()
 
     async def aensure_fits(
@@ -202,17 +205,27 @@ class _Ladder:
                 return
             yield level
 
-    def record(self, result: CompactionResult) -> None:
-        before = self._tokens
+    def record(self, result: CompactionResult, before: list[Message]) -> None:
+        """Measure after a rung; a rung that made the conversation larger is undone."""
+        tokens = self._tokens
         if result.changed:
             self._tokens = self._manager.measure(self._conversation)
+            if self._tokens > tokens:
+                self._conversation.messages[:] = before
+                self._tokens = tokens
+                result = msgspec.structs.replace(
+                    result,
+                    replaced=0,
+                    messages_after=len(before),
+                    error="the summaries weighed more than what they replaced; undone",
+                )
         self._steps.append(
-            CompactionStep(result=result, tokens_before=before, tokens_after=self._tokens)
+            CompactionStep(result=result, tokens_before=tokens, tokens_after=self._tokens)
         )
         logger.bind(conversation_id=self._conversation.conversation_id).info(
             "Compaction at {}: {} -> {} tokens ({} of {} messages replaced, {} summary calls)",
             result.level.value,
-            before,
+            tokens,
             self._tokens,
             result.replaced,
             result.messages_before,

@@ -18,7 +18,7 @@ from typing import Any
 
 from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage
 from parlour.runtime._transcript import Transcript
-from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock
+from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from parlour.runtime.compaction._levels import CompactionLevel
 from parlour.runtime.compaction._prompts import (
     CONVERSATION_SUMMARY_HEADER,
@@ -45,6 +45,7 @@ Plan = Generator[list[SummaryRequest], list[str], list[Message]]
 Spot = tuple[int, int, SummaryRequest]  # message index, block index, its request
 Job = tuple[list[int], SummaryRequest, str]  # collapsed indices, request, header
 
+_OTHER_BLOCK_CHARS = 64  # an image, a file, a thinking block: never counted as less
 _SECOND_PASS_SLACK = 1.25  # a MAXIMUM summary this much over its target gets a second pass
 
 
@@ -155,6 +156,19 @@ def _already_summarized(messages: Sequence[Message], collapsed: Sequence[int]) -
     return text.startswith((EXCHANGE_SUMMARY_HEADER, CONVERSATION_SUMMARY_HEADER))
 
 
+def _plain_chars(message: Message) -> int:
+    """About what a message weighs, in characters of what is counted (no decoration)."""
+    total = len(message.raw_content)
+    for block in message.blocks:
+        if isinstance(block, ToolResultBlock):
+            total += len(block.content)
+        elif isinstance(block, ToolUseBlock):
+            total += len(block.name) + len(block.input_json)
+        elif not isinstance(block, TextBlock):
+            total += _OTHER_BLOCK_CHARS
+    return total
+
+
 def _shorter(candidate: str, current: str) -> str:
     return candidate if len(candidate) < len(current) else current
 
@@ -193,8 +207,8 @@ def _collapse_jobs(
     placed where the first of them was unless that would split a kept tool pair."""
     used = [
         (collapsed, header, summary)
-        for (collapsed, request, header), summary in zip(jobs, summaries, strict=True)
-        if len(summary) < len(request.content)
+        for (collapsed, _, header), summary in zip(jobs, summaries, strict=True)
+        if len(header) + len(summary) < sum(_plain_chars(messages[i]) for i in collapsed)
     ]
     removed = {i for collapsed, _, _ in used for i in collapsed}
     kept = {i for i in range(len(messages)) if i not in removed}
