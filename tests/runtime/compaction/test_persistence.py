@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
 import pytest
 
@@ -42,7 +44,8 @@ def test_the_store_writes_the_replaced_messages_and_a_reload_measures_the_same(
     lmdb_store: LmdbStore,
 ) -> None:
     c = long_chat(8, cid="stored")
-    c.stored_version = lmdb_store.create_context(c.to_snapshot(), "alice")  # type: ignore[func-returns-value]
+    lmdb_store.create_context(c.to_snapshot(), "alice")
+    c.stored_version = lmdb_store.version_of("stored", "alice") or 0
     manager = ContextWindowManager(SPEC, comfort_override=800, compactor=OfflineCompactor())
     report = manager.fit(c)
     assert report.compacted and len(report.levels) > 1 and len(c.messages) < 33
@@ -55,11 +58,12 @@ def test_the_store_writes_the_replaced_messages_and_a_reload_measures_the_same(
     assert not manager.needs_compaction(restored)
 
 
-def test_a_reopened_store_serves_the_compacted_conversation(tmp_path: object) -> None:
+def test_a_reopened_store_serves_the_compacted_conversation(tmp_path: Path) -> None:
     path = f"{tmp_path}/lmdb"
     c = long_chat(5, cid="reopen")
     with LmdbStore(path) as store:
-        c.stored_version = store.create_context(c.to_snapshot(), "alice")  # type: ignore[func-returns-value]
+        store.create_context(c.to_snapshot(), "alice")
+        c.stored_version = store.version_of("reopen", "alice") or 0
         OfflineCompactor().compact(c, CompactionLevel.AGGRESSIVE)
         store.save_context(c.to_snapshot(), "alice")
     with LmdbStore(path) as store:
