@@ -9,7 +9,7 @@ import pykka
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", *sorted(ROOT.glob("*/PACKAGE.md"))]
+DOCS = [ROOT / "README.md", *sorted([*ROOT.glob("*/PACKAGE.md"), *ROOT.glob("*/*/PACKAGE.md")])]
 EXAMPLES = [
     pytest.param(code, id=f"{doc.relative_to(ROOT)}-{n}")
     for doc in DOCS
