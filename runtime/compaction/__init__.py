@@ -26,7 +26,7 @@ from parlour.runtime.compaction._manager import (
     DEFAULT_COMPACTION_TRIGGER,
     ContextWindowManager,
 )
-from parlour.runtime.compaction._offline import OfflineCompactor, offline_summary
+from parlour.runtime.compaction._offline import OfflineCompactor, compactor_for, offline_summary
 from parlour.runtime.compaction._prompts import (
     ARTIFACT_RULE,
     CONVERSATION_SUMMARY_HEADER,
@@ -51,6 +51,7 @@ __all__ = [
     "OfflineCompactor",
     "SummaryCall",
     "SummaryRequest",
+    "compactor_for",
     "offline_summary",
     "summary_model",
 ]

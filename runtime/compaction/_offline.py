@@ -3,12 +3,16 @@ tests: each summary is the opening words of its content, as many as the request'
 followed by every artifact reference the content mentions, so nothing becomes unreachable.
 
 It runs the very plans ``LLMContextCompactor`` runs (segments, age weighting, the ladder's
-discipline); only the summary call is replaced.
+discipline); only the summary call is replaced. ``compactor_for(client)`` picks it for the
+scripted model and a model-backed compactor for any other client.
 """
 
 from __future__ import annotations
 
 from parlour.runtime._artifacts import refs_mentioned_in
+from parlour.runtime._catalog import ModelCatalog
+from parlour.runtime._llm import LLMClient
+from parlour.runtime._scripted import ScriptedClient
 from parlour.runtime.compaction._compactor import (
     DEFAULT_MIN_RESULT_CHARS,
     LLMContextCompactor,
@@ -16,7 +20,7 @@ from parlour.runtime.compaction._compactor import (
 )
 from parlour.runtime.compaction._prompts import SummaryRequest
 
-__all__ = ["OfflineCompactor", "offline_summary"]
+__all__ = ["OfflineCompactor", "compactor_for", "offline_summary"]
 
 OFFLINE_MODEL_ID = "offline-compactor"
 
@@ -49,3 +53,12 @@ class OfflineCompactor(LLMContextCompactor):
 
     async def _areply(self, request: SummaryRequest) -> Reply:
         return offline_summary(request)
+
+
+def compactor_for(client: LLMClient, catalog: ModelCatalog | None = None) -> LLMContextCompactor:
+    """The compactor an agent uses unless it is given one: ``OfflineCompactor`` for the
+    scripted model (no network, deterministic), else summaries through ``client`` on the
+    catalog's smallest grade of its provider (``LLMContextCompactor.for_client``)."""
+    if isinstance(client, ScriptedClient):
+        return OfflineCompactor()
+    return LLMContextCompactor.for_client(client, catalog=catalog)

@@ -352,3 +352,50 @@ def test_the_offline_compactor_is_deterministic() -> None:
     assert msgspec.json.encode(first.to_snapshot().messages) == msgspec.json.encode(
         second.to_snapshot().messages
     )
+
+
+def test_an_agent_compacts_offline_on_the_scripted_model_and_on_the_small_model_otherwise() -> None:
+    from parlour.runtime import ModelCatalog
+    from parlour.runtime.compaction import compactor_for
+    from parlour.runtime.providers import AnthropicClient
+    from parlour.runtime.testing import MockProvider, anthropic_message, mock_anthropic_sdk
+
+    assert type(compactor_for(ScriptedClient())) is OfflineCompactor
+    replies = [
+        anthropic_message(f"summary {n}", model="claude-haiku-4-5", input_tokens=900 + n)
+        for n in range(3)
+    ]
+    handler = MockProvider(*replies)
+    sonnet = ModelCatalog.default().get("claude-sonnet-4-5")
+    client = AnthropicClient(sonnet, sdk_client=mock_anthropic_sdk(handler))
+    outcome = compactor_for(client).compact(long_chat(3), CompactionLevel.LIGHT)
+    assert [body["model"] for body in handler.bodies] == ["claude-haiku-4-5"] * 3
+    assert all(
+        "Preserve any artifact references" in str(body["messages"]) for body in handler.bodies
+    )
+    assert [c.usage.input_tokens for c in outcome.calls if c.usage] == [900, 901, 902]
+    assert {c.model_id for c in outcome.calls} == {"claude-haiku-4-5"}
+
+
+def test_a_compaction_is_logged_with_its_level_and_tokens_before_and_after() -> None:
+    from loguru import logger
+
+    records: list[dict[str, object]] = []
+    sink = logger.add(lambda m: records.append(m.record), level="INFO")  # type: ignore[arg-type]
+    logger.enable("parlour")
+    try:
+        manager = ContextWindowManager(
+            fake_spec(), comfort_override=500, compactor=OfflineCompactor()
+        )
+        report = manager.fit(long_chat(4, cid="logged"))
+    finally:
+        logger.disable("parlour")
+        logger.remove(sink)
+    lines = [str(r["message"]) for r in records if r["extra"] == {"conversation_id": "logged"}]
+    step = report.steps[0]
+    assert any(
+        line.startswith(
+            f"Compaction at {step.level.value}: {step.tokens_before} -> {step.tokens_after}"
+        )
+        for line in lines
+    )
