@@ -8,7 +8,8 @@ gathered concurrently), and the conversation is replaced only once a plan has fi
 so a failed summary leaves every message as it was.
 
 Every kept message stays the same instance; a rewritten one is a new message of the same
-class with the same flags. A summary longer than what it would replace is not used.
+class with the same flags. A summary that weighs as many tokens as what it would replace
+(or more) is not used.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from collections.abc import Generator, Sequence
 from typing import Any
 
 from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage
+from parlour.runtime._tokens import counter_for
 from parlour.runtime._transcript import Transcript
-from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock
 from parlour.runtime.compaction._levels import CompactionLevel
 from parlour.runtime.compaction._prompts import (
     CONVERSATION_SUMMARY_HEADER,
@@ -45,7 +47,6 @@ Plan = Generator[list[SummaryRequest], list[str], list[Message]]
 Spot = tuple[int, int, SummaryRequest]  # message index, block index, its request
 Job = tuple[list[int], SummaryRequest, str]  # collapsed indices, request, header
 
-_OTHER_BLOCK_CHARS = 64  # an image, a file, a thinking block: never counted as less
 _SECOND_PASS_SLACK = 1.25  # a MAXIMUM summary this much over its target gets a second pass
 
 
@@ -156,17 +157,14 @@ def _already_summarized(messages: Sequence[Message], collapsed: Sequence[int]) -
     return text.startswith((EXCHANGE_SUMMARY_HEADER, CONVERSATION_SUMMARY_HEADER))
 
 
-def _plain_chars(message: Message) -> int:
-    """About what a message weighs, in characters of what is counted (no decoration)."""
-    total = len(message.raw_content)
-    for block in message.blocks:
-        if isinstance(block, ToolResultBlock):
-            total += len(block.content)
-        elif isinstance(block, ToolUseBlock):
-            total += len(block.name) + len(block.input_json)
-        elif not isinstance(block, TextBlock):
-            total += _OTHER_BLOCK_CHARS
-    return total
+def _weight(message: Message) -> int:
+    """A message's tokens as the conversation's count weighs them (default encoding; typed
+    data and tool definitions weigh nothing here, so originals are never overweighed)."""
+    return counter_for(None).count_message(message, _unrendered)
+
+
+def _unrendered(block: ContentBlock) -> str:
+    return ""
 
 
 def _shorter(candidate: str, current: str) -> str:
@@ -195,7 +193,8 @@ def _summarized(block: ContentBlock, summary: str | None) -> ContentBlock:
     if summary is None or not isinstance(block, ToolResultBlock):
         return block
     content = f"{TOOL_RESULT_SUMMARY_PREFIX}{len(block.content)} characters] {summary}"
-    if len(content) >= len(block.content):
+    counter = counter_for(None)
+    if counter.count(content) >= counter.count(block.content):
         return block
     return ToolResultBlock(tool_use_id=block.tool_use_id, content=content, is_error=block.is_error)
 
@@ -205,17 +204,17 @@ def _collapse_jobs(
 ) -> list[Message]:
     """``messages`` with each job's collapsed messages replaced by one summary message,
     placed where the first of them was unless that would split a kept tool pair."""
-    used = [
-        (collapsed, header, summary)
-        for (collapsed, _, header), summary in zip(jobs, summaries, strict=True)
-        if len(header) + len(summary) < sum(_plain_chars(messages[i]) for i in collapsed)
-    ]
-    removed = {i for collapsed, _, _ in used for i in collapsed}
+    used: list[tuple[list[int], Message]] = []
+    for (collapsed, _, header), summary in zip(jobs, summaries, strict=True):
+        replacement = summary_message(header, summary)
+        if _weight(replacement) < sum(_weight(messages[i]) for i in collapsed):
+            used.append((collapsed, replacement))
+    removed = {i for collapsed, _ in used for i in collapsed}
     kept = {i for i in range(len(messages)) if i not in removed}
     inserts: dict[int, list[Message]] = {}
-    for collapsed, header, summary in used:
+    for collapsed, replacement in used:
         at = safe_position(collapsed[0], messages, kept)
-        inserts.setdefault(at, []).append(summary_message(header, summary))
+        inserts.setdefault(at, []).append(replacement)
     out: list[Message] = []
     for i, message in enumerate(messages):
         out.extend(inserts.get(i, ()))

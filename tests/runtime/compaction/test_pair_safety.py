@@ -1,5 +1,5 @@
 """Over random conversations with tool calls: compaction at any level never orphans a tool
-call or result and keeps what must survive; the ladder never makes a conversation larger."""
+call or result, keeps what must survive, and never makes a conversation larger."""
 
 from __future__ import annotations
 
@@ -84,6 +84,7 @@ def test_compaction_never_orphans_a_tool_pair_and_keeps_what_must_survive(
     before = list(c.messages)
     protected = [m for m in before if not m.compactable]
     latest = _latest_outgoing(before)
+    tokens = c.get_total_tokens(SPEC)
     OfflineCompactor(min_result_chars=40).compact(c, level)
     after = c.messages
     uses, results = _calls_and_results(after)
@@ -94,6 +95,7 @@ def test_compaction_never_orphans_a_tool_pair_and_keeps_what_must_survive(
         assert len(after) == len(before)
     if not level.collapses and latest is not None:
         assert any(m is latest for m in after)
+    assert c.get_total_tokens(SPEC) <= tokens  # a summary never weighs more than it replaces
 
 
 @settings(max_examples=40, deadline=None)
