@@ -206,9 +206,9 @@ def _collapse_jobs(
     placed where the first of them was unless that would split a kept tool pair."""
     used: list[tuple[list[int], Message]] = []
     for (collapsed, _, header), summary in zip(jobs, summaries, strict=True):
-        replacement = summary_message(header, summary)
-        if _weight(replacement) < sum(_weight(messages[i]) for i in collapsed):
-            used.append((collapsed, replacement))
+        candidate = summary_message(header, summary)
+        if _weight(candidate) < sum(_weight(messages[i]) for i in collapsed):
+            used.append((collapsed, candidate))
     removed = {i for collapsed, _ in used for i in collapsed}
     kept = {i for i in range(len(messages)) if i not in removed}
     inserts: dict[int, list[Message]] = {}
