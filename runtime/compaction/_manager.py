@@ -141,6 +141,8 @@ class ContextWindowManager:
             ContextOverflowError: input plus ``reserve`` still exceeds the hard context
                 after the last rung (or with no compactor, or a non-compactable
                 conversation); it carries the measure, the reserve and the limit.
+            UncorrectableLLMError: no ``reserve`` is given and the conversation declares no
+                output size or depth.
             Exception: a failure at MAXIMUM, as the compactor raised it.
         """
         ladder = self._ladder(conversation, reserve)

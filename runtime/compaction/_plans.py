@@ -118,12 +118,20 @@ def _collapse(messages: Sequence[Message], level: CompactionLevel, min_chars: in
     summaries = yield [request for _, request, _ in jobs] + [r for _, _, r in spots]
     collapsed_summaries, result_summaries = summaries[: len(jobs)], summaries[len(jobs) :]
     if jobs and level is CompactionLevel.MAXIMUM:
-        request = jobs[0][1]
-        if len(collapsed_summaries[0].split()) > request.target_words * _SECOND_PASS_SLACK:
-            again = yield [second_pass_request(collapsed_summaries[0], request)]
-            collapsed_summaries = [_shorter(again[0], collapsed_summaries[0])]
+        collapsed_summaries = [(yield from _second_pass(jobs[0][1], collapsed_summaries[0]))]
     rewritten = _replace_results(messages, spots, result_summaries)
     return _collapse_jobs(rewritten, jobs, collapsed_summaries)
+
+
+def _second_pass(
+    request: SummaryRequest, summary: str
+) -> Generator[list[SummaryRequest], list[str], str]:
+    """A summary that came back well over its target, summarized once more (the shorter of
+    the two is kept)."""
+    if len(summary.split()) <= request.target_words * _SECOND_PASS_SLACK:
+        return summary
+    again = yield [second_pass_request(summary, request)]
+    return _shorter(again[0], summary)
 
 
 # -- reading -----------------------------------------------------------------------------------
