@@ -126,6 +126,11 @@ class LLMContextCompactor:
 
         return cls(complete, model_id=model.id)
 
+    @property
+    def can_await(self) -> bool:
+        """Whether ``acompact`` may be used (an async summarizer was given)."""
+        return self._ready(asynchronous=True)
+
     # -- compacting -----------------------------------------------------------------------------
 
     def compact(

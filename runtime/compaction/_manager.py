@@ -11,6 +11,7 @@ output reserve still exceeds the hard context.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TypeGuard
 
 import msgspec
 from loguru import logger
@@ -19,7 +20,11 @@ from parlour.runtime._catalog import ModelSpec
 from parlour.runtime._context import ConversationContext
 from parlour.runtime._counting import LocalTokenCounter, TokenCounter
 from parlour.runtime._messages import Message
-from parlour.runtime.compaction._compactor import AsyncContextCompactor, ContextCompactor
+from parlour.runtime.compaction._compactor import (
+    AsyncContextCompactor,
+    ContextCompactor,
+    LLMContextCompactor,
+)
 from parlour.runtime.compaction._levels import (
     LADDER,
     CompactionLevel,
@@ -156,7 +161,8 @@ class ContextWindowManager:
         self, conversation: ConversationContext, reserve: int | None = None
     ) -> FitReport:
         """``fit`` with each rung's summaries made concurrently when the compactor can be
-        awaited (``AsyncContextCompactor``); otherwise its sync ``compact`` runs inline.
+        awaited (an ``AsyncContextCompactor``, or an ``LLMContextCompactor`` given
+        ``acomplete``); otherwise its sync ``compact`` runs inline.
 
         Raises:
             ContextOverflowError: as ``fit``.
@@ -164,10 +170,10 @@ class ContextWindowManager:
         ladder = self._ladder(conversation, reserve)
         for level in ladder:
             compactor, before = self.compactor, list(conversation.messages)
-            if isinstance(compactor, AsyncContextCompactor):
+            assert compactor is not None  # the ladder yields nothing without one
+            if _awaitable(compactor):
                 ladder.record(await compactor.acompact(conversation, level), before)
             else:
-                assert compactor is not None
                 ladder.record(compactor.compact(conversation, level), before)
         return ladder.report()
 
@@ -181,6 +187,12 @@ class ContextWindowManager:
     def _ladder(self, conversation: ConversationContext, reserve: int | None) -> _Ladder:
         reserve = conversation.output_reserve(self.spec) if reserve is None else reserve
         return _Ladder(self, conversation, reserve)
+
+
+def _awaitable(compactor: ContextCompactor) -> TypeGuard[AsyncContextCompactor]:
+    if isinstance(compactor, LLMContextCompactor):
+        return compactor.can_await
+    return isinstance(compactor, AsyncContextCompactor)
 
 
 class _Ladder:

@@ -399,3 +399,12 @@ def test_a_compaction_is_logged_with_its_level_and_tokens_before_and_after() -> 
         )
         for line in lines
     )
+
+
+def test_the_async_climb_runs_a_compactor_built_on_a_sync_call_as_it_is() -> None:
+    canned = Canned()
+    manager = ContextWindowManager(
+        fake_spec(max_context_tokens=6_000), compactor=LLMContextCompactor(canned)
+    )
+    report = asyncio.run(manager.afit(long_chat(6)))
+    assert report.compacted and canned.prompts
