@@ -36,6 +36,7 @@ from parlour.runtime.compaction._prompts import (
 )
 from parlour.runtime.compaction._segments import (
     exchanges,
+    is_protected,
     latest_outgoing,
     pair_closure,
     safe_position,
@@ -70,7 +71,7 @@ def _light(messages: Sequence[Message], min_chars: int) -> Plan:
     spots: list[Spot] = []
     for position, cut in enumerate(cuts):
         detail = by_age(position, len(cuts))
-        eligible = [i for i in cut if i != latest and messages[i].compactable]
+        eligible = [i for i in cut if i != latest and not is_protected(messages[i])]
         for i, j, content in _results(messages, eligible, min_chars):
             spots.append((i, j, tool_result_request(content, detail)))
     summaries = yield [request for _, _, request in spots]
@@ -86,7 +87,7 @@ def _moderate(messages: Sequence[Message]) -> Plan:
     earlier = [c for c in cuts if c is not current]
     jobs: list[Job] = []
     for position, cut in enumerate(earlier):
-        kept = pair_closure(messages, [i for i in cut if not messages[i].compactable])
+        kept = pair_closure(messages, [i for i in cut if is_protected(messages[i])])
         collapsed = [i for i in cut if i not in kept]
         if collapsed and not _already_summarized(messages, collapsed):
             content = _transcript(messages, collapsed)
@@ -97,15 +98,16 @@ def _moderate(messages: Sequence[Message]) -> Plan:
 
 
 def _collapse(messages: Sequence[Message], level: CompactionLevel, min_chars: int) -> Plan:
-    """Everything but the protected messages (non-compactable ones, the latest outgoing one
-    and the tool partners of both) becomes one summary; tool results the collapse must keep
+    """Everything but the protected messages (non-compactable ones and the framework's
+    announcements, the latest outgoing one, and the tool partners of all of them) becomes
+    one summary; tool results the collapse must keep
     get summaries of their own. ``MAXIMUM`` aims far shorter and passes over its own
     summary again when it came back too long."""
-    protected = [i for i, m in enumerate(messages) if not m.compactable]
+    protected = [i for i, m in enumerate(messages) if is_protected(m)]
     latest = latest_outgoing(messages)
     kept = pair_closure(messages, [*protected, *([] if latest is None else [latest])])
     collapsed = [i for i in range(len(messages)) if i not in kept]
-    eligible = sorted(i for i in kept if messages[i].compactable)
+    eligible = sorted(i for i in kept if not is_protected(messages[i]))
     spots = [
         (i, j, kept_result_request(c, level)) for i, j, c in _results(messages, eligible, min_chars)
     ]

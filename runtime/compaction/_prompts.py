@@ -23,6 +23,7 @@ __all__ = [
     "by_age",
     "collapse_request",
     "exchange_request",
+    "kept_result_request",
     "second_pass_request",
     "tool_result_request",
 ]

@@ -13,15 +13,48 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
+from parlour.runtime._guidance import (
+    SCHEMA_NOTATION_GUIDANCE,
+    TOOL_ANNOUNCEMENT,
+    TOOL_WEIGHT_GUIDANCE,
+)
 from parlour.runtime._messages import Message
-from parlour.runtime.blocks import ToolResultBlock, ToolUseBlock
+from parlour.runtime.blocks import (
+    SkillBlock,
+    TextBlock,
+    ToolDefinitionBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 
-__all__ = ["exchanges", "is_outgoing", "latest_outgoing", "pair_closure", "safe_position"]
+__all__ = [
+    "exchanges",
+    "is_outgoing",
+    "is_protected",
+    "latest_outgoing",
+    "pair_closure",
+    "safe_position",
+]
+
+_FRAMEWORK_TEXTS = frozenset({SCHEMA_NOTATION_GUIDANCE, TOOL_ANNOUNCEMENT, TOOL_WEIGHT_GUIDANCE})
 
 
 def is_outgoing(message: Message) -> bool:
     """A message of the application's side (the user channel)."""
     return message.role.lower() == "user"
+
+
+def is_protected(message: Message) -> bool:
+    """Kept word for word at every level: marked non-compactable, or one of the framework's
+    own announcements in the stream (a late skill, late tools, the legend), which the render
+    would otherwise say again, or move into the frozen head."""
+    if not message.compactable:
+        return True
+    return any(
+        isinstance(b, SkillBlock | ToolDefinitionBlock)
+        or (isinstance(b, TextBlock) and b.text in _FRAMEWORK_TEXTS)
+        for b in message.blocks
+    )
 
 
 def _is_final_answer(message: Message) -> bool:

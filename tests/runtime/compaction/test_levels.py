@@ -25,7 +25,7 @@ from parlour.runtime.compaction import CONVERSATION_SUMMARY_HEADER, EXCHANGE_SUM
 from parlour.runtime.errors import IllegalStateError, UncorrectableLLMError
 from parlour.runtime.testing import fake_spec
 
-from .conftest import Canned, call, long_chat, prose, result, six_message_chat
+from .conftest import Canned, ask, call, long_chat, prose, result, six_message_chat
 
 LEVELS = list(CompactionLevel)
 BELOW_MAXIMUM = LEVELS[:-1]
@@ -408,3 +408,24 @@ def test_the_async_climb_runs_a_compactor_built_on_a_sync_call_as_it_is() -> Non
     )
     report = asyncio.run(manager.afit(long_chat(6)))
     assert report.compacted and canned.prompts
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_the_frameworks_announcements_in_the_stream_survive_every_level(
+    level: CompactionLevel,
+) -> None:
+    from parlour.runtime.blocks import SkillBlock
+
+    c = long_chat(4)
+    c.prepare_messages_for_llm()  # the head freezes: what comes later arrives in the stream
+    c.admit_skill(SkillBlock(name="survey-rules", body="Cite the site of every reading."))
+    c.add_tool(ToolDefinitionBlock(name="late_tool", description="Arrives late", schema_json="{}"))
+    c.prepare_messages_for_llm()  # announces the late tool as an app-authored message
+    c.add_message(ask("And now?"))
+    announcements = [m for m in c.messages if m.app_authored]
+    assert len(announcements) == 2
+    OfflineCompactor().compact(c, level)
+    assert [m for m in c.messages if any(m is a for a in announcements)] == announcements
+    count = len(c.messages)
+    prepared = c.prepare_messages_for_llm()
+    assert prepared.skills == [] and len(c.messages) == count  # nothing said twice
