@@ -117,3 +117,30 @@ def test_maximum_never_leaves_more_than_aggressive(c: ConversationContext) -> No
     OfflineCompactor(min_result_chars=40).compact(c, CompactionLevel.AGGRESSIVE)
     OfflineCompactor(min_result_chars=40).compact(twin, CompactionLevel.MAXIMUM)
     assert twin.get_total_tokens(SPEC) <= c.get_total_tokens(SPEC)
+
+
+@settings(max_examples=60, deadline=None)
+@given(conversations())
+def test_exchanges_partition_the_messages_in_order_and_no_tool_id_spans_two(
+    c: ConversationContext,
+) -> None:
+    from parlour.runtime.compaction._segments import exchanges, tool_ids
+
+    cuts = exchanges(c.messages)
+    assert [i for cut in cuts for i in cut] == list(range(len(c.messages)))
+    owner = {i: n for n, cut in enumerate(cuts) for i in cut}
+    seen: dict[str, int] = {}
+    for i, message in enumerate(c.messages):
+        for tool_id in tool_ids(message):
+            assert seen.setdefault(tool_id, owner[i]) == owner[i]
+
+
+def test_an_exchange_runs_from_a_question_through_the_final_answer() -> None:
+    from parlour.runtime.compaction._segments import exchanges
+
+    from .conftest import call, long_chat
+
+    c = long_chat(3)
+    assert exchanges(c.messages) == [range(0, 4), range(4, 8), range(8, 12), range(12, 13)]
+    c.add_message(call("toolu_x"))
+    assert exchanges(c.messages)[-1] == range(12, 14)
