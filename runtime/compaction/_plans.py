@@ -36,7 +36,9 @@ from parlour.runtime.compaction._prompts import (
 )
 from parlour.runtime.compaction._segments import (
     exchanges,
+    holders,
     is_protected,
+    kept_spans,
     latest_outgoing,
     pair_closure,
     safe_position,
@@ -85,9 +87,10 @@ def _moderate(messages: Sequence[Message]) -> Plan:
     cuts = exchanges(messages)
     current = next((c for c in cuts if latest in c), cuts[-1] if cuts else None)
     earlier = [c for c in cuts if c is not current]
+    held = holders(messages)
     jobs: list[Job] = []
     for position, cut in enumerate(earlier):
-        kept = pair_closure(messages, [i for i in cut if is_protected(messages[i])])
+        kept = pair_closure(messages, [i for i in cut if is_protected(messages[i])], held)
         collapsed = [i for i in cut if i not in kept]
         if collapsed and not _already_summarized(messages, collapsed):
             content = _transcript(messages, collapsed)
@@ -221,9 +224,10 @@ def _collapse_jobs(
             used.append((collapsed, candidate))
     removed = {i for collapsed, _ in used for i in collapsed}
     kept = {i for i in range(len(messages)) if i not in removed}
+    spans = kept_spans(holders(messages), kept) if used else []
     inserts: dict[int, list[Message]] = {}
     for collapsed, replacement in used:
-        at = safe_position(collapsed[0], messages, kept)
+        at = safe_position(collapsed[0], spans)
         inserts.setdefault(at, []).append(replacement)
     out: list[Message] = []
     for i, message in enumerate(messages):

@@ -11,7 +11,7 @@ well, so collapsing the complement never leaves an orphan on either side.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from parlour.runtime._guidance import (
     SCHEMA_NOTATION_GUIDANCE,
@@ -29,8 +29,10 @@ from parlour.runtime.blocks import (
 
 __all__ = [
     "exchanges",
+    "holders",
     "is_outgoing",
     "is_protected",
+    "kept_spans",
     "latest_outgoing",
     "pair_closure",
     "safe_position",
@@ -80,12 +82,13 @@ def tool_ids(message: Message) -> set[str]:
     return ids
 
 
-def _holders(messages: Sequence[Message]) -> dict[str, list[int]]:
-    holders: dict[str, list[int]] = defaultdict(list)
+def holders(messages: Sequence[Message]) -> dict[str, list[int]]:
+    """Each tool id to the indices of the messages holding its call or its result."""
+    found: dict[str, list[int]] = defaultdict(list)
     for index, message in enumerate(messages):
         for tool_id in tool_ids(message):
-            holders[tool_id].append(index)
-    return holders
+            found[tool_id].append(index)
+    return found
 
 
 def exchanges(messages: Sequence[Message]) -> list[range]:
@@ -102,7 +105,7 @@ def exchanges(messages: Sequence[Message]) -> list[range]:
         for i in range(start, starts[n + 1] if n + 1 < len(starts) else len(messages)):
             owner[i] = n
     reach = list(range(len(starts)))
-    for indices in _holders(messages).values():
+    for indices in holders(messages).values():
         first, last = owner[min(indices)], owner[max(indices)]
         reach[first] = max(reach[first], last)
     return _merged(starts, reach, len(messages))
@@ -123,30 +126,39 @@ def _merged(starts: list[int], reach: list[int], total: int) -> list[range]:
     return merged
 
 
-def pair_closure(messages: Sequence[Message], keep: Iterable[int]) -> set[int]:
+def pair_closure(
+    messages: Sequence[Message],
+    keep: Iterable[int],
+    held: Mapping[str, list[int]] | None = None,
+) -> set[int]:
     """``keep`` grown until every tool call or result in a kept message has its partner
-    kept too."""
-    holders = _holders(messages)
+    kept too (``held``: the ``holders`` of ``messages``, when already computed)."""
+    held = holders(messages) if held is None else held
     closed = set(keep)
     pending = list(closed)
     while pending:
         index = pending.pop()
         for tool_id in tool_ids(messages[index]):
-            for partner in holders[tool_id]:
+            for partner in held.get(tool_id, ()):
                 if partner not in closed:
                     closed.add(partner)
                     pending.append(partner)
     return closed
 
 
-def safe_position(position: int, messages: Sequence[Message], kept: set[int]) -> int:
+def kept_spans(held: Mapping[str, list[int]], kept: set[int]) -> list[tuple[int, int]]:
+    """The first and last kept holder of each tool id held by more than one kept message."""
+    spans = []
+    for indices in held.values():
+        inside = [i for i in indices if i in kept]
+        if len(inside) > 1:
+            spans.append((min(inside), max(inside)))
+    return spans
+
+
+def safe_position(position: int, spans: Sequence[tuple[int, int]]) -> int:
     """The first index at or after ``position`` that does not fall between a kept tool call
-    and its kept result, so an inserted summary never separates them."""
-    spans = [
-        (min(ix), max(ix))
-        for ix in (sorted(i for i in found if i in kept) for found in _holders(messages).values())
-        if len(ix) > 1
-    ]
+    and its kept result (``kept_spans``), so an inserted summary never separates them."""
     moved = True
     while moved:
         moved = False
