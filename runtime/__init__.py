@@ -68,6 +68,18 @@ from parlour.runtime._summarizers import LLMSummarizer, Summarizer, TruncatingSu
 from parlour.runtime._tokens import EncodingCounter, counter_for
 from parlour.runtime._transcript import Transcript
 from parlour.runtime._validation import MAX_NESTING
+from parlour.runtime.compaction import (
+    DEFAULT_COMFORT_CONTEXT_TOKENS,
+    DEFAULT_COMPACTION_TRIGGER,
+    CompactionLevel,
+    CompactionResult,
+    ContextCompactor,
+    ContextWindowManager,
+    FitReport,
+    LLMContextCompactor,
+    OfflineCompactor,
+    summary_model,
+)
 from parlour.runtime.providers import (
     LLMClient,
     LLMResponse,
@@ -83,6 +95,8 @@ from parlour.runtime.providers import (
 logger.disable("parlour")
 
 __all__ = [
+    "DEFAULT_COMFORT_CONTEXT_TOKENS",
+    "DEFAULT_COMPACTION_TRIGGER",
     "MAX_NESTING",
     "REGISTRY_GUIDANCE",
     "REGISTRY_HEADER",
@@ -92,11 +106,16 @@ __all__ = [
     "Artifact",
     "ArtifactRegistry",
     "Clock",
+    "CompactionLevel",
+    "CompactionResult",
     "ContentFormatter",
+    "ContextCompactor",
+    "ContextWindowManager",
     "ConversationContext",
     "DeclaredTool",
     "Depth",
     "EncodingCounter",
+    "FitReport",
     "FunctionTool",
     "GenericContentFormatter",
     "Grade",
@@ -104,6 +123,7 @@ __all__ = [
     "Input",
     "JsonIgnore",
     "LLMClient",
+    "LLMContextCompactor",
     "LLMContextIgnore",
     "LLMDescription",
     "LLMExample",
@@ -118,6 +138,7 @@ __all__ = [
     "ModelCatalog",
     "ModelSpec",
     "NativeToolsFormatter",
+    "OfflineCompactor",
     "OutgoingMessage",
     "OutputSize",
     "PojoResponseHandler",
@@ -156,6 +177,7 @@ __all__ = [
     "render_tool_text",
     "resolve_grade",
     "respond_with_truncation_retry",
+    "summary_model",
     "tool_from_function",
     "type_alias",
     "validate_required_fields",
