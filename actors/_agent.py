@@ -15,7 +15,7 @@ import asyncio
 import datetime as dt
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Sequence
 from typing import Any
 
 from parlour.actors._drive import drive, drive_async
@@ -195,7 +195,9 @@ class Chat:
                 return event.reply
         raise AssertionError("a turn's events end with TurnDone")  # pragma: no cover
 
-    def stream(self, text: str, attachments: Sequence[ContentBlock] = ()) -> Iterator[AgentEvent]:
+    def stream(
+        self, text: str, attachments: Sequence[ContentBlock] = ()
+    ) -> Generator[AgentEvent, None, None]:
         """One whole turn as its events, ending with ``TurnDone``; raises what ``send``
         raises. Closing the iterator early cancels the turn (saved and released first)."""
         plan = self._begin()
