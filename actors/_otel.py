@@ -15,10 +15,25 @@ from parlour.runtime import LLMResponse
 
 try:
     from opentelemetry import trace
-
-    _tracer: Any = trace.get_tracer("parlour")
 except ImportError:  # the extra is not installed: spans are no-ops
-    _tracer = None
+    trace = None  # type: ignore[assignment]
+
+_cached: tuple[Any, Any] = (None, None)  # (provider, its tracer)
+
+
+def _tracer() -> Any:
+    """parlour's tracer from the configured provider; None while none is configured (the
+    API's default proxy records nothing, so the hot path skips it entirely)."""
+    global _cached
+    if trace is None:
+        return None
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        return None
+    if _cached[0] is not provider:
+        _cached = (provider, provider.get_tracer("parlour"))
+    return _cached[1]
+
 
 __all__ = ["model_attributes", "span"]
 
@@ -26,10 +41,11 @@ __all__ = ["model_attributes", "span"]
 @contextmanager
 def span(name: str, **attributes: Any) -> Iterator[Any]:
     """A span named ``name`` (None without OpenTelemetry); attributes set on it at once."""
-    if _tracer is None:
+    tracer = _tracer()
+    if tracer is None:
         yield None
         return
-    with _tracer.start_as_current_span(name, attributes=attributes) as current:
+    with tracer.start_as_current_span(name, attributes=attributes) as current:
         yield current
 
 
