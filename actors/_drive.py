@@ -20,13 +20,12 @@ import threading
 from collections.abc import Callable, Generator
 from typing import Any, cast
 
-import pykka
 from loguru import logger
 
 from parlour.actors._events import AgentEvent, Event, Reply, TextDelta, TurnCancelledError
 from parlour.actors._otel import model_attributes, span
 from parlour.actors._service import ConversationService
-from parlour.actors._tools import run_calls, run_calls_async
+from parlour.actors._tools import prestarted_pool, run_calls, run_calls_async, tool_pool
 from parlour.actors._turn import CallModel, Obtain, Pause, Release, RunTools, Save, Steps, TurnPlan
 from parlour.runtime import ConversationContext, LLMClient, LLMResponse
 from parlour.runtime.errors import RetryableLLMError
@@ -44,9 +43,7 @@ _guard = threading.Lock()
 def _pool(kind: str) -> cf.ThreadPoolExecutor:
     with _guard:
         if kind not in _pools:
-            _pools[kind] = cf.ThreadPoolExecutor(
-                POOL_SIZES[kind], thread_name_prefix=f"parlour-{kind}"
-            )
+            _pools[kind] = prestarted_pool(POOL_SIZES[kind], f"parlour-{kind}")
         return _pools[kind]
 
 
@@ -325,16 +322,15 @@ def _call_model_blocking(
 async def _obtain_async(service: ConversationService, thinker: Any) -> ConversationContext:
     """The seam: obtain without blocking the loop (a stand-in for the service's own).
 
-    A lease granted at once costs no thread; a wait parks one pool thread. A caller who
-    stops waiting releases a lease that arrives after it left.
+    The whole obtain (the actor round trips, a store load on a miss, a wait for a busy
+    conversation) runs in a pool thread: under load an actor round trip made on the loop
+    waits for the GIL. A caller who stops waiting releases a lease that arrives after it
+    left.
     """
-    future = service.obtain_conversation(None, thinker)
-    try:
-        return future.get(timeout=0)
-    except pykka.Timeout:
-        pass
     loop = asyncio.get_running_loop()
-    waiting = loop.run_in_executor(_pool("obtain"), future.get)
+    waiting = loop.run_in_executor(
+        _pool("obtain"), lambda: service.obtain_conversation(None, thinker).get()
+    )
     try:
         return await asyncio.shield(waiting)
     except asyncio.CancelledError:
@@ -361,6 +357,9 @@ async def drive_async(
     task does the same and re-raises ``CancelledError``; either way after the boundary save
     and the release.
     """
+    for kind in POOL_SIZES:  # the first turn starts them, before any load builds up
+        _pool(kind)
+    tool_pool()
     turn = _AsyncTurn(steps, plan, service, emit)
     plan.thinker.set_cancel_hook(turn.force)
     return await turn.run()

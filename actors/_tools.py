@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import inspect
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -25,14 +26,28 @@ __all__ = ["ToolBox", "run_calls", "run_calls_async"]
 
 TOOL_WORKERS = 32
 _pool: cf.ThreadPoolExecutor | None = None
+_guard = threading.Lock()
 
 
 def tool_pool() -> cf.ThreadPoolExecutor:
     """The process's pool for sync tool calls (created on first use)."""
     global _pool
-    if _pool is None:
-        _pool = cf.ThreadPoolExecutor(TOOL_WORKERS, thread_name_prefix="parlour-tool")
-    return _pool
+    with _guard:
+        if _pool is None:
+            _pool = prestarted_pool(TOOL_WORKERS, "parlour-tool")
+        return _pool
+
+
+def prestarted_pool(workers: int, name: str) -> cf.ThreadPoolExecutor:
+    """A pool whose threads all run already. A pool that starts a thread per submit makes
+    the submitter wait for the new thread to get the GIL, which under load (many busy
+    threads) blocks an event loop for tens of milliseconds."""
+    pool = cf.ThreadPoolExecutor(workers, thread_name_prefix=name)
+    gate = threading.Barrier(workers + 1)
+    for _ in range(workers):
+        pool.submit(gate.wait)
+    gate.wait()
+    return pool
 
 
 class ToolBox:
