@@ -21,7 +21,7 @@ LINES = Path(__file__).resolve().parents[2] / "benchmarks" / "agent_lines"
 def test_the_two_tool_agent_uses_both_tools_across_a_restart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    script = [
+    script: list[Any] = [
         calls(("get_weather", {"city": "Paris"})),
         "Sunny.",
         calls(("get_time", {"city": "Paris"})),

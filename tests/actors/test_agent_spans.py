@@ -49,7 +49,7 @@ def test_a_turn_records_its_spans_with_genai_attributes(
     service: ConversationService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     provider = RecordingProvider()
-    monkeypatch.setattr(_otel.trace, "get_tracer_provider", lambda: provider)
+    monkeypatch.setattr(_otel.trace, "get_tracer_provider", lambda: provider)  # type: ignore[attr-defined]
     agent = Agent(
         ScriptedClient([calls(("weather", {"city": "Rome"}))]),
         tools=[weather],
