@@ -203,11 +203,13 @@ class _AsyncTurn:
         self.steps, self.plan, self.service, self.emit = steps, plan, service, emit
         self.loop = asyncio.get_running_loop()
         self.forced = asyncio.Event()
-        self.abandoned = threading.Event()  # read by the model thread
+        self.force_requested = False
+        self.current_call = threading.Event()  # set: the model thread stops at its next delta
 
     def force(self) -> None:
         """From any thread: interrupt the turn's current wait (``force_release``)."""
-        self.abandoned.set()
+        self.force_requested = True
+        self.current_call.set()
         self.loop.call_soon_threadsafe(self.forced.set)
 
     def publish(self, event: AgentEvent) -> None:
@@ -229,7 +231,7 @@ class _AsyncTurn:
             try:
                 value = await self._interruptible(item)
             except asyncio.CancelledError as exc:  # the caller's cancellation
-                self.abandoned.set()
+                self.current_call.set()
                 error = exc
             except BaseException as exc:
                 error = exc
@@ -285,23 +287,28 @@ class _AsyncTurn:
     async def _call_model(self, context: ConversationContext) -> LLMResponse:
         if self.plan.before_model_call is not None:
             self.plan.before_model_call(context, self.plan.ledger)
+        abandon = self.current_call = threading.Event()
+        if self.force_requested:
+            abandon.set()
+
+        def on_text(text: str) -> None:  # in the model thread: deltas reach the loop in order
+            if abandon.is_set():
+                raise _Abandoned()
+            self.loop.call_soon_threadsafe(self.publish, TextDelta(text=text))
+
         call = self.loop.run_in_executor(
-            _pool("model"), _call_model_blocking, self.plan, context, self._on_text, self.abandoned
+            _pool("model"), _call_model_blocking, self.plan, context, on_text, abandon
         )
         try:
             return await asyncio.wait_for(call, self.plan.model_timeout_s)
+        except _Abandoned as exc:  # force-released while the answer streamed
+            raise _cancelled_error(self.plan) from exc
         except TimeoutError as exc:
-            self.abandoned.set()
+            abandon.set()
             raise RetryableLLMError(
                 f"Model {self.plan.client.model_id} did not answer within "
                 f"{self.plan.model_timeout_s:g}s on conversation {context.conversation_id}."
             ) from exc
-
-    def _on_text(self, text: str) -> None:
-        """From the model thread: the delta reaches the loop in order."""
-        if self.abandoned.is_set():
-            raise _Abandoned()
-        self.loop.call_soon_threadsafe(self.publish, TextDelta(text=text))
 
 
 def _call_model_blocking(

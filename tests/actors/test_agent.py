@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
@@ -333,3 +334,36 @@ def test_bad_agent_arguments_are_refused() -> None:
         Agent(ScriptedClient(), max_rounds=0)
     with pytest.raises(ValueError, match="Two tools are named weather"):
         Agent(ScriptedClient(), tools=[weather, weather])
+
+
+def test_an_undeclared_seat_is_refused_alike_by_the_scripted_and_the_anthropic_client(
+    service: ConversationService,
+) -> None:
+    from parlour.runtime.providers import AnthropicClient
+    from parlour.runtime.testing import MockProvider, fake_spec, mock_anthropic_sdk
+
+    provider = MockProvider()
+    spec = fake_spec(id="claude-test", provider="anthropic")
+    anthropic = AnthropicClient(spec, sdk_client=mock_anthropic_sdk(provider))
+    scripted = ScriptedClient(spec=spec, depth=None, output_declaration=None)
+    refusals = []
+    for client in (scripted, anthropic):
+        with pytest.raises(UncorrectableLLMError) as refused:
+            Agent(client).chat(service, user_id="alice").send("Hello")
+        refusals.append(str(refused.value))
+    same = [re.sub(r"AgentThinker-conv-[0-9a-f-]+", "<id>", r) for r in refusals]
+    assert same[0] == same[1] and "declares no" in same[0]
+    assert provider.bodies == []  # refused before anything reached the wire
+
+
+def test_an_async_tool_runs_on_the_sync_path_too(service: ConversationService) -> None:
+    async def shout(word: str) -> str:
+        """Shout a word."""
+        return word.upper()
+
+    chat = agent_for(ScriptedClient([calls(("shout", {"word": "hey"}))]), tools=[shout]).chat(
+        service, user_id="alice"
+    )
+    chat.send("Shout")
+    (result,) = stored_results(stored(service, chat.conversation_id, "alice"))
+    assert (result.content, result.is_error) == ("HEY", False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from typing import Any
 
@@ -13,6 +14,7 @@ from parlour.actors import (
     AgentEvent,
     ConversationService,
     OfferAccepted,
+    Restarted,
     TextDelta,
     ToolCallFinished,
     TurnCancelledError,
@@ -251,3 +253,41 @@ def test_an_offer_taken_by_an_async_turn_is_announced_and_answered(
     assert len(offered) == 1 and events[offered[0]] == OfferAccepted(text="and close it after")
     assert any(isinstance(e, TextDelta) for e in events[offered[0] :])
     assert isinstance(events[-1], TurnDone)
+
+
+def test_a_model_call_past_its_timeout_is_retried_on_the_async_path(
+    service: ConversationService,
+) -> None:
+    hung = threading.Event()
+    made = itertools.count()
+
+    def sometimes_hangs(prepared: object) -> LLMResponse:
+        if next(made) == 0:
+            hung.wait(10)  # the first call hangs until the test ends
+        return LLMResponse(model_id="scripted", blocks=[TextBlock(text="Second try.")])
+
+    waits: list[float] = []
+
+    async def no_wait(seconds: float) -> None:
+        waits.append(seconds)
+
+    agent = Agent(
+        ScriptedClient([sometimes_hangs, sometimes_hangs]),
+        output=OutputSize.STANDARD,
+        depth=Depth.IMMEDIATE,
+        model_timeout_s=0.2,
+        async_sleep=no_wait,
+    )
+    chat = agent.chat(service, user_id="alice")
+
+    async def main() -> list[AgentEvent]:
+        return [e async for e in chat.astream("Hi")]
+
+    try:
+        events = asyncio.run(main())
+    finally:
+        hung.set()
+    restarts = [e for e in events if isinstance(e, Restarted)]
+    assert len(restarts) == 1 and "did not answer within 0.2s" in restarts[0].reason
+    assert waits == [0.5]
+    assert isinstance(events[-1], TurnDone) and events[-1].reply.text == "Second try."
