@@ -433,7 +433,8 @@ class ConversationService:
 
     def offer(self, conversation_id: str, user_id: str, text: str) -> bool:
         """Offer ``text`` to the running agent turn, which adds it as a user message at its
-        next boundary (offers in arrival order) and answers it within the turn.
+        next boundary (offers in arrival order) and answers it within the turn. A turn that
+        fails keeps its untaken offers as user messages, saved but unanswered.
 
         Returns:
             False when no turn runs (it has closed, or the conversation is another

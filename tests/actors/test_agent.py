@@ -367,3 +367,42 @@ def test_an_async_tool_runs_on_the_sync_path_too(service: ConversationService) -
     chat.send("Shout")
     (result,) = stored_results(stored(service, chat.conversation_id, "alice"))
     assert (result.content, result.is_error) == ("HEY", False)
+
+
+def test_the_provider_cap_bounds_model_calls_across_all_chats(
+    service: ConversationService,
+) -> None:
+    from parlour.actors import set_provider_concurrency
+
+    changed, in_flight, most = threading.Condition(), [0], [0]
+    all_started = threading.Barrier(4, timeout=10)
+
+    def counted(prepared: object) -> LLMResponse:
+        with changed:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+            changed.notify_all()
+            # uncapped, a second call arrives while this one waits; capped, none can
+            changed.wait_for(lambda: in_flight[0] > 1, timeout=0.2)
+            in_flight[0] -= 1
+        return LLMResponse(model_id="scripted", blocks=[TextBlock(text="ok")])
+
+    def one(chat: object) -> None:
+        all_started.wait()
+        chat.send("Hi")  # type: ignore[attr-defined]
+
+    agent = agent_for(ScriptedClient([counted] * 40))
+    chats = [agent.chat(service, user_id="alice") for _ in range(4)]
+    set_provider_concurrency("scripted", 1)
+    try:
+        threads = [threading.Thread(target=one, args=(c,)) for c in chats]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+    finally:
+        set_provider_concurrency("scripted", 64)
+    assert most[0] == 1
+    assert all(len(stored(service, c.conversation_id, "alice").messages) == 2 for c in chats)
+    with pytest.raises(ValueError, match="at least 1, not 0"):
+        set_provider_concurrency("scripted", 0)
