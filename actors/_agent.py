@@ -244,7 +244,9 @@ class Chat:
     ) -> Reply:
         plan = self._begin()
         try:
-            reply = await drive_async(turn_steps(plan, text, attachments), plan, self.service, emit)
+            with span("parlour.turn", **{"parlour.conversation_id": self.conversation_id}):
+                steps = turn_steps(plan, text, attachments)
+                reply = await drive_async(steps, plan, self.service, emit)
             self._done(plan, reply)
             return reply
         finally:

@@ -263,11 +263,13 @@ class _AsyncTurn:
             case Obtain():
                 return await _obtain_async(service, thinker)
             case Save(context=context):
-                await self._shielded(service.save_conversation, context, thinker)
+                with span("parlour.save", **{"parlour.conversation_id": thinker.conversation_id}):
+                    await self._shielded(service.save_conversation, context, thinker)
             case CallModel(context=context):
                 return await self._call_model(context)
             case RunTools(calls=calls):
-                return await run_calls_async(plan.tools, calls, plan.tool_timeout_s)
+                with span("parlour.tools", **{"parlour.tool_calls": len(calls)}):
+                    return await run_calls_async(plan.tools, calls, plan.tool_timeout_s)
             case Pause(seconds=seconds):
                 await plan.async_sleep(seconds)
             case Release():

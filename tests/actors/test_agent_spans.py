@@ -71,3 +71,23 @@ def test_a_turn_records_its_spans_with_genai_attributes(
 def test_no_span_is_made_while_no_tracer_provider_is_configured() -> None:
     with _otel.span("parlour.turn") as current:
         assert current is None
+
+
+def test_an_async_turn_records_the_same_spans(
+    service: ConversationService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    provider = RecordingProvider()
+    monkeypatch.setattr(_otel.trace, "get_tracer_provider", lambda: provider)  # type: ignore[attr-defined]
+    agent = Agent(
+        ScriptedClient([calls(("weather", {"city": "Rome"}))]),
+        tools=[weather],
+        output=OutputSize.STANDARD,
+        depth=Depth.IMMEDIATE,
+    )
+    asyncio.run(agent.chat(service, user_id="alice").asend("Weather?"))
+    names = sorted(s.name for s in provider.spans)
+    assert names == sorted(
+        ["parlour.turn", "chat scripted", "chat scripted", "parlour.tools"] + ["parlour.save"] * 4
+    )
