@@ -11,11 +11,15 @@ from parlour.runtime.blocks import TextBlock, ToolResultBlock, ToolUseBlock
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 
 
-def calls(*pairs: tuple[str, dict[str, Any]], text: str = "Let me look.") -> LLMResponse:
-    """A scripted answer calling the named tools with these arguments, in order."""
+def calls(
+    *pairs: tuple[str, dict[str, Any]], text: str = "Let me look.", round_: int = 1
+) -> LLMResponse:
+    """A scripted answer calling the named tools with these arguments, in order; call ids
+    are unique per ``round_``."""
     blocks: list[Any] = [TextBlock(text=text)]
     for n, (name, args) in enumerate(pairs, 1):
-        blocks.append(ToolUseBlock(id=f"call_{n}_{name}", name=name, input_json=json.dumps(args)))
+        call_id = f"call_{n}_{name}" if round_ == 1 else f"call_{round_}_{n}_{name}"
+        blocks.append(ToolUseBlock(id=call_id, name=name, input_json=json.dumps(args)))
     return LLMResponse(
         model_id="scripted",
         blocks=blocks,
