@@ -291,3 +291,34 @@ def test_a_model_call_past_its_timeout_is_retried_on_the_async_path(
     assert len(restarts) == 1 and "did not answer within 0.2s" in restarts[0].reason
     assert waits == [0.5]
     assert isinstance(events[-1], TurnDone) and events[-1].reply.text == "Second try."
+
+
+def test_a_joiner_on_a_loop_follows_a_turn_running_in_a_thread(
+    service: ConversationService,
+) -> None:
+    started, opened = threading.Event(), threading.Event()
+
+    def gate() -> str:
+        """Waits until the test opens it."""
+        started.set()
+        assert opened.wait(10)
+        return "opened"
+
+    chat = agent_for(ScriptedClient([calls(("gate", {}), text="Opening.")]), [gate]).chat(
+        service, user_id="alice"
+    )
+    outcome: dict[str, Any] = {}
+    turn = threading.Thread(target=lambda: outcome.setdefault("reply", chat.send("Open")))
+    turn.start()
+    assert started.wait(10)
+
+    async def follow() -> list[AgentEvent]:
+        joined = service.join(chat.conversation_id, "alice")
+        first = await joined.__anext__()
+        opened.set()
+        return [first] + [e async for e in joined]
+
+    events = asyncio.run(follow())
+    turn.join(10)
+    assert events[0] == TextDelta(text="Opening.")
+    assert isinstance(events[-1], TurnDone) and events[-1].reply == outcome["reply"]
