@@ -153,8 +153,7 @@ class PostgresStore:
         return version
 
     def _check_write(self, snapshot: ConversationPersistenceSnapshot, user_id: str) -> str:
-        cid = _check_id(require_id(snapshot))
-        _check_user(user_id)
+        cid = _checked(require_id(snapshot), user_id)
         if snapshot.user_id is not None and snapshot.user_id != user_id:
             owner = self._owner(cid)
             if owner is not None and owner != user_id:
@@ -219,11 +218,10 @@ class PostgresStore:
         listener hears of it after the removal is committed.
 
         Raises:
-            ValueError: the id is empty or holds NUL.
+            ValueError: the conversation id is empty, or an id holds NUL.
             PermissionError: the record belongs to another user.
         """
-        cid = _check_id(conversation_id)
-        _check_user(user_id)
+        cid = _checked(conversation_id, user_id)
         if self._fetch_version(sql.DELETE, {"cid": cid, "user": user_id}) is None:
             if self._owner(cid) is not None:
                 raise foreign(cid, user_id)
@@ -258,7 +256,7 @@ class PostgresStore:
         """The stored snapshot, stamped with its version; None when there is none.
 
         Raises:
-            ValueError: the id is empty or holds NUL.
+            ValueError: the conversation id is empty, or an id holds NUL.
             PermissionError: the record belongs to another user.
             CorruptSnapshotError: the record does not decode, or names another conversation
                 or owner than its row.
@@ -276,7 +274,7 @@ class PostgresStore:
         that version is not held (never saved, or pruned).
 
         Raises:
-            ValueError: the id is empty or holds NUL.
+            ValueError: the conversation id is empty, or an id holds NUL.
             PermissionError: the record belongs to another user.
             CorruptSnapshotError: the version does not decode.
         """
@@ -288,10 +286,10 @@ class PostgresStore:
         """The kept versions, most recent first; empty when there is no such conversation.
 
         Raises:
-            ValueError: the id is empty or holds NUL.
+            ValueError: the conversation id is empty, or an id holds NUL.
             PermissionError: the record belongs to another user.
         """
-        cid = _check_id(conversation_id)
+        cid = _checked(conversation_id, user_id)
         rows = self._fetch_all(sql.HISTORY, {"cid": cid, "user": user_id})
         if rows and rows[0][0] != user_id:
             raise foreign(cid, user_id)
@@ -305,10 +303,10 @@ class PostgresStore:
         """The record's current version; None when there is none.
 
         Raises:
-            ValueError: the id is empty or holds NUL.
+            ValueError: the conversation id is empty, or an id holds NUL.
             PermissionError: the record belongs to another user.
         """
-        head = self._head(_check_id(conversation_id))
+        head = self._head(_checked(conversation_id, user_id))
         if head is None:
             return None
         if head[0] != user_id:
@@ -317,7 +315,7 @@ class PostgresStore:
 
     def exists(self, conversation_id: str, user_id: str) -> bool:
         """Whether the user owns a record of this id (False for another user's)."""
-        params = {"cid": _check_id(conversation_id), "user": user_id}
+        params = {"cid": _checked(conversation_id, user_id), "user": user_id}
         return bool(self._fetch_all(sql.EXISTS, params))
 
     def list_conversations(
@@ -336,8 +334,10 @@ class PostgresStore:
                 position now).
 
         Raises:
-            ValueError: ``after`` names no conversation of this user, or ``limit`` < 0.
+            ValueError: ``after`` names no conversation of this user, ``limit`` < 0, or the
+                user id holds NUL.
         """
+        _check_user(user_id)
         if limit is not None and limit < 0:
             raise ValueError(f"A listing limit cannot be negative, got {limit}.")
         params: dict[str, Any] = {"user": user_id, "limit": limit, "at": None, "after": None}
@@ -357,7 +357,7 @@ class PostgresStore:
     def _position(self, after: str | ConversationSummary, user_id: str) -> tuple[dt.datetime, str]:
         if isinstance(after, ConversationSummary):
             return after.updated_at, after.conversation_id
-        rows = self._fetch_all(sql.POSITION, {"cid": _check_id(after), "user": user_id})
+        rows = self._fetch_all(sql.POSITION, {"cid": _checked(after, user_id), "user": user_id})
         if not rows:
             raise ValueError(f"User {user_id} has no conversation {after} to list after.")
         return rows[0][0], after
@@ -365,7 +365,7 @@ class PostgresStore:
     def _read(
         self, query: str, conversation_id: str, user_id: str, extra: dict[str, Any]
     ) -> ConversationPersistenceSnapshot | None:
-        cid = _check_id(conversation_id)
+        cid = _checked(conversation_id, user_id)
         rows = self._fetch_all(query, {"cid": cid, "user": user_id, **extra})
         if not rows:
             return None
@@ -440,11 +440,17 @@ def _decode(
     return snapshot
 
 
-def _check_id(conversation_id: str) -> str:
+def _checked(conversation_id: str, user_id: str) -> str:
+    """The conversation id, once it and the user id are known to fit PostgreSQL text.
+
+    Raises:
+        ValueError: the conversation id is empty, or either id holds NUL.
+    """
     if not conversation_id or "\x00" in conversation_id:
         raise ValueError(
             f"A conversation id must be non-empty and hold no NUL, got {conversation_id!r}."
         )
+    _check_user(user_id)
     return conversation_id
 
 

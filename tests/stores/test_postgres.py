@@ -314,6 +314,11 @@ def test_retention_by_age_drops_old_versions_but_never_the_current_one(
         assert loaded is not None and loaded.messages[-1].raw_content == "later"
 
 
+def test_a_retention_of_fewer_than_one_version_is_refused(postgres_conninfo: str) -> None:
+    with pytest.raises(ValueError, match="keep_versions must be at least 1"):
+        PostgresStore(postgres_conninfo, keep_versions=0)
+
+
 def test_saves_prune_their_own_conversation_every_64_versions(postgres_conninfo: str) -> None:
     with PostgresStore(postgres_conninfo, keep_versions=10) as store:
         c = _conversation(1)

@@ -143,6 +143,26 @@ def test_an_empty_id_or_one_holding_nul_is_refused_by_every_operation(
     assert store.list_conversations("alice") == []
 
 
+def test_a_user_id_holding_nul_is_refused_by_every_operation(store: PostgresStore) -> None:
+    store.create_context(snapshot(), "alice")
+    bad = "al\x00ice"
+    attempts: list[Callable[[], object]] = [
+        lambda: store.create_context(snapshot(user=bad), bad),
+        lambda: store.save_context(snapshot(version=1, user=bad), bad),
+        lambda: store.load("c1", bad),
+        lambda: store.delete("c1", bad),
+        lambda: store.exists("c1", bad),
+        lambda: store.version_of("c1", bad),
+        lambda: store.get_version_history("c1", bad),
+        lambda: store.load_version("c1", 1, bad),
+        lambda: store.list_conversations(bad),
+    ]
+    for attempt in attempts:
+        with pytest.raises(ValueError, match="A user id cannot hold NUL"):
+            attempt()
+    assert store.version_of("c1", "alice") == 1
+
+
 def test_a_snapshot_naming_another_user_than_the_saver_is_refused_and_writes_nothing(
     store: PostgresStore,
 ) -> None:
