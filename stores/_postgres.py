@@ -11,31 +11,26 @@ import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
-from parlour.runtime.errors import (
-    ConversationNotFoundError,
-    CorruptSnapshotError,
-    StaleVersionError,
-)
-from parlour.runtime.snapshots import (
-    ConversationPersistenceSnapshot,
-    MessageSnapshot,
-    decode_snapshot,
-    encode_snapshot,
-)
+from parlour.runtime.errors import ConversationNotFoundError, StaleVersionError
+from parlour.runtime.snapshots import ConversationPersistenceSnapshot, MessageSnapshot
 from parlour.stores import _pg_sql as sql
 from parlour.stores._memory import foreign, notify_deleted, require_id
 from parlour.stores._pg_schema import migrate
+from parlour.stores._pg_support import (
+    check_user,
+    checked,
+    decode_row,
+    encode_body,
+    encode_messages,
+    open_pool,
+    redacted,
+)
 from parlour.stores._protocols import ConversationSummary
 
-if TYPE_CHECKING:
-    from psycopg_pool import ConnectionPool
-
-_message_encoder = msgspec.json.Encoder()
-_message_decoder = msgspec.json.Decoder(MessageSnapshot)
 _PRUNE_EVERY = 64  # a save whose new version is a multiple of this prunes its conversation
 
 
@@ -88,8 +83,8 @@ class PostgresStore:
             raise ValueError(f"keep_versions must be at least 1 (or None), got {keep_versions}.")
         self._keep_versions, self._keep_for = keep_versions, keep_for
         self._now = now or (lambda: dt.datetime.now(dt.UTC))
-        self._pool = _open_pool(conninfo, max_connections, timeout)
-        self._where = _redacted(conninfo)
+        self._pool = open_pool(conninfo, max_connections, timeout)
+        self._where = redacted(conninfo)
         try:
             with self._pool.connection() as conn:
                 migrate(conn, self._where)
@@ -153,7 +148,7 @@ class PostgresStore:
         return version
 
     def _check_write(self, snapshot: ConversationPersistenceSnapshot, user_id: str) -> str:
-        cid = _checked(require_id(snapshot), user_id)
+        cid = checked(require_id(snapshot), user_id)
         if snapshot.user_id is not None and snapshot.user_id != user_id:
             owner = self._owner(cid)
             if owner is not None and owner != user_id:
@@ -173,9 +168,9 @@ class PostgresStore:
             "user": user_id,
             "now": self._now(),
             "count": len(messages),
-            "body": encode_snapshot(msgspec.structs.replace(snapshot, messages=[])),
+            "body": encode_body(snapshot),
             "start": start,
-            "messages": [_message_encoder.encode(m) for m in messages[start:]],
+            "messages": encode_messages(messages[start:]),
         }
 
     def _unchanged(self, cid: str, snapshot: ConversationPersistenceSnapshot) -> int:
@@ -221,7 +216,7 @@ class PostgresStore:
             ValueError: the conversation id is empty, or an id holds NUL.
             PermissionError: the record belongs to another user.
         """
-        cid = _checked(conversation_id, user_id)
+        cid = checked(conversation_id, user_id)
         if self._fetch_version(sql.DELETE, {"cid": cid, "user": user_id}) is None:
             if self._owner(cid) is not None:
                 raise foreign(cid, user_id)
@@ -289,7 +284,7 @@ class PostgresStore:
             ValueError: the conversation id is empty, or an id holds NUL.
             PermissionError: the record belongs to another user.
         """
-        cid = _checked(conversation_id, user_id)
+        cid = checked(conversation_id, user_id)
         rows = self._fetch_all(sql.HISTORY, {"cid": cid, "user": user_id})
         if rows and rows[0][0] != user_id:
             raise foreign(cid, user_id)
@@ -306,7 +301,7 @@ class PostgresStore:
             ValueError: the conversation id is empty, or an id holds NUL.
             PermissionError: the record belongs to another user.
         """
-        head = self._head(_checked(conversation_id, user_id))
+        head = self._head(checked(conversation_id, user_id))
         if head is None:
             return None
         if head[0] != user_id:
@@ -315,7 +310,7 @@ class PostgresStore:
 
     def exists(self, conversation_id: str, user_id: str) -> bool:
         """Whether the user owns a record of this id (False for another user's)."""
-        params = {"cid": _checked(conversation_id, user_id), "user": user_id}
+        params = {"cid": checked(conversation_id, user_id), "user": user_id}
         return bool(self._fetch_all(sql.EXISTS, params))
 
     def list_conversations(
@@ -337,7 +332,7 @@ class PostgresStore:
             ValueError: ``after`` names no conversation of this user, ``limit`` < 0, or the
                 user id holds NUL.
         """
-        _check_user(user_id)
+        check_user(user_id)
         if limit is not None and limit < 0:
             raise ValueError(f"A listing limit cannot be negative, got {limit}.")
         params: dict[str, Any] = {"user": user_id, "limit": limit, "at": None, "after": None}
@@ -357,7 +352,7 @@ class PostgresStore:
     def _position(self, after: str | ConversationSummary, user_id: str) -> tuple[dt.datetime, str]:
         if isinstance(after, ConversationSummary):
             return after.updated_at, after.conversation_id
-        rows = self._fetch_all(sql.POSITION, {"cid": _checked(after, user_id), "user": user_id})
+        rows = self._fetch_all(sql.POSITION, {"cid": checked(after, user_id), "user": user_id})
         if not rows:
             raise ValueError(f"User {user_id} has no conversation {after} to list after.")
         return rows[0][0], after
@@ -365,7 +360,7 @@ class PostgresStore:
     def _read(
         self, query: str, conversation_id: str, user_id: str, extra: dict[str, Any]
     ) -> ConversationPersistenceSnapshot | None:
-        cid = _checked(conversation_id, user_id)
+        cid = checked(conversation_id, user_id)
         rows = self._fetch_all(query, {"cid": cid, "user": user_id, **extra})
         if not rows:
             return None
@@ -374,7 +369,7 @@ class PostgresStore:
             raise foreign(cid, user_id)
         if body is None:
             return None
-        return _decode(cid, owner, version, body, messages, count)
+        return decode_row(cid, owner, version, body, messages, count)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -404,91 +399,3 @@ class PostgresStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _decode(
-    cid: str,
-    owner: str,
-    version: int,
-    body: bytes,
-    messages: list[bytes],
-    count: int,
-) -> ConversationPersistenceSnapshot:
-    """A stored version reassembled, its identity checked against its row.
-
-    Raises:
-        CorruptSnapshotError: it does not decode, misses messages, or names another
-            conversation or owner.
-    """
-    snapshot = decode_snapshot(body, cid)
-    if snapshot.conversation_id != cid or snapshot.user_id not in (None, owner):
-        raise CorruptSnapshotError(
-            f"Stored conversation {cid} holds the snapshot of conversation "
-            f"{snapshot.conversation_id} of user {snapshot.user_id}; it was not loaded."
-        )
-    if len(messages) != count:
-        raise CorruptSnapshotError(
-            f"Stored conversation {cid} has {len(messages)} of its {count} messages."
-        )
-    try:
-        snapshot.messages = [_message_decoder.decode(m) for m in messages]
-    except msgspec.DecodeError as exc:
-        raise CorruptSnapshotError(
-            f"A message of stored conversation {cid} does not decode: {exc}"
-        ) from exc
-    snapshot.stored_version = version
-    return snapshot
-
-
-def _checked(conversation_id: str, user_id: str) -> str:
-    """The conversation id, once it and the user id are known to fit PostgreSQL text.
-
-    Raises:
-        ValueError: the conversation id is empty, or either id holds NUL.
-    """
-    if not conversation_id or "\x00" in conversation_id:
-        raise ValueError(
-            f"A conversation id must be non-empty and hold no NUL, got {conversation_id!r}."
-        )
-    _check_user(user_id)
-    return conversation_id
-
-
-def _check_user(user_id: str) -> None:
-    if "\x00" in user_id:
-        raise ValueError(f"A user id cannot hold NUL, got {user_id!r}.")
-
-
-def _open_pool(conninfo: str, size: int, timeout: float) -> ConnectionPool[Any]:
-    try:
-        from psycopg_pool import ConnectionPool
-    except ImportError as exc:
-        raise ImportError(
-            "PostgresStore needs psycopg 3 and its pool: pip install 'parlour[postgres]'."
-        ) from exc
-    pool: ConnectionPool[Any] = ConnectionPool(
-        conninfo,
-        min_size=1,
-        max_size=size,
-        kwargs={"autocommit": True},
-        timeout=timeout,
-        open=False,
-        name="parlour",
-    )
-    try:
-        pool.open(wait=True, timeout=timeout)
-    except BaseException:
-        pool.close()
-        raise
-    return pool
-
-
-def _redacted(conninfo: str) -> str:
-    """The connection string without its password, to name the database in errors."""
-    try:
-        from psycopg.conninfo import conninfo_to_dict, make_conninfo
-    except ImportError:  # pragma: no cover - the pool import above already needs psycopg
-        return "(PostgreSQL)"
-    parts = conninfo_to_dict(conninfo)
-    parts.pop("password", None)
-    return make_conninfo(**parts)  # type: ignore[arg-type]
