@@ -7,7 +7,8 @@ messages), then ``--loads`` loads of it. Baseline: raw psycopg on the same serve
 the msgspec-encoded whole snapshot as one row per save (autocommit, as the store runs) and
 selecting and decoding it per load. Also the disk both hold afterwards: the baseline's rows
 are what keeping every version as a full snapshot would cost. Prints a table with parlour's
-throughput as a ratio to the baseline's.
+throughput as a ratio to the baseline's; then how fast one user's 100 conversations list
+among 1,000 and among 100,000 of other users' (the owner index: it should not slow down).
 
 The server: ``--dsn``, else ``PARLOUR_TEST_POSTGRES``, else one started for the run with
 ``.ci/postgres`` (without installing anything). Tables go in a schema of their own, dropped
@@ -97,6 +98,28 @@ def _rate(times: int, call: Callable[[], object]) -> float:
     return times / (time.perf_counter() - start)
 
 
+def listing_rates(conninfo: str, others: tuple[int, ...], listings: int) -> list[float]:
+    """Listings per second of one user's 100 conversations among ``others`` of other users'
+    (those rows are inserted directly: listing reads only the conversations table)."""
+    rates = []
+    with PostgresStore(conninfo) as store, psycopg.connect(conninfo, autocommit=True) as conn:
+        for n in range(100):
+            store.create_context(
+                ConversationContext(f"mine-{n}", user_id="lister").to_snapshot(), "lister"
+            )
+        held = 0
+        for count in others:
+            conn.execute(
+                "INSERT INTO parlour_conversations SELECT 'other-' || i, 'user-' || (i %% 997),"
+                " 'title', now(), now(), 1 FROM generate_series(%s::int, %s::int) AS i",
+                (held, count - 1),
+            )
+            conn.execute("ANALYZE parlour_conversations")
+            held = count
+            rates.append(_rate(listings, lambda: store.list_conversations("lister", limit=100)))
+    return rates
+
+
 def disk_bytes(conninfo: str, tables: tuple[str, ...]) -> int:
     with psycopg.connect(conninfo, autocommit=True) as conn:
         total = 0
@@ -142,11 +165,14 @@ def main() -> None:
     parser.add_argument("--loads", type=int, default=1000)
     parser.add_argument("--dsn", default=os.environ.get("PARLOUR_TEST_POSTGRES"))
     args = parser.parse_args()
-    with _server(args.dsn) as dsn, _schema(dsn) as conninfo:
-        ours = parlour_rates(conninfo, args.saves, args.loads)
-        raw = baseline_rates(conninfo, args.saves, args.loads)
-        disk = disk_bytes(conninfo, PARLOUR_TABLES) / 1024
-        raw_disk = disk_bytes(conninfo, ("raw_versions",)) / 1024
+    with _server(args.dsn) as dsn:
+        with _schema(dsn) as conninfo:
+            ours = parlour_rates(conninfo, args.saves, args.loads)
+            raw = baseline_rates(conninfo, args.saves, args.loads)
+            disk = disk_bytes(conninfo, PARLOUR_TABLES) / 1024
+            raw_disk = disk_bytes(conninfo, ("raw_versions",)) / 1024
+        with _schema(dsn) as conninfo:
+            listing = listing_rates(conninfo, (1_000, 100_000), args.loads)
     messages = 20 + 2 * args.saves
     print(f"PostgresStore: one conversation, 20 messages, then {args.saves} turns saved")
     print(f"{'':<34}{'raw psycopg':>12}{'PostgresStore':>15}{'ratio':>8}")
@@ -158,6 +184,8 @@ def main() -> None:
     ]
     for name, theirs, mine in rows:
         print(f"{name:<34}{theirs:>12,.0f}{mine:>15,.0f}{mine / theirs:>8.2f}")
+    print("Listing one user's 100 conversations, listings/s:")
+    print(f"  among 1,000 others {listing[0]:,.0f}; among 100,000 others {listing[1]:,.0f}")
 
 
 if __name__ == "__main__":
