@@ -6,6 +6,7 @@ is: ``parlour.stores`` imports without the ``parlour[postgres]`` extra installed
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import operator
 import threading
@@ -15,7 +16,11 @@ from typing import Any
 
 import msgspec
 
-from parlour.runtime.errors import ConversationNotFoundError, StaleVersionError
+from parlour.runtime.errors import (
+    ConversationNotFoundError,
+    IllegalStateError,
+    StaleVersionError,
+)
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot, MessageSnapshot
 from parlour.stores import _pg_sql as sql
 from parlour.stores._memory import foreign, notify_deleted, require_id
@@ -65,7 +70,8 @@ class PostgresStore:
         psycopg_pool.PoolTimeout: the database cannot be reached in ``timeout`` (also from
             any call; ``psycopg.OperationalError`` when a connection breaks mid-call).
 
-    Thread-safety: every method may be called from any thread.
+    Thread-safety: every method may be called from any thread; after ``close()`` each
+    raises ``IllegalStateError``.
     """
 
     def __init__(
@@ -143,7 +149,8 @@ class PostgresStore:
         if version is None:
             raise self._refusal(cid, user_id, snapshot.stored_version)
         self._remember(cid, version, snapshot.messages)
-        if self._keep_versions is not None and version % _PRUNE_EVERY == 0:
+        limited = self._keep_versions is not None or self._keep_for is not None
+        if limited and version % _PRUNE_EVERY == 0:
             self.prune(cid)
         return version
 
@@ -238,7 +245,7 @@ class PostgresStore:
         """
         cutoff = None if self._keep_for is None else self._now() - self._keep_for
         params = {"cid": conversation_id, "keep": self._keep_versions, "cutoff": cutoff}
-        with self._pool.connection() as conn, conn.transaction():
+        with self._connection() as conn, conn.transaction():
             removed = conn.execute(sql.PRUNE_VERSIONS, params).rowcount
             conn.execute(sql.PRUNE_MESSAGES, params)
         return int(removed)
@@ -386,9 +393,14 @@ class PostgresStore:
         return None if not rows else int(rows[0][0])
 
     def _fetch_all(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             rows: list[tuple[Any, ...]] = conn.execute(query, params, binary=True).fetchall()
         return rows
+
+    def _connection(self) -> contextlib.AbstractContextManager[Any]:
+        if self._pool.closed:
+            raise IllegalStateError(f"PostgresStore on {self._where} is closed.")
+        return self._pool.connection()
 
     def close(self) -> None:
         """Close the pool's connections. Idempotent."""

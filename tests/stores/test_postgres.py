@@ -153,6 +153,36 @@ def test_stores_opening_an_empty_database_at_once_lay_it_out_once(postgres_conni
     assert _sql(postgres_conninfo, "SELECT version FROM parlour_schema") == [(1,)]
 
 
+def test_a_closed_store_refuses_every_call_and_closing_again_is_harmless(
+    postgres_conninfo: str,
+) -> None:
+    store = PostgresStore(postgres_conninfo)
+    store.create_context(_conversation(1).to_snapshot(), "alice")
+    store.close()
+    store.close()
+    for attempt in (
+        lambda: store.load("c1", "alice"),
+        lambda: store.save_context(_conversation(1).to_snapshot(), "alice"),
+        lambda: store.list_conversations("alice"),
+        lambda: store.prune(),
+    ):
+        with pytest.raises(IllegalStateError, match=r"PostgresStore on .* is closed"):
+            attempt()
+
+
+def test_retention_by_age_alone_is_applied_by_saves_too(postgres_conninfo: str) -> None:
+    clock = Clock()
+    keep = dt.timedelta(hours=1)
+    with PostgresStore(postgres_conninfo, keep_versions=None, keep_for=keep, now=clock) as store:
+        c = _conversation(1)
+        c.stored_version = store.create_context(c.to_snapshot(), "alice")
+        clock.at += dt.timedelta(hours=2)
+        while c.stored_version < 64:
+            c.stored_version = store.save_context(c.to_snapshot(), "alice")
+        assert 1 not in [v.version for v in store.get_version_history("c1", "alice")]
+        assert store.load_version("c1", 2, "alice") is not None
+
+
 def test_the_package_imports_without_psycopg_and_the_store_then_says_what_to_install() -> None:
     code = (
         "import sys\n"
