@@ -413,6 +413,37 @@ def _race(
     return winners
 
 
+def test_more_threads_than_pooled_connections_all_save_their_own_conversations(
+    postgres_conninfo: str,
+) -> None:
+    with PostgresStore(postgres_conninfo, max_connections=2) as store:
+        barrier = threading.Barrier(12)
+        failures: list[BaseException] = []
+
+        def converse(n: int) -> None:
+            c = _conversation(1, f"t{n}")
+            barrier.wait()
+            try:
+                c.stored_version = store.create_context(c.to_snapshot(), "alice")
+                for i in range(5):
+                    c.add_user_message(f"thread {n} turn {i}")
+                    c.stored_version = store.save_context(c.to_snapshot(), "alice")
+            except BaseException as exc:
+                failures.append(exc)
+
+        threads = [threading.Thread(target=converse, args=(n,)) for n in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert failures == []
+        for n in range(12):
+            loaded = store.load(f"t{n}", "alice")
+            assert loaded is not None and loaded.stored_version == 6
+            assert loaded.messages[-1].raw_content == f"thread {n} turn 4"
+        assert len(store.list_conversations("alice")) == 12
+
+
 _SECOND_PROCESS = """
 import sys
 from parlour.runtime.errors import StaleVersionError
