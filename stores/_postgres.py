@@ -63,6 +63,8 @@ class PostgresStore:
         keep_for: how long to keep a version (None: no age limit).
         now: the wall clock that stamps saves and ages versions.
         timeout: seconds to wait for the database when opening and for a pooled connection.
+        remembered: of how many conversations to remember the messages last written or read
+            (a save of one of them writes only what changed; another writes every message).
 
     Raises:
         ImportError: psycopg 3 and psycopg_pool are not installed (``parlour[postgres]``).
