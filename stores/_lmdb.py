@@ -117,16 +117,24 @@ class LmdbStore:
     def _open(self, map_size: int, sync: bool) -> tuple[Any, Databases]:
         if self.readonly and not (self.path / "data.mdb").is_file():
             raise FileNotFoundError(f"There is no parlour store at {self.path} to read.")
-        env = lmdb.open(
-            str(self.path),
-            map_size=map_size,
-            max_dbs=len(_layout.NAMES),
-            sync=sync,
-            metasync=sync,
-            max_readers=1024,
-            readonly=self.readonly,
-            create=not self.readonly,
-        )
+        try:
+            env = lmdb.open(
+                str(self.path),
+                map_size=map_size,
+                max_dbs=len(_layout.NAMES),
+                sync=sync,
+                metasync=sync,
+                max_readers=1024,
+                readonly=self.readonly,
+                create=not self.readonly,
+            )
+        except lmdb.Error as exc:  # LMDB allows one environment per directory per process
+            if "already open" not in str(exc):
+                raise
+            raise IllegalStateError(
+                f"The store at {self.path} is already open in this process; use that store "
+                f"(read-only stores are for other processes): {exc}"
+            ) from exc
         try:
             return env, _layout.open_databases(env, self.path, self.readonly)
         except BaseException:
