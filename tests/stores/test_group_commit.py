@@ -147,6 +147,64 @@ def test_close_commits_or_refuses_every_racing_write_and_loses_no_acknowledged_o
                 assert loaded.messages[0].raw_content == f"turn {version - 1}"
 
 
+class _PausingQueue:
+    """The commit queue, pausing the writer between queueing and taking the commit lock."""
+
+    def __init__(self, inner: Any, queued: threading.Event, resume: threading.Event) -> None:
+        self.inner, self.queued, self.resume = inner, queued, resume
+
+    def put(self, item: Any) -> None:
+        self.inner.put(item)
+        self.queued.set()
+        assert self.resume.wait(timeout=30)
+
+    def get_nowait(self) -> Any:
+        return self.inner.get_nowait()
+
+
+def test_a_write_queued_before_close_is_committed_by_close(tmp_path: Path) -> None:
+    store = LmdbStore(tmp_path)
+    store.create_context(_snapshot("c0"), "alice")
+    store.create_context(_snapshot("c1"), "alice")
+    in_commit, release_commit = threading.Event(), threading.Event()
+    queued, resume = threading.Event(), threading.Event()
+    make_room = store._make_room
+
+    def paused_make_room(incoming: int) -> None:  # holds the commit lock until released
+        in_commit.set()
+        assert release_commit.wait(timeout=30)
+        make_room(incoming)
+
+    store._make_room = paused_make_room  # type: ignore[method-assign]
+    outcomes: dict[str, object] = {}
+
+    def save(cid: str) -> None:
+        try:
+            outcomes[cid] = store.save_context(_snapshot(cid, "second", 1), "alice")
+        except BaseException as exc:
+            outcomes[cid] = exc
+
+    first = threading.Thread(target=save, args=("c0",))
+    first.start()
+    assert in_commit.wait(timeout=30)
+    store._make_room = make_room  # type: ignore[method-assign]
+    store._commits._queue = _PausingQueue(store._commits._queue, queued, resume)  # type: ignore[assignment]
+    second = threading.Thread(target=save, args=("c1",))
+    second.start()
+    assert queued.wait(timeout=30)  # c1's save is queued, not yet at the commit lock
+    closer = threading.Thread(target=store.close)
+    closer.start()
+    release_commit.set()
+    closer.join(timeout=30)
+    assert not closer.is_alive()
+    resume.set()
+    first.join(timeout=30)
+    second.join(timeout=30)
+    assert outcomes == {"c0": 2, "c1": 2}
+    with LmdbStore(tmp_path) as reopened:
+        assert reopened.version_of("c0", "alice") == reopened.version_of("c1", "alice") == 2
+
+
 def test_every_call_on_a_closed_store_is_an_illegal_state(tmp_path: Path) -> None:
     store = LmdbStore(tmp_path)
     store.create_context(_snapshot("c1"), "alice")

@@ -48,7 +48,9 @@ def _damage(path: Path, target: str, mutate: Any) -> None:
     name, key = _key(target)
     with env.begin(write=True) as txn:
         db = env.open_db(name, txn=txn)
-        txn.put(key, mutate(bytes(txn.get(key, db=db))), db=db)
+        raw = txn.get(key, db=db)
+        assert raw is not None
+        txn.put(key, mutate(bytes(raw)), db=db)
     env.close()
 
 

@@ -144,8 +144,9 @@ def test_any_sequence_of_edits_and_saves_reloads_as_last_saved(
                 if op == "add":
                     c.add_user_message(f"said {arg}")
                 elif op == "value" and c.messages:  # equal under ==, not the same bytes
-                    index, value = arg  # type: ignore[misc]
-                    m = c.messages[index % len(c.messages)]
+                    assert isinstance(arg, tuple)
+                    index, value = arg
+                    m = c.messages[int(index) % len(c.messages)]
                     if m.blocks and isinstance(m.blocks[-1], PojoBlock):
                         m.blocks[-1] = PojoBlock(value={"n": value})
                     else:

@@ -66,7 +66,10 @@ class _StoreModel(RuleBasedStateMachine):
     def save(self, user: str, cid: str, text: str, offset: int) -> None:
         record = self.records.get(cid)
         at = (record.version if record else self.highest.get(cid, 0)) + offset
-        call = lambda: self.store.save_context(_snapshot(cid, user, text, at), user)  # noqa: E731
+
+        def call() -> int:
+            return self.store.save_context(_snapshot(cid, user, text, at), user)
+
         if record is None:
             with pytest.raises(ConversationNotFoundError):
                 call()
