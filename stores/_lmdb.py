@@ -11,14 +11,12 @@ from __future__ import annotations
 import datetime as dt
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import lmdb
 import msgspec
-from loguru import logger
 
 from parlour.runtime.errors import (
     ConversationNotFoundError,
@@ -26,10 +24,11 @@ from parlour.runtime.errors import (
     IllegalStateError,
     StaleVersionError,
 )
-from parlour.runtime.snapshots import ConversationPersistenceSnapshot, MessageSnapshot
-from parlour.stores import _layout
+from parlour.runtime.snapshots import ConversationPersistenceSnapshot
+from parlour.stores import _layout, _reads
+from parlour.stores._bookkeeping import Bookkeeping
 from parlour.stores._group_commit import GroupCommit, Write
-from parlour.stores._ids import check_owner, conversation_key, order_bytes, require_id, user_key
+from parlour.stores._ids import conversation_key, order_bytes, require_id, user_key
 from parlour.stores._layout import Databases, QuarantinedRecord
 from parlour.stores._lock import ReadGate, WriterLock
 from parlour.stores._memory import notify_deleted
@@ -37,7 +36,6 @@ from parlour.stores._protocols import ConversationSummary
 from parlour.stores._records import (
     Header,
     MessagePlan,
-    decode_header,
     decode_record,
     encode_body,
     header_encoder,
@@ -101,13 +99,8 @@ class LmdbStore:
             if self._lock is not None:
                 self._lock.release()
             raise
-        self._page_size = self._env.stat()["psize"]
-        self._commits = GroupCommit(_Hooks(self), str(self.path), max_batch)
-        # What this store last wrote of each conversation's messages, by identity (bounded);
-        # written only under the commit lock, after the commit that wrote them.
-        self._written: OrderedDict[str, list[MessageSnapshot]] = OrderedDict()
-        self._pending: dict[str, list[MessageSnapshot] | None] = {}
-        self._remembered = remembered
+        self._book = Bookkeeping(lambda: self._env, self._gate, self.path, remembered)
+        self._commits = GroupCommit(self._book, str(self.path), max_batch)
         self._listeners: list[Callable[[str], None]] = []
 
     def _take_directory(self) -> WriterLock:
@@ -176,7 +169,7 @@ class LmdbStore:
     ) -> int:
         key = require_id(snapshot, user_id)
         cid, body = str(snapshot.conversation_id), encode_body(snapshot)
-        plan = plan_messages(self._written.get(cid), snapshot.messages)
+        plan = plan_messages(self._book.last_written(cid), snapshot.messages)
 
         def write(txn: Any) -> int:
             old = self._head(txn, key, cid, user_id)
@@ -205,7 +198,7 @@ class LmdbStore:
     ) -> None:
         """Write a conversation inside its nested transaction: header, owner index, body,
         the changed messages, and the removal of messages past the new end."""
-        known = None if old is None else self._known(cid)  # a new record: every message
+        known = None if old is None else self._book.known(cid)  # a new record: every message
         if plan.base is not known:  # another write landed since planning
             plan = plan_messages(known, plan.messages)
         if old is not None:
@@ -217,13 +210,7 @@ class LmdbStore:
             txn.put(message_key(key, index), data, db=self._dbs.messages)
         for index in range(len(plan.messages), 0 if old is None else old.message_count):
             txn.delete(message_key(key, index), db=self._dbs.messages)
-        self._pending[cid] = plan.messages  # last: a write that raised never gets here
-
-    def _known(self, cid: str) -> list[MessageSnapshot] | None:
-        """What the store has written of ``cid``'s messages, this batch included."""
-        if cid in self._pending:
-            return self._pending[cid]
-        return self._written.get(cid)
+        self._book.note(cid, plan.messages)  # last: a write that raised never gets here
 
     def delete(self, conversation_id: str, user_id: str) -> bool:
         key = conversation_key(conversation_id)
@@ -239,7 +226,7 @@ class LmdbStore:
                 txn.delete(message_key(key, index), db=self._dbs.messages)
             _layout.unindex(txn, self._dbs, head, key)
             _layout.bury(txn, self._dbs, key, head.version)
-            self._pending[conversation_id] = None
+            self._book.note(conversation_id, None)
             return True
 
         return self._removed(conversation_id, bool(self._submit(write, 0)))
@@ -258,17 +245,7 @@ class LmdbStore:
         """The ids of every conversation whose header does not decode: records no user call
         can load or remove (their owner cannot be read). ``quarantine`` moves them away."""
 
-        def scan(txn: Any) -> list[str]:
-            found = []
-            for key, raw in txn.cursor(db=self._dbs.heads):
-                cid = bytes(key).decode(errors="replace")
-                try:
-                    decode_header(cid, raw)
-                except CorruptSnapshotError:
-                    found.append(cid)
-            return found
-
-        return self._view(scan)
+        return self._view(lambda txn: _reads.damaged(txn, self._dbs))
 
     def quarantine(self, conversation_id: str) -> bool:
         """Move every record of a conversation, damaged or not, into the quarantine database
@@ -279,7 +256,7 @@ class LmdbStore:
 
         def write(txn: Any) -> bool:
             moved = _layout.quarantine(txn, self._dbs, key)
-            self._pending[conversation_id] = None
+            self._book.note(conversation_id, None)
             return moved
 
         return self._removed(conversation_id, bool(self._submit(write, 0)))
@@ -288,33 +265,12 @@ class LmdbStore:
         """Every quarantined record of the conversation, oldest first, exactly as stored."""
         prefix = message_prefix(conversation_key(conversation_id))
 
-        def read(txn: Any) -> list[QuarantinedRecord]:
-            cursor = txn.cursor(db=self._dbs.quarantine)
-            if not cursor.set_range(prefix):
-                return []
-            return [
-                _layout.quarantine_decoder.decode(value)
-                for key, value in cursor
-                if bytes(key).startswith(prefix)
-            ]
-
-        return self._view(read)
+        return self._view(lambda txn: _reads.quarantined(txn, self._dbs, prefix))
 
     # -- reads ------------------------------------------------------------------------------
 
     def _head(self, txn: Any, key: bytes, cid: str, user_id: str) -> Header | None:
-        """The one ownership check: the record's header, None when there is none.
-
-        Raises:
-            PermissionError: another user owns the record.
-            CorruptSnapshotError: the header does not decode.
-        """
-        raw = txn.get(key, db=self._dbs.heads)
-        if raw is None:
-            return None
-        head = decode_header(cid, raw)
-        check_owner(head.user_id, cid, user_id)
-        return head
+        return _reads.owned_head(txn, self._dbs, key, cid, user_id)
 
     def load(
         self, conversation_id: str, user_id: str, caller: object = None
@@ -329,24 +285,12 @@ class LmdbStore:
             body = txn.get(key, db=self._dbs.bodies)
             if body is None:  # a head without a body: only a damaged file can do this
                 raise CorruptSnapshotError(f"Stored conversation {conversation_id} has no body.")
-            messages = self._read_messages(txn, key, head.message_count)
+            messages = _reads.messages_of(txn, self._dbs, key, head.message_count)
             snapshot = decode_record(conversation_id, head, body, messages)
             snapshot.stored_version = head.version
             return snapshot
 
         return self._view(read)
-
-    def _read_messages(self, txn: Any, key: bytes, count: int) -> list[memoryview]:
-        prefix = message_prefix(key)
-        found: list[memoryview] = []
-        cursor = txn.cursor(db=self._dbs.messages)
-        if not cursor.set_range(prefix):
-            return found
-        for item_key, value in cursor:
-            if len(found) == count or not bytes(item_key).startswith(prefix):
-                break
-            found.append(value)
-        return found
 
     def version_of(self, conversation_id: str, user_id: str) -> int | None:
         head = self._own_head(conversation_id, user_id)
@@ -383,46 +327,7 @@ class LmdbStore:
             if after is None
             else order_bytes(after.updated_at, conversation_key(after.conversation_id))
         )
-        return self._view(lambda txn: self._listing(txn, owner, user_id, limit, start))
-
-    def _listing(
-        self, txn: Any, owner: bytes, user_id: str, limit: int | None, start: bytes | None
-    ) -> list[ConversationSummary]:
-        cursor = txn.cursor(db=self._dbs.owners)
-        if start is None:
-            positioned = cursor.set_key(owner)
-        else:
-            positioned = cursor.set_range_dup(owner, start)
-            if positioned and bytes(cursor.value()) == start:
-                positioned = cursor.next_dup()
-        found: list[ConversationSummary] = []
-        while positioned and (limit is None or len(found) < limit):
-            summary = self._summary(txn, bytes(cursor.value()), user_id)
-            if summary is not None:
-                found.append(summary)
-            positioned = cursor.next_dup()
-        return found
-
-    def _summary(self, txn: Any, entry: bytes, user_id: str) -> ConversationSummary | None:
-        """The summary an owner-index entry points at; None (logged) when its header is
-        damaged or does not name this user at this order."""
-        key = entry[8:]
-        cid = key.decode(errors="replace")
-        raw = txn.get(key, db=self._dbs.heads)
-        try:
-            head = None if raw is None else decode_header(cid, raw)
-        except CorruptSnapshotError as exc:
-            logger.warning("listing {}: {}", user_id, exc)
-            return None
-        if head is None or head.user_id != user_id or order_bytes(head.updated_at, key) != entry:
-            logger.warning("listing {}: a stale owner-index entry for {}", user_id, cid)
-            return None
-        return ConversationSummary(
-            conversation_id=cid,
-            title=head.title,
-            created_at=head.created_at,
-            updated_at=head.updated_at,
-        )
+        return self._view(lambda txn: _reads.listing(txn, self._dbs, owner, user_id, limit, start))
 
     def get_version_history(self, conversation_id: str, user_id: str) -> list[dt.datetime]:
         raise NotImplementedError("LmdbStore does not keep version history yet.")
@@ -440,7 +345,7 @@ class LmdbStore:
         info = self._env.info()
         return StoreStatistics(
             map_size=info["map_size"],
-            used_bytes=(info["last_pgno"] + 1) * self._page_size,
+            used_bytes=self._book.used_bytes(),
             conversations=conversations,
         )
 
@@ -467,35 +372,6 @@ class LmdbStore:
             )
         return self._commits.submit(write, size)
 
-    def _remember(self) -> None:
-        """After a commit: what it wrote becomes what the store knows it has written."""
-        for cid, messages in self._pending.items():
-            if messages is None:
-                self._written.pop(cid, None)
-            else:
-                self._written[cid] = messages
-                self._written.move_to_end(cid)
-        while len(self._written) > self._remembered:
-            self._written.popitem(last=False)
-        self._pending.clear()
-
-    def _make_room(self, incoming: int) -> None:
-        """Grow the map before a batch could fill it. LMDB running out of map while other
-        threads hold read transactions hung here (py-lmdb 2.x and 3.0), so a full map must
-        stay the rare fallback, not the way growth is discovered."""
-        info = self._env.info()
-        used, size = (info["last_pgno"] + 1) * self._page_size, info["map_size"]
-        if used + 4 * incoming + (1 << 20) > size // 2:
-            self._grow(max(2 * size, 2 * (used + 4 * incoming + (1 << 20))))
-
-    def _grow(self, size: int | None = None) -> None:
-        """Grow the map (to ``size``, else twice). Called under the commit lock, so no write
-        transaction is open; the gate keeps readers out, as ``set_mapsize`` requires."""
-        size = size or self._env.info()["map_size"] * 2
-        logger.info("growing the LMDB map at {} to {} bytes", self.path, size)
-        with self._gate.exclusive():
-            self._env.set_mapsize(size)
-
     def close(self) -> None:
         """Commit the writes queued so far, then close the environment and release the
         directory. Idempotent; every later call raises ``IllegalStateError``."""
@@ -521,30 +397,3 @@ def _advanced(old: Header, now: dt.datetime, message_count: int) -> Header:
     return msgspec.structs.replace(
         old, updated_at=now, message_count=message_count, version=old.version + 1
     )
-
-
-class _Hooks:
-    """What the group commit does to the store around each batch (under the commit lock)."""
-
-    def __init__(self, store: LmdbStore) -> None:
-        self._store = store
-
-    def begin(self, write: bool, parent: Any) -> Any:
-        return self._store._env.begin(write=write, parent=parent)
-
-    def make_room(self, incoming: int) -> None:
-        self._store._make_room(incoming)
-
-    def grow(self) -> None:
-        self._store._grow()
-
-    def attempt(self) -> None:
-        self._store._pending.clear()
-
-    def committed(self) -> None:
-        self._store._remember()
-
-    def failed(self) -> None:
-        # a commit that failed wrote nothing; trust nothing, the next saves write in full
-        self._store._written.clear()
-        self._store._pending.clear()
