@@ -18,7 +18,7 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)
 
 
-def _encoded(kind: str, value: object, limit: int) -> bytes:
+def _encoded(kind: str, value: object, limit: int, why: str) -> bytes:
     if not isinstance(value, str):
         raise ValueError(f"A {kind} must be a str, got {type(value).__name__}.")
     if not value:
@@ -31,8 +31,8 @@ def _encoded(kind: str, value: object, limit: int) -> bytes:
         raise ValueError(f"A {kind} must be valid Unicode (no lone surrogates): {value!r}") from exc
     if len(data) > limit:
         raise ValueError(
-            f"A {kind} can be at most {limit} bytes of UTF-8 (LMDB's {MAX_KEY_BYTES}-byte key "
-            f"limit, with room for the suffix of its records); {value[:40]!r}... has {len(data)}."
+            f"A {kind} can be at most {limit} bytes of UTF-8 ({why}); {value[:40]!r}... has "
+            f"{len(data)}."
         )
     return data
 
@@ -45,7 +45,8 @@ def conversation_key(conversation_id: str) -> bytes:
             ``MAX_ID_BYTES`` (502) bytes of UTF-8, so that its message keys would not fit
             LMDB's 511-byte key limit.
     """
-    return _encoded("conversation id", conversation_id, MAX_ID_BYTES)
+    why = f"LMDB's {MAX_KEY_BYTES}-byte key limit, less the suffix of its message keys"
+    return _encoded("conversation id", conversation_id, MAX_ID_BYTES, why)
 
 
 def user_key(user_id: str) -> bytes:
@@ -55,7 +56,7 @@ def user_key(user_id: str) -> bytes:
         ValueError: the id is empty, holds a NUL or a lone surrogate, or is longer than
             LMDB's 511-byte key limit.
     """
-    return _encoded("user id", user_id, MAX_KEY_BYTES)
+    return _encoded("user id", user_id, MAX_KEY_BYTES, "LMDB's key limit")
 
 
 def require_id(snapshot: ConversationPersistenceSnapshot, user_id: str) -> bytes:
