@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import operator
 from collections.abc import Sequence
-from itertools import compress, count
 from typing import Annotated, NamedTuple
 
 import msgspec
@@ -147,15 +146,19 @@ def plan_messages(
     """Plan to write every message whose encoded bytes differ from what the store last
     wrote (all of them without a ``base``).
 
-    Memoized message snapshots make unchanged messages the very same objects, so the scan
-    skips the identical prefix at C speed; past it, a message the store wrote is compared
-    by its encoded bytes, never by ``==`` (which takes ``1`` for ``True``, ``0.0`` for
-    ``-0.0``), so a changed message is always written.
+    Memoized message snapshots make unchanged messages the very same objects, so one pass
+    of identity checks (``map(operator.is_, ...)``, about 20 ns a message) finds the first
+    that is not; from there on, a message the store wrote is compared by its encoded bytes,
+    never by ``==`` (which takes ``1`` for ``True``, ``0.0`` for ``-0.0``), so a changed
+    message is always written.
     """
     if base is None:
         return MessagePlan(None, _encode_from(messages, 0), messages)
     common = min(len(base), len(messages))
-    start = next(compress(count(), map(operator.is_not, base, messages)), common)
+    if all(map(operator.is_, base, messages)):  # the usual turn: nothing before the end changed
+        start = common
+    else:
+        start = operator.indexOf(map(operator.is_, base, messages), False)
     writes = [
         (index, data)
         for index, data in _encode_from(messages[:common], start)
