@@ -30,6 +30,7 @@ class Bookkeeping:
         # by identity; the last committed write of each conversation's messages
         self._written: OrderedDict[str, list[MessageSnapshot]] = OrderedDict()
         self._pending: dict[str, list[MessageSnapshot] | None] = {}  # this batch's writes
+        self._psize: int | None = None
 
     def last_written(self, cid: str) -> list[MessageSnapshot] | None:
         """What the last committed write of ``cid`` held (None when not remembered)."""
@@ -72,13 +73,18 @@ class Bookkeeping:
         """Grow the map before a batch could fill it. LMDB running out of map while other
         threads hold read transactions hung here (py-lmdb 2.x and 3.0), so a full map must
         stay the rare fallback, not the way growth is discovered."""
-        used, size = self.used_bytes(), self._env().info()["map_size"]
+        info = self._env().info()
+        used, size = (info["last_pgno"] + 1) * self._page_size(), info["map_size"]
         if used + 4 * incoming + (1 << 20) > size // 2:
             self.grow(max(2 * size, 2 * (used + 4 * incoming + (1 << 20))))
 
     def used_bytes(self) -> int:
-        env = self._env()
-        return int((env.info()["last_pgno"] + 1) * env.stat()["psize"])
+        return int((self._env().info()["last_pgno"] + 1) * self._page_size())
+
+    def _page_size(self) -> int:
+        if self._psize is None:
+            self._psize = int(self._env().stat()["psize"])
+        return self._psize
 
     def grow(self, size: int | None = None) -> None:
         """Grow the map (to ``size``, else twice). Under the commit lock, so no write
