@@ -78,6 +78,19 @@ def test_a_write_failing_part_way_rolls_back_alone_and_its_batch_commits(tmp_pat
     env.close()
 
 
+def test_a_write_failing_part_way_alone_in_its_batch_leaves_nothing(tmp_path: Path) -> None:
+    env = lmdb.open(str(tmp_path), map_size=1 << 22)
+    hooks = _Hooks(env)
+    commits = GroupCommit(hooks, str(tmp_path), max_batch=64)
+    with pytest.raises(RuntimeError, match="failed part-way"):
+        commits.submit(_put_then_fail, 0)
+    assert commits.submit(_put(b"next"), 0) == b"next"
+    with env.begin() as txn:
+        assert txn.get(b"partial-1") is None and txn.get(b"partial-2") is None
+        assert txn.get(b"next") == b"v"
+    env.close()
+
+
 def _snapshot(cid: str, text: str = "hello", version: int = 0) -> ConversationPersistenceSnapshot:
     context = ConversationContext(cid, user_id="alice")
     context.add_user_message(text)
