@@ -37,11 +37,11 @@ def _conversation(messages: int) -> ConversationContext:
 def parlour_save(path: Path, messages: int, saves: int, sync: bool) -> float:
     c = _conversation(messages)
     with LmdbStore(path, sync=sync) as store:
-        store.create_context(c.to_snapshot(), "u")
+        c.stored_version = store.create_context(c.to_snapshot(), "u")
         start = time.perf_counter()
         for i in range(saves):
             c.add_user_message(f"follow-up {i}")
-            store.save_context(c.to_snapshot(), "u")
+            c.stored_version = store.save_context(c.to_snapshot(), "u")
         return (time.perf_counter() - start) / saves
 
 

@@ -12,17 +12,14 @@ from loguru import logger
 
 from parlour.runtime.errors import ConversationNotFoundError, StaleVersionError
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
+from parlour.stores._ids import (
+    check_owner,
+    conversation_key,
+    order_of,
+    require_id,
+    user_key,
+)
 from parlour.stores._protocols import ConversationSummary
-
-
-def require_id(snapshot: ConversationPersistenceSnapshot) -> str:
-    if snapshot.conversation_id is None:
-        raise ValueError("Cannot store a conversation snapshot whose conversation_id is None.")
-    return snapshot.conversation_id
-
-
-def foreign(conversation_id: str, user_id: str) -> PermissionError:
-    return PermissionError(f"User {user_id} does not own conversation {conversation_id}")
 
 
 class MemorySessionCache:
@@ -44,7 +41,9 @@ class MemorySessionCache:
             return snapshot
 
     def put(self, snapshot: ConversationPersistenceSnapshot) -> None:
-        key = require_id(snapshot)
+        if snapshot.conversation_id is None:
+            raise ValueError("Cannot cache a conversation snapshot whose conversation_id is None.")
+        key = snapshot.conversation_id
         with self._lock:
             self._entries[key] = snapshot
             self._entries.move_to_end(key)
@@ -62,7 +61,11 @@ class MemorySessionCache:
 class MemoryStore:
     """A ``PersistentStore`` held in a dict: the reference implementation for contract tests.
 
-    Thread-safe. Keeps the owner and title from the first save, as the LMDB store does.
+    It refuses what ``LmdbStore`` refuses (the same id limits, identity and ownership
+    checks, fencing, versions that never restart), keeps the owner, title and creation
+    time from the first save, and lists in the same order.
+
+    Thread-safety: every method from any thread (one lock around the dict).
     """
 
     def __init__(self) -> None:
@@ -74,29 +77,30 @@ class MemoryStore:
     def create_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
     ) -> int:
-        key = require_id(snapshot)
+        require_id(snapshot, user_id)
+        key = str(snapshot.conversation_id)
         now = dt.datetime.now(dt.UTC)
         with self._lock:
-            existing = self._records.get(key)
-            if existing is not None and existing.user_id != user_id:
-                raise foreign(key, user_id)
+            existing = self._owned(key, user_id)
+            if existing is None:
+                summary = ConversationSummary(
+                    conversation_id=key, title=snapshot.title, created_at=now, updated_at=now
+                )
+            else:
+                summary = msgspec.structs.replace(existing.summary, updated_at=now)
             version = self._last_versions.get(key, 0) + 1
-            summary = ConversationSummary(
-                conversation_id=key, title=snapshot.title, created_at=now, updated_at=now
-            )
             self._store(key, _Record(user_id, summary, snapshot), version)
             return version
 
     def save_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
     ) -> int:
-        key = require_id(snapshot)
+        require_id(snapshot, user_id)
+        key = str(snapshot.conversation_id)
         with self._lock:
-            existing = self._records.get(key)
+            existing = self._owned(key, user_id)
             if existing is None:
                 raise ConversationNotFoundError(f"Conversation {key} has no stored record.")
-            if existing.user_id != user_id:
-                raise foreign(key, user_id)
             current = self._last_versions[key]
             if snapshot.stored_version != current:
                 raise StaleVersionError(key, snapshot.stored_version, current)
@@ -106,51 +110,75 @@ class MemoryStore:
 
     def _store(self, key: str, record: _Record, version: int) -> None:
         # a private copy stamped with its version: the caller's snapshot stays the caller's
-        record.snapshot = msgspec.structs.replace(record.snapshot, stored_version=version)
+        record.snapshot = msgspec.structs.replace(
+            record.snapshot, messages=list(record.snapshot.messages), stored_version=version
+        )
         self._records[key] = record
         self._last_versions[key] = version
+
+    def _owned(self, conversation_id: str, user_id: str) -> _Record | None:
+        """The one ownership check: the record, None when there is none.
+
+        Raises:
+            ValueError: an invalid id.
+            PermissionError: another user owns the record.
+        """
+        conversation_key(conversation_id)
+        user_key(user_id)
+        existing = self._records.get(conversation_id)
+        if existing is not None:
+            check_owner(existing.user_id, conversation_id, user_id)
+        return existing
 
     def load(
         self, conversation_id: str, user_id: str, caller: object = None
     ) -> ConversationPersistenceSnapshot | None:
         with self._lock:
-            existing = self._records.get(conversation_id)
+            existing = self._owned(conversation_id, user_id)
         if existing is None:
             return None
-        if existing.user_id != user_id:
-            raise foreign(conversation_id, user_id)
-        return msgspec.structs.replace(existing.snapshot)
+        snapshot = existing.snapshot
+        return msgspec.structs.replace(snapshot, messages=list(snapshot.messages))
 
     def version_of(self, conversation_id: str, user_id: str) -> int | None:
         with self._lock:
-            existing = self._records.get(conversation_id)
-        if existing is None:
-            return None
-        if existing.user_id != user_id:
-            raise foreign(conversation_id, user_id)
-        return existing.snapshot.stored_version
+            existing = self._owned(conversation_id, user_id)
+        return None if existing is None else existing.snapshot.stored_version
 
     def delete(self, conversation_id: str, user_id: str) -> bool:
         with self._lock:
-            existing = self._records.get(conversation_id)
-            if existing is None:
+            if self._owned(conversation_id, user_id) is None:
                 return False
-            if existing.user_id != user_id:
-                raise foreign(conversation_id, user_id)
             del self._records[conversation_id]
         notify_deleted(self._listeners, conversation_id)
         return True
 
     def exists(self, conversation_id: str, user_id: str) -> bool:
-        with self._lock:
-            existing = self._records.get(conversation_id)
-        return existing is not None and existing.user_id == user_id
+        try:
+            with self._lock:
+                return self._owned(conversation_id, user_id) is not None
+        except PermissionError:
+            return False
 
-    def list_conversations(self, user_id: str) -> list[ConversationSummary]:
-        """The user's conversations, most recently updated first."""
+    def list_conversations(
+        self, user_id: str, *, limit: int | None = None, after: ConversationSummary | None = None
+    ) -> list[ConversationSummary]:
+        """The user's conversations, most recently updated first (ties by id); ``limit``
+        caps the page, ``after`` (the previous page's last summary) starts it after that.
+
+        Raises:
+            ValueError: an invalid user id, or a negative limit.
+        """
+        user_key(user_id)
+        if limit is not None and limit < 0:
+            raise ValueError(f"A listing limit cannot be negative, got {limit}.")
         with self._lock:
             found = [r.summary for r in self._records.values() if r.user_id == user_id]
-        return sorted(found, key=lambda s: s.updated_at, reverse=True)
+        found.sort(key=lambda s: order_of(s.updated_at, s.conversation_id))
+        if after is not None:
+            start = order_of(after.updated_at, after.conversation_id)
+            found = [s for s in found if order_of(s.updated_at, s.conversation_id) > start]
+        return found if limit is None else found[:limit]
 
     def add_delete_listener(self, listener: Callable[[str], None]) -> None:
         self._listeners.append(listener)

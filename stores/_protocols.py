@@ -24,8 +24,17 @@ class PersistentStore(Protocol):
     """Durable conversations, bound to users, fenced by a version.
 
     Every conversation-addressed call takes the acting user id; another user's conversation
-    raises ``PermissionError`` (``exists`` answers False). ``caller`` is the thinker on whose
-    behalf a read happens, for stores that dispatch reads as work; it may be None.
+    raises ``PermissionError`` (``exists`` answers False, listings never show it). ``caller``
+    is the thinker on whose behalf a read happens, for stores that dispatch reads as work;
+    it may be None.
+
+    Every call validates its ids first: a conversation id or user id that is empty, holds a
+    NUL or a lone surrogate, or is too long (a conversation id at most 502 bytes of UTF-8,
+    a user id 511: LMDB's key limit with room for the suffixes of a record's keys) raises
+    ``ValueError`` naming the limit, and nothing is written. A snapshot that names a user
+    other than the acting one is refused with ``PermissionError`` before anything is
+    written. A record whose body, key and header disagree on its identity raises
+    ``CorruptSnapshotError`` naming the conversation.
 
     Every record carries a fencing version: a create stores version 1 or, for an id that
     was deleted, one past the last version it ever had (an id's versions never restart);
@@ -45,8 +54,9 @@ class PersistentStore(Protocol):
             The new record's version.
 
         Raises:
-            ValueError: the snapshot has no conversation id.
-            PermissionError: the id exists and belongs to another user.
+            ValueError: the snapshot has no conversation id, or an invalid id.
+            PermissionError: the id exists and belongs to another user, or the snapshot
+                names another user.
         """
         ...
 
@@ -59,9 +69,10 @@ class PersistentStore(Protocol):
             The record's new version.
 
         Raises:
-            ValueError: the snapshot has no conversation id.
+            ValueError: the snapshot has no conversation id, or an invalid id.
             ConversationNotFoundError: no record holds the id (it was deleted).
-            PermissionError: the record belongs to another user.
+            PermissionError: the record belongs to another user, or the snapshot names
+                another user.
             StaleVersionError: the record has moved past ``snapshot.stored_version``.
         """
         ...
@@ -91,9 +102,24 @@ class PersistentStore(Protocol):
         after the removal is durable."""
         ...
 
-    def exists(self, conversation_id: str, user_id: str) -> bool: ...
+    def exists(self, conversation_id: str, user_id: str) -> bool:
+        """True when the record exists and belongs to ``user_id``."""
+        ...
 
-    def list_conversations(self, user_id: str) -> list[ConversationSummary]: ...
+    def list_conversations(
+        self, user_id: str, *, limit: int | None = None, after: ConversationSummary | None = None
+    ) -> list[ConversationSummary]:
+        """The user's conversations, most recently updated first, ties by id.
+
+        ``limit`` caps how many are returned; ``after`` is the last summary of the previous
+        page, and the page starts after its place in that order (keyset paging: a
+        conversation updated between pages moves to the front, ahead of a walk already
+        under way, so the walk never shows it twice).
+
+        Raises:
+            ValueError: an invalid user id, or a negative limit.
+        """
+        ...
 
     def add_delete_listener(self, listener: Callable[[str], None]) -> None:
         """Call ``listener(conversation_id)`` after every delete, whoever asked for it, so a

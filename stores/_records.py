@@ -1,8 +1,8 @@
 """How LmdbStore lays a conversation out: a small header, a body, one record per message.
 
 A save rewrites the header and the body (the snapshot without its messages) and writes only
-the messages that changed since the store last wrote this conversation, so its cost does
-not grow with the conversation's length.
+the messages whose bytes changed since the store last wrote this conversation, so its cost
+does not grow with the conversation's length.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import operator
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
 
 import msgspec
 
@@ -24,31 +24,51 @@ from parlour.runtime.snapshots import (
 
 
 class Header(msgspec.Struct, frozen=True, kw_only=True):
-    """The per-conversation record read on every write: owner, title, times, message count."""
+    """The per-conversation record read on every write: owner, title, times, message count,
+    and the fencing version advanced by every save."""
 
-    user_id: str
+    user_id: Annotated[str, msgspec.Meta(min_length=1)]
     title: str
     created_at: dt.datetime
     updated_at: dt.datetime
-    message_count: int = 0
-    version: int = 0  # the fencing version: advanced by every save
+    message_count: Annotated[int, msgspec.Meta(ge=0)] = 0
+    version: Annotated[int, msgspec.Meta(ge=1)] = 1
+
+
+class LegacyHeader(msgspec.Struct, frozen=True, kw_only=True):
+    """A header as layout 1 wrote it: no version, or a version that may be 0."""
+
+    user_id: Annotated[str, msgspec.Meta(min_length=1)]
+    title: str
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    message_count: Annotated[int, msgspec.Meta(ge=0)] = 0
+    version: Annotated[int, msgspec.Meta(ge=0)] = 0
 
 
 header_encoder = msgspec.json.Encoder()
 header_decoder = msgspec.json.Decoder(Header)
+legacy_header_decoder = msgspec.json.Decoder(LegacyHeader)
 _message_encoder = msgspec.json.Encoder()
 _message_decoder = msgspec.json.Decoder(MessageSnapshot)
 
 
-def conversation_key(conversation_id: str) -> bytes:
-    """The key of a conversation's header and body.
+def decode_header(conversation_id: str, raw: bytes | memoryview) -> Header:
+    """The header of ``conversation_id``.
 
     Raises:
-        ValueError: the id holds a NUL, which separates it from message indexes.
+        CorruptSnapshotError: the bytes are not a valid header.
     """
-    if "\x00" in conversation_id:
-        raise ValueError(f"A conversation id cannot contain NUL: {conversation_id!r}")
-    return conversation_id.encode()
+    try:
+        return header_decoder.decode(raw)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise CorruptSnapshotError(
+            f"The header of stored conversation {conversation_id} is damaged: {_reason(exc)}"
+        ) from exc
+
+
+def _reason(exc: BaseException) -> str:
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
 
 
 def message_key(key: bytes, index: int) -> bytes:
@@ -67,57 +87,86 @@ def encode_body(snapshot: ConversationPersistenceSnapshot) -> bytes:
 
 def decode_record(
     conversation_id: str,
+    head: Header,
     body: bytes | memoryview,
     messages: Sequence[bytes | memoryview],
-    expected: int,
 ) -> ConversationPersistenceSnapshot:
-    """Reassemble a snapshot from its body and message records.
+    """Reassemble a snapshot from its body and message records, checking that the body
+    names the conversation and owner its key and header do.
 
     Raises:
-        CorruptSnapshotError: a record does not decode, or messages are missing.
+        CorruptSnapshotError: a record does not decode, messages are missing, or the body's
+            identity disagrees with the key or the header.
     """
-    snapshot = decode_snapshot(body, conversation_id)
-    if len(messages) != expected:
+    try:
+        snapshot = decode_snapshot(body, conversation_id)
+    except RecursionError as exc:
         raise CorruptSnapshotError(
-            f"Stored conversation {conversation_id} has {len(messages)} of its {expected} messages."
+            f"The body of stored conversation {conversation_id} is nested too deeply."
+        ) from exc
+    if snapshot.conversation_id != conversation_id or snapshot.user_id not in (None, head.user_id):
+        raise CorruptSnapshotError(
+            f"Stored conversation {conversation_id} is damaged: its body names another "
+            "conversation or user than its key and header."
+        )
+    if len(messages) != head.message_count:
+        raise CorruptSnapshotError(
+            f"Stored conversation {conversation_id} has {len(messages)} of its "
+            f"{head.message_count} messages."
         )
     try:
         snapshot.messages = [_message_decoder.decode(m) for m in messages]
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise CorruptSnapshotError(
-            f"A message of stored conversation {conversation_id} does not decode: {exc}"
+            f"A message of stored conversation {conversation_id} does not decode: {_reason(exc)}"
         ) from exc
     return snapshot
 
 
 class MessagePlan(NamedTuple):
-    """Which messages a save writes: ``messages[start:]``, already encoded.
+    """Which messages a save writes, already encoded: ``writes`` holds (index, bytes) for
+    every message whose stored bytes would change.
 
     ``base`` is what the store believed was written when the plan was made; a plan whose
     base is no longer current is made again under the commit lock.
     """
 
     base: list[MessageSnapshot] | None
-    start: int
-    encoded: list[bytes]
+    writes: list[tuple[int, bytes]]
     messages: list[MessageSnapshot]
 
     @property
     def size(self) -> int:
-        return sum(len(e) for e in self.encoded)
+        return sum(len(data) for _, data in self.writes)
 
 
 def plan_messages(
     base: list[MessageSnapshot] | None, messages: list[MessageSnapshot]
 ) -> MessagePlan:
-    """Plan to write the messages from the first one that differs from what the store last
-    wrote (memoized message snapshots make unchanged messages the very same objects)."""
-    start = 0
-    if base is not None:
-        common = min(len(base), len(messages))
-        if base[:common] == messages[:common]:  # identity short-circuits: C speed
-            start = common
-        else:
-            start = list(map(operator.is_, base, messages)).index(False)
-    encoded = [_message_encoder.encode(m) for m in messages[start:]]
-    return MessagePlan(base, start, encoded, messages)
+    """Plan to write every message whose encoded bytes differ from what the store last
+    wrote (all of them without a ``base``).
+
+    Memoized message snapshots make unchanged messages the very same objects, so one pass
+    of identity checks (``map(operator.is_, ...)``, about 20 ns a message) finds the first
+    that is not; from there on, a message the store wrote is compared by its encoded bytes,
+    never by ``==`` (which takes ``1`` for ``True``, ``0.0`` for ``-0.0``), so a changed
+    message is always written.
+    """
+    if base is None:
+        return MessagePlan(None, _encode_from(messages, 0), messages)
+    common = min(len(base), len(messages))
+    if all(map(operator.is_, base, messages)):  # the usual turn: nothing before the end changed
+        start = common
+    else:
+        start = operator.indexOf(map(operator.is_, base, messages), False)
+    writes = [
+        (index, data)
+        for index, data in _encode_from(messages[:common], start)
+        if base[index] is not messages[index] and data != _message_encoder.encode(base[index])
+    ]
+    writes += _encode_from(messages, common)
+    return MessagePlan(base, writes, messages)
+
+
+def _encode_from(messages: list[MessageSnapshot], start: int) -> list[tuple[int, bytes]]:
+    return [(i, _message_encoder.encode(messages[i])) for i in range(start, len(messages))]

@@ -83,7 +83,6 @@ def test_the_map_grows_instead_of_failing_when_full(tmp_path: Path) -> None:
 
 
 def test_unbuilt_surface_raises_not_implemented(lmdb_store: LmdbStore) -> None:
-    # B201
     with pytest.raises(NotImplementedError):
         lmdb_store.backup("/tmp/nowhere")
     with pytest.raises(NotImplementedError):

@@ -1,0 +1,200 @@
+"""LmdbStore's databases, its layout version and the upgrade from older layouts, the owner
+index, tombstones and quarantine: everything a transaction does besides one record.
+
+Layouts: 1 (no meta database, headers without a version or with versions that restart
+after a delete, no owner index, no tombstones) and 2 (this code).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import lmdb
+import msgspec
+from loguru import logger
+
+from parlour.runtime.errors import IllegalStateError
+from parlour.stores._ids import order_bytes
+from parlour.stores._records import Header, header_encoder, legacy_header_decoder, message_prefix
+
+LAYOUT = 2
+_LAYOUT_KEY = b"layout"
+NAMES = (b"heads", b"bodies", b"messages", b"owners", b"tombstones", b"meta", b"quarantine")
+
+
+class Databases(NamedTuple):
+    """The named databases of one environment.
+
+    heads, bodies, messages: a conversation's records (see ``_records``); owners: user id ->
+    sorted duplicates of (order, conversation id), the owner index; tombstones: a deleted
+    id -> the last version it had; meta: the layout version; quarantine: damaged records.
+    """
+
+    heads: Any
+    bodies: Any
+    messages: Any
+    owners: Any
+    tombstones: Any
+    meta: Any
+    quarantine: Any
+
+
+class QuarantinedRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """The raw bytes of a record moved out of the way, exactly as they were stored."""
+
+    conversation_id: str
+    header: bytes
+    body: bytes | None
+    messages: list[bytes]
+    quarantined_at: dt.datetime
+
+
+_quarantine_encoder = msgspec.json.Encoder()
+quarantine_decoder = msgspec.json.Decoder(QuarantinedRecord)
+
+
+def open_databases(env: Any, path: Path, readonly: bool) -> Databases:
+    """Open (a writer: create) every database and bring the layout up to date.
+
+    Raises:
+        IllegalStateError: the layout is newer than this code knows, or (read-only) older,
+            which only a writing open can upgrade.
+    """
+    if readonly:
+        return _open_readonly(env, path)
+    dbs = Databases(*(env.open_db(name, dupsort=name == b"owners") for name in NAMES))
+    with env.begin(write=True) as txn:
+        layout = _layout_of(txn, dbs, path)
+        if layout is None:
+            upgrade(txn, dbs, path)
+    return dbs
+
+
+def _open_readonly(env: Any, path: Path) -> Databases:
+    try:
+        dbs = Databases(*(env.open_db(name, create=False) for name in NAMES))
+    except lmdb.NotFoundError:
+        raise IllegalStateError(
+            f"The store at {path} has layout 1 (written by an older parlour); open it once "
+            "for writing (LmdbStore(path)) to upgrade it in place, then read it."
+        ) from None
+    with env.begin() as txn:
+        _layout_of(txn, dbs, path)
+    return dbs
+
+
+def _layout_of(txn: Any, dbs: Databases, path: Path) -> int | None:
+    raw = txn.get(_LAYOUT_KEY, db=dbs.meta)
+    layout = None if raw is None else int(bytes(raw))
+    if layout is not None and layout > LAYOUT:
+        raise IllegalStateError(
+            f"The store at {path} has layout {layout}, newer than this parlour knows "
+            f"(up to {LAYOUT}); upgrade parlour to open it."
+        )
+    return layout
+
+
+def upgrade(txn: Any, dbs: Databases, path: Path) -> None:
+    """Bring a layout-1 store (or an empty one) to this layout in one transaction: version
+    every header (at least 1), build the owner index, quarantine headers that do not decode,
+    record the layout."""
+    keys = [bytes(key) for key in txn.cursor(db=dbs.heads).iternext(values=False)]
+    for key in keys:
+        try:
+            old = legacy_header_decoder.decode(txn.get(key, db=dbs.heads))
+        except (msgspec.DecodeError, RecursionError):
+            logger.warning("upgrading {}: quarantined damaged conversation {!r}", path, key)
+            quarantine(txn, dbs, key)
+            continue
+        head = Header(**msgspec.structs.asdict(old) | {"version": max(1, old.version)})
+        txn.put(key, header_encoder.encode(head), db=dbs.heads)
+        index(txn, dbs, head, key)
+    txn.put(_LAYOUT_KEY, str(LAYOUT).encode(), db=dbs.meta)
+    if keys:
+        logger.info(
+            "upgraded the store at {} to layout {} ({} conversations)", path, LAYOUT, len(keys)
+        )
+
+
+def index(txn: Any, dbs: Databases, head: Header, key: bytes) -> None:
+    txn.put(head.user_id.encode(), order_bytes(head.updated_at, key), db=dbs.owners)
+
+
+def unindex(txn: Any, dbs: Databases, head: Header, key: bytes) -> None:
+    txn.delete(head.user_id.encode(), order_bytes(head.updated_at, key), db=dbs.owners)
+
+
+def last_version(txn: Any, dbs: Databases, key: bytes) -> int:
+    """The last version a deleted id had (0 for an id never deleted)."""
+    raw = txn.get(key, db=dbs.tombstones)
+    return 0 if raw is None else int.from_bytes(raw, "big")
+
+
+def bury(txn: Any, dbs: Databases, key: bytes, version: int) -> None:
+    txn.put(key, version.to_bytes(8, "big"), db=dbs.tombstones)
+
+
+def quarantine(txn: Any, dbs: Databases, key: bytes) -> bool:
+    """Move every record of ``key`` into quarantine, raw; drop its owner-index entries.
+    Leaves a tombstone past any version the record can have had. False when there is none."""
+    header = txn.get(key, db=dbs.heads)
+    if header is None:
+        return False
+    header = bytes(header)
+    body = txn.get(key, db=dbs.bodies)
+    record = QuarantinedRecord(
+        conversation_id=key.decode(errors="replace"),
+        header=header,
+        body=None if body is None else bytes(body),
+        messages=_pop_messages(txn, dbs, key),
+        quarantined_at=dt.datetime.now(dt.UTC),
+    )
+    stamp = (record.quarantined_at - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(
+        microseconds=1
+    )
+    txn.put(
+        key + b"\x00" + stamp.to_bytes(8, "big"),
+        _quarantine_encoder.encode(record),
+        db=dbs.quarantine,
+    )
+    txn.delete(key, db=dbs.heads)
+    txn.delete(key, db=dbs.bodies)
+    _unindex_everywhere(txn, dbs, key)
+    bury(txn, dbs, key, max(last_version(txn, dbs, key), _salvaged_version(header), stamp))
+    return True
+
+
+def _pop_messages(txn: Any, dbs: Databases, key: bytes) -> list[bytes]:
+    prefix = message_prefix(key)
+    found: list[tuple[bytes, bytes]] = []
+    cursor = txn.cursor(db=dbs.messages)
+    if cursor.set_range(prefix):
+        for item_key, value in cursor:
+            if not bytes(item_key).startswith(prefix):
+                break
+            found.append((bytes(item_key), bytes(value)))
+    for item_key, _ in found:
+        txn.delete(item_key, db=dbs.messages)
+    return [value for _, value in found]
+
+
+def _unindex_everywhere(txn: Any, dbs: Databases, key: bytes) -> None:
+    """Drop every owner-index entry naming ``key`` (the owner may be unreadable: a scan)."""
+    stale = [
+        (bytes(user), bytes(entry))
+        for user, entry in txn.cursor(db=dbs.owners)
+        if bytes(entry)[8:] == key
+    ]
+    for user, entry in stale:
+        txn.delete(user, entry, db=dbs.owners)
+
+
+def _salvaged_version(header: bytes) -> int:
+    """The version a damaged header still shows, if any; 0 otherwise."""
+    try:
+        version = msgspec.json.decode(header).get("version", 0)
+    except (msgspec.DecodeError, RecursionError, AttributeError):
+        return 0
+    return version if isinstance(version, int) else 0

@@ -1,0 +1,111 @@
+"""What LmdbStore's read transactions do: the one ownership check, a conversation's
+messages by one cursor range, a user's listing from the owner index, the damaged scan."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loguru import logger
+
+from parlour.runtime.errors import CorruptSnapshotError
+from parlour.stores._ids import ORDER_PREFIX_BYTES, check_owner, order_bytes
+from parlour.stores._layout import Databases, QuarantinedRecord, quarantine_decoder
+from parlour.stores._protocols import ConversationSummary
+from parlour.stores._records import Header, decode_header, message_prefix
+
+
+def owned_head(txn: Any, dbs: Databases, key: bytes, cid: str, user_id: str) -> Header | None:
+    """The one ownership check of every call: the record's header, None when there is none.
+
+    Raises:
+        PermissionError: another user owns the record.
+        CorruptSnapshotError: the header does not decode.
+    """
+    raw = txn.get(key, db=dbs.heads)
+    if raw is None:
+        return None
+    head = decode_header(cid, raw)
+    check_owner(head.user_id, cid, user_id)
+    return head
+
+
+def messages_of(txn: Any, dbs: Databases, key: bytes, count: int) -> list[memoryview]:
+    """Up to ``count`` message records of ``key``, in order (fewer when some are missing)."""
+    prefix = message_prefix(key)
+    found: list[memoryview] = []
+    cursor = txn.cursor(db=dbs.messages)
+    if not cursor.set_range(prefix):
+        return found
+    for item_key, value in cursor:
+        if len(found) == count or not bytes(item_key).startswith(prefix):
+            break
+        found.append(value)
+    return found
+
+
+def listing(
+    txn: Any, dbs: Databases, owner: bytes, user_id: str, limit: int | None, start: bytes | None
+) -> list[ConversationSummary]:
+    """The user's summaries from their owner index (sorted duplicates under their id), from
+    after ``start`` (an index entry) when given. Reads no other user's records."""
+    cursor = txn.cursor(db=dbs.owners)
+    if start is None:
+        positioned = cursor.set_key(owner)
+    else:
+        positioned = cursor.set_range_dup(owner, start)
+        if positioned and bytes(cursor.value()) == start:
+            positioned = cursor.next_dup()
+    found: list[ConversationSummary] = []
+    while positioned and (limit is None or len(found) < limit):
+        summary = _summary(txn, dbs, bytes(cursor.value()), user_id)
+        if summary is not None:
+            found.append(summary)
+        positioned = cursor.next_dup()
+    return found
+
+
+def _summary(txn: Any, dbs: Databases, entry: bytes, user_id: str) -> ConversationSummary | None:
+    """The summary an owner-index entry points at; None (logged) when its header is damaged
+    or does not name this user at this place in the order."""
+    key = entry[ORDER_PREFIX_BYTES:]
+    cid = key.decode(errors="replace")
+    raw = txn.get(key, db=dbs.heads)
+    try:
+        head = None if raw is None else decode_header(cid, raw)
+    except CorruptSnapshotError as exc:
+        logger.warning("listing {}: {}", user_id, exc)
+        return None
+    if head is None or head.user_id != user_id or order_bytes(head.updated_at, key) != entry:
+        logger.warning("listing {}: a stale owner-index entry for {}", user_id, cid)
+        return None
+    return ConversationSummary(
+        conversation_id=cid,
+        title=head.title,
+        created_at=head.created_at,
+        updated_at=head.updated_at,
+    )
+
+
+def damaged(txn: Any, dbs: Databases) -> list[str]:
+    """The ids of every record whose header does not decode."""
+    found = []
+    for key, raw in txn.cursor(db=dbs.heads):
+        cid = bytes(key).decode(errors="replace")
+        try:
+            decode_header(cid, raw)
+        except CorruptSnapshotError:
+            found.append(cid)
+    return found
+
+
+def quarantined(txn: Any, dbs: Databases, prefix: bytes) -> list[QuarantinedRecord]:
+    """Every quarantined record under ``prefix`` (an id and a NUL), oldest first."""
+    cursor = txn.cursor(db=dbs.quarantine)
+    if not cursor.set_range(prefix):
+        return []
+    records = []
+    for key, value in cursor:
+        if not bytes(key).startswith(prefix):
+            break
+        records.append(quarantine_decoder.decode(value))
+    return records

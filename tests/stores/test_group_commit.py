@@ -1,0 +1,232 @@
+"""The group commit: a write that fails rolls back alone, only its caller hears of it, and
+close() commits or refuses every queued write cleanly."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import pytest
+
+from parlour.runtime import ConversationContext
+from parlour.runtime.errors import IllegalStateError
+from parlour.runtime.snapshots import ConversationPersistenceSnapshot
+from parlour.stores import LmdbStore
+from parlour.stores._group_commit import GroupCommit
+
+
+class _Hooks:
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.committed_batches = 0
+        self.failed_batches = 0
+
+    def begin(self, write: bool, parent: Any) -> Any:
+        return self.env.begin(write=write, parent=parent)
+
+    def make_room(self, incoming: int) -> None:
+        pass
+
+    def grow(self) -> None:
+        self.env.set_mapsize(self.env.info()["map_size"] * 2)
+
+    def attempt(self) -> None:
+        pass
+
+    def committed(self) -> None:
+        self.committed_batches += 1
+
+    def failed(self) -> None:
+        self.failed_batches += 1
+
+
+def _put(key: bytes) -> Any:
+    def write(txn: Any) -> bytes:
+        txn.put(key, b"v")
+        return key
+
+    return write
+
+
+def _put_then_fail(txn: Any) -> None:
+    txn.put(b"partial-1", b"v")
+    txn.put(b"partial-2", b"v")
+    raise RuntimeError("failed part-way")
+
+
+def test_a_write_failing_part_way_rolls_back_alone_and_its_batch_commits(tmp_path: Path) -> None:
+    env = lmdb.open(str(tmp_path), map_size=1 << 22)
+    hooks = _Hooks(env)
+    commits = GroupCommit(hooks, str(tmp_path), max_batch=64)
+    # two writers queued behind the commit lock, as writers that lost the race for it are;
+    # the third submit drains all three into one batch
+    first: Future[Any] = Future()
+    failing: Future[Any] = Future()
+    commits._queue.put((_put(b"before"), first, 0))
+    commits._queue.put((_put_then_fail, failing, 0))
+    assert commits.submit(_put(b"after"), 0) == b"after"
+    assert first.result() == b"before"
+    with pytest.raises(RuntimeError, match="failed part-way"):
+        failing.result()
+    assert (hooks.committed_batches, hooks.failed_batches) == (1, 0)
+    with env.begin() as txn:
+        assert txn.get(b"before") == txn.get(b"after") == b"v"
+        assert txn.get(b"partial-1") is None and txn.get(b"partial-2") is None
+    env.close()
+
+
+def test_a_write_failing_part_way_alone_in_its_batch_leaves_nothing(tmp_path: Path) -> None:
+    env = lmdb.open(str(tmp_path), map_size=1 << 22)
+    hooks = _Hooks(env)
+    commits = GroupCommit(hooks, str(tmp_path), max_batch=64)
+    with pytest.raises(RuntimeError, match="failed part-way"):
+        commits.submit(_put_then_fail, 0)
+    assert commits.submit(_put(b"next"), 0) == b"next"
+    with env.begin() as txn:
+        assert txn.get(b"partial-1") is None and txn.get(b"partial-2") is None
+        assert txn.get(b"next") == b"v"
+    env.close()
+
+
+def _snapshot(cid: str, text: str = "hello", version: int = 0) -> ConversationPersistenceSnapshot:
+    context = ConversationContext(cid, user_id="alice")
+    context.add_user_message(text)
+    context.stored_version = version
+    return context.to_snapshot()
+
+
+@pytest.mark.parametrize("size", [503, 507, 511])
+def test_an_id_that_fits_the_key_limit_but_not_its_message_keys_leaves_nothing(
+    tmp_path: Path, size: int
+) -> None:
+    with LmdbStore(tmp_path) as store:
+        with pytest.raises(ValueError, match="at most 502 bytes"):
+            store.create_context(_snapshot("x" * size), "alice")
+        assert store.create_context(_snapshot("fine"), "alice") == 1
+        assert store.statistics().conversations == 1
+        assert [s.conversation_id for s in store.list_conversations("alice")] == ["fine"]
+    env = lmdb.open(str(tmp_path), max_dbs=8, readonly=True)
+    with env.begin() as txn:
+        for name in (b"heads", b"bodies", b"messages"):
+            keys = [bytes(k) for k, _ in txn.cursor(db=env.open_db(name, txn=txn))]
+            assert all(k.startswith(b"fine") for k in keys), name
+    env.close()
+
+
+def test_close_commits_or_refuses_every_racing_write_and_loses_no_acknowledged_one(
+    tmp_path: Path,
+) -> None:
+    store = LmdbStore(tmp_path)
+    writers, started = 8, threading.Barrier(9)
+    acknowledged: dict[str, int] = {}
+    unexpected: list[BaseException] = []
+    first_saves = threading.Semaphore(0)
+
+    def work(n: int) -> None:
+        cid = f"c{n}"
+        try:
+            version = store.create_context(_snapshot(cid), "alice")
+            acknowledged[cid] = version
+            first_saves.release()
+            started.wait()
+            while True:
+                version = store.save_context(_snapshot(cid, f"turn {version}", version), "alice")
+                acknowledged[cid] = version
+                assert store.load(cid, "alice") is not None
+        except IllegalStateError:
+            return
+        except BaseException as exc:
+            unexpected.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(writers)]
+    for t in threads:
+        t.start()
+    for _ in range(writers):
+        first_saves.acquire()
+    started.wait()
+    store.close()
+    for t in threads:
+        t.join()
+    assert unexpected == []
+    with LmdbStore(tmp_path) as reopened:
+        for cid, version in acknowledged.items():
+            assert reopened.version_of(cid, "alice") == version
+            loaded = reopened.load(cid, "alice")
+            assert loaded is not None
+            if version > 1:
+                assert loaded.messages[0].raw_content == f"turn {version - 1}"
+
+
+class _PausingQueue:
+    """The commit queue, pausing the writer between queueing and taking the commit lock."""
+
+    def __init__(self, inner: Any, queued: threading.Event, resume: threading.Event) -> None:
+        self.inner, self.queued, self.resume = inner, queued, resume
+
+    def put(self, item: Any) -> None:
+        self.inner.put(item)
+        self.queued.set()
+        assert self.resume.wait(timeout=30)
+
+    def get_nowait(self) -> Any:
+        return self.inner.get_nowait()
+
+
+def test_a_write_queued_before_close_is_committed_by_close(tmp_path: Path) -> None:
+    store = LmdbStore(tmp_path)
+    store.create_context(_snapshot("c0"), "alice")
+    store.create_context(_snapshot("c1"), "alice")
+    in_commit, release_commit = threading.Event(), threading.Event()
+    queued, resume = threading.Event(), threading.Event()
+    make_room = store._book.make_room
+
+    def paused_make_room(incoming: int) -> None:  # holds the commit lock until released
+        in_commit.set()
+        assert release_commit.wait(timeout=30)
+        make_room(incoming)
+
+    store._book.make_room = paused_make_room  # type: ignore[method-assign]
+    outcomes: dict[str, object] = {}
+
+    def save(cid: str) -> None:
+        try:
+            outcomes[cid] = store.save_context(_snapshot(cid, "second", 1), "alice")
+        except BaseException as exc:
+            outcomes[cid] = exc
+
+    first = threading.Thread(target=save, args=("c0",))
+    first.start()
+    assert in_commit.wait(timeout=30)
+    store._book.make_room = make_room  # type: ignore[method-assign]
+    store._commits._queue = _PausingQueue(store._commits._queue, queued, resume)  # type: ignore[assignment]
+    second = threading.Thread(target=save, args=("c1",))
+    second.start()
+    assert queued.wait(timeout=30)  # c1's save is queued, not yet at the commit lock
+    closer = threading.Thread(target=store.close)
+    closer.start()
+    release_commit.set()
+    closer.join(timeout=30)
+    assert not closer.is_alive()
+    resume.set()
+    first.join(timeout=30)
+    second.join(timeout=30)
+    assert outcomes == {"c0": 2, "c1": 2}
+    with LmdbStore(tmp_path) as reopened:
+        assert reopened.version_of("c0", "alice") == reopened.version_of("c1", "alice") == 2
+
+
+def test_every_call_on_a_closed_store_is_an_illegal_state(tmp_path: Path) -> None:
+    store = LmdbStore(tmp_path)
+    store.create_context(_snapshot("c1"), "alice")
+    store.close()
+    store.close()  # idempotent
+    with pytest.raises(IllegalStateError, match="is closed"):
+        store.save_context(_snapshot("c1", version=1), "alice")
+    for call in (store.load, store.exists, store.version_of):
+        with pytest.raises(IllegalStateError, match="is closed"):
+            call("c1", "alice")
+    with pytest.raises(IllegalStateError, match="is closed"):
+        store.list_conversations("alice")
