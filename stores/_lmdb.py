@@ -286,7 +286,9 @@ class LmdbStore:
             if body is None:  # a head without a body: only a damaged file can do this
                 raise CorruptSnapshotError(f"Stored conversation {conversation_id} has no body.")
             messages = _reads.messages_of(txn, self._dbs, key, head.message_count)
-            snapshot = decode_record(conversation_id, head, body, messages)
+            snapshot = decode_record(
+                conversation_id, head.user_id, head.message_count, body, messages
+            )
             snapshot.stored_version = head.version
             return snapshot
 

@@ -9,24 +9,16 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from parlour.runtime.errors import CorruptSnapshotError
-from parlour.runtime.snapshots import (
-    ConversationPersistenceSnapshot,
-    MessageSnapshot,
-    decode_snapshot,
-    encode_snapshot,
-)
+from parlour.runtime.snapshots import ConversationPersistenceSnapshot, MessageSnapshot
+from parlour.stores._ids import conversation_key, user_key
+from parlour.stores._records import decode_record, encode_body
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
+__all__ = ["checked", "decode_row", "encode_body", "encode_messages", "open_pool", "redacted"]
+
 _message_encoder = msgspec.json.Encoder()
-_message_decoder = msgspec.json.Decoder(MessageSnapshot)
-
-
-def encode_body(snapshot: ConversationPersistenceSnapshot) -> bytes:
-    """The snapshot without its messages (they are stored one row each)."""
-    return encode_snapshot(msgspec.structs.replace(snapshot, messages=[]))
 
 
 def encode_messages(messages: list[MessageSnapshot]) -> list[bytes]:
@@ -47,43 +39,20 @@ def decode_row(
         CorruptSnapshotError: it does not decode, misses messages, or names another
             conversation or owner.
     """
-    snapshot = decode_snapshot(body, cid)
-    if snapshot.conversation_id != cid or snapshot.user_id not in (None, owner):
-        raise CorruptSnapshotError(
-            f"Stored conversation {cid} holds the snapshot of conversation "
-            f"{snapshot.conversation_id} of user {snapshot.user_id}; it was not loaded."
-        )
-    if len(messages) != count:
-        raise CorruptSnapshotError(
-            f"Stored conversation {cid} has {len(messages)} of its {count} messages."
-        )
-    try:
-        snapshot.messages = [_message_decoder.decode(m) for m in messages]
-    except msgspec.DecodeError as exc:
-        raise CorruptSnapshotError(
-            f"A message of stored conversation {cid} does not decode: {exc}"
-        ) from exc
+    snapshot = decode_record(cid, owner, count, body, messages)
     snapshot.stored_version = version
     return snapshot
 
 
 def checked(conversation_id: str, user_id: str) -> str:
-    """The conversation id, once it and the user id are known to fit PostgreSQL text.
+    """The conversation id, once it and the user id pass every store's id rules.
 
     Raises:
-        ValueError: the conversation id is empty, or either id holds NUL.
+        ValueError: either id is empty, holds a NUL or a lone surrogate, or is too long.
     """
-    if not conversation_id or "\x00" in conversation_id:
-        raise ValueError(
-            f"A conversation id must be non-empty and hold no NUL, got {conversation_id!r}."
-        )
-    check_user(user_id)
+    conversation_key(conversation_id)
+    user_key(user_id)
     return conversation_id
-
-
-def check_user(user_id: str) -> None:
-    if "\x00" in user_id:
-        raise ValueError(f"A user id cannot hold NUL, got {user_id!r}.")
 
 
 def open_pool(conninfo: str, size: int, timeout: float) -> ConnectionPool[Any]:

@@ -23,10 +23,10 @@ from parlour.runtime.errors import (
 )
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot, MessageSnapshot
 from parlour.stores import _pg_sql as sql
-from parlour.stores._memory import foreign, notify_deleted, require_id
+from parlour.stores._ids import foreign, require_id, user_key
+from parlour.stores._memory import notify_deleted
 from parlour.stores._pg_schema import migrate
 from parlour.stores._pg_support import (
-    check_user,
     checked,
     decode_row,
     encode_body,
@@ -157,16 +157,7 @@ class PostgresStore:
         return version
 
     def _check_write(self, snapshot: ConversationPersistenceSnapshot, user_id: str) -> str:
-        cid = checked(require_id(snapshot), user_id)
-        if snapshot.user_id is not None and snapshot.user_id != user_id:
-            owner = self._owner(cid)
-            if owner is not None and owner != user_id:
-                raise foreign(cid, user_id)
-            raise ValueError(
-                f"The snapshot of conversation {cid} names user {snapshot.user_id}, "
-                f"but user {user_id} is saving it."
-            )
-        return cid
+        return require_id(snapshot, user_id).decode()
 
     def _write_params(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, start: int
@@ -341,7 +332,7 @@ class PostgresStore:
             ValueError: ``after`` names no conversation of this user, ``limit`` < 0, or the
                 user id holds NUL.
         """
-        check_user(user_id)
+        user_key(user_id)
         if limit is not None and limit < 0:
             raise ValueError(f"A listing limit cannot be negative, got {limit}.")
         params: dict[str, Any] = {"user": user_id, "limit": limit, "at": None, "after": None}

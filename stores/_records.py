@@ -18,6 +18,7 @@ from parlour.runtime.errors import CorruptSnapshotError
 from parlour.runtime.snapshots import (
     ConversationPersistenceSnapshot,
     MessageSnapshot,
+    decode_message_snapshot,
     decode_snapshot,
     encode_snapshot,
 )
@@ -50,7 +51,6 @@ header_encoder = msgspec.json.Encoder()
 header_decoder = msgspec.json.Decoder(Header)
 legacy_header_decoder = msgspec.json.Decoder(LegacyHeader)
 _message_encoder = msgspec.json.Encoder()
-_message_decoder = msgspec.json.Decoder(MessageSnapshot)
 
 
 def decode_header(conversation_id: str, raw: bytes | memoryview) -> Header:
@@ -87,39 +87,30 @@ def encode_body(snapshot: ConversationPersistenceSnapshot) -> bytes:
 
 def decode_record(
     conversation_id: str,
-    head: Header,
+    owner: str,
+    count: int,
     body: bytes | memoryview,
     messages: Sequence[bytes | memoryview],
 ) -> ConversationPersistenceSnapshot:
     """Reassemble a snapshot from its body and message records, checking that the body
-    names the conversation and owner its key and header do.
+    names the conversation and owner its key and header (or row) do, and that all ``count``
+    messages are there. Every store reads through this one function.
 
     Raises:
         CorruptSnapshotError: a record does not decode, messages are missing, or the body's
             identity disagrees with the key or the header.
     """
-    try:
-        snapshot = decode_snapshot(body, conversation_id)
-    except RecursionError as exc:
-        raise CorruptSnapshotError(
-            f"The body of stored conversation {conversation_id} is nested too deeply."
-        ) from exc
-    if snapshot.conversation_id != conversation_id or snapshot.user_id not in (None, head.user_id):
+    snapshot = decode_snapshot(body, conversation_id)  # a too-deep body: CorruptSnapshotError
+    if snapshot.conversation_id != conversation_id or snapshot.user_id not in (None, owner):
         raise CorruptSnapshotError(
             f"Stored conversation {conversation_id} is damaged: its body names another "
             "conversation or user than its key and header."
         )
-    if len(messages) != head.message_count:
+    if len(messages) != count:
         raise CorruptSnapshotError(
-            f"Stored conversation {conversation_id} has {len(messages)} of its "
-            f"{head.message_count} messages."
+            f"Stored conversation {conversation_id} has {len(messages)} of its {count} messages."
         )
-    try:
-        snapshot.messages = [_message_decoder.decode(m) for m in messages]
-    except (msgspec.DecodeError, RecursionError) as exc:
-        raise CorruptSnapshotError(
-            f"A message of stored conversation {conversation_id} does not decode: {_reason(exc)}"
-        ) from exc
+    snapshot.messages = [decode_message_snapshot(m, conversation_id) for m in messages]
     return snapshot
 
 
