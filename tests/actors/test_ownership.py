@@ -24,17 +24,33 @@ def _owner_and_challenger(service: ConversationService) -> tuple[BasicThinker, B
 def test_a_busy_conversation_is_waited_for_and_handed_over_at_release(
     service: ConversationService,
 ) -> None:
-    # B209, B212
     owner, challenger = _owner_and_challenger(service)
     waiting = service.obtain_conversation(None, challenger)
-    with pytest.raises(pykka.Timeout):
-        waiting.get(timeout=0.4)
+    assert service.owning_thinker(owner.conversation_id, "alice") is owner
     released_at = time.monotonic()
     service.release(owner)
     context = waiting.get(timeout=5)
     assert time.monotonic() - released_at < 0.2
     assert context.conversation_id == owner.conversation_id
-    assert context.workflow_id == challenger.workflow_id  # B207
+    assert context.workflow_id == challenger.workflow_id  # the new owner's workflow
+    assert service.owning_thinker(owner.conversation_id, "alice") is challenger
+
+
+def test_a_get_shorter_than_the_service_timeout_gives_the_obtain_up(
+    service: ConversationService,
+) -> None:
+    owner, challenger = _owner_and_challenger(service)
+    waiting = service.obtain_conversation(None, challenger)
+    with pytest.raises(pykka.Timeout):
+        waiting.get(timeout=0.05)
+    service.release(owner, retain=60)
+    assert service.owning_thinker(owner.conversation_id, "alice") is None  # never granted
+    with pytest.raises(ConversationUnavailableError, match="was cancelled"):
+        waiting.get(timeout=1)
+    again = BasicThinker("alice")
+    again.set_conversation_id(owner.conversation_id)
+    service.obtain_conversation(None, again).get(timeout=1)
+    assert service.owning_thinker(owner.conversation_id, "alice") is again
 
 
 def test_the_owner_obtaining_again_gets_it_at_once(service: ConversationService) -> None:
@@ -64,7 +80,6 @@ def test_a_waiter_times_out_with_the_owner_named(service: ConversationService) -
 def test_one_release_wakes_exactly_one_of_three_waiters_in_order(
     service: ConversationService,
 ) -> None:
-    # B213, D3 (FIFO)
     owner, _ = _owner_and_challenger(service)
     waiters = []
     for _ in range(3):
@@ -73,9 +88,7 @@ def test_one_release_wakes_exactly_one_of_three_waiters_in_order(
         waiters.append((t, service.obtain_conversation(None, t)))
     service.release(owner)
     waiters[0][1].get(timeout=5)
-    for _, future in waiters[1:]:
-        with pytest.raises(pykka.Timeout):
-            future.get(timeout=0.05)
+    assert service.owning_thinker(owner.conversation_id, "alice") is waiters[0][0]
     service.release(waiters[0][0])
     waiters[1][1].get(timeout=5)
     assert service.owning_thinker(owner.conversation_id, "alice") is waiters[1][0]
