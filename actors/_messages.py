@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import queue
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import pykka
 from loguru import logger
@@ -208,7 +208,7 @@ class Spawn(NamedTuple):
 
 
 class Spawned(NamedTuple):
-    ref: pykka.ActorRef[pykka.Actor]
+    ref: pykka.ActorRef[Any]  # a ConversationActor's (that module imports this one)
 
 
 class Reload(NamedTuple):

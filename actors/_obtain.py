@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pykka
 
@@ -111,9 +111,9 @@ class Obtaining(pykka.ThreadingFuture[ConversationContext]):
         done.set_exception((type(exc), exc, None))
         return done
 
-    def get(self, *, timeout: float | None = None) -> Any:
+    def get(self, *, timeout: float | None = None) -> ConversationContext:
         if self._waiting is None:
-            return super().get(timeout=timeout)
+            return cast(ConversationContext, super().get(timeout=timeout))
         with self._lock:
             return self._wait(self._waiting, timeout)
 

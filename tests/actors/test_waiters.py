@@ -59,7 +59,7 @@ def _signal_entries(service: ConversationService) -> threading.Event:
         entered.set()
         return answer
 
-    service._enter = signalling  # type: ignore[method-assign]
+    service._enter = signalling  # type: ignore[method-assign,assignment]
     return entered
 
 
