@@ -4,7 +4,7 @@ the lease, and hand back a future (or, for asyncio, a coroutine) of the grant.
 Single activation is enforced here and in the actors: an activation that answers
 ``Retiring`` (or is dead) is looked up again through the supervisor; a restore reads the
 supervisor's retirement epoch before it loads, and ``Spawn`` answers ``Reload`` when the
-conversation retired since, so stale state is never installed.
+conversation retired since at a newer version, so stale state is never installed.
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from parlour.actors._conversation import ConversationActor
 from parlour.actors._messages import (
     Acquire,
     Delivery,
+    Forward,
+    Forwarded,
     FutureDelivery,
     GiveUp,
     Granted,
-    Lookup,
     LoopDelivery,
     Owner,
     Queued,
     Retiring,
     Spawn,
-    Spawned,
 )
 from parlour.actors._obtain import Obtaining, Waiting, wait_async
 from parlour.actors._supervisor import Mirror, Seams
@@ -42,7 +42,7 @@ from parlour.runtime.errors import ConversationUnavailableError, IllegalStateErr
 from parlour.stores import PersistentStore, SessionStore
 
 _tokens = itertools.count(1)
-_ATTEMPTS = 8  # an activation retired between lookup and acquire: look again, this often
+_ATTEMPTS = 16  # an activation retired between lookup and acquire: look again, this often
 ActorRef = pykka.ActorRef[ConversationActor]
 
 
@@ -175,37 +175,51 @@ class Activations:
             delivery,
         )
         ref = self._live.get(cid)
+        if ref is not None:  # the lock-free fast path
+            answer = self._answer(cid, ref.ask(request, block=False))
+            if answer is not None:
+                return ref, request, answer
         for _ in range(_ATTEMPTS):
-            if ref is None:
-                ref = self._activate(cid, thinker, handler, must_exist)
-            if ref is not None:
-                answer = self._try_acquire(ref, request)
+            forwarded = self._supervisor_ask(Forward(cid, request))
+            if forwarded is None:
+                forwarded = self._activate(cid, thinker, handler, must_exist, request)
+            if forwarded is not None:
+                answer = self._answer(cid, forwarded.reply)
                 if answer is not None:
-                    return ref, request, answer
-                if self._seams.on_look_again is not None:
-                    self._seams.on_look_again(cid)
-            ref = self._supervisor_ask(Lookup(cid))
+                    return forwarded.ref, request, answer
         raise ConversationUnavailableError(f"Conversation {cid} kept being evicted.")
 
-    @staticmethod
-    def _try_acquire(ref: ActorRef, request: Acquire) -> Granted | Queued | None:
-        """The actor's answer; None when it is retiring or dead (look again)."""
+    def _answer(self, cid: str, reply: pykka.Future[Any]) -> Granted | Queued | None:
+        """The activation's answer to the acquire; None when it is retiring or dead.
+
+        Raises:
+            PermissionError: the conversation belongs to another user.
+        """
         try:
-            answer: Granted | Queued | Retiring = ref.ask(request, block=True)
+            answer: Granted | Queued | Retiring = reply.get()
         except pykka.ActorDeadError:
-            return None
-        return None if isinstance(answer, Retiring) else answer
+            answer = Retiring()
+        if not isinstance(answer, Retiring):
+            return answer
+        if self._seams.on_look_again is not None:
+            self._seams.on_look_again(cid)
+        return None
 
     def _activate(
-        self, cid: str, thinker: Thinker, handler: ResponseHandler | None, must_exist: bool
-    ) -> ActorRef | None:
-        """Restore (or create) and spawn; None when the load may be stale (load again)."""
+        self,
+        cid: str,
+        thinker: Thinker,
+        handler: ResponseHandler | None,
+        must_exist: bool,
+        request: Acquire,
+    ) -> Forwarded | None:
+        """Restore (or create), spawn and forward; None when the load may be stale."""
         epoch = self._mirror.epoch  # read before the load: see Supervisor
         context = self._restore_or_create(cid, thinker, handler, must_exist)
         if self._seams.after_load is not None:
             self._seams.after_load(cid)
-        answer = self._supervisor_ask(Spawn(context, epoch))
-        return answer.ref if isinstance(answer, Spawned) else None
+        answer = self._supervisor_ask(Spawn(context, epoch, request))
+        return answer if isinstance(answer, Forwarded) else None
 
     def _supervisor_ask(self, message: Any) -> Any:
         try:

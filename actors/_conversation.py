@@ -3,7 +3,7 @@
 Ownership is a lease handed through the mailbox. The actor never blocks its thread: a busy
 conversation queues the acquirer's delivery (FIFO) and completes it at handoff.
 
-Single activation: once the actor has agreed to stop (``StopIfIdle`` answered True) or been
+Single activation: once the actor has agreed to stop (``StopIfIdle`` answered ``Idle``) or been
 doomed (``Doom``), it is *retiring* and answers every later ``Acquire`` with ``Retiring``,
 never a grant, so a caller that reached it through a stale reference looks again.
 """
@@ -18,11 +18,13 @@ from loguru import logger
 
 from parlour.actors._messages import (
     Acquire,
+    Busy,
     Doom,
     GaveUp,
     GiveUp,
     Granted,
     Holder,
+    Idle,
     NotifyIdle,
     Owner,
     QueryHolder,
@@ -165,16 +167,16 @@ class ConversationActor(pykka.ThreadingActor):
 
     # -- retirement -------------------------------------------------------------------------
 
-    def _stop_if_idle(self, expired_only: bool) -> bool:
+    def _stop_if_idle(self, expired_only: bool) -> Idle | Busy:
         if self.retiring:
-            return True
+            return Idle(self.context.stored_version)
         self._expire_waiters(self.owner.job_id if self.owner else None)
         if self.owner is not None or self.waiters:
-            return False
+            return Busy()
         if expired_only and self.clock.now() < self.expires_at:
-            return False
+            return Busy()
         self.retiring = True  # from here on, every Acquire is told to look again
-        return True
+        return Idle(self.context.stored_version)
 
     def _doom(self, reason: str) -> None:
         self.retiring = True

@@ -3,7 +3,8 @@
 A conversation actor answers ``Acquire`` with ``Granted``, ``Queued`` or ``Retiring`` (or
 raises ``PermissionError`` to the asker); ``GiveUp`` with ``Granted`` or ``GaveUp``;
 ``Release`` with ``Released``; ``QueryHolder`` with ``Holder``. The supervisor answers
-``Spawn`` with ``Spawned`` or ``Reload``. No answer is a bare string or tuple.
+``Forward`` with ``Forwarded`` or None, ``Spawn`` with ``Forwarded`` or ``Reload``.
+No answer is a bare string or tuple.
 """
 
 from __future__ import annotations
@@ -140,9 +141,9 @@ class QueryHolder(NamedTuple):
 
 
 class StopIfIdle(NamedTuple):
-    """Answer True, and from then on refuse everything (``Retiring``), when unowned with
-    nobody waiting (and, with ``expired_only``, past retention). Expired waiters are failed
-    first."""
+    """Answer ``Idle`` and from then on refuse every acquire (``Retiring``) when unowned with
+    nobody waiting (and, with ``expired_only``, past retention); else ``Busy``. Expired
+    waiters are failed first."""
 
     expired_only: bool = False
 
@@ -187,6 +188,17 @@ class Released(NamedTuple):
     evict: bool = False
 
 
+class Idle(NamedTuple):
+    """The activation agreed to stop; ``stored_version`` is the last version its owners
+    saved (every acknowledged save of this activation is at or below it)."""
+
+    stored_version: int
+
+
+class Busy(NamedTuple):
+    """Owned or waited for (or not yet expired): not stopping."""
+
+
 class Holder(NamedTuple):
     owner: Owner | None
     user_id: str | None
@@ -199,16 +211,30 @@ class Lookup(NamedTuple):
     conversation_id: str
 
 
+class Forward(NamedTuple):
+    """Send ``request`` to the live activation from the supervisor's thread, so it is in
+    the activation's mailbox before any eviction the supervisor asks later: answered
+    ``Forwarded``, or None when no activation is live."""
+
+    conversation_id: str
+    request: Acquire
+
+
 class Spawn(NamedTuple):
-    """Install ``context`` unless an actor is live; ``epoch`` is the supervisor's retirement
-    count read before the context was loaded."""
+    """Install ``context`` unless an actor is live, then forward ``request`` to the
+    activation (``Forwarded``); ``epoch`` is the supervisor's retirement count read before
+    the context was loaded (``Reload`` when the load may be stale)."""
 
     context: ConversationContext
     epoch: int
+    request: Acquire
 
 
-class Spawned(NamedTuple):
+class Forwarded(NamedTuple):
+    """The activation and the future of its answer to the forwarded ``Acquire``."""
+
     ref: pykka.ActorRef[Any]  # a ConversationActor's (that module imports this one)
+    reply: pykka.Future[Any]
 
 
 class Reload(NamedTuple):

@@ -6,9 +6,11 @@ never ask it (no cycle, no deadlock).
 
 It also counts retirements: every activation that leaves the registry (evicted, dead,
 dropped) and every deleted record bumps ``Mirror.epoch`` and records the conversation's
-retirement. A restore reads the epoch before it loads; ``Spawn`` refuses (``Reload``) when
-the conversation retired after that, because an owner of the retired activation may have
-saved after the load. So a restore never installs state older than the last save.
+retirement with the last version its owners saved. A restore reads the epoch before it
+loads; ``Spawn`` refuses (``Reload``) when the conversation retired after that at a version
+newer than the loaded one (an owner of the retired activation saved after the load). So a
+restore never installs state older than the last acknowledged save, and a load that is
+current is never sent back.
 """
 
 from __future__ import annotations
@@ -23,9 +25,14 @@ from loguru import logger
 
 from parlour.actors._conversation import ConversationActor
 from parlour.actors._messages import (
+    Acquire,
+    Busy,
     Doom,
     Drop,
     Evict,
+    Forward,
+    Forwarded,
+    Idle,
     Lookup,
     Owners,
     QueryOwner,
@@ -34,7 +41,6 @@ from parlour.actors._messages import (
     ReleaseForJob,
     Reload,
     Spawn,
-    Spawned,
     StopAll,
     StopIfIdle,
     Sweep,
@@ -46,6 +52,9 @@ ActorRef = pykka.ActorRef[ConversationActor]
 
 # How many retirements are remembered one by one; older ones fold into a floor.
 _RETIREMENTS_KEPT = 65_536
+# The version recorded when it is unknown (a dead activation) or gone (a deleted record):
+# a restore that loaded before such a retirement always reloads.
+_UNKNOWN = 1 << 62
 
 
 class Mirror:
@@ -93,15 +102,17 @@ class Supervisor(pykka.ThreadingActor):
         self.live: OrderedDict[str, ActorRef] = OrderedDict()
         self.mirror = mirror
         self.seams = seams or Seams()
-        self.retired: OrderedDict[str, int] = OrderedDict()
+        self.retired: OrderedDict[str, tuple[int, int]] = OrderedDict()  # (epoch, version)
         self.retired_floor = 0
 
     def on_receive(self, message: Any) -> Any:
         match message:
             case Lookup(conversation_id):
                 return self._lookup(conversation_id)
-            case Spawn(context, epoch):
-                return self._spawn(context, epoch)
+            case Forward(conversation_id, request):
+                return self._forward(conversation_id, request)
+            case Spawn(context, epoch, request):
+                return self._spawn(context, epoch, request)
             case Evict(conversation_id, expired_only):
                 return self._evict(conversation_id, expired_only)
             case Sweep():
@@ -129,38 +140,57 @@ class Supervisor(pykka.ThreadingActor):
         self.live.move_to_end(conversation_id)
         return ref
 
-    def _spawn(self, context: ConversationContext, epoch: int) -> Spawned | Reload:
+    def _forward(self, conversation_id: str, request: Acquire) -> Forwarded | None:
+        ref = self._lookup(conversation_id)
+        if ref is None:
+            return None
+        try:
+            return Forwarded(ref, ref.ask(request, block=False))
+        except pykka.ActorDeadError:
+            self._unregister(conversation_id)
+            return None
+
+    def _spawn(
+        self, context: ConversationContext, epoch: int, request: Acquire
+    ) -> Forwarded | Reload:
         conversation_id = context.conversation_id or ""
-        existing = self._lookup(conversation_id)
+        existing = self._forward(conversation_id, request)
         if existing is not None:
-            return Spawned(existing)  # another caller won the race; its context is live
-        if self.retired.get(conversation_id, self.retired_floor) > epoch:
-            return Reload()  # retired since the caller loaded: its snapshot may be stale
+            return existing  # another caller won the race; its context is live
+        if self._stale(conversation_id, epoch, context.stored_version):
+            return Reload()  # retired since the caller loaded, at a newer version
         if len(self.live) >= self.max_live:
             self._evict_lru()
         ref = ConversationActor.start(context, self.clock)
         self.live[conversation_id] = ref
         self.mirror.refs[conversation_id] = ref
-        return Spawned(ref)
+        return Forwarded(ref, ref.ask(request, block=False))
 
-    def _retire(self, conversation_id: str) -> None:
+    def _stale(self, conversation_id: str, epoch: int, loaded_version: int) -> bool:
+        seen = self.retired.get(conversation_id)
+        if seen is None:
+            return self.retired_floor > epoch  # forgotten: assume the worst
+        retired_at, version = seen
+        return retired_at > epoch and version > loaded_version
+
+    def _retire(self, conversation_id: str, version: int = _UNKNOWN) -> None:
         self.mirror.epoch += 1
-        self.retired[conversation_id] = self.mirror.epoch
+        self.retired[conversation_id] = (self.mirror.epoch, version)
         self.retired.move_to_end(conversation_id)
         while len(self.retired) > _RETIREMENTS_KEPT:
-            _, oldest = self.retired.popitem(last=False)
+            _, (oldest, _) = self.retired.popitem(last=False)
             self.retired_floor = max(self.retired_floor, oldest)
 
-    def _unregister(self, conversation_id: str) -> ActorRef | None:
+    def _unregister(self, conversation_id: str, version: int = _UNKNOWN) -> ActorRef | None:
         """Drop the actor from the registry and its mirror (it is not stopped)."""
         self.mirror.refs.pop(conversation_id, None)
         ref = self.live.pop(conversation_id, None)
         if ref is not None:
-            self._retire(conversation_id)
+            self._retire(conversation_id, version)
         return ref
 
-    def _forget(self, conversation_id: str) -> bool:
-        ref = self._unregister(conversation_id)
+    def _forget(self, conversation_id: str, version: int = _UNKNOWN) -> bool:
+        ref = self._unregister(conversation_id, version)
         if ref is None:
             return False
         ref.stop()
@@ -179,14 +209,15 @@ class Supervisor(pykka.ThreadingActor):
         if ref is None:
             return False
         try:
-            idle = bool(ref.ask(StopIfIdle(expired_only), block=True))
+            answer: Idle | Busy = ref.ask(StopIfIdle(expired_only), block=True)
         except pykka.ActorDeadError:
-            idle = True
-        if idle:
-            if self.seams.after_idle_answer is not None:
-                self.seams.after_idle_answer(conversation_id)
-            self._forget(conversation_id)
-        return idle
+            answer = Idle(_UNKNOWN)
+        if isinstance(answer, Busy):
+            return False
+        if self.seams.after_idle_answer is not None:
+            self.seams.after_idle_answer(conversation_id)
+        self._forget(conversation_id, answer.stored_version)
+        return True
 
     def _sweep(self) -> int:
         """Evict every unowned actor whose retention ran out (failing expired waiters on

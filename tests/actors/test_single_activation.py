@@ -12,8 +12,10 @@ from parlour.actors import BasicThinker, ConversationService
 from parlour.actors._conversation import ConversationActor
 from parlour.actors._messages import (
     Acquire,
+    Busy,
     FutureDelivery,
     Granted,
+    Idle,
     Owner,
     Retiring,
     StopIfIdle,
@@ -33,7 +35,7 @@ def _acquire(job: str, user: str = "alice") -> Acquire:
 def test_an_activation_that_agreed_to_stop_refuses_every_later_acquire() -> None:
     ref = ConversationActor.start(ConversationContext("c1", user_id="alice"), FakeClock())
     try:
-        assert ref.ask(StopIfIdle()) is True
+        assert isinstance(ref.ask(StopIfIdle()), Idle)
         assert isinstance(ref.ask(_acquire("job-1")), Retiring)
         assert isinstance(ref.ask(_acquire("job-2")), Retiring)  # never a grant
     finally:
@@ -44,7 +46,7 @@ def test_an_owned_activation_does_not_agree_to_stop_and_keeps_granting_its_owner
     ref = ConversationActor.start(ConversationContext("c1", user_id="alice"), FakeClock())
     try:
         assert isinstance(ref.ask(_acquire("job-1")), Granted)
-        assert ref.ask(StopIfIdle()) is False
+        assert isinstance(ref.ask(StopIfIdle()), Busy)
         assert isinstance(ref.ask(_acquire("job-1")), Granted)
     finally:
         ref.stop()
