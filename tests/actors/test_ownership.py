@@ -54,7 +54,6 @@ def test_a_get_shorter_than_the_service_timeout_gives_the_obtain_up(
 
 
 def test_the_owner_obtaining_again_gets_it_at_once(service: ConversationService) -> None:
-    # B210
     owner = BasicThinker("alice")
     owner.mint_conversation_id()
     first = service.obtain_conversation(None, owner).get(timeout=5)
@@ -63,7 +62,6 @@ def test_the_owner_obtaining_again_gets_it_at_once(service: ConversationService)
 
 
 def test_a_waiter_times_out_with_the_owner_named(service: ConversationService) -> None:
-    # B211
     assert ConversationService(cleanup_interval_s=0).conversation_timeout_s == 30.0
     service.conversation_timeout_s = 0.1
     owner, challenger = _owner_and_challenger(service)
@@ -95,7 +93,6 @@ def test_one_release_wakes_exactly_one_of_three_waiters_in_order(
 
 
 def test_waiting_does_not_block_the_service(service: ConversationService) -> None:
-    # B214
     owner, challenger = _owner_and_challenger(service)
     waiting = service.obtain_conversation(None, challenger)
     start = time.monotonic()
@@ -111,7 +108,7 @@ def test_waiting_does_not_block_the_service(service: ConversationService) -> Non
 
 
 def test_sixteen_threads_contending_never_see_two_owners(service: ConversationService) -> None:
-    # B246: an overlap detector around the critical section must never trip.
+    # an overlap detector around the critical section must never trip.
     first = BasicThinker("alice")
     cid = first.mint_conversation_id()
     service.obtain_conversation(None, first).get(timeout=5)
@@ -170,7 +167,6 @@ class CancellableThinker(BasicThinker):
 def test_force_release_cancels_the_live_turn_which_then_releases_itself(
     service: ConversationService,
 ) -> None:
-    # B232, D13
     thinker = CancellableThinker("alice")
     cid = thinker.mint_conversation_id()
     acquired = threading.Event()
@@ -196,7 +192,6 @@ def test_force_release_cancels_the_live_turn_which_then_releases_itself(
 
 
 def test_force_release_refuses_unknown_ids_and_foreign_users(service: ConversationService) -> None:
-    # B230, B231
     with pytest.raises(ValueError, match=r"^Conversation with ID nope does not exist$"):
         service.force_release("nope", "alice")
     thinker = BasicThinker("alice")

@@ -13,7 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from parlour.actors import BasicThinker, ConversationService
 from parlour.runtime import ConversationContext
-from parlour.runtime.errors import ConversationUnavailableError
+from parlour.runtime.errors import ConversationNotFoundError, ConversationUnavailableError
 from parlour.runtime.testing import FakeClock
 from parlour.stores import MemorySessionCache, MemoryStore
 
@@ -101,9 +101,15 @@ class ServiceMachine(RuleBasedStateMachine):
         m.counter += 1
         m.context.add_user_message(f"{m.user} turn {m.counter}")
         m.live = _texts(m.context)
-        if save:
-            self.service.save_conversation(m.context, m.holder)
-            m.saved = list(m.live)
+        if not save:
+            return
+        assert m.holder is not None
+        if m.saved is None and not m.holder.is_conversation_minted():
+            with pytest.raises(ConversationNotFoundError):  # an adopter only ever updates
+                self.service.save_conversation(m.context, m.holder)
+            return
+        self.service.save_conversation(m.context, m.holder)
+        m.saved = list(m.live)
 
     @precondition(lambda self: self._any(held=True))
     @rule(data=st.data(), keep=st.booleans())
@@ -174,6 +180,8 @@ class ServiceMachine(RuleBasedStateMachine):
         if self._exists(cid):
             with pytest.raises(PermissionError, match=f"^User {stranger} does not own"):
                 call()
+        elif door == "remove":  # nothing is there: a no-op, as for an id never used
+            call()
         else:  # nothing is there: indistinguishable from an id never used
             with pytest.raises((ConversationUnavailableError, ValueError)):
                 call()
