@@ -28,6 +28,7 @@ class StressReport(msgspec.Struct, kw_only=True):
 
     turns: int = 0
     acknowledged: int = 0
+    eviction_attempts: int = 0
     evictions: int = 0
     force_releases: int = 0
     reobtains: int = 0
@@ -146,6 +147,7 @@ def _worker(
             ledger.violation(f"turn on {cid} raised {exc!r}")
         side = rng.random()
         if side < 0.15:
+            ledger.report.eviction_attempts += 1
             ledger.report.evictions += service.evict_conversation(rng.choice(ids))
         elif side < 0.25:
             _force_release(service, ledger, rng.choice(ids))

@@ -13,4 +13,4 @@ def test_sixty_four_threads_with_every_eviction_path_never_see_two_owners_or_los
     report = run_stress(tmp_path / "db", threads=64, conversations=16, turns_per_thread=6)
     assert report.violations == []
     assert report.turns == report.acknowledged == 64 * 6
-    assert report.evictions > 0 and report.force_releases > 0 and report.reobtains > 0
+    assert report.eviction_attempts > 0 and report.force_releases > 0 and report.reobtains > 0
