@@ -4,6 +4,7 @@ anyone else's."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -172,7 +173,7 @@ class ServiceMachine(RuleBasedStateMachine):
             return
         thinker = BasicThinker(stranger)
         thinker.set_conversation_id(cid)
-        call = {
+        call: Callable[[], object] = {
             "obtain": lambda: self.service.obtain_conversation(None, thinker).get(timeout=2),
             "force": lambda: self.service.force_release(cid, stranger),
             "remove": lambda: self.service.remove_conversation(cid, stranger),
