@@ -76,7 +76,7 @@ class Activations:
     _stopping: threading.Event
     _mirror: Mirror
     _live: dict[str, ActorRef]
-    _held: dict[tuple[str, str], ConversationContext]
+    _held: dict[tuple[str, str], tuple[ConversationContext, ActorRef]]
     _supervisor: pykka.ActorRef[Any]
 
     def obtain_conversation(
@@ -105,7 +105,7 @@ class Activations:
                 logger.opt(exception=exc).error("obtain failed for {}", cid)
             return Obtaining.refused(exc)
         if isinstance(answer, Granted):
-            self._hold(cid, thinker.job_id, answer.context)
+            self._hold(cid, thinker.job_id, answer.context, ref)
             return Obtaining.ready(answer.context)
         return Obtaining(self._waiting(ref, cid, request, thinker), delivery)
 
@@ -135,7 +135,7 @@ class Activations:
             entering.add_done_callback(_abandon_entry)
             raise
         if isinstance(answer, Granted):
-            self._hold(cid, thinker.job_id, answer.context)
+            self._hold(cid, thinker.job_id, answer.context, ref)
             return answer.context
         return await wait_async(self._waiting(ref, cid, request, thinker), delivery)
 
@@ -147,7 +147,7 @@ class Activations:
             request.deadline,
             request.timeout_s,
             self.clock,
-            lambda context: self._hold(cid, thinker.job_id, context),
+            lambda context: self._hold(cid, thinker.job_id, context, ref),
         )
 
     def _enter(
@@ -255,5 +255,7 @@ class Activations:
             snapshot = self.store.load(cid, thinker.user_id, thinker)
         return None if snapshot is None else snapshot.to_conversation(handler)
 
-    def _hold(self, cid: str, job_id: str, context: ConversationContext) -> None:
-        self._held[(cid, job_id)] = context
+    def _hold(self, cid: str, job_id: str, context: ConversationContext, ref: ActorRef) -> None:
+        """Remember what the job holds, and which activation granted it: the release goes
+        to that activation even after it was unregistered (a doomed one stops then)."""
+        self._held[(cid, job_id)] = (context, ref)

@@ -103,7 +103,7 @@ class ConversationService(Activations):
         self._mirror = Mirror()
         self._live = self._mirror.refs
         # What each job holds, for the transcript at release: {(conversation, job): context}.
-        self._held: dict[tuple[str, str], ConversationContext] = {}
+        self._held: dict[tuple[str, str], tuple[ConversationContext, ActorRef]] = {}
         self._supervisor = Supervisor.start(self.clock, max_live, self._mirror, self._seams)
         if store is not None:
             store.add_delete_listener(self._on_deleted)
@@ -165,17 +165,19 @@ class ConversationService(Activations):
         if self._stopped:
             return
         cid = thinker.conversation_id
-        context = self._held.pop((cid, thinker.job_id), None)
-        kept = None if context is None else [MessageSnapshot.of(m) for m in context.messages]
+        held = self._held.pop((cid, thinker.job_id), None)
+        kept = None if held is None else [MessageSnapshot.of(m) for m in held[0].messages]
         retain_s = seconds(thinker.retain_duration if retain is None else retain)
         try:
-            self._hand_back(cid, thinker.job_id, retain_s)
+            self._hand_back(cid, thinker.job_id, retain_s, None if held is None else held[1])
         finally:
             if kept is not None:
                 _keep_transcript(thinker, kept)
 
-    def _hand_back(self, cid: str, job_id: str, retain_s: float) -> None:
-        ref = self._live.get(cid) or self._lookup(cid)
+    def _hand_back(
+        self, cid: str, job_id: str, retain_s: float, ref: ActorRef | None = None
+    ) -> None:
+        ref = ref or self._live.get(cid) or self._lookup(cid)
         if ref is None:
             return
         try:

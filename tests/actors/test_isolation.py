@@ -128,11 +128,14 @@ def test_a_delete_of_an_owned_conversation_fails_the_owners_next_save_and_is_not
     alice = BasicThinker("alice")
     cid = _busy_with(service, alice)
     context = service.obtain_conversation(None, alice).get(timeout=5)
+    activation = service._live[cid]
     assert service.store is not None and service.store.delete(cid, "alice")
     context.add_user_message("after the delete")
     with pytest.raises(LookupError):
         service.save_conversation(context, alice)
     service.release(alice, retain=60)
+    activation.actor_stopped.wait(timeout=5)
+    assert not activation.is_alive()  # the doomed activation stopped at its owner's release
     again = BasicThinker("alice")
     again.set_conversation_id(cid)
     with pytest.raises(ConversationUnavailableError):
