@@ -69,8 +69,8 @@ class ConversationActor(pykka.ThreadingActor):
         match message:
             case Acquire():
                 return self._acquire(message)
-            case Release(job_id, retain_s):
-                return self._release(job_id, retain_s)
+            case Release(job_id, retain_s, released_at):
+                return self._release(job_id, retain_s, released_at)
             case GiveUp(token, release_if_granted):
                 return self._give_up(token, release_if_granted)
             case QueryOwner():
@@ -117,7 +117,7 @@ class ConversationActor(pykka.ThreadingActor):
         self.expires_at = self.clock.now() + request.retain_s  # safety net while owned
         return self.context
 
-    def _release(self, job_id: str, retain_s: float) -> Released:
+    def _release(self, job_id: str, retain_s: float, released_at: float | None = None) -> Released:
         if self.owner is None or self.owner.job_id != job_id:
             return Released(owned=False)
         released_job = self.owner.job_id
@@ -130,7 +130,7 @@ class ConversationActor(pykka.ThreadingActor):
         for watcher in self.idle_watchers:
             watcher.set(None)
         self.idle_watchers.clear()
-        self.expires_at = self.clock.now() + retain_s
+        self.expires_at = (self.clock.now() if released_at is None else released_at) + retain_s
         return Released(owned=True, evict=retain_s <= 0)
 
     def _hand_over(self, released_job: str) -> bool:

@@ -124,8 +124,12 @@ class GiveUp(NamedTuple):
 
 
 class Release(NamedTuple):
+    """``released_at`` is the releaser's clock reading: retention counts from the release
+    call, not from when the actor got to it (None: the actor's own reading)."""
+
     job_id: str
     retain_s: float
+    released_at: float | None = None
 
 
 class ReleaseForJob(NamedTuple):

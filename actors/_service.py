@@ -182,7 +182,7 @@ class ConversationService(Activations):
             return
         try:
             if retain_s > 0:  # nothing to wait for: later messages queue behind it (FIFO)
-                ref.tell(Release(job_id, retain_s))
+                ref.tell(Release(job_id, retain_s, self.clock.now()))
                 return
             released: Released = ref.ask(Release(job_id, retain_s), block=True)
         except pykka.ActorDeadError:

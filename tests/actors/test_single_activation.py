@@ -59,7 +59,9 @@ def paused() -> Iterator[tuple[Seams, threading.Event, threading.Event]]:
     go.set()
 
 
-def _service(tmp_path: Path, seams: Seams) -> tuple[ConversationService, LmdbStore]:
+def _service(
+    tmp_path: Path, seams: Seams, max_live: int = 64
+) -> tuple[ConversationService, LmdbStore]:
     store = LmdbStore(tmp_path / "db")
     service = ConversationService(
         store,
@@ -67,6 +69,7 @@ def _service(tmp_path: Path, seams: Seams) -> tuple[ConversationService, LmdbSto
         clock=FakeClock(),
         cleanup_interval_s=0,
         shutdown_grace_s=0.1,
+        max_live=max_live,
         seams=seams,
     )
     return service, store
@@ -84,32 +87,63 @@ def _saved_turn(service: ConversationService, cid: str | None, text: str) -> Bas
     return thinker
 
 
+def _evict_explicitly(service: ConversationService, first: BasicThinker) -> None:
+    service.release(first, retain=60)
+    service.evict_conversation(first.conversation_id)
+
+
+def _release_with_zero_retention(service: ConversationService, first: BasicThinker) -> None:
+    service.release(first, retain=0)
+
+
+def _sweep_after_retention(service: ConversationService, first: BasicThinker) -> None:
+    service.release(first, retain=60)
+    assert isinstance(service.clock, FakeClock)
+    service.clock.advance(61)
+    service.sweep_expired()
+
+
+def _spawn_past_the_live_cap(service: ConversationService, first: BasicThinker) -> None:
+    service.release(first, retain=60)
+    newcomer = BasicThinker("bob")
+    newcomer.mint_conversation_id()
+    service.obtain_conversation(None, newcomer).get(timeout=5)
+
+
+EVICTIONS = {
+    "evict_conversation": _evict_explicitly,
+    "zero-retention release": _release_with_zero_retention,
+    "sweep": _sweep_after_retention,
+    "live cap": _spawn_past_the_live_cap,
+}
+
+
+@pytest.mark.parametrize("path", list(EVICTIONS))
 def test_an_obtain_that_reaches_an_evicted_activation_looks_again_and_never_shares_the_lease(
-    tmp_path: Path, paused: tuple[Seams, threading.Event, threading.Event]
+    tmp_path: Path, paused: tuple[Seams, threading.Event, threading.Event], path: str
 ) -> None:
     seams, reached, go = paused
     looked_again = threading.Event()
-
-    def hold_between_idle_answer_and_stop(cid: str) -> None:
-        reached.set()
-        assert go.wait(timeout=5)
-
-    seams.after_idle_answer = hold_between_idle_answer_and_stop
-    seams.on_look_again = lambda cid: looked_again.set()
-    service, store = _service(tmp_path, seams)
+    service, store = _service(tmp_path, seams, max_live=1)
     try:
         first = _saved_turn(service, None, "turn 1")
         cid = first.conversation_id
-        service.release(first, retain=60)
-        evicting = threading.Thread(target=service.evict_conversation, args=(cid,))
+
+        def hold_between_idle_answer_and_stop(evicted: str) -> None:
+            if evicted == cid:
+                reached.set()
+                assert go.wait(timeout=5)
+
+        seams.after_idle_answer = hold_between_idle_answer_and_stop
+        seams.on_look_again = lambda _: looked_again.set()
+        evicting = threading.Thread(target=EVICTIONS[path], args=(service, first))
         evicting.start()
         assert reached.wait(timeout=5)  # the actor said "idle"; it is not stopped yet
         second = BasicThinker("alice")
         second.set_conversation_id(cid)
-        second_obtain = service.obtain_conversation
         got: list[ConversationContext] = []
         racer = threading.Thread(
-            target=lambda: got.append(second_obtain(None, second).get(timeout=5))
+            target=lambda: got.append(service.obtain_conversation(None, second).get(timeout=5))
         )
         racer.start()
         assert looked_again.wait(timeout=5)  # the dying actor refused it
