@@ -111,3 +111,19 @@ def test_an_async_obtain_of_a_free_conversation_completes_at_once(
     context = asyncio.run(service.obtain_async(None, thinker))
     assert context.conversation_id == cid
     assert service.owning_thinker(cid, "alice") is thinker
+
+
+def test_a_cancel_that_loses_the_race_to_the_grant_releases_the_lease_to_the_next_waiter(
+    service: ConversationService,
+) -> None:
+    owner, cid = _held(service)
+    late, next_in_line = _adopter(cid), _adopter(cid)
+    raced = service.obtain_conversation(None, late)
+    waiting = service.obtain_conversation(None, next_in_line)
+    service.release(owner)
+    assert service.owning_thinker(cid, "alice") is late  # granted, not yet taken by get
+    assert raced.cancel() is True
+    assert waiting.get(timeout=5).conversation_id == cid
+    assert service.owning_thinker(cid, "alice") is next_in_line
+    with pytest.raises(ConversationUnavailableError, match="was cancelled"):
+        raced.get(timeout=1)  # the caller never sees a lease it gave up
