@@ -105,6 +105,7 @@ class ConversationActor(pykka.ThreadingActor):
             return Granted(self._grant(request))
         if request.delivery is None:
             raise ValueError(f"An Acquire of {self.conversation_id} that may wait needs a delivery")
+        request.delivery.prepare()
         self.waiters.append(request)
         return Queued()
 

@@ -32,18 +32,31 @@ class Delivery(Protocol):
     the next waiter instead.
     """
 
+    def prepare(self) -> None:
+        """Called by the actor when the request is queued, before it answers ``Queued``."""
+        ...
+
     def grant(self, context: ConversationContext) -> bool: ...
 
     def fail(self, exc: BaseException) -> None: ...
 
 
 class FutureDelivery:
-    """Delivers into a ``pykka.ThreadingFuture`` that a waiting thread blocks on."""
+    """Delivers into a ``pykka.ThreadingFuture`` that a waiting thread blocks on; the future
+    is made only when the request is queued (a grant at once needs none)."""
 
-    __slots__ = ("future",)
+    __slots__ = ("_future",)
 
     def __init__(self) -> None:
-        self.future: pykka.ThreadingFuture[ConversationContext] = pykka.ThreadingFuture()
+        self._future: pykka.ThreadingFuture[ConversationContext] | None = None
+
+    @property
+    def future(self) -> pykka.ThreadingFuture[ConversationContext]:
+        assert self._future is not None, "read only after a Queued answer"
+        return self._future
+
+    def prepare(self) -> None:
+        self._future = pykka.ThreadingFuture()
 
     def grant(self, context: ConversationContext) -> bool:
         try:
@@ -66,6 +79,9 @@ class LoopDelivery:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.future: asyncio.Future[ConversationContext] = loop.create_future()
+
+    def prepare(self) -> None:
+        pass
 
     def grant(self, context: ConversationContext) -> bool:
         return self._call(_set_result, context)

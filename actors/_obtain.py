@@ -94,8 +94,9 @@ class Obtaining(pykka.ThreadingFuture[ConversationContext]):
         super().__init__()
         self._waiting = waiting
         self._delivery = delivery
-        self._lock = threading.Lock()  # one get at a time
-        self._decide = threading.Lock()  # cancel and a completing get: one outcome wins
+        if waiting is not None:  # a completed obtain (the fast path) needs no locks
+            self._lock = threading.Lock()  # one get at a time
+            self._decide = threading.Lock()  # cancel and a completing get: one outcome wins
         self._cancelled = False
         self._outcome: Any = None
 
@@ -144,8 +145,10 @@ class Obtaining(pykka.ThreadingFuture[ConversationContext]):
     def cancel(self) -> bool:
         """Give the obtain up; True unless it had already completed for the caller."""
         waiting = self._waiting
+        if waiting is None:
+            return False
         with self._decide:
-            if waiting is None or self._outcome is not None or self._cancelled:
+            if self._outcome is not None or self._cancelled:
                 return False
             self._cancelled = True
         assert self._delivery is not None
