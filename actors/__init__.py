@@ -1,6 +1,7 @@
 """parlour.actors: live conversations as Pykka actors, the supervisor, the service, the CLI.
 
-The only package that knows Pykka. ``ConversationService`` is the facade applications call.
+The only package that knows Pykka. ``ConversationService`` is the facade applications call;
+``obtain_conversation`` returns an ``Obtaining`` future (``get``, ``cancel``).
 """
 
 from parlour.actors._agent import Agent, Chat
@@ -20,8 +21,9 @@ from parlour.actors._events import (
 )
 from parlour.actors._joiners import AgentThinker
 from parlour.actors._ledger import CompactionRecord, ModelCallRecord, UsageLedger
+from parlour.actors._obtain import Obtaining
 from parlour.actors._service import ConversationService, ServiceStats
-from parlour.actors._supervisor import Supervisor
+from parlour.actors._supervisor import Seams, Supervisor
 from parlour.actors._thinker import BasicThinker, Thinker
 from parlour.actors._turn import RetryPolicy
 
@@ -35,10 +37,12 @@ __all__ = [
     "ConversationActor",
     "ConversationService",
     "ModelCallRecord",
+    "Obtaining",
     "OfferAccepted",
     "Reply",
     "Restarted",
     "RetryPolicy",
+    "Seams",
     "ServiceStats",
     "Supervisor",
     "TextDelta",

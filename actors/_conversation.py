@@ -1,92 +1,45 @@
-"""ConversationActor: one live conversation, its owner, and the queue waiting for it.
+"""ConversationActor: one activation of a live conversation, its owner, and its waiters.
 
-Ownership is a lease handed through the mailbox. The actor never blocks its thread: a
-busy conversation queues the acquirer's future (FIFO) and completes it at handoff.
+Ownership is a lease handed through the mailbox. The actor never blocks its thread: a busy
+conversation queues the acquirer's delivery (FIFO) and completes it at handoff.
+
+Single activation: once the actor has agreed to stop (``StopIfIdle`` answered ``Idle``) or been
+doomed (``Doom``), it is *retiring* and answers every later ``Acquire`` with ``Retiring``,
+never a grant, so a caller that reached it through a stale reference looks again.
 """
 
 from __future__ import annotations
 
-import time
 from collections import deque
-from typing import Any, NamedTuple
+from typing import Any
 
 import pykka
 from loguru import logger
 
-from parlour.actors._thinker import Thinker
+from parlour.actors._messages import (
+    Acquire,
+    Busy,
+    Doom,
+    GaveUp,
+    GiveUp,
+    Granted,
+    Holder,
+    Idle,
+    NotifyIdle,
+    Owner,
+    QueryHolder,
+    QueryOwner,
+    Queued,
+    Release,
+    Released,
+    ReleaseForJob,
+    Retiring,
+    StopIfIdle,
+    foreign,
+    timeout_error,
+)
 from parlour.runtime import Clock, ConversationContext
 from parlour.runtime.errors import ConversationUnavailableError
-
-
-class Owner(NamedTuple):
-    """Who holds the lease: the job, its user and workflow, the thinker, a unique token."""
-
-    job_id: str
-    user_id: str
-    workflow_id: str
-    thinker: Thinker | None
-    token: int
-
-
-class Acquire(NamedTuple):
-    owner: Owner
-    deadline: float  # time.monotonic() after which the waiter has given up
-    retain_s: float
-    timeout_s: float
-    # set by the actor when the request has to wait; completed at handoff
-    future: pykka.ThreadingFuture[ConversationContext] | None = None
-
-
-class Queued(NamedTuple):
-    """The answer to an ``Acquire`` that must wait: its future completes at handoff."""
-
-    future: pykka.ThreadingFuture[ConversationContext]
-
-
-class Abandon(NamedTuple):
-    """The waiter ``token`` gives up: answers the context if it was granted meanwhile."""
-
-    token: int
-
-
-class Release(NamedTuple):
-    job_id: str
-    retain_s: float
-
-
-class ReleaseForJob(NamedTuple):
-    job_id: str
-
-
-class QueryOwner(NamedTuple):
-    pass
-
-
-class QueryHolder(NamedTuple):
-    """Answer (owner, the conversation's user id)."""
-
-
-class StopIfIdle(NamedTuple):
-    """Answer True (and accept being stopped) when unowned with nobody waiting."""
-
-    expired_only: bool = False
-
-
-class NotifyIdle(NamedTuple):
-    future: pykka.Future[None]
-
-
-# What ``Release`` answers.
-NOT_OWNER, KEPT, EVICT = "not_owner", "kept", "evict"
-
-
-def timeout_error(
-    conversation_id: str, timeout_s: float, owner_job: str
-) -> ConversationUnavailableError:
-    return ConversationUnavailableError(
-        f"Timed out after {round(timeout_s * 1000)}ms waiting for conversation "
-        f"{conversation_id} (owned by {owner_job})"
-    )
 
 
 class ConversationActor(pykka.ThreadingActor):
@@ -94,7 +47,10 @@ class ConversationActor(pykka.ThreadingActor):
 
     The context itself is mutated by the owner in the owner's thread for the length of the
     lease; everything that crosses owners (acquire, release, eviction) goes through here.
+    Its thread is a daemon: a process that forgets ``stop()`` still exits.
     """
+
+    use_daemon_thread = True
 
     def __init__(self, context: ConversationContext, clock: Clock) -> None:
         super().__init__()
@@ -102,123 +58,166 @@ class ConversationActor(pykka.ThreadingActor):
         self.conversation_id = context.conversation_id or ""
         self.clock = clock
         self.owner: Owner | None = None
+        self.lease_retain_s = 0.0
         self.waiters: deque[Acquire] = deque()
         self.idle_watchers: list[pykka.Future[None]] = []
         self.expires_at = clock.now()
+        self.retiring = False
+        self.doomed: str | None = None
 
     def on_receive(self, message: Any) -> Any:
         match message:
             case Acquire():
                 return self._acquire(message)
-            case Release(job_id, retain_s):
-                return self._release(job_id, retain_s)
-            case Abandon(token):
-                return self._abandon(token)
+            case Release(job_id, retain_s, released_at):
+                return self._release(job_id, retain_s, released_at)
+            case GiveUp(token, release_if_granted):
+                return self._give_up(token, release_if_granted)
             case QueryOwner():
                 return self.owner
             case QueryHolder():
-                return (self.owner, self.context.user_id)
+                return Holder(self.owner, self.context.user_id)
             case StopIfIdle(expired_only):
-                return self._idle(expired_only)
+                return self._stop_if_idle(expired_only)
             case ReleaseForJob(job_id):
-                return self._release(job_id, 0.0) if self._owned_by(job_id) else NOT_OWNER
+                return self._release(job_id, 0.0)
+            case Doom(reason):
+                return self._doom(reason)
             case NotifyIdle(future):
-                if self.owner is None:
-                    future.set(None)
-                else:
-                    self.idle_watchers.append(future)
-                return None
+                return self._notify_idle(future)
         raise TypeError(f"ConversationActor got an unknown message {message!r}")
 
-    def _owned_by(self, job_id: str) -> bool:
-        return self.owner is not None and self.owner.job_id == job_id
+    # -- the lease --------------------------------------------------------------------------
 
-    def _acquire(self, request: Acquire) -> ConversationContext | Queued:
-        """Answer the context (granted now) or ``Queued`` (its future completes at handoff).
+    def _acquire(self, request: Acquire) -> Granted | Queued | Retiring:
+        """Grant now, queue, or refuse as retiring.
 
         Raises:
-            PermissionError: the conversation belongs to another user (the asker gets it).
+            PermissionError: the conversation belongs to another user; checked before
+                anything else, so a foreign caller is never queued and learns nothing.
         """
+        if self.retiring:
+            return Retiring()
+        user = self.context.user_id
+        if user is not None and user != request.owner.user_id:
+            raise foreign(self.conversation_id, request.owner.user_id)
         if self.owner is None or self.owner.job_id == request.owner.job_id:
-            granted = self._grant(request)
-            if isinstance(granted, BaseException):
-                raise granted
-            return granted
-        future: pykka.ThreadingFuture[ConversationContext] = pykka.ThreadingFuture()
-        self.waiters.append(request._replace(future=future))
-        return Queued(future)
+            return Granted(self._grant(request))
+        if request.delivery is None:
+            raise ValueError(f"An Acquire of {self.conversation_id} that may wait needs a delivery")
+        request.delivery.prepare()
+        self.waiters.append(request)
+        return Queued()
 
-    def _grant(self, request: Acquire) -> ConversationContext | BaseException:
+    def _grant(self, request: Acquire) -> ConversationContext:
         owner = request.owner
-        if self.context.user_id is not None and self.context.user_id != owner.user_id:
-            return PermissionError(
-                f"User {owner.user_id} does not own conversation {self.conversation_id}"
-            )
         self.owner = owner
+        self.lease_retain_s = request.retain_s
         self.context.user_id = owner.user_id
         self.context.workflow_id = owner.workflow_id
         self.expires_at = self.clock.now() + request.retain_s  # safety net while owned
         return self.context
 
-    def _release(self, job_id: str, retain_s: float) -> str:
-        if not self._owned_by(job_id):
-            return NOT_OWNER
-        released = self.owner
+    def _release(self, job_id: str, retain_s: float, released_at: float | None = None) -> Released:
+        if self.owner is None or self.owner.job_id != job_id:
+            return Released(owned=False)
+        released_job = self.owner.job_id
         self.owner = None
-        keep = getattr(released.thinker, "keep_transcript", None) if released else None
-        if keep is not None:  # a shallow copy: the transcript as it was at release (B109)
-            keep(self.context.messages)
-        now = time.monotonic()
-        while self.waiters:
-            waiter = self.waiters.popleft()
-            if now > waiter.deadline:
-                assert released is not None
-                _fail(
-                    waiter, timeout_error(self.conversation_id, waiter.timeout_s, released.job_id)
-                )
-                continue
-            granted = self._grant(waiter)
-            if isinstance(granted, BaseException):
-                _fail(waiter, granted)
-                continue
-            assert waiter.future is not None  # every queued request has one
-            waiter.future.set(granted)
-            return KEPT
+        if self.doomed is not None:
+            self.stop()  # already unregistered: nobody may take it over
+            return Released(owned=True)
+        if self._hand_over(released_job):
+            return Released(owned=True)
         for watcher in self.idle_watchers:
             watcher.set(None)
         self.idle_watchers.clear()
-        self.expires_at = self.clock.now() + retain_s
-        return EVICT if retain_s <= 0 else KEPT
+        self.expires_at = (self.clock.now() if released_at is None else released_at) + retain_s
+        return Released(owned=True, evict=retain_s <= 0)
 
-    def _abandon(self, token: int) -> tuple[str, Any]:
-        if self.owner is not None and self.owner.token == token:
-            return ("granted", self.context)
-        self.waiters = deque(w for w in self.waiters if w.owner.token != token)
-        return ("gave_up", self.owner.job_id if self.owner else "nobody")
+    def _hand_over(self, released_job: str) -> bool:
+        """Grant the first waiter still waiting (FIFO); True when one took the lease."""
+        self._expire_waiters(released_job)
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            context = self._grant(waiter)
+            assert waiter.delivery is not None  # every queued request has one
+            if waiter.delivery.grant(context):
+                return True
+            self.owner = None  # that waiter is gone (cancelled, or its loop closed)
+        return False
 
-    def _idle(self, expired_only: bool) -> bool:
-        if self.owner is not None or self.waiters:
-            return False
-        return not expired_only or self.clock.now() >= self.expires_at
-
-    def on_stop(self) -> None:
+    def _expire_waiters(self, owner_job: str | None) -> None:
+        now = self.clock.now()
+        keep: deque[Acquire] = deque()
         for waiter in self.waiters:
-            _fail(
-                waiter,
-                ConversationUnavailableError(
-                    f"Conversation {self.conversation_id} was stopped while waited for."
-                ),
+            if now > waiter.deadline:
+                _fail(waiter, timeout_error(self.conversation_id, waiter.timeout_s, owner_job))
+            else:
+                keep.append(waiter)
+        self.waiters = keep
+
+    def _give_up(self, token: int, release_if_granted: bool) -> Granted | GaveUp:
+        owner = self.owner
+        if owner is not None and owner.token == token:
+            if not release_if_granted:
+                return Granted(self.context)
+            self._release(owner.job_id, self.lease_retain_s)
+            return GaveUp(owner_job=None)
+        self.waiters = deque(w for w in self.waiters if w.owner.token != token)
+        return GaveUp(owner.job_id if owner else None)
+
+    # -- retirement -------------------------------------------------------------------------
+
+    def _stop_if_idle(self, expired_only: bool) -> Idle | Busy:
+        if self.retiring:
+            return Idle(self.context.stored_version)
+        self._expire_waiters(self.owner.job_id if self.owner else None)
+        if self.owner is not None or self.waiters:
+            return Busy()
+        if expired_only and self.clock.now() < self.expires_at:
+            return Busy()
+        self.retiring = True  # from here on, every Acquire is told to look again
+        return Idle(self.context.stored_version)
+
+    def _doom(self, reason: str) -> None:
+        self.retiring = True
+        self.doomed = reason
+        self._fail_waiters(ConversationUnavailableError(reason))
+        if self.owner is None:
+            self.stop()
+
+    def _notify_idle(self, future: pykka.Future[None]) -> None:
+        if self.owner is None:
+            future.set(None)
+        else:
+            self.idle_watchers.append(future)
+
+    def _fail_waiters(self, exc: BaseException) -> None:
+        waiters, self.waiters = self.waiters, deque()
+        for waiter in waiters:
+            _fail(waiter, exc)
+
+    def _end(self) -> None:
+        self.retiring = True
+        self._fail_waiters(
+            ConversationUnavailableError(
+                f"Conversation {self.conversation_id} was stopped while waited for."
             )
-        self.waiters.clear()
+        )
         for watcher in self.idle_watchers:
             watcher.set(None)
+        self.idle_watchers.clear()
+
+    def on_stop(self) -> None:
+        self._end()
         logger.debug("conversation actor {} stopped", self.conversation_id)
+
+    def on_failure(self, *exc_info: Any) -> None:
+        """A handler crashed on a told message: fail the waiters at once, never strand them."""
+        logger.error("conversation actor {} failed; failing its waiters", self.conversation_id)
+        self._end()
 
 
 def _fail(waiter: Acquire, exc: BaseException) -> None:
-    if waiter.future is not None:
-        waiter.future.set_exception(_exc_info(exc))
-
-
-def _exc_info(exc: BaseException) -> tuple[type[BaseException], BaseException, None]:
-    return (type(exc), exc, None)
+    if waiter.delivery is not None:
+        waiter.delivery.fail(exc)

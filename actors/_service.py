@@ -7,49 +7,49 @@ actor hands the lease over, at once or when the current owner releases.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
-import itertools
 import threading
-import time
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from types import TracebackType
+from typing import Any
 
 import msgspec
 import pykka
 from loguru import logger
 
 from parlour.actors import _joiners
-from parlour.actors._conversation import (
-    EVICT,
-    Abandon,
-    Acquire,
-    ConversationActor,
+from parlour.actors._activation import Activations, seconds, shutting_down
+from parlour.actors._conversation import ConversationActor
+from parlour.actors._events import AgentEvent
+from parlour.actors._messages import (
+    Drop,
+    Evict,
+    Holder,
+    Lookup,
     NotifyIdle,
     Owner,
-    QueryHolder,
-    QueryOwner,
-    Queued,
-    Release,
-    timeout_error,
-)
-from parlour.actors._events import AgentEvent
-from parlour.actors._supervisor import (
-    Evict,
-    Forget,
-    Lookup,
     Owners,
+    QueryHolder,
+    Release,
     ReleaseAllForJob,
-    Spawn,
+    Released,
     StopAll,
-    Supervisor,
     Sweep,
+    foreign,
 )
+from parlour.actors._supervisor import Mirror, Seams, Supervisor
 from parlour.actors._thinker import Thinker
-from parlour.runtime import Clock, ConversationContext, ResponseHandler, SystemClock
-from parlour.runtime.errors import ConversationUnavailableError, IllegalStateError
+from parlour.runtime import Clock, ConversationContext, SystemClock
+from parlour.runtime.errors import (
+    IllegalStateError,
+    StaleVersionError,
+)
+from parlour.runtime.snapshots import MessageSnapshot
 from parlour.stores import PersistentStore, SessionStore
 
-_tokens = itertools.count(1)
+ActorRef = pykka.ActorRef[ConversationActor]
 
 
 class ServiceStats(msgspec.Struct, frozen=True):
@@ -61,29 +61,21 @@ class ServiceStats(msgspec.Struct, frozen=True):
         return f"{self.total} total ({self.owned} owned, {self.idle} idle)"
 
 
-def _seconds(value: dt.timedelta | float) -> float:
-    return value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
-
-
-def _failed(exc: BaseException) -> pykka.Future[Any]:
-    future: pykka.ThreadingFuture[Any] = pykka.ThreadingFuture()
-    future.set_exception((type(exc), exc, None))
-    return future
-
-
-class ConversationService:
+class ConversationService(Activations):
     """Ownership, persistence and lifecycle of live conversations.
 
     Args:
         store: the persistent store (None: nothing is durable).
         session: the session cache consulted before the store.
-        clock: retention time; inject a fake one in tests.
+        clock: every deadline and retention (inject ``FakeClock`` in tests).
         conversation_timeout_s: how long an acquirer waits for a busy conversation.
         cleanup_interval_s: how often the retention sweep runs (0 disables the timer).
         max_live: most live conversation actors (each is a thread).
         shutdown_grace_s: how long ``stop`` lets owners finish.
+        seams: test hooks between the steps of a race (see ``Seams``).
 
-    Thread-safety: every method may be called from any thread.
+    A context manager (``with`` and ``async with``) that stops on exit. Thread-safety:
+    every method may be called from any thread, also while ``stop()`` runs.
     """
 
     _instance: ConversationService | None = None
@@ -98,6 +90,7 @@ class ConversationService:
         cleanup_interval_s: float = 300.0,
         max_live: int = 4096,
         shutdown_grace_s: float = 5.0,
+        seams: Seams | None = None,
     ) -> None:
         self.store = store
         self.session = session
@@ -105,11 +98,18 @@ class ConversationService:
         self.conversation_timeout_s = conversation_timeout_s
         self.cleanup_interval_s = cleanup_interval_s
         self.shutdown_grace_s = shutdown_grace_s
+        self._seams = seams or Seams()
         self._stopping = threading.Event()
+        self._stopped = False
         # The supervisor's registry, mirrored for lock-free reads on the hot path: only the
-        # supervisor writes it; a stale entry shows up as ActorDeadError and is dropped.
-        self._live: dict[str, pykka.ActorRef[ConversationActor]] = {}
-        self._supervisor = Supervisor.start(self.clock, max_live, self._live)
+        # supervisor writes it; a retiring activation answers Retiring, a dead one raises.
+        self._mirror = Mirror()
+        self._live = self._mirror.refs
+        # What each job holds, for the transcript at release: {(conversation, job): context}.
+        self._held: dict[tuple[str, str], tuple[ConversationContext, ActorRef]] = {}
+        self._supervisor = Supervisor.start(self.clock, max_live, self._mirror, self._seams)
+        if store is not None:
+            store.add_delete_listener(self._on_deleted)
         self._ticker: threading.Thread | None = None
         if cleanup_interval_s > 0:
             self._ticker = threading.Thread(target=self._tick, name="parlour-sweep", daemon=True)
@@ -122,160 +122,82 @@ class ConversationService:
             cls._instance = cls()
         return cls._instance
 
-    # -- obtaining --------------------------------------------------------------------------
-
-    def obtain_conversation(
-        self,
-        conversation_id: str | None,
-        thinker: Thinker,
-        handler: ResponseHandler | None = None,
-        must_exist: bool | None = None,
-    ) -> pykka.Future[ConversationContext]:
-        """A future of the conversation, owned by ``thinker`` once it completes.
-
-        ``conversation_id`` defaults to the thinker's; ``must_exist`` defaults to True for an
-        adopted id. The future fails with ``ConversationUnavailableError`` when no store
-        holds a ``must_exist`` conversation, or when the current owner keeps it past
-        ``conversation_timeout_s`` (the message names the owner); with ``IllegalStateError``
-        after ``stop()``; with ``PermissionError`` for another user's conversation. Refusals
-        are failed futures, never raised by this call.
-        """
-        cid = conversation_id or thinker.conversation_id
-        if must_exist is None:
-            must_exist = cid != thinker.job_id and not thinker.is_conversation_minted()
-        if self._stopping.is_set():
-            logger.error("[ConvSvc] Shutting down, dropping request for {}", cid)
-            return _failed(IllegalStateError("ConversationService is shutting down"))
-        for _ in range(3):  # an actor evicted between lookup and acquire: look again
-            try:
-                ref = self._ref(cid)
-                if ref is None:
-                    context = self._restore_or_create(cid, thinker, handler, must_exist)
-                    ref = self._supervisor.ask(Spawn(context), block=True)
-                return self._acquire(ref, cid, thinker, _seconds(thinker.retain_duration))
-            except pykka.ActorDeadError:
-                self._live.pop(cid, None)
-                continue
-            except (ConversationUnavailableError, PermissionError, LookupError) as exc:
-                return _failed(exc)
-            except Exception as exc:  # a corrupt record, a store failure: fail the future
-                logger.opt(exception=exc).error("obtain failed for {}", cid)
-                return _failed(exc)
-        return _failed(ConversationUnavailableError(f"Conversation {cid} kept being evicted."))
-
-    def _restore_or_create(
-        self, cid: str, thinker: Thinker, handler: ResponseHandler | None, must_exist: bool
-    ) -> ConversationContext:
-        temporary = cid == thinker.job_id
-        context = None if temporary else self._load(cid, thinker, handler)
-        if context is None:
-            if must_exist:
-                raise ConversationUnavailableError(
-                    f"Cannot resume conversation {cid}: it is not in memory and no store holds it."
-                )
-            context = ConversationContext(cid, user_id=thinker.user_id, temporary=temporary)
-        else:
-            context.add_tools(thinker.build_tool_definition_blocks())
-        context.grade = thinker.grade
-        context.depth = thinker.depth
-        context.output_declaration = thinker.output_declaration
-        context.interactive = thinker.interactive
-        return context
-
-    def _load(
-        self, cid: str, thinker: Thinker, handler: ResponseHandler | None
-    ) -> ConversationContext | None:
-        snapshot = self.session.get(cid, thinker.user_id) if self.session else None
-        if snapshot is None and self.store is not None:
-            snapshot = self.store.load(cid, thinker.user_id, thinker)
-        return None if snapshot is None else snapshot.to_conversation(handler)
-
-    def _acquire(
-        self,
-        ref: pykka.ActorRef[ConversationActor],
-        cid: str,
-        thinker: Thinker,
-        retain_s: float,
-    ) -> pykka.Future[ConversationContext]:
-        owner = Owner(thinker.job_id, thinker.user_id, thinker.workflow_id, thinker, next(_tokens))
-        timeout_s = self.conversation_timeout_s
-        deadline = time.monotonic() + timeout_s
-        reply = ref.ask(Acquire(owner, deadline, retain_s, timeout_s), block=False)
-        try:
-            answer = reply.get()
-        except pykka.ActorDeadError:
-            raise  # evicted meanwhile: the caller looks again
-        except Exception:
-            return reply  # refused (another user's conversation): a failed future
-        if not isinstance(answer, Queued):
-            return reply  # free, or already ours: granted in this one round trip
-        granted = answer.future
-
-        def wait(timeout: float | None) -> ConversationContext:
-            left = deadline - time.monotonic()
-            if timeout is not None and timeout < left:
-                # the caller's own, shorter timeout
-                return cast(ConversationContext, granted.get(timeout=timeout))
-            try:
-                return cast(ConversationContext, granted.get(timeout=max(left, 0.0)))
-            except pykka.Timeout:
-                pass
-            try:
-                outcome, value = ref.ask(Abandon(owner.token), block=True)
-            except pykka.ActorDeadError as exc:
-                raise ConversationUnavailableError(
-                    f"Conversation {cid} was stopped while waited for."
-                ) from exc
-            if outcome == "granted":
-                return cast(ConversationContext, value)
-            raise timeout_error(cid, timeout_s, value)
-
-        waiting: pykka.ThreadingFuture[ConversationContext] = pykka.ThreadingFuture()
-        waiting.set_get_hook(wait)
-        return waiting
-
     # -- saving and releasing ---------------------------------------------------------------
 
     def save_conversation(
         self, context: ConversationContext | None, thinker: Thinker | None
     ) -> None:
         """Persist at a boundary: the first save of a minted conversation creates the record,
-        every other save updates it; temporary conversations are never persisted.
+        every other save updates it. Identity decides persistence: a conversation keyed by
+        the thinker's job id is temporary and never persisted, whatever ``context.temporary``
+        says.
 
         Raises:
             ConversationNotFoundError: the record was deleted mid-conversation.
             PermissionError: the record belongs to another user.
+            StaleVersionError: another owner saved since this copy was loaded; the service
+                has dropped its activation and cache entry, so obtaining again loads the
+                newer state.
         """
-        if self.store is None or context is None or thinker is None or context.temporary:
+        if self.store is None or context is None or thinker is None:
+            return
+        cid = context.conversation_id
+        if cid is None or cid == thinker.job_id:
             return
         snapshot = context.to_snapshot()
-        if not context.stored and thinker.is_conversation_minted():
-            version = self.store.create_context(snapshot, thinker.user_id, thinker)
-        else:
-            version = self.store.save_context(snapshot, thinker.user_id, thinker)
+        try:
+            if not context.stored and thinker.is_conversation_minted():
+                version = self.store.create_context(snapshot, thinker.user_id, thinker)
+            else:
+                version = self.store.save_context(snapshot, thinker.user_id, thinker)
+        except StaleVersionError:
+            self._forget_everywhere(cid, f"Conversation {cid} was saved by another owner.")
+            raise
         context.stored_version = snapshot.stored_version = version
         if self.session is not None:  # write-through after the durable commit: never stale
             self.session.put(snapshot)
 
     def release(self, thinker: Thinker, retain: dt.timedelta | float | None = None) -> None:
         """Give the conversation back; keep it in memory for ``retain`` (default: the
-        thinker's retain duration). Zero retention evicts it at once. Never persists."""
+        thinker's retain duration). Zero retention evicts it at once. Never persists.
+
+        The thinker's transcript is captured before the handoff (the conversation exactly
+        as it was) and is there when this returns; a raising ``keep_transcript`` hook is
+        logged and never stops the handoff. A no-op after ``stop()``.
+        """
+        if self._stopped:
+            return
         cid = thinker.conversation_id
-        retain_s = _seconds(thinker.retain_duration if retain is None else retain)
-        ref = self._ref(cid)
+        held = self._held.pop((cid, thinker.job_id), None)
+        kept = None if held is None else [MessageSnapshot.of(m) for m in held[0].messages]
+        retain_s = seconds(thinker.retain_duration if retain is None else retain)
+        try:
+            self._hand_back(cid, thinker.job_id, retain_s, None if held is None else held[1])
+        finally:
+            if kept is not None:
+                _keep_transcript(thinker, kept)
+
+    def _hand_back(
+        self, cid: str, job_id: str, retain_s: float, ref: ActorRef | None = None
+    ) -> None:
+        ref = ref or self._live.get(cid) or self._lookup(cid)
         if ref is None:
             return
         try:
             if retain_s > 0:  # nothing to wait for: later messages queue behind it (FIFO)
-                ref.tell(Release(thinker.job_id, retain_s))
-            elif ref.ask(Release(thinker.job_id, retain_s), block=True) == EVICT:
-                self._supervisor.ask(Evict(cid), block=True)
+                ref.tell(Release(job_id, retain_s, self.clock.now()))
+                return
+            released: Released = ref.ask(Release(job_id, retain_s), block=True)
         except pykka.ActorDeadError:
-            self._live.pop(cid, None)
+            return
+        if released.evict:
+            self._ask(Evict(cid), False)
 
     def release_all_for_job(self, job_id: str) -> list[str]:
         """Safety net at job end: release and evict what the job still owns."""
-        released: list[str] = self._supervisor.ask(ReleaseAllForJob(job_id), block=True)
+        for key in [k for k in self._held if k[1] == job_id]:
+            self._held.pop(key, None)
+        released: list[str] = self._ask(ReleaseAllForJob(job_id), [])
         return released
 
     def force_release(self, conversation_id: str, user_id: str) -> str | None:
@@ -290,68 +212,74 @@ class ConversationService:
             The owning job id, or None when nobody owns the conversation.
 
         Raises:
-            ValueError: no live conversation has this id.
-            PermissionError: it belongs to another user.
+            ValueError: no live conversation has this id (and it is not another user's).
+            PermissionError: it belongs to another user, live or stored, busy or idle.
         """
-        ref = self._ref(conversation_id)
-        holder = None
-        if ref is not None:
-            try:
-                holder = ref.ask(QueryHolder(), block=True)
-            except pykka.ActorDeadError:
-                holder = None
+        holder = self._holder(conversation_id, user_id)
         if holder is None:
+            if self.store is not None:
+                self.store.version_of(conversation_id, user_id)  # a foreign record refuses
             raise ValueError(f"Conversation with ID {conversation_id} does not exist")
-        owner, owner_user = holder
-        if owner_user is not None and owner_user != user_id:
-            raise PermissionError(f"User {user_id} does not own conversation {conversation_id}")
+        owner = holder.owner
         if owner is None:
             return None
         cancel = getattr(owner.thinker, "cancel_workflow", None)
         if cancel is None:
-            assert ref is not None
-            ref.ask(Release(owner.job_id, 0.0), block=True)
-            self._supervisor.ask(Evict(conversation_id), block=True)
+            self._hand_back(conversation_id, owner.job_id, 0.0)
         else:
-            cancel(f"Conversation force-released by {user_id}")
-        return cast(str, owner.job_id)
+            try:
+                cancel(f"Conversation force-released by {user_id}")
+            except Exception:
+                logger.exception("cancel_workflow failed for {}", conversation_id)
+        return owner.job_id
 
     # -- queries ----------------------------------------------------------------------------
 
     def owning_thinker(self, conversation_id: str, user_id: str) -> Thinker | None:
         """The live thinker driving a turn on this conversation, if ``user_id`` owns it."""
-        owner = self._owner(conversation_id)
-        if owner is None or owner.user_id != user_id:
+        try:
+            holder = self._holder(conversation_id, user_id)
+        except PermissionError:
             return None
-        return owner.thinker
+        return None if holder is None or holder.owner is None else holder.owner.thinker
 
-    def _ref(self, conversation_id: str) -> pykka.ActorRef[ConversationActor] | None:
-        ref = self._live.get(conversation_id)
-        return ref if ref is not None else self._supervisor.ask(Lookup(conversation_id), block=True)
+    def _lookup(self, conversation_id: str) -> ActorRef | None:
+        ref: ActorRef | None = self._ask(Lookup(conversation_id), None)
+        return ref
 
-    def _owner(self, conversation_id: str) -> Owner | None:
-        ref = self._ref(conversation_id)
+    def _holder(self, conversation_id: str, user_id: str) -> Holder | None:
+        """The live activation's holder; None when none is live.
+
+        Raises:
+            PermissionError: the live conversation belongs to another user.
+        """
+        ref = self._live.get(conversation_id) or self._lookup(conversation_id)
         if ref is None:
             return None
         try:
-            return cast(Owner | None, ref.ask(QueryOwner(), block=True))
+            holder: Holder = ref.ask(QueryHolder(), block=True)
         except pykka.ActorDeadError:
             return None
+        if holder.user_id is not None and holder.user_id != user_id:
+            raise foreign(conversation_id, user_id)
+        return holder
 
     def get_stats(self) -> ServiceStats:
-        owners = self._supervisor.ask(Owners(), block=True)
+        """Live conversations; all zero after ``stop()``."""
+        owners: dict[str, Owner | None] = self._ask(Owners(), {})
         owned = sum(1 for o in owners.values() if o is not None)
         return ServiceStats(total=len(owners), owned=owned, idle=len(owners) - owned)
 
     def sweep_expired(self) -> int:
-        """Evict unowned conversations whose retention ran out; returns how many."""
-        evicted: int = self._supervisor.ask(Sweep(), block=True)
+        """Evict unowned conversations whose retention ran out, and fail waiters whose
+        deadline passed (both on the service's clock); returns how many were evicted."""
+        evicted: int = self._ask(Sweep(), 0)
         return evicted
 
     def evict_conversation(self, conversation_id: str) -> bool:
         """Free an unowned conversation's memory; an owned one is left alone with a warning."""
-        evicted = bool(self._supervisor.ask(Evict(conversation_id), block=True))
-        if not evicted and self._owner(conversation_id) is not None:
+        evicted = bool(self._ask(Evict(conversation_id), False))
+        if not evicted and self._live.get(conversation_id) is not None:
             logger.warning("not evicting conversation {}: it is owned", conversation_id)
         return evicted
 
@@ -359,21 +287,37 @@ class ConversationService:
         """Delete a conversation from memory and from both stores.
 
         Raises:
-            PermissionError: it belongs to another user.
-            IllegalStateError: a job owns it right now.
+            PermissionError: it belongs to another user (live, saved or not, or stored).
+            IllegalStateError: a job owns it right now, or the service is stopping.
         """
-        owner = self._owner(conversation_id)
-        if owner is not None:
-            if owner.user_id != user_id:
-                raise PermissionError(f"User {user_id} does not own conversation {conversation_id}")
+        if self._stopping.is_set():
+            raise shutting_down()
+        holder = self._holder(conversation_id, user_id)
+        if holder is not None and holder.owner is not None:
             raise IllegalStateError(
-                f"Cannot remove conversation {conversation_id} while owned by job {owner.job_id}"
+                f"Cannot remove conversation {conversation_id} while owned by job "
+                f"{holder.owner.job_id}"
             )
         if self.store is not None:
-            self.store.delete(conversation_id, user_id)
+            self.store.delete(conversation_id, user_id)  # its listener forgets the rest
+        self._forget_everywhere(conversation_id, f"Conversation {conversation_id} was removed.")
+
+    def _forget_everywhere(self, conversation_id: str, reason: str) -> None:
+        """No cache and no warm activation serves the conversation after this."""
         if self.session is not None:
             self.session.delete(conversation_id)
-        self._supervisor.ask(Forget(conversation_id), block=True)
+        self._ask(Drop(conversation_id, reason), None)
+
+    def _on_deleted(self, conversation_id: str) -> None:
+        """The store's delete listener: whoever deleted, nothing here serves it again."""
+        self._forget_everywhere(conversation_id, f"Conversation {conversation_id} was deleted.")
+
+    def _ask(self, message: Any, default: Any) -> Any:
+        """Ask the supervisor; ``default`` once it has stopped."""
+        try:
+            return self._supervisor.ask(message, block=True)
+        except pykka.ActorDeadError:
+            return default
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -383,41 +327,58 @@ class ConversationService:
     def stop(self) -> None:
         """Refuse new obtains, let owners finish (up to the grace), stop every actor.
 
-        Idempotent. Never persists: the last boundary already did.
+        Idempotent. Never persists: the last boundary already did. Afterwards queries
+        answer empty, ``release`` is a no-op and obtains refuse with ``IllegalStateError``.
         """
         if self._stopping.is_set():
             return
         self._stopping.set()
-        deadline = time.monotonic() + self.shutdown_grace_s
         try:
-            for cid, owner in self._supervisor.ask(Owners(), block=True).items():
-                if owner is None:
-                    continue
-                ref = self._ref(cid)
-                if ref is None:
-                    continue
-                idle: pykka.ThreadingFuture[None] = pykka.ThreadingFuture()
-                ref.tell(NotifyIdle(idle))
-                try:
-                    idle.get(timeout=max(deadline - time.monotonic(), 0.0))
-                except pykka.Timeout:
-                    logger.warning(
-                        "stopping with conversation {} still owned by {}", cid, owner.job_id
-                    )
-            self._supervisor.ask(StopAll(), block=True)
+            self._await_owners()
+            self._ask(StopAll(), None)
         finally:
             self._supervisor.stop()
+            self._stopped = True
+            self._held.clear()
         if self._ticker is not None:
             self._ticker.join()
 
-    def _tick(self) -> None:
-        while not self._stopping.wait(self.cleanup_interval_s):
+    def _await_owners(self) -> None:
+        """Wait, for the grace in all, until every owned conversation is released."""
+        deadline = self.clock.now() + self.shutdown_grace_s
+        owners: dict[str, Owner | None] = self._ask(Owners(), {})
+        watched: list[tuple[str, str, pykka.ThreadingFuture[None]]] = []
+        for cid, owner in owners.items():
+            ref = self._live.get(cid)
+            if owner is None or ref is None:
+                continue
+            idle: pykka.ThreadingFuture[None] = pykka.ThreadingFuture()
+            with contextlib.suppress(pykka.ActorDeadError):
+                ref.tell(NotifyIdle(idle))
+                watched.append((cid, owner.job_id, idle))
+        spent = False
+        for cid, job_id, idle in watched:
             try:
-                self._supervisor.ask(Sweep(), block=True)
-            except pykka.ActorDeadError:
-                return
-            except Exception:
-                logger.exception("periodic sweep failed; the next one still runs")
+                idle.get(timeout=0.0 if spent else max(deadline - self.clock.now(), 0.0))
+            except pykka.Timeout:
+                spent = True  # the grace is used up: the rest are only checked
+                logger.warning("stopping with conversation {} still owned by {}", cid, job_id)
+
+    def __enter__(self) -> ConversationService:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> ConversationService:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await asyncio.to_thread(self.stop)
 
     # -- agents: following a running turn, offering it messages ------------------------------
 
@@ -443,3 +404,22 @@ class ConversationService:
         Thread-safety: any number of threads may offer at once; none is lost.
         """
         return _joiners.offer(self, conversation_id, user_id, text)
+
+    def _tick(self) -> None:
+        while not self._stopping.wait(self.cleanup_interval_s):
+            try:
+                self._supervisor.ask(Sweep(), block=True)
+            except pykka.ActorDeadError:
+                return
+            except Exception:
+                logger.exception("periodic sweep failed; the next one still runs")
+
+
+def _keep_transcript(thinker: Thinker, kept: list[MessageSnapshot]) -> None:
+    keep = getattr(thinker, "keep_transcript", None)
+    if keep is None:
+        return
+    try:
+        keep(kept)
+    except Exception:  # a hook never stops the handoff, which has already happened
+        logger.exception("keep_transcript failed for job {}", thinker.job_id)

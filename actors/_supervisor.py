@@ -3,84 +3,116 @@
 It is the only place actors are started or stopped, so spawning is race-free: two callers
 that ask for the same conversation get the same actor. It asks conversation actors; they
 never ask it (no cycle, no deadlock).
+
+It also counts retirements: every activation that leaves the registry (evicted, dead,
+dropped) and every deleted record bumps ``Mirror.epoch`` and records the conversation's
+retirement with the last version its owners saved. A restore reads the epoch before it
+loads; ``Spawn`` refuses (``Reload``) when the conversation retired after that at a version
+newer than the loaded one (an owner of the retired activation saved after the load). So a
+restore never installs state older than the last acknowledged save, and a load that is
+current is never sent back.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any
 
 import pykka
 from loguru import logger
 
-from parlour.actors._conversation import (
-    ConversationActor,
-    Owner,
+from parlour.actors._conversation import ConversationActor
+from parlour.actors._messages import (
+    Acquire,
+    Busy,
+    Doom,
+    Drop,
+    Evict,
+    Forward,
+    Forwarded,
+    Idle,
+    Lookup,
+    Owners,
     QueryOwner,
+    ReleaseAllForJob,
+    Released,
     ReleaseForJob,
+    Reload,
+    Spawn,
+    StopAll,
     StopIfIdle,
+    Sweep,
 )
+from parlour.actors._messages import Owner as Owner
 from parlour.runtime import Clock, ConversationContext
 
+ActorRef = pykka.ActorRef[ConversationActor]
 
-class Lookup(NamedTuple):
-    conversation_id: str
-
-
-class Spawn(NamedTuple):
-    context: ConversationContext
-
-
-class Evict(NamedTuple):
-    conversation_id: str
-    expired_only: bool = False
+# How many retirements are remembered one by one; older ones fold into a floor.
+_RETIREMENTS_KEPT = 65_536
+# The version recorded when it is unknown (a dead activation) or gone (a deleted record):
+# a restore that loaded before such a retirement always reloads.
+_UNKNOWN = 1 << 62
 
 
-class Sweep(NamedTuple):
-    pass
+class Mirror:
+    """What the supervisor shares with the service for lock-free reads: the registry's refs
+    and the retirement epoch. Only the supervisor writes, one atomic operation at a time."""
+
+    __slots__ = ("epoch", "refs")
+
+    def __init__(self) -> None:
+        self.refs: dict[str, ActorRef] = {}
+        self.epoch = 0
 
 
-class Owners(NamedTuple):
-    """Answer {conversation_id: Owner | None} for every live actor."""
+class Seams:
+    """Test seams: hooks called between two steps of a race, None in production.
 
+    ``after_idle_answer(cid)`` runs in the supervisor's thread between an actor's "I am
+    idle" answer and its unregistering; ``after_load(cid)`` runs in the obtaining thread
+    between the restore's load and its spawn; ``on_look_again(cid)`` runs in the obtaining
+    thread when an activation answered ``Retiring``.
+    """
 
-class ReleaseAllForJob(NamedTuple):
-    job_id: str
-
-
-class Forget(NamedTuple):
-    """Stop and drop an actor whatever its state (used by remove and shutdown)."""
-
-    conversation_id: str
-
-
-class StopAll(NamedTuple):
-    pass
+    def __init__(
+        self,
+        after_idle_answer: Callable[[str], None] | None = None,
+        after_load: Callable[[str], None] | None = None,
+        on_look_again: Callable[[str], None] | None = None,
+    ) -> None:
+        self.after_idle_answer = after_idle_answer
+        self.after_load = after_load
+        self.on_look_again = on_look_again
 
 
 class Supervisor(pykka.ThreadingActor):
     """Owns ``{conversation_id: ActorRef}``; caps live actors, evicting idle ones LRU first."""
 
+    use_daemon_thread = True
+
     def __init__(
-        self,
-        clock: Clock,
-        max_live: int,
-        mirror: dict[str, pykka.ActorRef[ConversationActor]] | None = None,
+        self, clock: Clock, max_live: int, mirror: Mirror, seams: Seams | None = None
     ) -> None:
         super().__init__()
         self.clock = clock
         self.max_live = max_live
-        self.live: OrderedDict[str, pykka.ActorRef[ConversationActor]] = OrderedDict()
-        # A read-only view for the service's hot path; written here only, one atomic dict
-        # operation at a time.
-        self.mirror = mirror if mirror is not None else {}
+        self.live: OrderedDict[str, ActorRef] = OrderedDict()
+        self.mirror = mirror
+        self.seams = seams or Seams()
+        self.retired: OrderedDict[str, tuple[int, int]] = OrderedDict()  # (epoch, version)
+        self.retired_floor = 0
 
     def on_receive(self, message: Any) -> Any:
         match message:
             case Lookup(conversation_id):
                 return self._lookup(conversation_id)
-            case Spawn(context):
-                return self._spawn(context)
+            case Forward(conversation_id, request):
+                return self._forward(conversation_id, request)
+            case Spawn(context, epoch, request):
+                return self._spawn(context, epoch, request)
             case Evict(conversation_id, expired_only):
                 return self._evict(conversation_id, expired_only)
             case Sweep():
@@ -89,15 +121,15 @@ class Supervisor(pykka.ThreadingActor):
                 return self._owners()
             case ReleaseAllForJob(job_id):
                 return self._release_all_for_job(job_id)
-            case Forget(conversation_id):
-                return self._forget(conversation_id)
+            case Drop(conversation_id, reason):
+                return self._drop(conversation_id, reason)
             case StopAll():
-                for conversation_id in list(self.live):
-                    self._forget(conversation_id)
-                return None
+                return self._stop_all()
         raise TypeError(f"Supervisor got an unknown message {message!r}")
 
-    def _lookup(self, conversation_id: str) -> pykka.ActorRef[ConversationActor] | None:
+    # -- the registry -----------------------------------------------------------------------
+
+    def _lookup(self, conversation_id: str) -> ActorRef | None:
         ref = self.live.get(conversation_id)
         if ref is None:
             return None
@@ -108,17 +140,63 @@ class Supervisor(pykka.ThreadingActor):
         self.live.move_to_end(conversation_id)
         return ref
 
-    def _spawn(self, context: ConversationContext) -> pykka.ActorRef[ConversationActor]:
+    def _forward(self, conversation_id: str, request: Acquire) -> Forwarded | None:
+        ref = self._lookup(conversation_id)
+        if ref is None:
+            return None
+        try:
+            return Forwarded(ref, ref.ask(request, block=False))
+        except pykka.ActorDeadError:
+            self._unregister(conversation_id)
+            return None
+
+    def _spawn(
+        self, context: ConversationContext, epoch: int, request: Acquire
+    ) -> Forwarded | Reload:
         conversation_id = context.conversation_id or ""
-        existing = self._lookup(conversation_id)
+        existing = self._forward(conversation_id, request)
         if existing is not None:
-            return existing  # another caller won the race; its context is the live one
+            return existing  # another caller won the race; its context is live
+        if self._stale(conversation_id, epoch, context.stored_version):
+            return Reload()  # retired since the caller loaded, at a newer version
         if len(self.live) >= self.max_live:
             self._evict_lru()
         ref = ConversationActor.start(context, self.clock)
         self.live[conversation_id] = ref
-        self.mirror[conversation_id] = ref
+        self.mirror.refs[conversation_id] = ref
+        return Forwarded(ref, ref.ask(request, block=False))
+
+    def _stale(self, conversation_id: str, epoch: int, loaded_version: int) -> bool:
+        seen = self.retired.get(conversation_id)
+        if seen is None:
+            return self.retired_floor > epoch  # forgotten: assume the worst
+        retired_at, version = seen
+        return retired_at > epoch and version > loaded_version
+
+    def _retire(self, conversation_id: str, version: int = _UNKNOWN) -> None:
+        self.mirror.epoch += 1
+        self.retired[conversation_id] = (self.mirror.epoch, version)
+        self.retired.move_to_end(conversation_id)
+        while len(self.retired) > _RETIREMENTS_KEPT:
+            _, (oldest, _) = self.retired.popitem(last=False)
+            self.retired_floor = max(self.retired_floor, oldest)
+
+    def _unregister(self, conversation_id: str, version: int = _UNKNOWN) -> ActorRef | None:
+        """Drop the actor from the registry and its mirror (it is not stopped)."""
+        self.mirror.refs.pop(conversation_id, None)
+        ref = self.live.pop(conversation_id, None)
+        if ref is not None:
+            self._retire(conversation_id, version)
         return ref
+
+    def _forget(self, conversation_id: str, version: int = _UNKNOWN) -> bool:
+        ref = self._unregister(conversation_id, version)
+        if ref is None:
+            return False
+        ref.stop()
+        return True
+
+    # -- eviction ---------------------------------------------------------------------------
 
     def _evict_lru(self) -> None:
         for conversation_id in list(self.live):
@@ -131,27 +209,19 @@ class Supervisor(pykka.ThreadingActor):
         if ref is None:
             return False
         try:
-            idle = ref.ask(StopIfIdle(expired_only), block=True)
+            answer: Idle | Busy = ref.ask(StopIfIdle(expired_only), block=True)
         except pykka.ActorDeadError:
-            idle = True
-        if idle:
-            self._forget(conversation_id)
-        return bool(idle)
-
-    def _unregister(self, conversation_id: str) -> pykka.ActorRef[ConversationActor] | None:
-        """Drop the actor from the registry and its mirror; it is not stopped."""
-        self.mirror.pop(conversation_id, None)
-        return self.live.pop(conversation_id, None)
-
-    def _forget(self, conversation_id: str) -> bool:
-        ref = self._unregister(conversation_id)
-        if ref is None:
+            answer = Idle(_UNKNOWN)
+        if isinstance(answer, Busy):
             return False
-        ref.stop()
+        if self.seams.after_idle_answer is not None:
+            self.seams.after_idle_answer(conversation_id)
+        self._forget(conversation_id, answer.stored_version)
         return True
 
     def _sweep(self) -> int:
-        """Evict every unowned actor whose retention ran out; never touches a store."""
+        """Evict every unowned actor whose retention ran out (failing expired waiters on
+        the way); never touches a store."""
         evicted = 0
         for conversation_id in list(self.live):
             try:
@@ -159,6 +229,16 @@ class Supervisor(pykka.ThreadingActor):
             except Exception:  # one bad actor must not stop the sweep
                 logger.exception("sweep failed on conversation {}", conversation_id)
         return evicted
+
+    def _drop(self, conversation_id: str, reason: str) -> None:
+        ref = self._unregister(conversation_id)
+        if ref is None:
+            self._retire(conversation_id)  # a restore racing a delete must reload too
+            return
+        with contextlib.suppress(pykka.ActorDeadError):
+            ref.tell(Doom(reason))
+
+    # -- queries and shutdown ---------------------------------------------------------------
 
     def _owners(self) -> dict[str, Owner | None]:
         owners: dict[str, Owner | None] = {}
@@ -173,18 +253,21 @@ class Supervisor(pykka.ThreadingActor):
         released = []
         for conversation_id, ref in list(self.live.items()):
             try:
-                outcome = ref.ask(ReleaseForJob(job_id), block=True)
+                outcome: Released = ref.ask(ReleaseForJob(job_id), block=True)
             except pykka.ActorDeadError:
                 continue
-            if outcome != "not_owner":
+            if outcome.owned:
                 released.append(conversation_id)
                 self._evict(conversation_id, expired_only=False)
         return released
 
-    def on_stop(self) -> None:
+    def _stop_all(self) -> None:
         for conversation_id in list(self.live):
             self._forget(conversation_id)
 
+    def on_stop(self) -> None:
+        self._stop_all()
+
     def on_failure(self, *exc_info: Any) -> None:
         logger.error("supervisor failed; stopping its {} conversation actors", len(self.live))
-        self.on_stop()
+        self._stop_all()

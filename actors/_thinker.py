@@ -7,12 +7,13 @@ import secrets
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from parlour.runtime import DeclaredTool, Depth, Grade, Message, OutputSize, Transcript
+from parlour.runtime import DeclaredTool, Depth, Grade, OutputSize, Transcript
+from parlour.runtime.snapshots import MessageSnapshot
 
 
 @runtime_checkable
 class Thinker(Protocol):
-    """What ``ConversationService`` needs of a job (D21)."""
+    """What ``ConversationService`` needs of a job."""
 
     job_id: str
     user_id: str
@@ -67,7 +68,7 @@ class BasicThinker:
         self.retain_duration = retain_duration
         self.tools = list(tools)
         self.cancelled: str | None = None
-        self._kept: list[Message] | None = None
+        self._kept: list[MessageSnapshot] | None = None
         self._conversation_id: str | None = None
         self._minted = False
 
@@ -98,13 +99,14 @@ class BasicThinker:
     def cancel_workflow(self, reason: str) -> None:
         self.cancelled = reason
 
-    def keep_transcript(self, messages: Sequence[Message]) -> None:
-        """Called by the conversation's actor at release with the messages as they were."""
+    def keep_transcript(self, messages: Sequence[MessageSnapshot]) -> None:
+        """Called by the service in the releasing thread with the conversation's messages
+        as they were at release (frozen snapshots: later edits cannot leak in)."""
         self._kept = list(messages)
 
     def transcript(self) -> str | None:
         """The conversation as it was at this thinker's last release, for a reader other
-        than the model (B109); None before the thinker has run."""
+        than the model; None before the thinker has run."""
         if self._kept is None:
             return None
-        return Transcript.render_messages(self._kept)
+        return Transcript.render_messages(s.to_message(None) for s in self._kept)

@@ -1,0 +1,261 @@
+"""The obtain side of ``ConversationService``: find or restore the activation, ask it for
+the lease, and hand back a future (or, for asyncio, a coroutine) of the grant.
+
+Single activation is enforced here and in the actors: an activation that answers
+``Retiring`` (or is dead) is looked up again through the supervisor; a restore reads the
+supervisor's retirement epoch before it loads, and ``Spawn`` answers ``Reload`` when the
+conversation retired since at a newer version, so stale state is never installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import itertools
+import threading
+from typing import Any
+
+import pykka
+from loguru import logger
+
+from parlour.actors._conversation import ConversationActor
+from parlour.actors._messages import (
+    Acquire,
+    Delivery,
+    Forward,
+    Forwarded,
+    FutureDelivery,
+    GiveUp,
+    Granted,
+    LoopDelivery,
+    Owner,
+    Queued,
+    Retiring,
+    Spawn,
+)
+from parlour.actors._obtain import Obtaining, Waiting, wait_async
+from parlour.actors._supervisor import Mirror, Seams
+from parlour.actors._thinker import Thinker
+from parlour.runtime import Clock, ConversationContext, ResponseHandler
+from parlour.runtime.errors import ConversationUnavailableError, IllegalStateError
+from parlour.stores import PersistentStore, SessionStore
+
+_tokens = itertools.count(1)
+_ATTEMPTS = 16  # an activation retired between lookup and acquire: look again, this often
+ActorRef = pykka.ActorRef[ConversationActor]
+
+
+def seconds(value: dt.timedelta | float) -> float:
+    return value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
+
+
+def shutting_down() -> IllegalStateError:
+    return IllegalStateError("ConversationService is shutting down")
+
+
+def _abandon_entry(done: asyncio.Future[tuple[ActorRef, Acquire, Granted | Queued]]) -> None:
+    """An async obtain cancelled while its acquire was in flight: give up whatever it got
+    (a grant is released, a queued request leaves the queue)."""
+    if done.cancelled() or done.exception() is not None:
+        return
+    ref, request, _ = done.result()
+    with contextlib.suppress(pykka.ActorDeadError):
+        ref.tell(GiveUp(request.owner.token, release_if_granted=True))
+
+
+class Activations:
+    """The obtain half of ``ConversationService`` (a base class; it holds no state of its
+    own). Thread-safety: every method from any thread."""
+
+    store: PersistentStore | None
+    session: SessionStore | None
+    clock: Clock
+    conversation_timeout_s: float
+    _seams: Seams
+    _stopping: threading.Event
+    _mirror: Mirror
+    _live: dict[str, ActorRef]
+    _held: dict[tuple[str, str], tuple[ConversationContext, ActorRef]]
+    _supervisor: pykka.ActorRef[Any]
+
+    def obtain_conversation(
+        self,
+        conversation_id: str | None,
+        thinker: Thinker,
+        handler: ResponseHandler | None = None,
+        must_exist: bool | None = None,
+    ) -> Obtaining:
+        """A future of the conversation, owned by ``thinker`` once it completes.
+
+        ``conversation_id`` defaults to the thinker's; ``must_exist`` defaults to True for an
+        adopted id. The future fails with ``ConversationUnavailableError`` when no store
+        holds a ``must_exist`` conversation, or when the current owner keeps it past
+        ``conversation_timeout_s`` (the message names the owner); with ``IllegalStateError``
+        after ``stop()``; with ``PermissionError`` for another user's conversation, at once
+        and the same in every state. Refusals are failed futures, never raised by this
+        call. ``Obtaining.cancel()`` or a shorter ``get(timeout)`` gives the obtain up.
+        """
+        cid = conversation_id or thinker.conversation_id
+        delivery = FutureDelivery()
+        try:
+            ref, request, answer = self._enter(cid, thinker, handler, must_exist, delivery)
+        except Exception as exc:
+            if not isinstance(exc, (ConversationUnavailableError, PermissionError, LookupError)):
+                logger.opt(exception=exc).error("obtain failed for {}", cid)
+            return Obtaining.refused(exc)
+        if isinstance(answer, Granted):
+            self._hold(cid, thinker.job_id, answer.context, ref)
+            return Obtaining.ready(answer.context)
+        return Obtaining(self._waiting(ref, cid, request, thinker), delivery)
+
+    async def obtain_async(
+        self,
+        conversation_id: str | None,
+        thinker: Thinker,
+        handler: ResponseHandler | None = None,
+        must_exist: bool | None = None,
+    ) -> ConversationContext:
+        """``obtain_conversation`` for asyncio: the grant completes an asyncio future from
+        the actor's thread (no thread is parked per waiter); the lookup and any store load
+        run in the default executor. Cancelling the task gives the obtain up: it is never
+        granted, and a grant that raced the cancel is released.
+
+        Raises:
+            The same errors ``obtain_conversation``'s future fails with.
+        """
+        cid = conversation_id or thinker.conversation_id
+        delivery = LoopDelivery(asyncio.get_running_loop())
+        entering = asyncio.ensure_future(
+            asyncio.to_thread(self._enter, cid, thinker, handler, must_exist, delivery)
+        )
+        try:
+            ref, request, answer = await asyncio.shield(entering)
+        except asyncio.CancelledError:
+            entering.add_done_callback(_abandon_entry)
+            raise
+        if isinstance(answer, Granted):
+            self._hold(cid, thinker.job_id, answer.context, ref)
+            return answer.context
+        return await wait_async(self._waiting(ref, cid, request, thinker), delivery)
+
+    def _waiting(self, ref: ActorRef, cid: str, request: Acquire, thinker: Thinker) -> Waiting:
+        return Waiting(
+            ref,
+            cid,
+            request.owner,
+            request.deadline,
+            request.timeout_s,
+            self.clock,
+            lambda context: self._hold(cid, thinker.job_id, context, ref),
+        )
+
+    def _enter(
+        self,
+        cid: str,
+        thinker: Thinker,
+        handler: ResponseHandler | None,
+        must_exist: bool | None,
+        delivery: Delivery,
+    ) -> tuple[ActorRef, Acquire, Granted | Queued]:
+        """Find or restore the activation and ask it for the lease, looking again while
+        the activations it reaches are retiring or dead."""
+        if self._stopping.is_set():
+            logger.error("[ConvSvc] Shutting down, dropping request for {}", cid)
+            raise shutting_down()
+        if must_exist is None:
+            must_exist = cid != thinker.job_id and not thinker.is_conversation_minted()
+        owner = Owner(thinker.job_id, thinker.user_id, thinker.workflow_id, thinker, next(_tokens))
+        timeout_s = self.conversation_timeout_s
+        request = Acquire(
+            owner,
+            self.clock.now() + timeout_s,
+            seconds(thinker.retain_duration),
+            timeout_s,
+            delivery,
+        )
+        ref = self._live.get(cid)
+        if ref is not None:  # the lock-free fast path
+            answer = self._answer(cid, ref.ask(request, block=False))
+            if answer is not None:
+                return ref, request, answer
+        for _ in range(_ATTEMPTS):
+            forwarded = self._supervisor_ask(Forward(cid, request))
+            if forwarded is None:
+                forwarded = self._activate(cid, thinker, handler, must_exist, request)
+            if forwarded is not None:
+                answer = self._answer(cid, forwarded.reply)
+                if answer is not None:
+                    return forwarded.ref, request, answer
+        raise ConversationUnavailableError(f"Conversation {cid} kept being evicted.")
+
+    def _answer(self, cid: str, reply: pykka.Future[Any]) -> Granted | Queued | None:
+        """The activation's answer to the acquire; None when it is retiring or dead.
+
+        Raises:
+            PermissionError: the conversation belongs to another user.
+        """
+        try:
+            answer: Granted | Queued | Retiring = reply.get()
+        except pykka.ActorDeadError:
+            answer = Retiring()
+        if not isinstance(answer, Retiring):
+            return answer
+        if self._seams.on_look_again is not None:
+            self._seams.on_look_again(cid)
+        return None
+
+    def _activate(
+        self,
+        cid: str,
+        thinker: Thinker,
+        handler: ResponseHandler | None,
+        must_exist: bool,
+        request: Acquire,
+    ) -> Forwarded | None:
+        """Restore (or create), spawn and forward; None when the load may be stale."""
+        epoch = self._mirror.epoch  # read before the load: see Supervisor
+        context = self._restore_or_create(cid, thinker, handler, must_exist)
+        if self._seams.after_load is not None:
+            self._seams.after_load(cid)
+        answer = self._supervisor_ask(Spawn(context, epoch, request))
+        return answer if isinstance(answer, Forwarded) else None
+
+    def _supervisor_ask(self, message: Any) -> Any:
+        try:
+            return self._supervisor.ask(message, block=True)
+        except pykka.ActorDeadError as exc:
+            raise shutting_down() from exc
+
+    def _restore_or_create(
+        self, cid: str, thinker: Thinker, handler: ResponseHandler | None, must_exist: bool
+    ) -> ConversationContext:
+        temporary = cid == thinker.job_id
+        context = None if temporary else self._load(cid, thinker, handler)
+        if context is None:
+            if must_exist:
+                raise ConversationUnavailableError(
+                    f"Cannot resume conversation {cid}: it is not in memory and no store holds it."
+                )
+            context = ConversationContext(cid, user_id=thinker.user_id, temporary=temporary)
+        else:
+            context.add_tools(thinker.build_tool_definition_blocks())
+        context.temporary = temporary  # identity decides, never a stored or settable flag
+        context.grade = thinker.grade
+        context.depth = thinker.depth
+        context.output_declaration = thinker.output_declaration
+        context.interactive = thinker.interactive
+        return context
+
+    def _load(
+        self, cid: str, thinker: Thinker, handler: ResponseHandler | None
+    ) -> ConversationContext | None:
+        snapshot = self.session.get(cid, thinker.user_id) if self.session else None
+        if snapshot is None and self.store is not None:
+            snapshot = self.store.load(cid, thinker.user_id, thinker)
+        return None if snapshot is None else snapshot.to_conversation(handler)
+
+    def _hold(self, cid: str, job_id: str, context: ConversationContext, ref: ActorRef) -> None:
+        """Remember what the job holds, and which activation granted it: the release goes
+        to that activation even after it was unregistered (a doomed one stops then)."""
+        self._held[(cid, job_id)] = (context, ref)

@@ -1,0 +1,305 @@
+"""Every message the actors exchange, and the typed answers they give.
+
+A conversation actor answers ``Acquire`` with ``Granted``, ``Queued`` or ``Retiring`` (or
+raises ``PermissionError`` to the asker); ``GiveUp`` with ``Granted`` or ``GaveUp``;
+``Release`` with ``Released``; ``QueryHolder`` with ``Holder``. The supervisor answers
+``Forward`` with ``Forwarded`` or None, ``Spawn`` with ``Forwarded`` or ``Reload``.
+No answer is a bare string or tuple.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+from typing import Any, NamedTuple, Protocol
+
+import pykka
+from loguru import logger
+
+from parlour.actors._thinker import Thinker
+from parlour.runtime import ConversationContext
+from parlour.runtime.errors import ConversationUnavailableError
+
+# -- delivery of a queued grant -------------------------------------------------------------
+
+
+class Delivery(Protocol):
+    """How a conversation actor hands a queued grant (or a failure) to a waiter.
+
+    Both methods run in the actor's thread and never block. ``grant`` answers False when the
+    waiter can no longer take the lease (its event loop is closed); the actor then grants
+    the next waiter instead.
+    """
+
+    def prepare(self) -> None:
+        """Called by the actor when the request is queued, before it answers ``Queued``."""
+        ...
+
+    def grant(self, context: ConversationContext) -> bool: ...
+
+    def fail(self, exc: BaseException) -> None: ...
+
+
+class FutureDelivery:
+    """Delivers into a ``pykka.ThreadingFuture`` that a waiting thread blocks on; the future
+    is made only when the request is queued (a grant at once needs none)."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self) -> None:
+        self._future: pykka.ThreadingFuture[ConversationContext] | None = None
+
+    @property
+    def future(self) -> pykka.ThreadingFuture[ConversationContext]:
+        assert self._future is not None, "read only after a Queued answer"
+        return self._future
+
+    def prepare(self) -> None:
+        self._future = pykka.ThreadingFuture()
+
+    def grant(self, context: ConversationContext) -> bool:
+        try:
+            self.future.set(context)
+        except queue.Full:  # the waiter was cancelled first: it must not get the lease
+            return False
+        return True
+
+    def fail(self, exc: BaseException) -> None:
+        with contextlib.suppress(queue.Full):  # already completed: the first outcome stands
+            self.future.set_exception((type(exc), exc, None))
+
+
+class LoopDelivery:
+    """Delivers into an asyncio future through its loop (``call_soon_threadsafe``): no
+    thread is parked per waiter."""
+
+    __slots__ = ("future", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.future: asyncio.Future[ConversationContext] = loop.create_future()
+
+    def prepare(self) -> None:
+        pass
+
+    def grant(self, context: ConversationContext) -> bool:
+        return self._call(_set_result, context)
+
+    def fail(self, exc: BaseException) -> None:
+        self._call(_set_exception, exc)
+
+    def _call(self, fn: object, value: object) -> bool:
+        try:
+            self.loop.call_soon_threadsafe(fn, self.future, value)  # type: ignore[arg-type]
+        except RuntimeError:  # the loop is closed: nobody is there to take it
+            logger.debug("an asyncio waiter's loop is closed; skipping it")
+            return False
+        return True
+
+
+def _set_result(future: asyncio.Future[ConversationContext], value: ConversationContext) -> None:
+    if not future.done():  # a cancelled waiter: its cancel path releases the lease
+        future.set_result(value)
+
+
+def _set_exception(future: asyncio.Future[ConversationContext], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
+
+
+# -- to a conversation actor ------------------------------------------------------------------
+
+
+class Owner(NamedTuple):
+    """Who holds the lease: the job, its user and workflow, the thinker, a unique token."""
+
+    job_id: str
+    user_id: str
+    workflow_id: str
+    thinker: Thinker | None
+    token: int
+
+
+class Acquire(NamedTuple):
+    """Ask for the lease; a busy conversation queues ``delivery`` until handoff."""
+
+    owner: Owner
+    deadline: float  # on the service's clock: after it the waiter has given up
+    retain_s: float
+    timeout_s: float
+    delivery: Delivery | None = None
+
+
+class GiveUp(NamedTuple):
+    """The waiter ``token`` gives up. With ``release_if_granted`` a grant that raced the
+    give-up is released (the caller never sees it); without, it is answered ``Granted``."""
+
+    token: int
+    release_if_granted: bool = False
+
+
+class Release(NamedTuple):
+    """``released_at`` is the releaser's clock reading: retention counts from the release
+    call, not from when the actor got to it (None: the actor's own reading)."""
+
+    job_id: str
+    retain_s: float
+    released_at: float | None = None
+
+
+class ReleaseForJob(NamedTuple):
+    job_id: str
+
+
+class QueryOwner(NamedTuple):
+    pass
+
+
+class QueryHolder(NamedTuple):
+    """Answered with ``Holder``."""
+
+
+class StopIfIdle(NamedTuple):
+    """Answer ``Idle`` and from then on refuse every acquire (``Retiring``) when unowned with
+    nobody waiting (and, with ``expired_only``, past retention); else ``Busy``. Expired
+    waiters are failed first."""
+
+    expired_only: bool = False
+
+
+class Doom(NamedTuple):
+    """The activation must not be served again (its record was deleted, or a save found it
+    stale): fail the waiters, refuse every later acquire, stop once unowned."""
+
+    reason: str
+
+
+class NotifyIdle(NamedTuple):
+    future: pykka.Future[None]
+
+
+# -- answers from a conversation actor --------------------------------------------------------
+
+
+class Granted(NamedTuple):
+    context: ConversationContext
+
+
+class Queued(NamedTuple):
+    """The request waits; its delivery completes at handoff."""
+
+
+class Retiring(NamedTuple):
+    """This activation has agreed to stop: look the conversation up again (never a grant)."""
+
+
+class GaveUp(NamedTuple):
+    """The waiter was removed; ``owner_job`` held the lease at the time (None: nobody)."""
+
+    owner_job: str | None
+
+
+class Released(NamedTuple):
+    """``owned``: the releaser held the lease. ``evict``: nobody took it over and the
+    retention is zero, so the caller should evict now."""
+
+    owned: bool
+    evict: bool = False
+
+
+class Idle(NamedTuple):
+    """The activation agreed to stop; ``stored_version`` is the last version its owners
+    saved (every acknowledged save of this activation is at or below it)."""
+
+    stored_version: int
+
+
+class Busy(NamedTuple):
+    """Owned or waited for (or not yet expired): not stopping."""
+
+
+class Holder(NamedTuple):
+    owner: Owner | None
+    user_id: str | None
+
+
+# -- to the supervisor --------------------------------------------------------------------------
+
+
+class Lookup(NamedTuple):
+    conversation_id: str
+
+
+class Forward(NamedTuple):
+    """Send ``request`` to the live activation from the supervisor's thread, so it is in
+    the activation's mailbox before any eviction the supervisor asks later: answered
+    ``Forwarded``, or None when no activation is live."""
+
+    conversation_id: str
+    request: Acquire
+
+
+class Spawn(NamedTuple):
+    """Install ``context`` unless an actor is live, then forward ``request`` to the
+    activation (``Forwarded``); ``epoch`` is the supervisor's retirement count read before
+    the context was loaded (``Reload`` when the load may be stale)."""
+
+    context: ConversationContext
+    epoch: int
+    request: Acquire
+
+
+class Forwarded(NamedTuple):
+    """The activation and the future of its answer to the forwarded ``Acquire``."""
+
+    ref: pykka.ActorRef[Any]  # a ConversationActor's (that module imports this one)
+    reply: pykka.Future[Any]
+
+
+class Reload(NamedTuple):
+    """An activation of this conversation retired (or its record was deleted) after the
+    caller loaded it: the loaded state may be stale, load again."""
+
+
+class Evict(NamedTuple):
+    conversation_id: str
+    expired_only: bool = False
+
+
+class Sweep(NamedTuple):
+    pass
+
+
+class Owners(NamedTuple):
+    """Answer {conversation_id: Owner | None} for every live actor."""
+
+
+class ReleaseAllForJob(NamedTuple):
+    job_id: str
+
+
+class Drop(NamedTuple):
+    """Unregister the conversation's activation at once and doom it (see ``Doom``); record
+    a retirement even when none is live, so a restore racing this never installs."""
+
+    conversation_id: str
+    reason: str
+
+
+class StopAll(NamedTuple):
+    pass
+
+
+def timeout_error(
+    conversation_id: str, timeout_s: float, owner_job: str | None
+) -> ConversationUnavailableError:
+    return ConversationUnavailableError(
+        f"Timed out after {round(timeout_s * 1000)}ms waiting for conversation "
+        f"{conversation_id} (owned by {owner_job or 'nobody'})"
+    )
+
+
+def foreign(conversation_id: str, user_id: str) -> PermissionError:
+    """The one refusal a foreign user gets, whatever state the conversation is in."""
+    return PermissionError(f"User {user_id} does not own conversation {conversation_id}")

@@ -1,0 +1,184 @@
+"""The waiting side of an obtain: the future ``obtain_conversation`` returns, and the
+asyncio wait of ``obtain_async``. Both give up through the one ``GiveUp`` path, so a waiter
+that gave up is never granted, and a grant that raced the give-up is released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any, cast
+
+import pykka
+
+from parlour.actors._conversation import ConversationActor
+from parlour.actors._messages import (
+    FutureDelivery,
+    GaveUp,
+    GiveUp,
+    Granted,
+    LoopDelivery,
+    Owner,
+    timeout_error,
+)
+from parlour.runtime import Clock, ConversationContext
+from parlour.runtime.errors import ConversationUnavailableError
+
+ActorRef = pykka.ActorRef[ConversationActor]
+
+
+def cancelled_error(conversation_id: str) -> ConversationUnavailableError:
+    return ConversationUnavailableError(
+        f"The obtain of conversation {conversation_id} was cancelled."
+    )
+
+
+class Waiting:
+    """A queued acquire: the actor, the request's identity and deadline, its delivery."""
+
+    __slots__ = ("clock", "conversation_id", "deadline", "on_grant", "owner", "ref", "timeout_s")
+
+    def __init__(
+        self,
+        ref: ActorRef,
+        conversation_id: str,
+        owner: Owner,
+        deadline: float,
+        timeout_s: float,
+        clock: Clock,
+        on_grant: Callable[[ConversationContext], None],
+    ) -> None:
+        self.ref = ref
+        self.conversation_id = conversation_id
+        self.owner = owner
+        self.deadline = deadline
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.on_grant = on_grant
+
+    def left(self) -> float:
+        return max(self.deadline - self.clock.now(), 0.0)
+
+    def give_up(self, release_if_granted: bool) -> Granted | GaveUp:
+        """Tell the actor this waiter gives up; its answer says whether it was granted."""
+        try:
+            answer: Granted | GaveUp = self.ref.ask(
+                GiveUp(self.owner.token, release_if_granted), block=True
+            )
+        except pykka.ActorDeadError as exc:
+            raise ConversationUnavailableError(
+                f"Conversation {self.conversation_id} was stopped while waited for."
+            ) from exc
+        return answer
+
+    def timed_out(self) -> ConversationContext:
+        """The service's deadline passed: a grant that beat the give-up still counts."""
+        answer = self.give_up(release_if_granted=False)
+        if isinstance(answer, Granted):
+            return answer.context
+        raise timeout_error(self.conversation_id, self.timeout_s, answer.owner_job)
+
+
+class Obtaining(pykka.ThreadingFuture[ConversationContext]):
+    """The future ``obtain_conversation`` returns.
+
+    ``get(timeout)`` waits for the grant; a ``timeout`` shorter than the service's gives the
+    obtain up (``pykka.Timeout``), exactly like ``cancel()``: the waiter leaves the queue and
+    is never granted, and a grant that raced it is released. After that, ``get`` raises
+    ``ConversationUnavailableError``. Thread-safety: ``get`` and ``cancel`` from any thread.
+    """
+
+    def __init__(self, waiting: Waiting | None = None, delivery: FutureDelivery | None = None):
+        super().__init__()
+        self._waiting = waiting
+        self._delivery = delivery
+        if waiting is not None:  # a completed obtain (the fast path) needs no locks
+            self._lock = threading.Lock()  # one get at a time
+            self._decide = threading.Lock()  # cancel and a completing get: one outcome wins
+        self._cancelled = False
+        self._outcome: Any = None
+
+    @classmethod
+    def ready(cls, context: ConversationContext) -> Obtaining:
+        done = cls()
+        done.set(context)
+        return done
+
+    @classmethod
+    def refused(cls, exc: BaseException) -> Obtaining:
+        done = cls()
+        done.set_exception((type(exc), exc, None))
+        return done
+
+    def get(self, *, timeout: float | None = None) -> ConversationContext:
+        if self._waiting is None:
+            return cast(ConversationContext, super().get(timeout=timeout))
+        with self._lock:
+            return self._wait(self._waiting, timeout)
+
+    def _wait(self, waiting: Waiting, timeout: float | None) -> ConversationContext:
+        if self._cancelled:
+            raise cancelled_error(waiting.conversation_id)
+        if self._outcome is not None:
+            return self._outcome  # type: ignore[no-any-return]
+        left = waiting.left()
+        own = timeout is not None and timeout < left
+        assert self._delivery is not None
+        try:
+            context: ConversationContext = self._delivery.future.get(
+                timeout=timeout if own else left
+            )
+        except pykka.Timeout:
+            if own:
+                self.cancel()
+                raise
+            context = waiting.timed_out()
+        with self._decide:
+            if self._cancelled:  # cancel won: its GiveUp releases the grant
+                raise cancelled_error(waiting.conversation_id)
+            self._outcome = context
+        waiting.on_grant(context)
+        return context
+
+    def cancel(self) -> bool:
+        """Give the obtain up; True unless it had already completed for the caller."""
+        waiting = self._waiting
+        if waiting is None:
+            return False
+        with self._decide:
+            if self._outcome is not None or self._cancelled:
+                return False
+            self._cancelled = True
+        assert self._delivery is not None
+        self._delivery.fail(cancelled_error(waiting.conversation_id))
+        with contextlib.suppress(pykka.ActorDeadError):
+            waiting.ref.tell(GiveUp(waiting.owner.token, release_if_granted=True))
+        return True
+
+
+async def wait_async(waiting: Waiting, delivery: LoopDelivery) -> ConversationContext:
+    """Await a queued grant on the event loop; cancellation gives up through ``GiveUp``."""
+    try:
+        done, _ = await asyncio.wait({delivery.future}, timeout=waiting.left())
+    except asyncio.CancelledError:
+        delivery.future.cancel()
+        _tell_give_up(waiting)
+        raise
+    if done:
+        context = delivery.future.result()
+        waiting.on_grant(context)
+        return context
+    try:
+        context = await asyncio.to_thread(waiting.timed_out)
+    except asyncio.CancelledError:
+        _tell_give_up(waiting)  # a grant that beat the give-up is released
+        raise
+    waiting.on_grant(context)
+    return context
+
+
+def _tell_give_up(waiting: Waiting) -> None:
+    with contextlib.suppress(pykka.ActorDeadError):
+        waiting.ref.tell(GiveUp(waiting.owner.token, release_if_granted=True))

@@ -1,0 +1,195 @@
+"""An ownership stress driver: many threads, few conversations, every eviction path at once.
+
+Used by the CI-sized test (tests/actors/test_ownership_stress.py) and the long form
+(benchmarks/ownership.py). Each turn obtains a conversation, checks it is the only owner
+(the overlap detector) and that it sees the last acknowledged turn (the stale-grant
+detector), appends one message, saves, and releases with a zero or short retention. Mixed
+in: same-job re-obtains, explicit evictions, force releases, a sweeper, and a live cap
+below the number of conversations. At the end the store is reopened and every
+acknowledged turn must be there exactly once, in order.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from pathlib import Path
+
+import msgspec
+
+from parlour.actors._service import ConversationService
+from parlour.actors._thinker import BasicThinker
+from parlour.stores import LmdbStore, MemorySessionCache
+
+
+class StressReport(msgspec.Struct, kw_only=True):
+    """What a run saw; ``violations`` lists every broken guarantee (empty: all held)."""
+
+    turns: int = 0
+    acknowledged: int = 0
+    eviction_attempts: int = 0
+    evictions: int = 0
+    force_releases: int = 0
+    reobtains: int = 0
+    seconds: float = 0.0
+    violations: list[str] = msgspec.field(default_factory=list)
+
+
+class _Ledger:
+    """Per-conversation detectors, under one lock (it guards the detectors, not the
+    conversations)."""
+
+    def __init__(self, users: dict[str, str]) -> None:
+        self.users = users  # conversation id -> its user
+        ids = list(users)
+        self.lock = threading.Lock()
+        self.inside = dict.fromkeys(ids, 0)
+        self.acked: dict[str, list[str]] = {cid: [] for cid in ids}
+        self.report = StressReport()
+
+    def enter(self, cid: str, last_seen: str | None) -> None:
+        with self.lock:
+            self.inside[cid] += 1
+            self.report.turns += 1
+            if self.inside[cid] > 1:
+                self.report.violations.append(f"two owners of {cid}")
+            expected = self.acked[cid][-1] if self.acked[cid] else None
+            if last_seen != expected:
+                self.report.violations.append(f"{cid} granted stale: {last_seen} != {expected}")
+
+    def leave(self, cid: str) -> None:
+        with self.lock:
+            self.inside[cid] -= 1
+
+    def ack(self, cid: str, text: str) -> None:
+        with self.lock:
+            self.acked[cid].append(text)
+            self.report.acknowledged += 1
+
+    def violation(self, text: str) -> None:
+        with self.lock:
+            self.report.violations.append(text)
+
+
+def run_stress(
+    data_dir: Path,
+    *,
+    threads: int = 64,
+    conversations: int = 16,
+    turns_per_thread: int = 8,
+    seed: int = 0,
+    sync: bool = False,
+) -> StressReport:
+    """Run the mix; never raises for a broken guarantee (it is in ``violations``)."""
+    store = LmdbStore(data_dir, sync=sync)
+    service = ConversationService(
+        store,
+        MemorySessionCache(capacity=max(conversations // 4, 1)),
+        conversation_timeout_s=60,
+        cleanup_interval_s=0,
+        max_live=max(conversations // 2, 1),
+        shutdown_grace_s=1,
+    )
+    ledger = _Ledger(dict(_create(service, n) for n in range(conversations)))
+    ids = list(ledger.users)
+    stop_sweeping = threading.Event()
+    sweeper = threading.Thread(target=_sweep, args=(service, stop_sweeping), daemon=True)
+    start = time.perf_counter()
+    sweeper.start()
+    workers = [
+        threading.Thread(
+            target=_worker,
+            args=(service, ids, ledger, random.Random(seed * 1_000 + n), turns_per_thread, n),
+        )
+        for n in range(threads)
+    ]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    stop_sweeping.set()
+    sweeper.join()
+    ledger.report.seconds = time.perf_counter() - start
+    service.stop()
+    store.close()
+    _audit(data_dir, ledger)
+    return ledger.report
+
+
+def _create(service: ConversationService, n: int) -> tuple[str, str]:
+    thinker = BasicThinker(f"user-{n % 4}")
+    cid = thinker.mint_conversation_id()
+    context = service.obtain_conversation(None, thinker).get(timeout=30)
+    service.save_conversation(context, thinker)
+    service.release(thinker, retain=0)
+    return cid, thinker.user_id
+
+
+def _sweep(service: ConversationService, stop: threading.Event) -> None:
+    while not stop.wait(0.002):
+        service.sweep_expired()
+
+
+def _worker(
+    service: ConversationService,
+    ids: list[str],
+    ledger: _Ledger,
+    rng: random.Random,
+    turns: int,
+    n: int,
+) -> None:
+    for turn in range(turns):
+        cid = rng.choice(ids)
+        try:
+            _turn(service, ledger, rng, cid, f"w{n}-t{turn}")
+        except Exception as exc:
+            ledger.violation(f"turn on {cid} raised {exc!r}")
+        side = rng.random()
+        if side < 0.15:
+            ledger.report.eviction_attempts += 1
+            ledger.report.evictions += service.evict_conversation(rng.choice(ids))
+        elif side < 0.25:
+            _force_release(service, ledger, rng.choice(ids))
+
+
+def _turn(
+    service: ConversationService, ledger: _Ledger, rng: random.Random, cid: str, text: str
+) -> None:
+    thinker = BasicThinker(ledger.users[cid])
+    thinker.set_conversation_id(cid)
+    context = service.obtain_conversation(None, thinker).get(timeout=60)
+    messages = context.messages
+    ledger.enter(cid, messages[-1].raw_content if messages else None)
+    try:
+        if rng.random() < 0.2:  # the same job obtains again: the same context at once
+            ledger.report.reobtains += 1
+            if service.obtain_conversation(None, thinker).get(timeout=1) is not context:
+                ledger.violation(f"a re-obtain of {cid} got another context")
+        context.add_user_message(text)
+        service.save_conversation(context, thinker)
+        ledger.ack(cid, text)
+    finally:
+        ledger.leave(cid)
+        service.release(thinker, retain=rng.choice((0.0, 0.0, 0.001, 0.01)))
+
+
+def _force_release(service: ConversationService, ledger: _Ledger, cid: str) -> None:
+    try:
+        service.force_release(cid, ledger.users[cid])
+        ledger.report.force_releases += 1
+    except ValueError:
+        pass  # not live right now
+
+
+def _audit(data_dir: Path, ledger: _Ledger) -> None:
+    """Reopen the store: every acknowledged turn exactly once, in order."""
+    store = LmdbStore(data_dir)
+    try:
+        for cid, acked in ledger.acked.items():
+            snapshot = store.load(cid, ledger.users[cid])
+            stored = [m.raw_content for m in snapshot.messages] if snapshot else []
+            if stored != acked:
+                ledger.violation(f"{cid}: stored {len(stored)} turns, acknowledged {len(acked)}")
+    finally:
+        store.close()

@@ -1,0 +1,16 @@
+"""The ownership stress test, CI-sized: every eviction path while 64 threads contend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from parlour.actors._stress import run_stress
+
+
+def test_sixty_four_threads_with_every_eviction_path_never_see_two_owners_or_lose_a_turn(
+    tmp_path: Path,
+) -> None:
+    report = run_stress(tmp_path / "db", threads=64, conversations=16, turns_per_thread=6)
+    assert report.violations == []
+    assert report.turns == report.acknowledged == 64 * 6
+    assert report.eviction_attempts > 0 and report.force_releases > 0 and report.reobtains > 0

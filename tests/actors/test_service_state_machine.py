@@ -1,0 +1,212 @@
+"""A state machine over several users doing every service operation, foreign ones included:
+each user sees exactly their own conversations, as last released or saved, and nothing of
+anyone else's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from parlour.actors import BasicThinker, ConversationService
+from parlour.runtime import ConversationContext
+from parlour.runtime.errors import ConversationNotFoundError, ConversationUnavailableError
+from parlour.runtime.testing import FakeClock
+from parlour.stores import MemorySessionCache, MemoryStore
+
+USERS = ("alice", "bob", "carol")
+
+
+@dataclass
+class Model:
+    user: str
+    saved: list[str] | None = None  # None: no record
+    live: list[str] | None = None  # what the live activation holds; None: not live
+    holder: BasicThinker | None = None
+    context: ConversationContext | None = None
+    counter: int = field(default=0)
+
+
+def _texts(context: ConversationContext) -> list[str]:
+    return [m.raw_content for m in context.messages]
+
+
+class ServiceMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = FakeClock()
+        self.service = ConversationService(
+            MemoryStore(),
+            MemorySessionCache(),
+            clock=self.clock,
+            cleanup_interval_s=0,
+            conversation_timeout_s=0.5,
+            shutdown_grace_s=0.01,
+        )
+        self.model: dict[str, Model] = {}
+
+    def teardown(self) -> None:
+        self.service.stop()
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _exists(self, cid: str) -> bool:
+        m = self.model[cid]
+        return m.saved is not None or m.live is not None
+
+    def _pick(self, data: st.DataObject, *, held: bool | None = None) -> str:
+        ids = [  # in creation order: minted ids are random, their order is not
+            cid for cid, m in self.model.items() if held is None or (m.holder is not None) == held
+        ]
+        return data.draw(st.sampled_from(ids))
+
+    def _any(self, held: bool | None = None) -> bool:
+        return any(held is None or (m.holder is not None) == held for m in self.model.values())
+
+    # -- the owner's operations --------------------------------------------------------------
+
+    @rule(user=st.sampled_from(USERS))
+    def mint_and_obtain(self, user: str) -> None:
+        thinker = BasicThinker(user)
+        cid = thinker.mint_conversation_id()
+        context = self.service.obtain_conversation(None, thinker).get(timeout=2)
+        assert context.messages == []
+        self.model[cid] = Model(user, live=[], holder=thinker, context=context)
+
+    @precondition(lambda self: self._any(held=False))
+    @rule(data=st.data())
+    def obtain_own(self, data: st.DataObject) -> None:
+        cid = self._pick(data, held=False)
+        m = self.model[cid]
+        thinker = BasicThinker(m.user)
+        thinker.set_conversation_id(cid)
+        future = self.service.obtain_conversation(None, thinker)
+        expected = m.live if m.live is not None else m.saved
+        if expected is None:
+            with pytest.raises(ConversationUnavailableError):
+                future.get(timeout=2)
+            return
+        context = future.get(timeout=2)
+        assert _texts(context) == expected  # never stale, never another's
+        m.holder, m.context, m.live = thinker, context, list(expected)
+
+    @precondition(lambda self: self._any(held=True))
+    @rule(data=st.data(), save=st.booleans())
+    def add_turn(self, data: st.DataObject, save: bool) -> None:
+        m = self.model[self._pick(data, held=True)]
+        assert m.context is not None
+        m.counter += 1
+        m.context.add_user_message(f"{m.user} turn {m.counter}")
+        m.live = _texts(m.context)
+        if not save:
+            return
+        assert m.holder is not None
+        if m.saved is None and not m.holder.is_conversation_minted():
+            with pytest.raises(ConversationNotFoundError):  # an adopter only ever updates
+                self.service.save_conversation(m.context, m.holder)
+            return
+        self.service.save_conversation(m.context, m.holder)
+        m.saved = list(m.live)
+
+    @precondition(lambda self: self._any(held=True))
+    @rule(data=st.data(), keep=st.booleans())
+    def release(self, data: st.DataObject, keep: bool) -> None:
+        m = self.model[self._pick(data, held=True)]
+        assert m.holder is not None
+        self.service.release(m.holder, retain=60 if keep else 0)
+        assert m.holder.transcript() is not None
+        m.holder, m.context = None, None
+        if not keep:
+            m.live = None
+
+    @precondition(lambda self: self._any())
+    @rule(data=st.data())
+    def evict(self, data: st.DataObject) -> None:
+        cid = self._pick(data)
+        m = self.model[cid]
+        evictable = m.live is not None and m.holder is None
+        assert self.service.evict_conversation(cid) is evictable
+        if evictable:
+            m.live = None
+
+    @rule()
+    def sweep(self) -> None:
+        self.clock.advance(61)
+        idle = [m for m in self.model.values() if m.live is not None and m.holder is None]
+        assert self.service.sweep_expired() == len(idle)
+        for m in idle:
+            m.live = None
+
+    @precondition(lambda self: self._any(held=False))
+    @rule(data=st.data())
+    def remove_own(self, data: st.DataObject) -> None:
+        cid = self._pick(data, held=False)
+        self.service.remove_conversation(cid, self.model[cid].user)
+        del self.model[cid]
+
+    @precondition(lambda self: self._any())
+    @rule(data=st.data())
+    def force_release_own(self, data: st.DataObject) -> None:
+        cid = self._pick(data)
+        m = self.model[cid]
+        if m.live is None:
+            with pytest.raises(ValueError):
+                self.service.force_release(cid, m.user)
+            return
+        expected = m.holder.job_id if m.holder else None
+        assert self.service.force_release(cid, m.user) == expected
+
+    # -- a foreign user tries every door -------------------------------------------------------
+
+    @precondition(lambda self: self._any())
+    @rule(data=st.data(), door=st.sampled_from(["obtain", "force", "remove", "query"]))
+    def foreign(self, data: st.DataObject, door: str) -> None:
+        cid = self._pick(data)
+        m = self.model[cid]
+        stranger = data.draw(st.sampled_from([u for u in USERS if u != m.user]))
+        if door == "query":
+            assert self.service.owning_thinker(cid, stranger) is None
+            return
+        thinker = BasicThinker(stranger)
+        thinker.set_conversation_id(cid)
+        call: Callable[[], object] = {
+            "obtain": lambda: self.service.obtain_conversation(None, thinker).get(timeout=2),
+            "force": lambda: self.service.force_release(cid, stranger),
+            "remove": lambda: self.service.remove_conversation(cid, stranger),
+        }[door]
+        if self._exists(cid):
+            with pytest.raises(PermissionError, match=f"^User {stranger} does not own"):
+                call()
+        elif door == "remove":  # nothing is there: a no-op, as for an id never used
+            call()
+        else:  # nothing is there: indistinguishable from an id never used
+            with pytest.raises((ConversationUnavailableError, ValueError)):
+                call()
+
+    # -- what everyone sees --------------------------------------------------------------------
+
+    @invariant()
+    def stats_match_the_model(self) -> None:
+        stats = self.service.get_stats()
+        assert stats.total == sum(m.live is not None for m in self.model.values())
+        assert stats.owned == sum(m.holder is not None for m in self.model.values())
+
+    @invariant()
+    def each_owner_sees_only_their_own_holders(self) -> None:
+        for cid, m in self.model.items():
+            for user in USERS:
+                found = self.service.owning_thinker(cid, user)
+                assert found is (m.holder if user == m.user else None)
+
+
+ServiceMachine.TestCase.settings = settings(
+    max_examples=40,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_every_user_sees_exactly_their_own_conversations = ServiceMachine.TestCase
