@@ -1,0 +1,187 @@
+"""Model bindings and output budget resolution: how much the next call may answer.
+
+``resolve_output_budget`` is the single source of truth for the next call's output tokens.
+Three declaration layers and no default: the last outgoing message's
+``requested_output_tokens``, then the conversation's output declaration (a rung translated
+through the resolved spec, or a raw count), then the wired binding's declaration. Nothing
+declared anywhere is an error naming the seat. The result is capped at the model's ceiling.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from parlour.runtime._messages import OutgoingMessage
+from parlour.runtime._roles import Depth, Grade, OutputSize
+from parlour.runtime.blocks import TextBlock
+from parlour.runtime.errors import UncorrectableLLMError
+from parlour.runtime.models._catalog import ModelSpec
+
+if TYPE_CHECKING:
+    from parlour.runtime._context import ConversationContext
+
+OutputDeclaration = OutputSize | int
+
+
+class ModelBinding:
+    """A seat's model requirement (grade, depth, output), and the spec it resolved to.
+
+    A binding is live state: it is never persisted. A restored conversation has none until
+    the next turn attaches one (``ConversationContext.set_model_binding``) and resolves it.
+    Not thread-safe; it belongs to its conversation's owner.
+    """
+
+    def __init__(
+        self,
+        grade: Grade | None = None,
+        depth: Depth | None = None,
+        output_declaration: OutputDeclaration | None = None,
+        spec: ModelSpec | None = None,
+    ) -> None:
+        self.grade = grade
+        self.depth = depth
+        self.output_declaration = output_declaration
+        self.spec = spec
+        self.conversation: ConversationContext | None = None
+
+    @classmethod
+    def resolved(
+        cls,
+        spec: ModelSpec,
+        *,
+        depth: Depth | None = None,
+        output_declaration: OutputDeclaration | None = None,
+    ) -> ModelBinding:
+        """A binding already resolved on ``spec``, declaring ``depth`` and the output."""
+        return cls(spec.grade, depth, output_declaration, spec)
+
+    def resolve(self, spec: ModelSpec) -> None:
+        self.spec = spec
+
+    def is_resolved(self) -> bool:
+        return self.spec is not None
+
+    def __repr__(self) -> str:
+        spec_id = self.spec.id if self.spec is not None else None
+        return (
+            f"ModelBinding(grade={self.grade}, depth={self.depth}, "
+            f"output={self.output_declaration!r}, spec={spec_id!r})"
+        )
+
+
+def _seat(context: ConversationContext) -> str:
+    return f"Conversation {context.conversation_id or '(unnamed)'}"
+
+
+def get_model(context: ConversationContext) -> ModelSpec:
+    """The spec the conversation's binding resolved to.
+
+    Raises:
+        UncorrectableLLMError: no binding, or one not resolved yet.
+    """
+    binding = context.model_binding
+    if binding is None or binding.spec is None:
+        prior = f" (it was last served by {context.prior_spec_id})" if context.prior_spec_id else ""
+        raise UncorrectableLLMError(
+            f"{_seat(context)} has no resolved model{prior}: attach and resolve a "
+            "ModelBinding (set_model_binding) before the call."
+        )
+    return binding.spec
+
+
+def is_model_resolved(context: ConversationContext) -> bool:
+    binding = context.model_binding
+    return binding is not None and binding.spec is not None
+
+
+def served_spec_id(context: ConversationContext) -> str | None:
+    """The spec id a snapshot records: the bound spec's, else the prior one carried forward."""
+    if is_model_resolved(context):
+        return get_model(context).id
+    return context.prior_spec_id
+
+
+def _declared_output(context: ConversationContext, spec: ModelSpec) -> int:
+    last = context.messages[-1] if context.messages else None
+    if isinstance(last, OutgoingMessage) and last.requested_output_tokens is not None:
+        return last.requested_output_tokens
+    declaration = context.output_declaration
+    if declaration is None and context.model_binding is not None:
+        declaration = context.model_binding.output_declaration
+    if declaration is None:
+        raise UncorrectableLLMError(
+            f"{_seat(context)} declares no output size: its seat never said how much it "
+            "answers. Declare an OutputSize rung or a token count (output_declaration), or "
+            "bind a ModelBinding that declares one."
+        )
+    if isinstance(declaration, OutputSize):
+        return spec.get_output_budget(declaration)
+    return declaration
+
+
+def budget_on(context: ConversationContext, spec: ModelSpec) -> int:
+    """The output budget of the next call on ``spec``, capped at its ceiling.
+
+    Raises:
+        UncorrectableLLMError: nothing declares an output size.
+    """
+    return min(_declared_output(context, spec), spec.max_output_tokens)
+
+
+def resolve_output_budget(context: ConversationContext) -> int:
+    """The next call's output budget on the resolved model (B150-B157).
+
+    Raises:
+        UncorrectableLLMError: the model is unresolved, or nothing declares an output size.
+    """
+    return budget_on(context, get_model(context))
+
+
+def resolve_depth(context: ConversationContext) -> Depth:
+    """The conversation's depth, else the binding's.
+
+    Raises:
+        UncorrectableLLMError: neither declares one.
+    """
+    if context.depth is not None:
+        return context.depth
+    binding = context.model_binding
+    if binding is not None and binding.depth is not None:
+        return binding.depth
+    raise UncorrectableLLMError(
+        f"{_seat(context)} declares no depth: declare one (context.depth) or bind a "
+        "ModelBinding that declares one."
+    )
+
+
+def output_reserve(context: ConversationContext, spec: ModelSpec) -> int:
+    """The whole output reserve on ``spec``: the budget plus the reasoning headroom the call
+    books, clamped at the ceiling. Every client sends exactly this as its wire maximum.
+
+    Raises:
+        UncorrectableLLMError: nothing declares an output size or a depth.
+    """
+    reserve = budget_on(context, spec)
+    depth = resolve_depth(context)
+    if spec.thinking_mode.reasoning_reserved(depth):
+        reserve += spec.get_thinking_budget(depth)
+    return min(reserve, spec.max_output_tokens)
+
+
+def single_turn(spec: ModelSpec, prompt: str, backstop_tokens: int) -> ConversationContext:
+    """A fresh one-turn task call: ``spec`` bound, one user message, thinking off
+    (``IMMEDIATE``), the answer capped at ``backstop_tokens`` (on the message, so an
+    escalation stays with this conversation and never leaks into the next one).
+    """
+    from parlour.runtime._context import ConversationContext
+
+    context = ConversationContext(temporary=True)
+    context.depth = Depth.IMMEDIATE
+    context.output_declaration = backstop_tokens
+    context.add_message(
+        OutgoingMessage(prompt, [TextBlock(text=prompt)], requested_output_tokens=backstop_tokens)
+    )
+    context.set_model_binding(
+        ModelBinding.resolved(spec, depth=Depth.IMMEDIATE, output_declaration=backstop_tokens)
+    )
+    return context

@@ -1,0 +1,219 @@
+"""The model catalog: what each model can take and emit, and how a seat's grade finds one.
+
+A ``ModelSpec`` is plain frozen data, so a catalog is a list of them that loads from JSON or
+TOML with msgspec. ``ModelCatalog.default()`` ships current Anthropic, OpenAI and Bedrock
+models; ``ModelCatalog.load(path)`` reads a user's file, and ``merged`` lays it over another.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from parlour.runtime._roles import Depth, Grade, Input, OutputSize
+from parlour.runtime.errors import UncorrectableLLMError
+
+Provider = Literal["anthropic", "openai", "bedrock", "scripted"]
+DEFAULT_ENCODING = "cl100k_base"  # D10: the estimate's encoding when a spec names none
+
+
+class ThinkingMode(enum.Enum):
+    """How a model reasons, and so what a call books for reasoning.
+
+    ``ANTHROPIC``: extended thinking with a token budget, off at ``IMMEDIATE``.
+    ``REASONING_EFFORT``: the model always reasons (an effort level), so the reserve books
+    reasoning at every depth, ``IMMEDIATE`` included, and no thinking block comes back.
+    ``NONE``: no reasoning channel.
+    """
+
+    NONE = "none"
+    ANTHROPIC = "anthropic"
+    REASONING_EFFORT = "reasoning_effort"
+
+    def reasoning_reserved(self, depth: Depth) -> bool:
+        """Whether a call at ``depth`` books reasoning headroom in its output reserve."""
+        if self is ThinkingMode.REASONING_EFFORT:
+            return True
+        return self is ThinkingMode.ANTHROPIC and depth is not Depth.IMMEDIATE
+
+    def thinking_active(self, spec: ModelSpec, depth: Depth) -> bool:
+        """Whether a native thinking block is guaranteed for the call: the same predicate
+        gates the request's thinking config and the response schema's reasoning strip."""
+        return (
+            self is ThinkingMode.ANTHROPIC
+            and depth is not Depth.IMMEDIATE
+            and spec.get_thinking_budget(depth) > 0
+        )
+
+
+class ModelSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One model: its limits, the tokens each output rung and depth buys, what it accepts.
+
+    ``output_budgets`` must name every rung but ``MAX``, which defaults to the ceiling
+    (``max_output_tokens``). A rung above the ceiling is allowed; resolution caps it.
+
+    Raises:
+        ValueError: (``msgspec.ValidationError`` when decoding) a limit is not positive or a
+            rung is missing.
+    """
+
+    id: str
+    provider: Provider
+    max_context_tokens: int
+    max_output_tokens: int
+    output_budgets: dict[OutputSize, int]
+    thinking_budgets: dict[Depth, int] = msgspec.field(default_factory=dict)
+    thinking_mode: ThinkingMode = ThinkingMode.NONE
+    supports_prompt_caching: bool = False
+    encoding: str = DEFAULT_ENCODING
+    grade: Grade | None = None
+    inputs: frozenset[Input] = frozenset()
+    comfort_window_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_context_tokens <= 0 or self.max_output_tokens <= 0:
+            raise ValueError(f"Model {self.id}: token limits must be positive.")
+        missing = [r.value for r in OutputSize if r is not OutputSize.MAX]
+        missing = [r for r in missing if OutputSize(r) not in self.output_budgets]
+        if missing:
+            raise ValueError(f"Model {self.id} has no output budget for {', '.join(missing)}.")
+        if any(v <= 0 for v in self.output_budgets.values()):
+            raise ValueError(f"Model {self.id}: output budgets must be positive.")
+
+    def get_output_budget(self, rung: OutputSize) -> int:
+        """The tokens ``rung`` buys on this model (``MAX`` is the ceiling unless set)."""
+        return self.output_budgets.get(rung, self.max_output_tokens)
+
+    def get_thinking_budget(self, depth: Depth) -> int:
+        """The reasoning tokens ``depth`` buys on this model; 0 when it buys none."""
+        return self.thinking_budgets.get(depth, 0)
+
+    def get_max_output_tokens(self) -> int:
+        return self.max_output_tokens
+
+
+class _CatalogFile(msgspec.Struct, forbid_unknown_fields=True):
+    models: list[ModelSpec]
+
+
+# Rank order, for a grade with no entry: the nearest larger grade, then the nearest smaller.
+_GRADES = list(Grade)
+
+
+class ModelCatalog:
+    """An immutable set of ``ModelSpec``s by id, in a preference order. Thread-safe to share."""
+
+    def __init__(self, specs: Iterable[ModelSpec] = ()) -> None:
+        self._specs: dict[str, ModelSpec] = {}
+        for spec in specs:
+            self._specs[spec.id] = spec
+
+    def __contains__(self, model_id: object) -> bool:
+        return model_id in self._specs
+
+    def __iter__(self) -> Iterator[ModelSpec]:
+        return iter(self._specs.values())
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def get(self, model_id: str) -> ModelSpec:
+        """The spec for ``model_id``.
+
+        Raises:
+            ValueError: no such model; the message lists the ids the catalog knows.
+        """
+        try:
+            return self._specs[model_id]
+        except KeyError:
+            known = ", ".join(sorted(self._specs))
+            raise ValueError(
+                f"Model '{model_id}' is not in the catalog. Known models: {known}. "
+                "Add it with ModelCatalog.load(path).merged(...)."
+            ) from None
+
+    def merged(self, other: ModelCatalog) -> ModelCatalog:
+        """This catalog with ``other``'s entries laid over it; ``other`` wins on an id."""
+        return ModelCatalog([*self, *other])
+
+    def for_grade(self, grade: Grade, providers: Sequence[str] | None = None) -> ModelSpec:
+        """The spec serving ``grade``: the first entry of that grade among ``providers``
+        (in the order given), else of the nearest larger grade, else the nearest smaller.
+
+        Raises:
+            UncorrectableLLMError: no entry of any grade is available from ``providers``.
+        """
+        order = list(providers) if providers is not None else None
+        for candidate in _grade_preference(grade):
+            found = self._first_of(candidate, order)
+            if found is not None:
+                return found
+        raise UncorrectableLLMError(
+            f"No model in the catalog serves grade {grade.value} from providers {order}."
+        )
+
+    def _first_of(self, grade: Grade, providers: list[str] | None) -> ModelSpec | None:
+        graded = [s for s in self if s.grade is grade]
+        if providers is None:
+            return graded[0] if graded else None
+        for provider in providers:
+            for spec in graded:
+                if spec.provider == provider:
+                    return spec
+        return None
+
+    @classmethod
+    def load(cls, path: str | Path) -> ModelCatalog:
+        """Read a catalog file: ``{"models": [ModelSpec, ...]}`` as ``.json`` or ``.toml``
+        (``[[models]]`` tables).
+
+        Raises:
+            ValueError: the suffix is neither, or the file does not describe valid specs.
+        """
+        path = Path(path)
+        if path.suffix not in (".json", ".toml"):
+            raise ValueError(f"Catalog {path} must be a .json or .toml file.")
+        data = path.read_bytes()
+        try:
+            if path.suffix == ".json":
+                parsed = msgspec.json.decode(data, type=_CatalogFile)
+            else:
+                parsed = msgspec.toml.decode(data, type=_CatalogFile)
+        except msgspec.DecodeError as exc:  # ValidationError included
+            raise ValueError(f"Catalog {path} is not a valid model catalog: {exc}") from exc
+        return cls(parsed.models)
+
+    @classmethod
+    def default(cls) -> ModelCatalog:
+        """The models parlour ships, most preferred first within each provider."""
+        from parlour.runtime.models._catalog_data import DEFAULT_SPECS
+
+        return cls(DEFAULT_SPECS)
+
+
+def _grade_preference(grade: Grade) -> list[Grade]:
+    at = _GRADES.index(grade)
+    return [grade, *_GRADES[at + 1 :], *reversed(_GRADES[:at])]
+
+
+def resolve_grade(
+    grade: Grade | None,
+    catalog: ModelCatalog | None = None,
+    providers: Sequence[str] | None = None,
+) -> ModelSpec:
+    """The spec a conversation's declared grade resolves to.
+
+    Raises:
+        UncorrectableLLMError: no grade is declared (the seat never said which model), or
+            nothing in the catalog serves it from ``providers``.
+    """
+    if grade is None:
+        raise UncorrectableLLMError(
+            "The conversation declares no grade, so no model can be resolved for it. "
+            "Declare one (context.grade = Grade.MEDIUM) or bind a ModelBinding."
+        )
+    return (catalog or ModelCatalog.default()).for_grade(grade, providers)

@@ -1,0 +1,146 @@
+"""A tool built from a Python function: its signature is the input schema, its docstring
+the description (Google-style ``Args:`` lines describe the parameters).
+
+    def search_documents(query: str, max_results: int = 10) -> list[str]:
+        '''Search for relevant documents.
+
+        Args:
+            query: The search query.
+            max_results: Maximum results to return (1-100).
+        '''
+
+    tool = tool_from_function(search_documents)
+    conversation.add_tool(tool)            # a DeclaredTool: converted at first render
+    tool.call('{"query": "parlour"}')      # decoded and checked against the signature
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import msgspec
+
+from parlour.runtime.blocks import ToolDefinitionBlock
+from parlour.runtime.schema._generation import Schema, generate_schema
+from parlour.runtime.schema._markers import LLMDescription, LLMRequired
+
+__all__ = ["FunctionTool", "tool_from_function"]
+
+_ARG_LINE = re.compile(r"^\s*(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+
+
+class FunctionTool:
+    """A declared tool wrapping a function; ``definition()`` is built once, lazily."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        name: str,
+        description: str,
+        input_type: type[msgspec.Struct],
+    ) -> None:
+        self.fn = fn
+        self._name = name
+        self.description = description
+        self.input_type = input_type
+        self._definition: ToolDefinitionBlock | None = None
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def schema(self) -> Schema:
+        return generate_schema(self.input_type)
+
+    def definition(self) -> ToolDefinitionBlock:
+        """The model-facing definition: standard JSON Schema without harness keywords."""
+        if self._definition is None:
+            self._definition = ToolDefinitionBlock(
+                name=self._name,
+                description=self.description,
+                schema_json=self.schema().to_model_json(),
+            )
+        return self._definition
+
+    def call(self, input_json: str | bytes) -> Any:
+        """Decode the model's arguments against the signature and call the function.
+
+        Raises:
+            msgspec.ValidationError: the arguments do not fit the signature.
+            msgspec.DecodeError: the arguments are not JSON.
+        """
+        args: Any = msgspec.json.decode(input_json, type=self.input_type)
+        return self.fn(**{f: getattr(args, f) for f in self.input_type.__struct_fields__})
+
+
+def tool_from_function(
+    fn: Callable[..., Any], *, name: str | None = None, description: str | None = None
+) -> FunctionTool:
+    """A ``FunctionTool`` from ``fn``'s signature and docstring.
+
+    A parameter without a default is required; its description comes from the docstring's
+    ``Args:`` section (or an ``Annotated[..., LLMDescription(...)]`` annotation).
+
+    Raises:
+        TypeError: ``fn`` takes ``*args`` or ``**kwargs``, which have no schema.
+    """
+    doc = inspect.getdoc(fn) or ""
+    summary, arg_docs = _parse_doc(doc)
+    hints = typing.get_type_hints(fn, include_extras=True)
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"{fn.__qualname__} takes *{param.name}: a tool needs named inputs")
+        fields.append(_field(param, hints.get(param.name, Any), arg_docs.get(param.name)))
+    tool_name = name or fn.__name__
+    input_type = msgspec.defstruct(
+        _camel(tool_name) + "Input", fields, kw_only=True, module=fn.__module__
+    )
+    return FunctionTool(fn, tool_name, description or summary or tool_name, input_type)
+
+
+def _field(
+    param: inspect.Parameter, hint: Any, doc: str | None
+) -> tuple[str, Any] | tuple[str, Any, Any]:
+    markers: list[object] = []
+    if doc:
+        markers.append(LLMDescription(doc))
+    if param.default is inspect.Parameter.empty:
+        markers.append(LLMRequired)
+    annotated = Annotated[(hint, *markers)] if markers else hint
+    if param.default is inspect.Parameter.empty:
+        return (param.name, annotated)
+    return (param.name, annotated, param.default)
+
+
+def _parse_doc(doc: str) -> tuple[str, dict[str, str]]:
+    """The first paragraph, and ``name: text`` lines of an ``Args:`` section (continuation
+    lines joined)."""
+    paragraphs = doc.split("\n\n")
+    summary = " ".join(paragraphs[0].split()) if paragraphs and paragraphs[0] else ""
+    args: dict[str, str] = {}
+    in_args, current = False, None
+    for line in doc.splitlines():
+        stripped = line.strip()
+        if stripped in ("Args:", "Arguments:", "Parameters:"):
+            in_args = True
+            continue
+        if in_args and stripped.endswith(":") and not line.startswith(" "):
+            break  # the next section (Returns:, Raises:)
+        if not in_args or not stripped:
+            continue
+        m = _ARG_LINE.match(line)
+        if m and line.startswith("    ") and not line.startswith("        "):
+            current = m.group(1)
+            args[current] = m.group(2).strip()
+        elif current is not None:
+            args[current] = f"{args[current]} {stripped}"
+    return summary, args
+
+
+def _camel(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_") if part)
