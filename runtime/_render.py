@@ -1,6 +1,9 @@
 """The per-render pass over the messages: one walk maps every message to its turn and
 gathers what reconciliation needs (tools announced in the stream, whether the notation is
-used, which framework companions the stream already carries).
+used, which framework companions the stream already carries). The transformation pipeline
+(``to_llm_block``, ``render_slot``) is here too: every block of every turn and every
+objective slot goes through it, so the head and the turns render alike; with a registry, a
+PojoBlock becomes model-facing JSON with artifacts as references and long fields summarized.
 
 It is the hot path of every LLM call, so it walks each message once and touches each block
 once. A turn that depends on its message alone (no PojoBlock to convert, no response
@@ -13,10 +16,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+import msgspec
+
 from parlour.runtime._messages import Message, OutgoingMessage
 from parlour.runtime._prepared import Turn
 from parlour.runtime._roles import TurnRole
-from parlour.runtime.blocks import ContentBlock, PojoBlock, TextBlock, ToolDefinitionBlock
+from parlour.runtime.artifacts._registry import ArtifactRegistry
+from parlour.runtime.artifacts._serializer import write_summarized_with_refs
+from parlour.runtime.artifacts._summarizers import Summarizer
+from parlour.runtime.blocks import (
+    ContentBlock,
+    JsonBlock,
+    PojoBlock,
+    TextBlock,
+    ToolDefinitionBlock,
+    render_text,
+)
 
 Process = Callable[[ContentBlock], ContentBlock]
 
@@ -25,6 +40,7 @@ Process = Callable[[ContentBlock], ContentBlock]
 _ROLES = {"user": TurnRole.USER, "assistant": TurnRole.ASSISTANT}
 # the block kinds a render must look at; a message holding none of them is copied as it is
 _NOTABLE = frozenset({PojoBlock, ToolDefinitionBlock})
+_json = msgspec.json.Encoder()
 
 
 class Scan:
@@ -144,3 +160,33 @@ class Renderer:
         block = self._instructions[key]
         if block is not None:
             out.append(block)
+
+
+def to_llm_block(
+    block: ContentBlock,
+    registry: ArtifactRegistry | None = None,
+    summarizer: Summarizer | None = None,
+) -> ContentBlock:
+    """The transformation pipeline for one block: a PojoBlock becomes a JsonBlock; every
+    other kind passes through unchanged.
+
+    With a registry, the JSON is the model-facing write: artifacts registered and replaced
+    by ``{"@ref": ...}``, long summarizable fields summarized.
+    """
+    if isinstance(block, PojoBlock):
+        if registry is not None:
+            return JsonBlock(json=write_summarized_with_refs(block.value, registry, summarizer))
+        return JsonBlock(json=_json.encode(block.value).decode())
+    return block
+
+
+def render_slot(
+    block: ContentBlock,
+    registry: ArtifactRegistry | None = None,
+    summarizer: Summarizer | None = None,
+) -> str:
+    """The text an objective slot contributes to ``system_text``, through the same pipeline
+    as the turns."""
+    if isinstance(block, TextBlock):
+        return block.text
+    return render_text(to_llm_block(block, registry, summarizer))

@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 from parlour.runtime._context import ConversationContext
 from parlour.runtime._handlers import ContentFormatter
 from parlour.runtime._prepared import PreparedConversation
-from parlour.runtime.models._catalog import ModelSpec
+from parlour.runtime.models._spec import ModelSpec
 
 
 @runtime_checkable

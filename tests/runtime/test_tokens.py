@@ -27,8 +27,8 @@ from parlour.runtime import (
     counter_for,
     type_alias,
 )
-from parlour.runtime._tokens import IMAGE_TOKENS, OFFLINE_ENCODING, load_encoding
 from parlour.runtime.blocks import FileBlock, ImageBlock, TextBlock, ToolUseBlock
+from parlour.runtime.models._tokens import IMAGE_TOKENS, OFFLINE_ENCODING, load_encoding
 
 
 class FakeSpec:
