@@ -36,7 +36,7 @@ from parlour.runtime.blocks import (
 Process = Callable[[ContentBlock], ContentBlock]
 
 # the two spellings every message uses, looked up without lowering; anything else goes
-# through TurnRole.of, which maps other casings and refuses the rest (B27)
+# through TurnRole.of, which maps other casings and refuses the rest
 _ROLES = {"user": TurnRole.USER, "assistant": TurnRole.ASSISTANT}
 # the block kinds a render must look at; a message holding none of them is copied as it is
 _NOTABLE = frozenset({PojoBlock, ToolDefinitionBlock})
@@ -89,7 +89,7 @@ class Renderer:
         """Map each message to a turn, in order, and note what reconciliation needs.
 
         Raises:
-            UncorrectableLLMError: a message's role is not user or assistant (B28).
+            UncorrectableLLMError: a message's role is not user or assistant.
         """
         append, turn = self.scan.turns.append, self.turn
         for message in messages:
@@ -112,7 +112,7 @@ class Renderer:
         blocks = message.blocks
         if not blocks:
             raw = message.raw_content
-            out: list[ContentBlock] = [TextBlock(text=raw)] if raw else []  # B37
+            out: list[ContentBlock] = [TextBlock(text=raw)] if raw else []
         elif _NOTABLE.isdisjoint(map(type, blocks)):
             out = list(blocks)  # the common case, checked and copied at C speed
         else:
@@ -147,7 +147,7 @@ class Renderer:
 
     def _add_instructions(self, message: OutgoingMessage, out: list[ContentBlock]) -> None:
         # instructions ride the turn of the message that asked, computed fresh at every
-        # render and never written into the stored message (B22); an asking turn renders
+        # render and never written into the stored message; an asking turn renders
         # the same every time, so the prefix ahead of the newest turn never moves
         handler = message.response_handler
         key = id(handler)
@@ -156,7 +156,7 @@ class Renderer:
             if handler.uses_schema_notation():
                 self.scan.uses_notation = True
             text = handler.response_instructions(self._native, self._thinking)
-            self._instructions[key] = TextBlock(text=text) if text else None  # B23
+            self._instructions[key] = TextBlock(text=text) if text else None
         block = self._instructions[key]
         if block is not None:
             out.append(block)

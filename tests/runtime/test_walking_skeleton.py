@@ -22,7 +22,6 @@ from parlour.runtime.snapshots import decode_snapshot, encode_snapshot
 
 
 def test_turn_role_has_two_members_and_matches_ignoring_case() -> None:
-    # B26
     assert [r.name for r in TurnRole] == ["USER", "ASSISTANT"]
     assert TurnRole.of("user") is TurnRole.USER
     assert TurnRole.of("Assistant") is TurnRole.ASSISTANT
@@ -30,7 +29,6 @@ def test_turn_role_has_two_members_and_matches_ignoring_case() -> None:
 
 @pytest.mark.parametrize("role", ["system", "tool", None])
 def test_turn_role_refuses_anything_else_with_the_spec_message(role: str | None) -> None:
-    # B27
     with pytest.raises(UncorrectableLLMError) as raised:
         TurnRole.of(role)
     assert str(raised.value) == (
@@ -40,7 +38,6 @@ def test_turn_role_refuses_anything_else_with_the_spec_message(role: str | None)
 
 
 def test_the_objective_is_system_text_and_never_a_turn() -> None:
-    # B24, B25
     c = ConversationContext("c1")
     c.put_main_objective("task", "OBJECTIVE-MARKER do things")
     c.add_message(OutgoingMessage("hi", role="assistant"))
@@ -56,7 +53,6 @@ def test_the_objective_is_system_text_and_never_a_turn() -> None:
 
 
 def test_a_reput_keeps_its_position_and_empty_values_make_no_slot() -> None:
-    # B38, B40
     c = ConversationContext("c1")
     c.put_main_objective("task", "FIRST")
     c.put_main_objective("extra", "EXTRA")
@@ -72,7 +68,6 @@ def test_a_reput_keeps_its_position_and_empty_values_make_no_slot() -> None:
 
 
 def test_the_first_utterance_skips_app_authored_messages_and_titles_the_conversation() -> None:
-    # B222, B223
     c = ConversationContext("c1")
     assert c.title == "Untitled Conversation"
     c.add_message(OutgoingMessage("PROJECT: Acme Demo (ID: 201)…", app_authored=True))
@@ -85,7 +80,6 @@ def test_the_first_utterance_skips_app_authored_messages_and_titles_the_conversa
 
 
 def test_the_block_union_has_eleven_kinds_with_stable_tags() -> None:
-    # B96, B100
     kinds = typing.get_args(b.ContentBlock)
     assert sorted(k.__struct_config__.tag for k in kinds) == sorted(
         [
@@ -114,7 +108,7 @@ class Point(msgspec.Struct):
 
 
 def test_a_snapshot_round_trip_keeps_messages_objective_tools_and_typed_values() -> None:
-    # B183 (the skeleton's part)
+    # the round trip keeps what the skeleton holds
     c = ConversationContext("c1", user_id="alice", workflow_id="wf")
     c.put_main_objective("task", "Be brief.")
     c.add_tool(b.ToolDefinitionBlock(name="get_time", description="now", schema_json="{}"))
@@ -151,7 +145,6 @@ def test_the_scripted_client_calls_a_named_tool_then_reports_its_result() -> Non
 
 
 def test_a_restore_drops_tool_results_whose_call_is_nowhere() -> None:
-    # B184, B185
     c = ConversationContext("c1")
     c.add_user_message("question")
     c.add_message(
@@ -178,7 +171,6 @@ def test_a_restore_drops_tool_results_whose_call_is_nowhere() -> None:
 
 
 def test_a_restored_answer_is_dehydrated_until_a_handler_is_given() -> None:
-    # B190
     from parlour.runtime import StringResponseHandler
     from parlour.runtime.errors import DehydratedError
 
