@@ -8,7 +8,7 @@ or skill enters, so nothing stored can poison a later render. Held by
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Protocol
 
 from parlour.runtime._messages import Message
@@ -70,10 +70,10 @@ class Palette:
         self._tools[name] = definition
         return definition
 
-    def pending(self, *shown: Iterable[str]) -> list[ToolDefinitionBlock]:
-        """The definitions of the declared tools named in none of ``shown``, in order."""
-        seen = {name for names in shown for name in names}
-        return [self.definition(n) for n in self._tools if n not in seen]
+    def pending(self, head: Container[str], stream: Container[str]) -> list[ToolDefinitionBlock]:
+        """The definitions of the declared tools shown neither in the head nor in the
+        stream, in declaration order (converting them, once)."""
+        return [self.definition(n) for n in self._tools if n not in head and n not in stream]
 
     def admit(self, skill: SkillBlock) -> bool:
         """Admit ``skill``; False when a skill of that name was already admitted.

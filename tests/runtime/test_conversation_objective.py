@@ -21,7 +21,9 @@ from parlour.runtime import (
     PojoResponseHandler,
     PreparedConversation,
     StringResponseHandler,
+    TurnRole,
 )
+from parlour.runtime import blocks as b
 from parlour.runtime.blocks import TextBlock, ToolDefinitionBlock
 from parlour.runtime.errors import IllegalStateError
 from parlour.runtime.snapshots import (
@@ -388,3 +390,33 @@ def test_property_a_snapshot_keeps_the_objective_slot_for_slot(
     restored = restore(c)
     assert restored.get_main_objective() == c.get_main_objective()
     assert prepare(restored).system_text == prepare(c).system_text
+
+
+def test_the_objective_is_system_text_and_never_a_turn() -> None:
+    c = ConversationContext("c1")
+    c.put_main_objective("task", "OBJECTIVE-MARKER do things")
+    c.add_message(OutgoingMessage("hi", role="assistant"))
+    c.add_user_message("question")
+    prepared = c.prepare_messages_for_llm()
+    assert "OBJECTIVE-MARKER" in prepared.system_text
+    assert [t.role for t in prepared.turns] == [TurnRole.ASSISTANT, TurnRole.USER]
+    assert all(
+        "OBJECTIVE-MARKER" not in getattr(blk, "text", "")
+        for t in prepared.turns
+        for blk in t.blocks
+    )
+
+
+def test_a_reput_keeps_its_position_and_empty_values_make_no_slot() -> None:
+    c = ConversationContext("c1")
+    c.put_main_objective("task", "FIRST")
+    c.put_main_objective("extra", "EXTRA")
+    c.put_main_objective("task", "OBJ")
+    c.put_main_objective("k", "")
+    c.put_main_objective("k", None)
+    assert not c.has_main_objective("k")
+    copy = c.get_main_objective()
+    copy["injected"] = b.TextBlock(text="x")
+    assert not c.has_main_objective("injected")
+    system = c.prepare_messages_for_llm().system_text
+    assert "FIRST" not in system and system.index("OBJ") < system.index("EXTRA")
