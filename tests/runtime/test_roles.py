@@ -18,7 +18,7 @@ def test_turn_role_has_two_members_and_matches_ignoring_case() -> None:
 
 
 @pytest.mark.parametrize("role", ["system", "tool", None])
-def test_turn_role_refuses_anything_else_with_the_spec_message(role: str | None) -> None:
+def test_turn_role_refuses_anything_else_saying_where_system_content_goes(role: str | None) -> None:
     with pytest.raises(UncorrectableLLMError) as raised:
         TurnRole.of(role)
     assert str(raised.value) == (
