@@ -366,7 +366,7 @@ class ConversationContext:
         return _budget.served_spec_id(self)
 
     def resolve_output_budget(self) -> int:
-        """The next call's output tokens; see ``_budget.resolve_output_budget``."""
+        """The next call's output tokens; see ``models._budget.resolve_output_budget``."""
         return _budget.resolve_output_budget(self)
 
     def resolve_depth(self) -> Depth:
