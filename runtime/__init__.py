@@ -6,31 +6,13 @@ snapshots, and the model clients. It imports nothing else of parlour's.
 
 from loguru import logger
 
-from parlour.runtime._artifacts import (
-    Artifact,
-    ArtifactRegistry,
-    ListArtifact,
-    alias_of,
-    canonicalize_artifact_refs,
-    class_for_alias,
-    extract_alias_from_ref,
-    normalize_ref,
-    refs_mentioned_in,
-    type_alias,
-)
-from parlour.runtime._budget import ModelBinding
-from parlour.runtime._catalog import ModelCatalog, ModelSpec, ThinkingMode, resolve_grade
 from parlour.runtime._clock import Clock, SystemClock
-from parlour.runtime._context import (
+from parlour.runtime._context import ConversationContext
+from parlour.runtime._guidance import (
     SCHEMA_NOTATION_GUIDANCE,
     TOOL_ANNOUNCEMENT,
     TOOL_WEIGHT_GUIDANCE,
-    ConversationContext,
-    DeclaredTool,
-    render_tool_text,
 )
-from parlour.runtime._counting import LocalTokenCounter, TokenCounter
-from parlour.runtime._function_tools import FunctionTool, tool_from_function
 from parlour.runtime._handlers import (
     ContentFormatter,
     GenericContentFormatter,
@@ -42,20 +24,25 @@ from parlour.runtime._handlers import (
     ThinkingResponseHandler,
     ToolCall,
 )
-from parlour.runtime._markers import (
-    JsonIgnore,
-    LLMContextIgnore,
-    LLMDescription,
-    LLMExample,
-    LLMRequired,
-    LLMSummarizable,
-    SummarySize,
-)
 from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage
+from parlour.runtime._palette import DeclaredTool
 from parlour.runtime._prepared import PreparedConversation, Turn
 from parlour.runtime._roles import Depth, Grade, Input, OutputSize, TurnRole
-from parlour.runtime._schema import Schema, generate_schema, validate_required_fields
-from parlour.runtime._serializer import (
+from parlour.runtime._transcript import Transcript
+from parlour.runtime._validation import MAX_NESTING
+from parlour.runtime.artifacts._registry import (
+    Artifact,
+    ArtifactRegistry,
+    ListArtifact,
+    alias_of,
+    canonicalize_artifact_refs,
+    class_for_alias,
+    extract_alias_from_ref,
+    normalize_ref,
+    refs_mentioned_in,
+    type_alias,
+)
+from parlour.runtime.artifacts._serializer import (
     REGISTRY_GUIDANCE,
     REGISTRY_HEADER,
     build_registry_section,
@@ -64,10 +51,8 @@ from parlour.runtime._serializer import (
     write_summarized,
     write_summarized_with_refs,
 )
-from parlour.runtime._summarizers import LLMSummarizer, Summarizer, TruncatingSummarizer
-from parlour.runtime._tokens import EncodingCounter, counter_for
-from parlour.runtime._transcript import Transcript
-from parlour.runtime._validation import MAX_NESTING
+from parlour.runtime.artifacts._summarizers import LLMSummarizer, Summarizer, TruncatingSummarizer
+from parlour.runtime.blocks import render_tool_text
 from parlour.runtime.compaction import (
     DEFAULT_COMFORT_CONTEXT_TOKENS,
     DEFAULT_COMPACTION_TRIGGER,
@@ -80,6 +65,11 @@ from parlour.runtime.compaction import (
     OfflineCompactor,
     summary_model,
 )
+from parlour.runtime.models._budget import ModelBinding
+from parlour.runtime.models._catalog import ModelCatalog, resolve_grade
+from parlour.runtime.models._counting import LocalTokenCounter, TokenCounter
+from parlour.runtime.models._spec import ModelSpec, ThinkingMode
+from parlour.runtime.models._tokens import EncodingCounter, counter_for
 from parlour.runtime.providers import (
     LLMClient,
     LLMResponse,
@@ -90,6 +80,17 @@ from parlour.runtime.providers import (
     WireRequest,
     client_for,
     respond_with_truncation_retry,
+)
+from parlour.runtime.schema._function_tools import FunctionTool, tool_from_function
+from parlour.runtime.schema._generation import Schema, generate_schema, validate_required_fields
+from parlour.runtime.schema._markers import (
+    JsonIgnore,
+    LLMContextIgnore,
+    LLMDescription,
+    LLMExample,
+    LLMRequired,
+    LLMSummarizable,
+    SummarySize,
 )
 
 logger.disable("parlour")

@@ -4,92 +4,56 @@ Not thread-safe, by design: a context is reached only by its current owner (see
 ``parlour.actors``). Everything here is plain single-threaded Python.
 
 Every block of every turn and every objective slot goes through the transformation
-pipeline (``_pipeline.py``), bound here to this conversation's artifact registry, so the head
-and the turns render alike.
+pipeline (``_render.py``), bound here to this conversation's artifact registry, so the head
+and the turns render alike. The palette (``_palette.py``) holds the declared tools and
+skills, reconciliation (``_reconcile.py``) what a render adds, and ``models._budget`` the
+output budgets this class delegates to.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-import msgspec
-
-from parlour.runtime import _budget
-from parlour.runtime._artifacts import ArtifactRegistry
-from parlour.runtime._guidance import (
-    SCHEMA_NOTATION_GUIDANCE,
-    TOOL_ANNOUNCEMENT,
-    TOOL_WEIGHT_GUIDANCE,
-)
+from parlour.runtime import snapshots
 from parlour.runtime._handlers import ContentFormatter, GenericContentFormatter
-from parlour.runtime._messages import Message, OutgoingMessage
-from parlour.runtime._objective import (
-    LEGEND_KEY,
-    TOOL_KEY_PREFIX,
-    TOOL_WEIGHTS_KEY,
-    ObjectiveMap,
+from parlour.runtime._messages import (
+    Message,
+    OutgoingMessage,
+    carried_inputs,
+    first_user_utterance,
 )
-from parlour.runtime._pipeline import render_slot, to_llm_block
+from parlour.runtime._objective import ObjectiveMap
+from parlour.runtime._palette import DeclaredTool, Palette
 from parlour.runtime._prepared import PreparedConversation, Turn
-from parlour.runtime._render import Renderer, Scan
+from parlour.runtime._reconcile import companions_to_find, reconcile_head, stream_additions
+from parlour.runtime._render import Renderer, Scan, render_slot, to_llm_block
 from parlour.runtime._roles import Depth, Grade, Input, OutputSize, TurnRole
-from parlour.runtime._serializer import build_registry_section
-from parlour.runtime._summarizers import Summarizer, TruncatingSummarizer
-from parlour.runtime._tokens import counter_for
-from parlour.runtime._validation import check_text
+from parlour.runtime.artifacts._registry import ArtifactRegistry
+from parlour.runtime.artifacts._serializer import build_registry_section
+from parlour.runtime.artifacts._summarizers import Summarizer, TruncatingSummarizer
 from parlour.runtime.blocks import (
     ContentBlock,
-    FileBlock,
-    ImageBlock,
     SkillBlock,
     TextBlock,
     ToolDefinitionBlock,
-    check_block,
     render_text,
     render_tool_text,
 )
+from parlour.runtime.models import _budget
+from parlour.runtime.models._budget import ModelBinding
+from parlour.runtime.models._tokens import counter_for
 
 if TYPE_CHECKING:
-    from parlour.runtime._budget import ModelBinding
-    from parlour.runtime._catalog import ModelSpec
     from parlour.runtime._handlers import ResponseHandler
-    from parlour.runtime.snapshots import ConversationPersistenceSnapshot
+    from parlour.runtime.models._spec import ModelSpec
 
-__all__ = [
-    "LEGEND_KEY",
-    "SCHEMA_NOTATION_GUIDANCE",
-    "TOOL_ANNOUNCEMENT",
-    "TOOL_KEY_PREFIX",
-    "TOOL_WEIGHTS_KEY",
-    "TOOL_WEIGHT_GUIDANCE",
-    "ConversationContext",
-    "DeclaredTool",
-    "render_slot",
-    "render_tool_text",
-    "to_llm_block",
-]
+__all__ = ["ConversationContext"]
 
 UNTITLED = "Untitled Conversation"
 
-_json = msgspec.json.Encoder()
 _GENERIC = GenericContentFormatter()
-_LEGEND_BLOCK = TextBlock(text=SCHEMA_NOTATION_GUIDANCE)
-_TOOL_WEIGHTS_BLOCK = TextBlock(text=TOOL_WEIGHT_GUIDANCE)
-_COMPANIONS = ((LEGEND_KEY, SCHEMA_NOTATION_GUIDANCE), (TOOL_WEIGHTS_KEY, TOOL_WEIGHT_GUIDANCE))
-
-
-class DeclaredTool(Protocol):
-    """A tool declared to a conversation; converted to its wire definition lazily, once.
-
-    A ``ToolDefinitionBlock`` is its own DeclaredTool (``definition()`` returns itself).
-    """
-
-    @property
-    def name(self) -> str: ...
-
-    def definition(self) -> ToolDefinitionBlock: ...
 
 
 class ConversationContext:
@@ -131,8 +95,7 @@ class ConversationContext:
         self.artifact_registry = ArtifactRegistry()
         self.summarizer: Summarizer = TruncatingSummarizer()
         self._objective = ObjectiveMap(self._render_slot)
-        self._declared: dict[str, DeclaredTool] = {}
-        self._skills: dict[str, SkillBlock] = {}
+        self._palette = Palette()
 
     @property
     def stored(self) -> bool:
@@ -207,12 +170,7 @@ class ConversationContext:
 
     def first_user_utterance(self) -> str | None:
         """The first message a human sent: user-role, not app-authored."""
-        for m in self.messages:
-            if m.role == "user" and not m.app_authored:
-                text = m.raw_content
-                if text.strip():
-                    return text
-        return None
+        return first_user_utterance(self.messages)
 
     @property
     def title(self) -> str:
@@ -225,15 +183,7 @@ class ConversationContext:
     def carried_inputs(self) -> set[Input]:
         """The inputs beyond text the outgoing messages carry anywhere in the history: an
         image as ``Input.IMAGES``, a file as ``Input.DOCUMENTS``."""
-        carried: set[Input] = set()
-        for m in self.messages:
-            if isinstance(m, OutgoingMessage):
-                for b in m.blocks:
-                    if isinstance(b, ImageBlock):
-                        carried.add(Input.IMAGES)
-                    elif isinstance(b, FileBlock):
-                        carried.add(Input.DOCUMENTS)
-        return carried
+        return carried_inputs(self.messages)
 
     # -- skills -----------------------------------------------------------------------------
 
@@ -246,31 +196,12 @@ class ConversationContext:
             ValueError: ``skill`` is not a SkillBlock that could be stored (a lone surrogate,
                 a field of the wrong type); the message names the skill.
         """
-        if not isinstance(skill, SkillBlock):
-            raise ValueError(f"A skill is a SkillBlock, not {type(skill).__name__}; refused")
-        check_block(skill, f"skill {skill.name!r}")
-        if skill.name in self._skills:
-            return
-        self._skills[skill.name] = skill
-        if self._objective.frozen:
+        if self._palette.admit(skill) and self._objective.frozen:
             self.messages.append(OutgoingMessage(blocks=[skill], app_authored=True))
 
     def admitted_skills(self) -> list[SkillBlock]:
         """Every admitted skill, in admission order."""
-        return list(self._skills.values())
-
-    def _head_skills(self) -> list[SkillBlock]:
-        """Admitted skills not already said in the stream (those admitted after a freeze)."""
-        if not self._skills:
-            return []
-        streamed = {
-            b.name
-            for m in self.messages
-            if m.app_authored
-            for b in m.blocks
-            if isinstance(b, SkillBlock)
-        }
-        return [s for name, s in self._skills.items() if name not in streamed]
+        return self._palette.skills()
 
     # -- tools ------------------------------------------------------------------------------
 
@@ -284,11 +215,7 @@ class ConversationContext:
             ValueError: the tool's name, or the definition given, could not be stored (a
                 lone surrogate, a field of the wrong type); the message names the tool.
         """
-        if isinstance(tool, ToolDefinitionBlock):
-            check_block(tool, f"tool definition {tool.name!r}")
-        else:
-            check_text(tool.name, "a declared tool's name")
-        self._declared.setdefault(tool.name, tool)
+        self._palette.declare(tool)
 
     def add_tools(self, tools: Iterable[DeclaredTool]) -> None:
         for tool in tools:
@@ -296,11 +223,11 @@ class ConversationContext:
 
     def declared_tools(self) -> dict[str, DeclaredTool]:
         """The declarations by name, in declaration order (converted or not)."""
-        return dict(self._declared)
+        return self._palette.tools()
 
     def declared_tool_definitions(self) -> list[ToolDefinitionBlock]:
         """Every declaration as its wire definition, converting the unconverted ones (once)."""
-        return [self._definition(name) for name in self._declared]
+        return self._palette.definitions()
 
     def announced_tools(self) -> dict[str, ToolDefinitionBlock]:
         """Tools the model has been shown, derived from the content itself: the head's
@@ -312,16 +239,6 @@ class ConversationContext:
                     if isinstance(b, ToolDefinitionBlock):
                         announced[b.name] = b
         return announced
-
-    def _definition(self, name: str) -> ToolDefinitionBlock:
-        # a definition is its own DeclaredTool: storing what the declaration produced makes
-        # this the one and only conversion
-        declared = self._declared[name]
-        definition = declared.definition()
-        if definition is not declared:
-            check_block(definition, f"tool definition {name!r}")
-        self._declared[name] = definition
-        return definition
 
     # -- rendering --------------------------------------------------------------------------
 
@@ -344,13 +261,16 @@ class ConversationContext:
         """
         native = (formatter or _GENERIC).supports_native_tool_calling()
         # to_llm_block is the pipeline seam: every block of every turn goes through it
-        renderer = Renderer(self._to_llm_block, native, thinking_active, self._companions_to_find())
+        head = self._objective
+        renderer = Renderer(self._to_llm_block, native, thinking_active, companions_to_find(head))
         scan = renderer.walk(self.messages)
-        if self._objective.frozen:
-            self._reconcile_stream(scan, renderer)
+        pending = self._palette.pending(head.head_tools(), scan.announced)
+        if head.frozen:
+            for blocks in stream_additions(head, scan, pending):
+                self._append(scan, renderer, blocks)
         else:
-            self._reconcile_head(scan)
-            self._objective.freeze()
+            reconcile_head(head, scan, pending)
+            head.freeze()
         system_text = self._objective.system_text(native)
         section = build_registry_section(self.artifact_registry, self.summarizer)
         turns = scan.turns
@@ -361,47 +281,8 @@ class ConversationContext:
             turns=turns,
             cache_system=self.cache_main_objective,
             tool_definitions=self._objective.tool_definitions(),
-            skills=self._head_skills(),
+            skills=self._palette.unsaid_skills(self.messages),
         )
-
-    def _pending(self, stream_announced: dict[str, ToolDefinitionBlock]) -> list[str]:
-        head = self._objective.head_tools()
-        return [n for n in self._declared if n not in head and n not in stream_announced]
-
-    def _reconcile_head(self, scan: Scan) -> None:
-        """First render: the companions and the pending palette join the head, framework
-        slots re-put in place so a restored conversation self-heals."""
-        if scan.uses_notation:
-            self._objective.place(LEGEND_KEY, _LEGEND_BLOCK)
-        pending = [self._definition(n) for n in self._pending(scan.announced)]
-        if pending or self._objective.has_tool_slots():
-            self._objective.place(
-                TOOL_WEIGHTS_KEY, _TOOL_WEIGHTS_BLOCK, before_prefix=TOOL_KEY_PREFIX
-            )
-        for tool in pending:
-            self._objective.place(TOOL_KEY_PREFIX + tool.name, tool)
-
-    def _companions_to_find(self) -> tuple[str, ...]:
-        # only a frozen head that lacks a companion needs to look for it in the stream
-        head = self._objective
-        if not head.frozen or (LEGEND_KEY in head and TOOL_WEIGHTS_KEY in head):
-            return ()
-        return tuple(text for key, text in _COMPANIONS if key not in head)
-
-    def _reconcile_stream(self, scan: Scan, renderer: Renderer) -> None:
-        """A frozen head: a companion or a tool that first appears now arrives as one
-        app-authored user message at the end of the stream."""
-        said = scan.companions
-        legend_missing = LEGEND_KEY not in self._objective and SCHEMA_NOTATION_GUIDANCE not in said
-        if scan.uses_notation and legend_missing:
-            self._append(scan, renderer, [_LEGEND_BLOCK])
-        pending = [self._definition(n) for n in self._pending(scan.announced)]
-        if not pending:
-            return
-        blocks: list[ContentBlock] = [TextBlock(text=TOOL_ANNOUNCEMENT)]
-        if TOOL_WEIGHTS_KEY not in self._objective and TOOL_WEIGHT_GUIDANCE not in said:
-            blocks.append(_TOOL_WEIGHTS_BLOCK)
-        self._append(scan, renderer, [*blocks, *pending])
 
     def _append(self, scan: Scan, renderer: Renderer, blocks: list[ContentBlock]) -> None:
         message = OutgoingMessage(blocks=blocks, app_authored=True)
@@ -433,7 +314,7 @@ class ConversationContext:
         counter = counter_for(getattr(spec, "encoding", None))
         system_text = "\n\n".join(
             [
-                *(render_text(skill) for skill in self._skills.values()),
+                *(render_text(skill) for skill in self._palette.skills()),
                 self._objective.system_text(False),
             ]
         )
@@ -449,15 +330,13 @@ class ConversationContext:
 
     # -- persistence ------------------------------------------------------------------------
 
-    def to_snapshot(self) -> ConversationPersistenceSnapshot:
+    def to_snapshot(self) -> snapshots.ConversationPersistenceSnapshot:
         """This conversation as plain data; the freeze and any binding are not part of it."""
-        from parlour.runtime.snapshots import ConversationPersistenceSnapshot
-
-        return ConversationPersistenceSnapshot.of(self)
+        return snapshots.ConversationPersistenceSnapshot.of(self)
 
     @staticmethod
     def from_snapshot(
-        snapshot: ConversationPersistenceSnapshot, handler: ResponseHandler | None = None
+        snapshot: snapshots.ConversationPersistenceSnapshot, handler: ResponseHandler | None = None
     ) -> ConversationContext:
         """A fresh, unfrozen, unbound context from ``snapshot``."""
         return snapshot.to_conversation(handler)
@@ -487,7 +366,7 @@ class ConversationContext:
         return _budget.served_spec_id(self)
 
     def resolve_output_budget(self) -> int:
-        """The next call's output tokens; see ``_budget.resolve_output_budget``."""
+        """The next call's output tokens; see ``models._budget.resolve_output_budget``."""
         return _budget.resolve_output_budget(self)
 
     def resolve_depth(self) -> Depth:
@@ -499,5 +378,21 @@ class ConversationContext:
 
     @staticmethod
     def single_turn(spec: ModelSpec, prompt: str, backstop_tokens: int) -> ConversationContext:
-        """A fresh bound one-turn conversation at IMMEDIATE, capped at the backstop."""
-        return _budget.single_turn(spec, prompt, backstop_tokens)
+        """A fresh one-turn task call: ``spec`` bound, one user message, thinking off
+        (``IMMEDIATE``), the answer capped at ``backstop_tokens`` (on the message, so an
+        escalation stays with this conversation and never leaks into the next one)."""
+        context = ConversationContext(temporary=True)
+        context.depth = Depth.IMMEDIATE
+        context.output_declaration = backstop_tokens
+        context.add_message(
+            OutgoingMessage(
+                prompt, [TextBlock(text=prompt)], requested_output_tokens=backstop_tokens
+            )
+        )
+        context.set_model_binding(
+            ModelBinding.resolved(spec, depth=Depth.IMMEDIATE, output_declaration=backstop_tokens)
+        )
+        return context
+
+
+snapshots.restore_as(ConversationContext)

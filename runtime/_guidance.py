@@ -1,6 +1,6 @@
 """The framework's own texts the model reads: the schema-notation legend, the tool-weight
-guidance, the late-tool announcement (their fixed markers are pinned in behaviors.md,
-Appendix B)."""
+guidance, the late-tool announcement (their fixed markers are pinned by the tests, since
+reconciliation looks for them in the stream)."""
 
 SCHEMA_NOTATION_GUIDANCE = (
     "Schema notation. In any schema you are given, keys beginning with @ explain the "

@@ -12,8 +12,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
-from parlour.runtime._schema import Schema, generate_schema
 from parlour.runtime.blocks import ToolUseBlock
+from parlour.runtime.schema._generation import Schema, generate_schema
 
 
 @runtime_checkable

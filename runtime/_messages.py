@@ -7,8 +7,16 @@ from collections.abc import Iterable
 from typing import Any, Self, SupportsIndex
 
 from parlour.runtime._handlers import ResponseHandler
+from parlour.runtime._roles import Input
 from parlour.runtime._validation import check_text, is_valid_text
-from parlour.runtime.blocks import ContentBlock, TextBlock, check_block, plainly_storable
+from parlour.runtime.blocks import (
+    ContentBlock,
+    FileBlock,
+    ImageBlock,
+    TextBlock,
+    check_block,
+    plainly_storable,
+)
 from parlour.runtime.errors import DehydratedError
 
 # the exact types a message's role and flags may have: what its stored form reads back
@@ -308,3 +316,27 @@ class IncomingMessage(Message):
                 "call rehydrate(handler) first."
             )
         return self.response_handler.parse(self.raw_content)
+
+
+def first_user_utterance(messages: Iterable[Message]) -> str | None:
+    """The first non-blank text a human sent: a user-role message not app-authored."""
+    for m in messages:
+        if m.role == "user" and not m.app_authored:
+            text = m.raw_content
+            if text.strip():
+                return text
+    return None
+
+
+def carried_inputs(messages: Iterable[Message]) -> set[Input]:
+    """The inputs beyond text the outgoing messages carry: an image as ``Input.IMAGES``, a
+    file as ``Input.DOCUMENTS``."""
+    carried: set[Input] = set()
+    for m in messages:
+        if isinstance(m, OutgoingMessage):
+            for b in m.blocks:
+                if isinstance(b, ImageBlock):
+                    carried.add(Input.IMAGES)
+                elif isinstance(b, FileBlock):
+                    carried.add(Input.DOCUMENTS)
+    return carried

@@ -27,7 +27,7 @@ class PreparedConversation(msgspec.Struct, frozen=True, kw_only=True):
     turns: list[Turn]
     cache_system: bool = True
     tool_definitions: list[ToolDefinitionBlock] = msgspec.field(default_factory=list)
-    # skills admitted before the freeze: system content ahead of the objective (B89)
+    # skills admitted before the freeze: system content ahead of the objective
     skills: list[SkillBlock] = msgspec.field(default_factory=list)
 
     def has_system_text(self) -> bool:

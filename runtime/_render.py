@@ -1,6 +1,9 @@
 """The per-render pass over the messages: one walk maps every message to its turn and
 gathers what reconciliation needs (tools announced in the stream, whether the notation is
-used, which framework companions the stream already carries).
+used, which framework companions the stream already carries). The transformation pipeline
+(``to_llm_block``, ``render_slot``) is here too: every block of every turn and every
+objective slot goes through it, so the head and the turns render alike; with a registry, a
+PojoBlock becomes model-facing JSON with artifacts as references and long fields summarized.
 
 It is the hot path of every LLM call, so it walks each message once and touches each block
 once. A turn that depends on its message alone (no PojoBlock to convert, no response
@@ -13,18 +16,31 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+import msgspec
+
 from parlour.runtime._messages import Message, OutgoingMessage
 from parlour.runtime._prepared import Turn
 from parlour.runtime._roles import TurnRole
-from parlour.runtime.blocks import ContentBlock, PojoBlock, TextBlock, ToolDefinitionBlock
+from parlour.runtime.artifacts._registry import ArtifactRegistry
+from parlour.runtime.artifacts._serializer import write_summarized_with_refs
+from parlour.runtime.artifacts._summarizers import Summarizer
+from parlour.runtime.blocks import (
+    ContentBlock,
+    JsonBlock,
+    PojoBlock,
+    TextBlock,
+    ToolDefinitionBlock,
+    render_text,
+)
 
 Process = Callable[[ContentBlock], ContentBlock]
 
 # the two spellings every message uses, looked up without lowering; anything else goes
-# through TurnRole.of, which maps other casings and refuses the rest (B27)
+# through TurnRole.of, which maps other casings and refuses the rest
 _ROLES = {"user": TurnRole.USER, "assistant": TurnRole.ASSISTANT}
 # the block kinds a render must look at; a message holding none of them is copied as it is
 _NOTABLE = frozenset({PojoBlock, ToolDefinitionBlock})
+_json = msgspec.json.Encoder()
 
 
 class Scan:
@@ -73,7 +89,7 @@ class Renderer:
         """Map each message to a turn, in order, and note what reconciliation needs.
 
         Raises:
-            UncorrectableLLMError: a message's role is not user or assistant (B28).
+            UncorrectableLLMError: a message's role is not user or assistant.
         """
         append, turn = self.scan.turns.append, self.turn
         for message in messages:
@@ -96,7 +112,7 @@ class Renderer:
         blocks = message.blocks
         if not blocks:
             raw = message.raw_content
-            out: list[ContentBlock] = [TextBlock(text=raw)] if raw else []  # B37
+            out: list[ContentBlock] = [TextBlock(text=raw)] if raw else []
         elif _NOTABLE.isdisjoint(map(type, blocks)):
             out = list(blocks)  # the common case, checked and copied at C speed
         else:
@@ -131,7 +147,7 @@ class Renderer:
 
     def _add_instructions(self, message: OutgoingMessage, out: list[ContentBlock]) -> None:
         # instructions ride the turn of the message that asked, computed fresh at every
-        # render and never written into the stored message (B22); an asking turn renders
+        # render and never written into the stored message; an asking turn renders
         # the same every time, so the prefix ahead of the newest turn never moves
         handler = message.response_handler
         key = id(handler)
@@ -140,7 +156,37 @@ class Renderer:
             if handler.uses_schema_notation():
                 self.scan.uses_notation = True
             text = handler.response_instructions(self._native, self._thinking)
-            self._instructions[key] = TextBlock(text=text) if text else None  # B23
+            self._instructions[key] = TextBlock(text=text) if text else None
         block = self._instructions[key]
         if block is not None:
             out.append(block)
+
+
+def to_llm_block(
+    block: ContentBlock,
+    registry: ArtifactRegistry | None = None,
+    summarizer: Summarizer | None = None,
+) -> ContentBlock:
+    """The transformation pipeline for one block: a PojoBlock becomes a JsonBlock; every
+    other kind passes through unchanged.
+
+    With a registry, the JSON is the model-facing write: artifacts registered and replaced
+    by ``{"@ref": ...}``, long summarizable fields summarized.
+    """
+    if isinstance(block, PojoBlock):
+        if registry is not None:
+            return JsonBlock(json=write_summarized_with_refs(block.value, registry, summarizer))
+        return JsonBlock(json=_json.encode(block.value).decode())
+    return block
+
+
+def render_slot(
+    block: ContentBlock,
+    registry: ArtifactRegistry | None = None,
+    summarizer: Summarizer | None = None,
+) -> str:
+    """The text an objective slot contributes to ``system_text``, through the same pipeline
+    as the turns."""
+    if isinstance(block, TextBlock):
+        return block.text
+    return render_text(to_llm_block(block, registry, summarizer))

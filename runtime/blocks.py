@@ -27,8 +27,8 @@ from typing import Any, ClassVar
 import msgspec
 from msgspec.structs import force_setattr
 
-from parlour.runtime._artifacts import registered_classes
 from parlour.runtime._validation import check_text, check_value, is_valid_text
+from parlour.runtime.artifacts._registry import registered_classes
 from parlour.runtime.errors import IllegalStateError, UncorrectableLLMError
 
 __all__ = [

@@ -11,16 +11,15 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import msgspec
 
-from parlour.runtime._context import ConversationContext
 from parlour.runtime._handlers import ResponseHandler
 from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage, StoredBlocks
 from parlour.runtime._roles import Depth, Grade, OutputSize
-from parlour.runtime._serializer import registry_entries, restore_registry
 from parlour.runtime._validation import MAX_NESTING, nesting_depth
+from parlour.runtime.artifacts._serializer import registry_entries, restore_registry
 from parlour.runtime.blocks import (
     ContentBlock,
     PojoBlock,
@@ -30,7 +29,10 @@ from parlour.runtime.blocks import (
     ToolUseBlock,
     revive,
 )
-from parlour.runtime.errors import CorruptSnapshotError
+from parlour.runtime.errors import CorruptSnapshotError, IllegalStateError
+
+if TYPE_CHECKING:
+    from parlour.runtime._context import ConversationContext
 
 __all__ = [
     "FORMAT_VERSION",
@@ -43,6 +45,26 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 1
+
+# The class a snapshot restores into. The context module imports this one (a context turns
+# itself into a snapshot), so this module never imports it back: ``parlour.runtime._context``
+# registers its class here when imported, and importing any ``parlour.runtime`` module
+# imports the package, which imports the context first.
+_restore_class: list[type[ConversationContext]] = []
+
+
+def restore_as(cls: type[ConversationContext]) -> None:
+    """Make ``to_conversation`` build ``cls`` (called once, by the context module)."""
+    _restore_class[:] = [cls]
+
+
+def _conversation_class() -> type[ConversationContext]:
+    if not _restore_class:
+        raise IllegalStateError(
+            "No conversation class is registered to restore snapshots into: import "
+            "parlour.runtime before restoring one."
+        )
+    return _restore_class[0]
 
 
 class ObjectiveSlot(msgspec.Struct, frozen=True, kw_only=True):
@@ -180,7 +202,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
 
     def to_conversation(self, handler: ResponseHandler | None = None) -> ConversationContext:
         """A fresh, unfrozen, unbound context holding this snapshot's state."""
-        c = ConversationContext(
+        c = _conversation_class()(
             self.conversation_id,
             user_id=self.user_id,
             workflow_id=self.workflow_id,

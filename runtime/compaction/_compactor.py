@@ -16,7 +16,6 @@ from typing import Protocol, runtime_checkable
 
 from loguru import logger
 
-from parlour.runtime._catalog import ModelCatalog, ModelSpec
 from parlour.runtime._context import ConversationContext
 from parlour.runtime._messages import Message
 from parlour.runtime._roles import Grade
@@ -24,6 +23,8 @@ from parlour.runtime.compaction._levels import CompactionLevel, CompactionResult
 from parlour.runtime.compaction._plans import Plan, plan_for
 from parlour.runtime.compaction._prompts import SummaryRequest
 from parlour.runtime.errors import IllegalStateError, UncorrectableLLMError
+from parlour.runtime.models._catalog import ModelCatalog
+from parlour.runtime.models._spec import ModelSpec
 from parlour.runtime.providers._response import LLMResponse
 from parlour.runtime.providers._template import LLMClient
 

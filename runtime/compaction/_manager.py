@@ -16,9 +16,7 @@ from typing import TypeGuard
 import msgspec
 from loguru import logger
 
-from parlour.runtime._catalog import ModelSpec
 from parlour.runtime._context import ConversationContext
-from parlour.runtime._counting import LocalTokenCounter, TokenCounter
 from parlour.runtime._messages import Message
 from parlour.runtime.compaction._compactor import (
     AsyncContextCompactor,
@@ -33,6 +31,8 @@ from parlour.runtime.compaction._levels import (
     FitReport,
 )
 from parlour.runtime.errors import ContextOverflowError
+from parlour.runtime.models._counting import LocalTokenCounter, TokenCounter
+from parlour.runtime.models._spec import ModelSpec
 
 __all__ = ["DEFAULT_COMFORT_CONTEXT_TOKENS", "DEFAULT_COMPACTION_TRIGGER", "ContextWindowManager"]
 

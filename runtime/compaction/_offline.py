@@ -9,14 +9,14 @@ scripted model and a model-backed compactor for any other client.
 
 from __future__ import annotations
 
-from parlour.runtime._artifacts import refs_mentioned_in
-from parlour.runtime._catalog import ModelCatalog
+from parlour.runtime.artifacts._registry import refs_mentioned_in
 from parlour.runtime.compaction._compactor import (
     DEFAULT_MIN_RESULT_CHARS,
     LLMContextCompactor,
     Reply,
 )
 from parlour.runtime.compaction._prompts import SummaryRequest
+from parlour.runtime.models._catalog import ModelCatalog
 from parlour.runtime.providers._scripted import ScriptedClient
 from parlour.runtime.providers._template import LLMClient
 

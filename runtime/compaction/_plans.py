@@ -18,7 +18,6 @@ from collections.abc import Generator, Sequence
 from typing import Any
 
 from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage
-from parlour.runtime._tokens import counter_for
 from parlour.runtime._transcript import Transcript
 from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock
 from parlour.runtime.compaction._levels import CompactionLevel
@@ -43,6 +42,7 @@ from parlour.runtime.compaction._segments import (
     pair_closure,
     safe_position,
 )
+from parlour.runtime.models._tokens import counter_for
 
 __all__ = ["Plan", "plan_for"]
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from parlour.runtime._catalog import ModelCatalog, ModelSpec
 from parlour.runtime._handlers import GenericContentFormatter
 from parlour.runtime._roles import Depth
 from parlour.runtime.blocks import ContentBlock, TextBlock
 from parlour.runtime.errors import ParlourError, RetryableLLMError, UncorrectableLLMError
+from parlour.runtime.models._catalog import ModelCatalog
+from parlour.runtime.models._spec import ModelSpec
 from parlour.runtime.providers._converse import (
     DEFAULT_USER_OPENER,
     build_converse_request,

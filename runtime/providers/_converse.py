@@ -15,7 +15,6 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from parlour.runtime._context import render_tool_text
 from parlour.runtime._prepared import Turn
 from parlour.runtime._roles import TurnRole
 from parlour.runtime.blocks import (
@@ -28,6 +27,7 @@ from parlour.runtime.blocks import (
     ToolDefinitionBlock,
     ToolResultBlock,
     ToolUseBlock,
+    render_tool_text,
 )
 from parlour.runtime.providers._shared import block_text, image_subtype, is_blank
 from parlour.runtime.providers._template import WireRequest

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from loguru import logger
 
-from parlour.runtime._catalog import ModelCatalog, ModelSpec
 from parlour.runtime.errors import UncorrectableLLMError
+from parlour.runtime.models._catalog import ModelCatalog
+from parlour.runtime.models._spec import ModelSpec
 from parlour.runtime.providers._anthropic import AnthropicClient
 from parlour.runtime.providers._bedrock import BedrockClient
 from parlour.runtime.providers._openai import OpenAIClient

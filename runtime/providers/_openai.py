@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from parlour.runtime._catalog import ThinkingMode
 from parlour.runtime._prepared import Turn
 from parlour.runtime._roles import Depth, TurnRole
 from parlour.runtime.blocks import (
@@ -25,6 +24,7 @@ from parlour.runtime.blocks import (
     ToolUseBlock,
 )
 from parlour.runtime.errors import ParlourError, RetryableLLMError, UncorrectableLLMError
+from parlour.runtime.models._spec import ThinkingMode
 from parlour.runtime.providers._errors import ErrorMap, error_message, status_verdict
 from parlour.runtime.providers._http import HttpSdkClient
 from parlour.runtime.providers._response import LLMResponse, StopReason, Usage

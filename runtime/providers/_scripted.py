@@ -14,12 +14,12 @@ from typing import Any
 
 import msgspec
 
-from parlour.runtime._budget import OutputDeclaration
-from parlour.runtime._catalog import ModelSpec
-from parlour.runtime._catalog_data import DEFAULT_SPECS
 from parlour.runtime._prepared import PreparedConversation
 from parlour.runtime._roles import Depth, OutputSize, TurnRole
 from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from parlour.runtime.models._budget import OutputDeclaration
+from parlour.runtime.models._catalog_data import DEFAULT_SPECS
+from parlour.runtime.models._spec import ModelSpec
 from parlour.runtime.providers._response import LLMResponse, StopReason, Usage
 from parlour.runtime.providers._template import LLMClient, TextCallback, WireRequest
 

@@ -7,8 +7,6 @@ from typing import Any
 
 import msgspec
 
-from parlour.runtime._budget import OutputDeclaration
-from parlour.runtime._catalog import ModelCatalog, ModelSpec
 from parlour.runtime.blocks import (
     ContentBlock,
     JsonBlock,
@@ -16,6 +14,9 @@ from parlour.runtime.blocks import (
     TextBlock,
     ToolDefinitionBlock,
 )
+from parlour.runtime.models._budget import OutputDeclaration
+from parlour.runtime.models._catalog import ModelCatalog
+from parlour.runtime.models._spec import ModelSpec
 
 __all__ = ["OutputDeclaration", "block_text", "image_subtype", "is_blank", "spec_of", "tool_schema"]
 

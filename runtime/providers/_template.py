@@ -15,8 +15,6 @@ from collections.abc import Callable, Iterator
 
 import msgspec
 
-from parlour.runtime._budget import ModelBinding, OutputDeclaration
-from parlour.runtime._catalog import ModelSpec
 from parlour.runtime._context import ConversationContext
 from parlour.runtime._handlers import ContentFormatter, GenericContentFormatter
 from parlour.runtime._messages import OutgoingMessage
@@ -29,6 +27,8 @@ from parlour.runtime.errors import (
     ProviderRefusalError,
     UncorrectableLLMError,
 )
+from parlour.runtime.models._budget import ModelBinding, OutputDeclaration
+from parlour.runtime.models._spec import ModelSpec
 from parlour.runtime.providers._prefix import PrefixMonitor
 from parlour.runtime.providers._response import LLMResponse, StopReason, Usage
 

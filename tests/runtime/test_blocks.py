@@ -11,7 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parlour.runtime import IncomingMessage, OutgoingMessage
+from parlour.runtime import (
+    ConversationContext,
+    IncomingMessage,
+    OutgoingMessage,
+)
+from parlour.runtime import blocks as b
 from parlour.runtime.blocks import (
     BLOCK_KINDS,
     ContentBlock,
@@ -30,6 +35,7 @@ from parlour.runtime.blocks import (
     render_text,
 )
 from parlour.runtime.errors import IllegalStateError, UncorrectableLLMError
+from parlour.runtime.snapshots import decode_snapshot, encode_snapshot
 
 
 class Citation(msgspec.Struct):
@@ -179,8 +185,6 @@ def test_property_a_block_snapshot_preserves_every_field(block: ContentBlock) ->
 
 @given(st.lists(blocks, max_size=6))
 def test_property_a_message_snapshot_preserves_every_block(items: list[ContentBlock]) -> None:
-    from parlour.runtime import ConversationContext
-    from parlour.runtime.snapshots import decode_snapshot, encode_snapshot
 
     c = ConversationContext("c-prop")
     # every result answers a call on record, so restore keeps it (orphans are dropped)
@@ -194,3 +198,26 @@ def test_property_a_message_snapshot_preserves_every_block(items: list[ContentBl
     c.add_message(IncomingMessage(blocks=items))
     restored = decode_snapshot(encode_snapshot(c.to_snapshot()), "c-prop").to_conversation()
     assert [m.blocks for m in restored.messages] == [calls, items, items]
+
+
+def test_the_block_union_has_eleven_kinds_with_stable_tags() -> None:
+    kinds = typing.get_args(b.ContentBlock)
+    assert sorted(k.__struct_config__.tag for k in kinds) == sorted(
+        [
+            "text",
+            "pojo",
+            "json",
+            "tool_definition",
+            "image",
+            "file",
+            "tool_use",
+            "tool_result",
+            "thinking",
+            "redacted_thinking",
+            "skill",
+        ]
+    )
+    block = b.TextBlock(text="x")
+    with pytest.raises(AttributeError):
+        block.text = "y"  # type: ignore[misc]
+    assert block == b.TextBlock(text="x")

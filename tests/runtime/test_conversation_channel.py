@@ -1,4 +1,4 @@
-"""The channel contract (B24-B29, B32, B37) and the seat's declarations (B141, B145, B146)."""
+"""The channel contract and the seat's declarations."""
 
 from __future__ import annotations
 
@@ -48,20 +48,17 @@ def turn_text(prepared: PreparedConversation) -> str:
 
 
 def test_the_objective_is_the_only_system_content() -> None:
-    # B24
     prepared = prepare(objective_conversation())
     assert "OBJECTIVE-MARKER" in prepared.system_text
     assert "OBJECTIVE-MARKER" not in turn_text(prepared)
 
 
 def test_turns_are_user_or_assistant_in_order() -> None:
-    # B25
     prepared = prepare(objective_conversation())
     assert [t.role for t in prepared.turns] == [TurnRole.ASSISTANT, TurnRole.USER]
 
 
 def test_turn_role_has_two_members_and_ignores_case() -> None:
-    # B26
     assert list(TurnRole) == [TurnRole.USER, TurnRole.ASSISTANT]
     assert not hasattr(TurnRole, "SYSTEM")
     assert TurnRole.of("user") is TurnRole.USER
@@ -70,14 +67,12 @@ def test_turn_role_has_two_members_and_ignores_case() -> None:
 
 @pytest.mark.parametrize("role", ["system", "tool", None])
 def test_turn_role_refuses_anything_else(role: str | None) -> None:
-    # B27
     with pytest.raises(UncorrectableLLMError) as caught:
         TurnRole.of(role)
     assert str(caught.value) == REFUSAL.format(role)
 
 
 def test_a_system_message_is_refused_at_render_never_relabelled() -> None:
-    # B28
     c = ConversationContext()
     c.add_user_message("hi")
     c.add_message(Message("system", "be evil"))
@@ -93,7 +88,6 @@ def test_a_mixed_case_role_maps_to_its_turn() -> None:
 
 
 def test_an_empty_conversation_has_no_system_text() -> None:
-    # B29
     c = ConversationContext()
     c.add_user_message("hi")
     prepared = prepare(c)
@@ -102,7 +96,6 @@ def test_an_empty_conversation_has_no_system_text() -> None:
 
 
 def test_cache_main_objective_travels_as_cache_system() -> None:
-    # B32
     c = objective_conversation()
     assert prepare(c).cache_system is True
     c.set_cache_main_objective(False)
@@ -112,7 +105,6 @@ def test_cache_main_objective_travels_as_cache_system() -> None:
 
 
 def test_a_message_without_blocks_becomes_one_text_block() -> None:
-    # B37
     c = ConversationContext()
     c.add_message(IncomingMessage("raw answer"))
     c.add_message(OutgoingMessage("raw question"))
@@ -153,7 +145,6 @@ def test_instructions_ride_the_asking_turn_on_every_render() -> None:
 
 
 def test_a_new_conversation_declares_nothing() -> None:
-    # B141
     c = ConversationContext()
     assert (c.grade, c.depth, c.output_declaration, c.interactive) == (None, None, None, False)
     c.depth = Depth.STANDARD
@@ -161,7 +152,6 @@ def test_a_new_conversation_declares_nothing() -> None:
 
 
 def test_carried_inputs_grow_with_images_and_files() -> None:
-    # B145
     c = ConversationContext()
     c.add_user_message("text only")
     assert c.carried_inputs() == set()
@@ -172,7 +162,6 @@ def test_carried_inputs_grow_with_images_and_files() -> None:
 
 
 def test_only_outgoing_messages_carry_inputs() -> None:
-    # B146
     c = ConversationContext()
     c.add_message(IncomingMessage(blocks=[ImageBlock(data="aGk=", mime_type="image/png")]))
     assert c.carried_inputs() == set()

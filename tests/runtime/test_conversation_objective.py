@@ -1,4 +1,4 @@
-"""The objective map and its freeze (B38-B57, D5-D7)."""
+"""The objective map and its freeze."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ from parlour.runtime import (
     PojoResponseHandler,
     PreparedConversation,
     StringResponseHandler,
+    TurnRole,
 )
+from parlour.runtime import blocks as b
 from parlour.runtime.blocks import TextBlock, ToolDefinitionBlock
 from parlour.runtime.errors import IllegalStateError
 from parlour.runtime.snapshots import (
@@ -68,7 +70,6 @@ def errors() -> Iterator[list[Any]]:
 
 
 def test_a_reput_keeps_the_slot_position() -> None:
-    # B38
     c = ConversationContext()
     c.put_main_objective("task", "FIRST")
     c.put_main_objective("extra", "EXTRA")
@@ -79,7 +80,6 @@ def test_a_reput_keeps_the_slot_position() -> None:
 
 
 def test_keys_never_reach_the_wire() -> None:
-    # B39
     c = ConversationContext()
     c.put_main_objective("KEY-MARKER-77", "the value")
     prepared = prepare(c)
@@ -88,7 +88,6 @@ def test_keys_never_reach_the_wire() -> None:
 
 
 def test_empty_values_create_no_slot_and_the_map_is_returned_as_a_copy() -> None:
-    # B40
     c = ConversationContext()
     c.put_main_objective("k", "")
     c.put_main_objective("k", None)
@@ -107,7 +106,6 @@ def test_a_struct_slot_renders_as_json() -> None:
 
 
 def test_a_nuke_before_the_render_leaves_nothing_to_reseed() -> None:
-    # B42
     c = ConversationContext()
     c.put_main_objective("task", "TASK")
     c.nuke_main_objective()
@@ -116,7 +114,6 @@ def test_a_nuke_before_the_render_leaves_nothing_to_reseed() -> None:
 
 
 def test_the_legend_follows_the_contract_even_after_a_nuke() -> None:
-    # B43
     c = ConversationContext()
     c.put_main_objective("task", "TASK-MARKER")
     c.nuke_main_objective()
@@ -127,7 +124,6 @@ def test_the_legend_follows_the_contract_even_after_a_nuke() -> None:
 
 
 def test_a_structured_ask_brings_the_legend_into_the_head() -> None:
-    # B44
     c = ConversationContext()
     c.add_message(structured_ask())
     prepared = prepare(c)
@@ -137,7 +133,6 @@ def test_a_structured_ask_brings_the_legend_into_the_head() -> None:
 
 
 def test_plain_prose_never_carries_the_legend() -> None:
-    # B45
     c = ConversationContext()
     c.add_message(OutgoingMessage("hi", response_handler=StringResponseHandler()))
     for _ in range(2):
@@ -148,7 +143,6 @@ def test_plain_prose_never_carries_the_legend() -> None:
 
 
 def test_a_structured_ask_after_the_freeze_brings_the_legend_as_one_message() -> None:
-    # B46
     c = ConversationContext()
     c.add_message(OutgoingMessage("hi", response_handler=StringResponseHandler()))
     first = prepare(c)
@@ -163,7 +157,6 @@ def test_a_structured_ask_after_the_freeze_brings_the_legend_as_one_message() ->
 
 
 def test_the_head_is_byte_identical_after_divergent_puts(errors: list[Any]) -> None:
-    # B47
     c = ConversationContext()
     c.put_main_objective("task", "OBJ")
     first = prepare(c).system_text
@@ -174,7 +167,6 @@ def test_the_head_is_byte_identical_after_divergent_puts(errors: list[Any]) -> N
 
 
 def test_a_divergent_put_after_the_freeze_is_logged_with_a_stack(errors: list[Any]) -> None:
-    # B48, D7
     c = ConversationContext()
     c.put_main_objective("task", "OBJ")
     prepare(c)
@@ -198,7 +190,6 @@ def test_a_divergent_put_after_the_freeze_is_logged_with_a_stack(errors: list[An
 
 
 def test_an_identical_reput_after_the_freeze_is_silent(errors: list[Any]) -> None:
-    # B49
     c = ConversationContext()
     c.put_main_objective("task", "OBJ")
     first = prepare(c).system_text
@@ -209,7 +200,6 @@ def test_an_identical_reput_after_the_freeze_is_silent(errors: list[Any]) -> Non
 
 
 def test_an_equal_struct_reput_after_the_freeze_is_silent(errors: list[Any]) -> None:
-    # B50
     c = ConversationContext()
     c.put_main_objective("settings", Settings(tone="dry", limit=3))
     prepare(c)
@@ -220,7 +210,6 @@ def test_an_equal_struct_reput_after_the_freeze_is_silent(errors: list[Any]) -> 
 
 
 def test_a_nuke_after_the_freeze_is_logged_and_ignored(errors: list[Any]) -> None:
-    # B51
     c = ConversationContext()
     c.put_main_objective("task", "OBJ")
     first = prepare(c).system_text
@@ -231,7 +220,6 @@ def test_a_nuke_after_the_freeze_is_logged_and_ignored(errors: list[Any]) -> Non
 
 
 def test_the_freeze_is_per_instance() -> None:
-    # B52
     c = ConversationContext("c-52")
     c.put_main_objective("task", "ORIGINAL")
     prepare(c)
@@ -244,7 +232,6 @@ def test_the_freeze_is_per_instance() -> None:
 
 
 def test_the_snapshot_records_no_freeze() -> None:
-    # B53
     c = ConversationContext("c-53")
     c.put_main_objective("task", "OBJ")
     prepare(c)
@@ -253,7 +240,6 @@ def test_the_snapshot_records_no_freeze() -> None:
 
 
 def test_a_restored_legend_heals_to_the_current_text_in_place() -> None:
-    # B54
     snapshot = ConversationPersistenceSnapshot(
         conversation_id="c-54",
         created_at=ConversationContext().created_at,
@@ -272,7 +258,6 @@ def test_a_restored_legend_heals_to_the_current_text_in_place() -> None:
 
 
 def test_restored_tool_weights_heal_to_the_current_guidance() -> None:
-    # B55, D6
     snapshot = ConversationPersistenceSnapshot(
         conversation_id="c-55",
         created_at=ConversationContext().created_at,
@@ -289,7 +274,6 @@ def test_restored_tool_weights_heal_to_the_current_guidance() -> None:
 
 
 def test_a_round_trip_keeps_the_keys_in_order() -> None:
-    # B56
     c = ConversationContext("c-56")
     for key in ["zeta", "alpha", "mid"]:
         c.put_main_objective(key, key.upper())
@@ -303,7 +287,6 @@ def test_a_round_trip_keeps_the_keys_in_order() -> None:
 
 
 def test_a_legacy_anonymous_objective_restores_under_generated_keys() -> None:
-    # B57
     legacy = {
         "conversation_id": "c-57",
         "created_at": "2025-01-01T00:00:00Z",
@@ -321,7 +304,6 @@ def test_a_legacy_anonymous_objective_restores_under_generated_keys() -> None:
 
 
 def test_a_declared_but_unrendered_tool_lands_in_the_restored_head() -> None:
-    # B188
     c = ConversationContext("c-188")
     c.add_tool(ToolDefinitionBlock(name="never_rendered", description="d"))
     restored = restore(c)
@@ -331,7 +313,7 @@ def test_a_declared_but_unrendered_tool_lands_in_the_restored_head() -> None:
 
 
 def test_a_restored_head_takes_new_tools_in_the_head() -> None:
-    # B191, D5: a restored instance composes freely until its own first render
+    # a restored instance composes freely until its own first render
     c = ConversationContext("c-191")
     x = ToolDefinitionBlock(name="x", description="d")
     c.add_tool(x)
@@ -399,7 +381,7 @@ slot_values = st.one_of(
 def test_property_a_snapshot_keeps_the_objective_slot_for_slot(
     puts: list[tuple[str, object]], rendered: bool
 ) -> None:
-    # B56, B183: keys in order, and each slot renders the same after the round trip
+    # keys in order, and each slot renders the same after the round trip
     c = ConversationContext("c-prop")
     for key, value in puts:
         c.put_main_objective(key, value)
@@ -408,3 +390,33 @@ def test_property_a_snapshot_keeps_the_objective_slot_for_slot(
     restored = restore(c)
     assert restored.get_main_objective() == c.get_main_objective()
     assert prepare(restored).system_text == prepare(c).system_text
+
+
+def test_the_objective_is_system_text_and_never_a_turn() -> None:
+    c = ConversationContext("c1")
+    c.put_main_objective("task", "OBJECTIVE-MARKER do things")
+    c.add_message(OutgoingMessage("hi", role="assistant"))
+    c.add_user_message("question")
+    prepared = c.prepare_messages_for_llm()
+    assert "OBJECTIVE-MARKER" in prepared.system_text
+    assert [t.role for t in prepared.turns] == [TurnRole.ASSISTANT, TurnRole.USER]
+    assert all(
+        "OBJECTIVE-MARKER" not in getattr(blk, "text", "")
+        for t in prepared.turns
+        for blk in t.blocks
+    )
+
+
+def test_a_reput_keeps_its_position_and_empty_values_make_no_slot() -> None:
+    c = ConversationContext("c1")
+    c.put_main_objective("task", "FIRST")
+    c.put_main_objective("extra", "EXTRA")
+    c.put_main_objective("task", "OBJ")
+    c.put_main_objective("k", "")
+    c.put_main_objective("k", None)
+    assert not c.has_main_objective("k")
+    copy = c.get_main_objective()
+    copy["injected"] = b.TextBlock(text="x")
+    assert not c.has_main_objective("injected")
+    system = c.prepare_messages_for_llm().system_text
+    assert "FIRST" not in system and system.index("OBJ") < system.index("EXTRA")

@@ -1,4 +1,4 @@
-"""Tools declared, reconciled at render (B1-B14)."""
+"""Tools declared, reconciled at render."""
 
 from __future__ import annotations
 
@@ -37,13 +37,11 @@ class CountingTool:
 
 
 def test_a_definition_is_its_own_declared_tool() -> None:
-    # B1
     t = tool("search_documents", "Search…")
     assert t.definition() is t
 
 
 def test_a_declared_name_is_never_redefined() -> None:
-    # B2
     c = ConversationContext()
     c.add_tool(tool("tool", "original"))
     c.add_tool(tool("tool", "drifted"))
@@ -51,7 +49,6 @@ def test_a_declared_name_is_never_redefined() -> None:
 
 
 def test_add_tools_keeps_the_first_declaration_of_each_name_in_order() -> None:
-    # B3
     a, b, a2 = tool("a", schema='{"v":1}'), tool("b"), tool("a", schema='{"v":2}')
     c = ConversationContext()
     c.add_tools([a, b, a2])
@@ -60,7 +57,6 @@ def test_add_tools_keeps_the_first_declaration_of_each_name_in_order() -> None:
 
 
 def test_declaring_announces_nothing_before_a_render() -> None:
-    # B4
     c = ConversationContext()
     c.add_tool(tool("x"))
     assert c.announced_tools() == {}
@@ -68,7 +64,6 @@ def test_declaring_announces_nothing_before_a_render() -> None:
 
 
 def test_conversion_is_lazy_and_happens_once() -> None:
-    # B5
     counting = CountingTool("probe")
     c = ConversationContext()
     c.add_tool(counting)
@@ -79,7 +74,6 @@ def test_conversion_is_lazy_and_happens_once() -> None:
 
 
 def test_the_first_render_puts_the_palette_in_the_head() -> None:
-    # B6
     probe = tool("probe_tool")
     c = ConversationContext()
     c.add_tool(probe)
@@ -91,7 +85,6 @@ def test_the_first_render_puts_the_palette_in_the_head() -> None:
 
 
 def test_the_tool_weight_guidance_precedes_the_palette() -> None:
-    # B7
     c = ConversationContext()
     c.put_main_objective("task", "Do the task.")
     c.add_tool(tool("probe_tool"))
@@ -105,7 +98,6 @@ def test_the_tool_weight_guidance_precedes_the_palette() -> None:
 
 
 def test_a_tool_less_conversation_has_no_tool_guidance() -> None:
-    # B8
     c = ConversationContext()
     c.put_main_objective("task", "Do the task.")
     c.add_user_message("hello")
@@ -115,7 +107,6 @@ def test_a_tool_less_conversation_has_no_tool_guidance() -> None:
 
 
 def test_a_tool_declared_after_the_freeze_is_announced_in_the_stream() -> None:
-    # B9
     first, second = tool("first_tool"), tool("second_tool")
     c = ConversationContext()
     c.add_tool(first)
@@ -133,7 +124,6 @@ def test_a_tool_declared_after_the_freeze_is_announced_in_the_stream() -> None:
 
 
 def test_reconciliation_is_idempotent() -> None:
-    # B10
     c = ConversationContext()
     c.add_tool(tool("first_tool"))
     prepare(c)
@@ -145,7 +135,6 @@ def test_reconciliation_is_idempotent() -> None:
 
 
 def test_all_tool_definitions_lists_each_name_once_and_the_later_wins() -> None:
-    # B11
     c = ConversationContext()
     c.add_tool(tool("dup", "head version"))
     c.add_tool(tool("other"))
@@ -158,7 +147,6 @@ def test_all_tool_definitions_lists_each_name_once_and_the_later_wins() -> None:
 
 
 def test_redeclaring_an_announced_tool_appends_nothing() -> None:
-    # B12
     c = ConversationContext()
     c.add_tool(tool("x"))
     prepare(c)
@@ -168,7 +156,6 @@ def test_redeclaring_an_announced_tool_appends_nothing() -> None:
 
 
 def test_announced_tools_derive_from_content_after_a_restore() -> None:
-    # B13
     c = ConversationContext("c-1")
     c.add_tool(tool("x"))
     prepare(c)
@@ -180,7 +167,6 @@ def test_announced_tools_derive_from_content_after_a_restore() -> None:
 
 
 def test_the_text_encoder_renders_a_definition() -> None:
-    # B14
     assert render_text(tool("n", "d", "{}")) == "n: d\n  Input parameters: {}"
     assert render_text(tool("n", "d", None)) == "n: d"
 

@@ -1,4 +1,4 @@
-"""Transcripts (B105-B108)."""
+"""Transcripts."""
 
 from __future__ import annotations
 
@@ -68,17 +68,14 @@ def transcript_test_conversation() -> ConversationContext:
 
 
 def test_the_transcript_matches_appendix_a() -> None:
-    # B105
     assert Transcript.render(transcript_test_conversation()) == APPENDIX_A
 
 
 def test_thinking_is_left_out() -> None:
-    # B106
     assert "let me check the date" not in Transcript.render(transcript_test_conversation())
 
 
 def test_a_late_tool_announcement_shows_no_schema() -> None:
-    # B107
     c = ConversationContext()
     c.add_tool(ToolDefinitionBlock(name="early", description="in the head"))
     c.add_user_message("hi")
@@ -91,7 +88,6 @@ def test_a_late_tool_announcement_shows_no_schema() -> None:
 
 
 def test_skills_attachments_and_data_render_by_kind() -> None:
-    # B108
     c = ConversationContext()
     c.add_message(
         OutgoingMessage(

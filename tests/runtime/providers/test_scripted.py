@@ -7,7 +7,13 @@ import json
 
 import pytest
 
-from parlour.runtime import ConversationContext, Depth, OutgoingMessage, StopReason
+from parlour.runtime import (
+    ConversationContext,
+    Depth,
+    OutgoingMessage,
+    StopReason,
+)
+from parlour.runtime import blocks as b
 from parlour.runtime.blocks import ToolDefinitionBlock, ToolResultBlock, ToolUseBlock
 from parlour.runtime.errors import UncorrectableLLMError
 from parlour.runtime.providers import AnthropicClient
@@ -79,3 +85,20 @@ def test_scripted_results_answer_through_the_default_policy() -> None:
         OutgoingMessage(blocks=[ToolResultBlock(tool_use_id="toolu_0001_1", content="3 hits")])
     )
     assert client.respond(c).text == "The tools answered: toolu_0001_1 returned 3 hits."
+
+
+def test_the_scripted_client_calls_a_named_tool_then_reports_its_result() -> None:
+    c = ConversationContext("c1")
+    c.add_tool(b.ToolDefinitionBlock(name="get_time", description="now"))
+    c.add_user_message("please use get_time")
+    client = ScriptedClient()
+    first = client.respond(c)
+    assert first.stop_reason is StopReason.TOOL_USE
+    [call] = first.tool_uses
+    assert call.name == "get_time"
+    c.add_message(first.to_message())
+    c.add_message(OutgoingMessage(blocks=[b.ToolResultBlock(tool_use_id=call.id, content="12:00")]))
+    second = client.respond(c)
+    assert second.stop_reason is StopReason.END_TURN and "12:00" in second.text
+    assert second.end_time is not None and second.start_time is not None
+    assert ScriptedClient(["scripted answer"]).respond(c).text == "scripted answer"

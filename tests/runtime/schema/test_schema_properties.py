@@ -14,6 +14,7 @@ from typing import Annotated, Any, Optional
 
 import jsonschema
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -83,6 +84,7 @@ def _refs(node: Any) -> list[str]:
     return []
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(type_graphs())
 def test_generated_type_graphs_give_valid_json_schema(root: type) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 from loguru import logger
 
-from parlour.runtime._artifacts import (
+from parlour.runtime.artifacts._registry import (
     Artifact,
     ArtifactRegistry,
     ListArtifact,
@@ -28,8 +28,8 @@ from parlour.runtime._artifacts import (
     class_for_alias,
     extract_alias_from_ref,
 )
-from parlour.runtime._markers import LLMContextIgnore, LLMSummarizable, field_specs
-from parlour.runtime._summarizers import Summarizer, TruncatingSummarizer
+from parlour.runtime.artifacts._summarizers import Summarizer, TruncatingSummarizer
+from parlour.runtime.schema._markers import LLMContextIgnore, LLMSummarizable, field_specs
 
 __all__ = [
     "REGISTRY_GUIDANCE",

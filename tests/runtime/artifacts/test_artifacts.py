@@ -1,4 +1,4 @@
-"""The artifact registry, references and their spellings (B112-B118, B126-B127, B133)."""
+"""The artifact registry, references and their spellings."""
 
 from __future__ import annotations
 
@@ -39,14 +39,12 @@ class Unaliased(Artifact):
 
 
 def test_a_minted_reference_has_the_documented_shape_and_the_class_alias() -> None:
-    # B112
     ref = ArtifactRegistry().register(PageArtifact(url="u"))
     assert re.match(r"^«artifact:[a-z0-9:-]+~[a-z0-9]{6}»$", ref)
     assert extract_alias_from_ref(ref) == "link:page"
 
 
 def test_an_existing_reference_is_kept_and_resolves() -> None:
-    # B113
     page = PageArtifact(url="u", artifact_ref="«artifact:link:page~fixed1»")
     registry = ArtifactRegistry()
     assert registry.register(page) == "«artifact:link:page~fixed1»"
@@ -54,13 +52,12 @@ def test_an_existing_reference_is_kept_and_resolves() -> None:
 
 
 def test_registering_a_class_without_alias_raises() -> None:
-    # B114
     with pytest.raises(MissingTypeAliasError, match="Unaliased"):
         ArtifactRegistry().register(Unaliased())
 
 
 def test_a_subclass_does_not_inherit_its_parents_alias() -> None:
-    # B114: the alias is the class's own declaration
+    # the alias is the class's own declaration
     class SubPage(PageArtifact):
         pass
 
@@ -69,7 +66,6 @@ def test_a_subclass_does_not_inherit_its_parents_alias() -> None:
 
 
 def test_every_documented_spelling_resolves_to_the_same_object() -> None:
-    # B115
     registry = ArtifactRegistry()
     page = PageArtifact(url="u", artifact_ref="«artifact:link:page~abc123»")
     registry.register(page)
@@ -86,7 +82,6 @@ def test_every_documented_spelling_resolves_to_the_same_object() -> None:
 
 
 def test_alias_extraction_and_the_string_form() -> None:
-    # B116
     assert extract_alias_from_ref("«artifact:link:cite:pubmed~x1y2z3»") == "link:cite:pubmed"
     assert extract_alias_from_ref("«artifact:link:cite:pubmed»") is None
     page = PageArtifact(url="u")
@@ -96,14 +91,12 @@ def test_alias_extraction_and_the_string_form() -> None:
 
 
 def test_refs_mentioned_in_text_are_canonical_deduplicated_and_ordered() -> None:
-    # B117
     text = "«artifact:code~x1» twice: «artifact:code~x1», then «artifact:person~p1»"
     assert refs_mentioned_in(text) == ["«artifact:code~x1»", "«artifact:person~p1»"]
     assert refs_mentioned_in("no refs here") == []
 
 
 def test_canonicalization_puts_declared_refs_first_then_new_mentions() -> None:
-    # B118
     text = "see «artifact:link:page~abc123»"
     assert canonicalize_artifact_refs(["artifact:link:page~abc123"], text) == [
         "«artifact:link:page~abc123»"
@@ -121,7 +114,6 @@ def _listing(n: int) -> ListArtifact[PageArtifact]:
 
 
 def test_a_registered_list_is_one_top_level_entry_with_resolvable_iterands() -> None:
-    # B126, B127
     registry = ArtifactRegistry()
     listing = _listing(200)
     registry.register(listing)
@@ -132,7 +124,6 @@ def test_a_registered_list_is_one_top_level_entry_with_resolvable_iterands() -> 
 
 
 def test_a_nested_artifact_is_resolvable_but_not_top_level() -> None:
-    # B127
     registry = ArtifactRegistry()
     home = PageArtifact(url="home")
     registry.register(PersonArtifact(name="Ada", homepage=home))
@@ -143,7 +134,6 @@ def test_a_nested_artifact_is_resolvable_but_not_top_level() -> None:
 
 
 def test_clear_empties_the_reachable_tier_too() -> None:
-    # B133
     registry = ArtifactRegistry()
     listing = _listing(3)
     registry.register(listing)

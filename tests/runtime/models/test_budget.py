@@ -1,4 +1,4 @@
-"""Model bindings and output budget resolution (B144, B147-B161, B187)."""
+"""Model bindings and output budget resolution."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def round_trip(c: ConversationContext) -> ConversationContext:
     return decode_snapshot(encode_snapshot(c.to_snapshot()), "c-1").to_conversation()
 
 
-def test_set_model_binding_wires_both_ways() -> None:  # B149
+def test_set_model_binding_wires_both_ways() -> None:
     c = ConversationContext("c-1")
     b = ModelBinding(Grade.SMALL, Depth.IMMEDIATE, OutputSize.VERDICT)
     c.set_model_binding(b)
@@ -45,7 +45,6 @@ def test_set_model_binding_wires_both_ways() -> None:  # B149
 
 
 def test_a_bound_conversation_survives_a_round_trip_unbound_with_its_spec_recorded() -> None:
-    # B144
     c = bound(depth=Depth.THOROUGH)
     c.grade = Grade.MEDIUM
     c.interactive = True
@@ -60,7 +59,6 @@ def test_a_bound_conversation_survives_a_round_trip_unbound_with_its_spec_record
 
 
 def test_a_restored_conversation_is_unbound_and_carries_its_prior_spec_forward() -> None:
-    # B187
     restored = round_trip(bound(OutputSize.COMPACT))
     assert not restored.is_model_resolved()
     with pytest.raises(UncorrectableLLMError, match="no resolved model"):
@@ -69,7 +67,7 @@ def test_a_restored_conversation_is_unbound_and_carries_its_prior_spec_forward()
     assert round_trip(restored).prior_spec_id == SPEC.id
 
 
-def test_single_turn_is_bound_immediate_and_capped_at_the_backstop() -> None:  # B147
+def test_single_turn_is_bound_immediate_and_capped_at_the_backstop() -> None:
     c = ConversationContext.single_turn(SPEC, "extract the number", 900)
     assert c.is_model_resolved()
     assert c.get_model().id == SPEC.id
@@ -80,7 +78,7 @@ def test_single_turn_is_bound_immediate_and_capped_at_the_backstop() -> None:  #
     assert c.resolve_output_budget() == 900
 
 
-def test_single_turn_conversations_are_distinct() -> None:  # B148
+def test_single_turn_conversations_are_distinct() -> None:
     first = ConversationContext.single_turn(SPEC, "a", 900)
     second = ConversationContext.single_turn(SPEC, "b", 900)
     assert first is not second
@@ -89,7 +87,7 @@ def test_single_turn_conversations_are_distinct() -> None:  # B148
     assert second.resolve_output_budget() == 900
 
 
-def test_nothing_declared_is_an_error_naming_the_seat() -> None:  # B150
+def test_nothing_declared_is_an_error_naming_the_seat() -> None:
     c = bound(output=None, depth=None)
     with pytest.raises(UncorrectableLLMError, match="declares no output size") as caught:
         c.resolve_output_budget()
@@ -98,34 +96,34 @@ def test_nothing_declared_is_an_error_naming_the_seat() -> None:  # B150
         c.resolve_depth()
 
 
-def test_a_rung_translates_through_the_spec_and_a_count_stands() -> None:  # B151
+def test_a_rung_translates_through_the_spec_and_a_count_stands() -> None:
     assert bound(OutputSize.COMPACT).resolve_output_budget() == SPEC.get_output_budget(
         OutputSize.COMPACT
     )
     assert bound(9_000).resolve_output_budget() == 9_000
 
 
-def test_the_binding_declaration_is_the_last_layer() -> None:  # B152
+def test_the_binding_declaration_is_the_last_layer() -> None:
     c = ConversationContext("c-1")
     c.set_model_binding(ModelBinding(Grade.SMALL, Depth.IMMEDIATE, OutputSize.VERDICT, spec=SPEC))
     assert c.resolve_output_budget() == SPEC.get_output_budget(OutputSize.VERDICT)
     assert c.resolve_depth() is Depth.IMMEDIATE
 
 
-def test_the_last_outgoing_message_overrides_the_declaration() -> None:  # B153
+def test_the_last_outgoing_message_overrides_the_declaration() -> None:
     c = bound(OutputSize.COMPACT)
     c.add_message(OutgoingMessage("go", requested_output_tokens=32_000))
     assert c.resolve_output_budget() == 32_000
 
 
-def test_only_the_last_outgoing_message_counts() -> None:  # B154
+def test_only_the_last_outgoing_message_counts() -> None:
     c = bound(OutputSize.COMPACT)
     c.add_message(OutgoingMessage("a", requested_output_tokens=4_000))
     c.add_message(OutgoingMessage("b", requested_output_tokens=64_000))
     assert c.resolve_output_budget() == 64_000
 
 
-def test_an_incoming_last_message_leaves_the_declaration_answering() -> None:  # B155
+def test_an_incoming_last_message_leaves_the_declaration_answering() -> None:
     c = bound(OutputSize.COMPACT)
     c.add_message(OutgoingMessage("a", requested_output_tokens=32_000))
     c.add_message(IncomingMessage("answer"))
@@ -135,17 +133,17 @@ def test_an_incoming_last_message_leaves_the_declaration_answering() -> None:  #
 @pytest.mark.parametrize("declaration", [4 * CEILING, OutputSize.MAX])
 def test_anything_above_the_ceiling_resolves_to_the_ceiling(
     declaration: OutputSize | int,
-) -> None:  # B156
+) -> None:
     assert bound(declaration).resolve_output_budget() == CEILING
 
 
-def test_an_override_above_the_ceiling_is_capped() -> None:  # B156
+def test_an_override_above_the_ceiling_is_capped() -> None:
     c = bound(OutputSize.COMPACT)
     c.add_message(OutgoingMessage("a", requested_output_tokens=CEILING + 1))
     assert c.resolve_output_budget() == CEILING
 
 
-def test_raising_the_sent_message_to_the_ceiling_moves_the_budget() -> None:  # B157
+def test_raising_the_sent_message_to_the_ceiling_moves_the_budget() -> None:
     c = bound(OutputSize.COMPACT)
     sent = c.add_user_message("go")
     assert c.resolve_output_budget() == SPEC.get_output_budget(OutputSize.COMPACT)
@@ -153,7 +151,7 @@ def test_raising_the_sent_message_to_the_ceiling_moves_the_budget() -> None:  # 
     assert c.resolve_output_budget() == CEILING
 
 
-def test_output_reserve_books_thinking_above_immediate_in_anthropic_mode() -> None:  # B158
+def test_output_reserve_books_thinking_above_immediate_in_anthropic_mode() -> None:
     compact = SPEC.get_output_budget(OutputSize.COMPACT)
     assert bound(OutputSize.COMPACT).output_reserve(SPEC) == compact
     standard = bound(OutputSize.COMPACT, Depth.STANDARD)
@@ -164,7 +162,6 @@ def test_output_reserve_books_thinking_above_immediate_in_anthropic_mode() -> No
 
 
 def test_output_reserve_books_thinking_at_immediate_in_reasoning_effort_mode() -> None:
-    # B159
     effort = fake_spec(thinking_mode=ThinkingMode.REASONING_EFFORT)
     c = bound(OutputSize.COMPACT)
     assert c.output_reserve(effort) == effort.get_output_budget(
@@ -172,14 +169,14 @@ def test_output_reserve_books_thinking_at_immediate_in_reasoning_effort_mode() -
     ) + effort.get_thinking_budget(Depth.IMMEDIATE)
 
 
-def test_output_reserve_works_unbound_on_the_spec_given() -> None:  # B160
+def test_output_reserve_works_unbound_on_the_spec_given() -> None:
     c = ConversationContext("c-1")
     c.output_declaration = OutputSize.STANDARD
     c.depth = Depth.IMMEDIATE
     assert c.output_reserve(SPEC) == SPEC.get_output_budget(OutputSize.STANDARD)
 
 
-def test_an_unbound_conversation_has_no_model_and_no_budget() -> None:  # B161
+def test_an_unbound_conversation_has_no_model_and_no_budget() -> None:
     c = ConversationContext("c-1")
     c.output_declaration = OutputSize.STANDARD
     assert not c.is_model_resolved()

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from parlour.runtime._catalog import ModelSpec
 from parlour.runtime._messages import OutgoingMessage
 from parlour.runtime._roles import Depth, Grade, OutputSize
-from parlour.runtime.blocks import TextBlock
 from parlour.runtime.errors import UncorrectableLLMError
+from parlour.runtime.models._spec import ModelSpec
 
 if TYPE_CHECKING:
     from parlour.runtime._context import ConversationContext
@@ -129,7 +128,7 @@ def budget_on(context: ConversationContext, spec: ModelSpec) -> int:
 
 
 def resolve_output_budget(context: ConversationContext) -> int:
-    """The next call's output budget on the resolved model (B150-B157).
+    """The next call's output budget on the resolved model.
 
     Raises:
         UncorrectableLLMError: the model is unresolved, or nothing declares an output size.
@@ -166,22 +165,3 @@ def output_reserve(context: ConversationContext, spec: ModelSpec) -> int:
     if spec.thinking_mode.reasoning_reserved(depth):
         reserve += spec.get_thinking_budget(depth)
     return min(reserve, spec.max_output_tokens)
-
-
-def single_turn(spec: ModelSpec, prompt: str, backstop_tokens: int) -> ConversationContext:
-    """A fresh one-turn task call: ``spec`` bound, one user message, thinking off
-    (``IMMEDIATE``), the answer capped at ``backstop_tokens`` (on the message, so an
-    escalation stays with this conversation and never leaks into the next one).
-    """
-    from parlour.runtime._context import ConversationContext
-
-    context = ConversationContext(temporary=True)
-    context.depth = Depth.IMMEDIATE
-    context.output_declaration = backstop_tokens
-    context.add_message(
-        OutgoingMessage(prompt, [TextBlock(text=prompt)], requested_output_tokens=backstop_tokens)
-    )
-    context.set_model_binding(
-        ModelBinding.resolved(spec, depth=Depth.IMMEDIATE, output_declaration=backstop_tokens)
-    )
-    return context

@@ -1,5 +1,4 @@
-"""The transformation pipeline, summaries and the registry dump (B30, B31, B41, B90,
-B110-B111, B119-B125, B128-B132, B134)."""
+"""The transformation pipeline, summaries and the registry dump."""
 
 from __future__ import annotations
 
@@ -87,7 +86,6 @@ def _pojo_conversation(value: object) -> ConversationContext:
 
 
 def test_a_pojo_block_renders_as_json_without_rewriting_the_message() -> None:
-    # B110
     c = _pojo_conversation(Notes(body="short"))
     turn = c.prepare_messages_for_llm().turns[0]
     assert turn.blocks == [JsonBlock(json='{"body":"short"}')]
@@ -95,7 +93,6 @@ def test_a_pojo_block_renders_as_json_without_rewriting_the_message() -> None:
 
 
 def test_an_artifact_field_becomes_a_registered_ref() -> None:
-    # B111
     c = _pojo_conversation(Finding(summary="s", citation=CitationArtifact(title="T")))
     block = c.prepare_messages_for_llm().turns[0].blocks[0]
     assert isinstance(block, JsonBlock)
@@ -105,7 +102,6 @@ def test_an_artifact_field_becomes_a_registered_ref() -> None:
 
 
 def test_other_blocks_pass_through_unchanged() -> None:
-    # B119
     blocks: list[ContentBlock] = [
         ToolDefinitionBlock(name="t", description="d", schema_json="{}"),
         ImageBlock(data="aGk=", mime_type="image/png"),
@@ -120,7 +116,6 @@ def test_other_blocks_pass_through_unchanged() -> None:
 
 
 def test_a_long_summarizable_field_carries_its_original_length() -> None:
-    # B120
     text = "word " * 300
     out = json.loads(write_summarized(Notes(body=text)))
     assert out["body"].startswith(f"[SUMMARY: {len(text)} chars] ")
@@ -133,7 +128,6 @@ def test_a_long_summarizable_field_carries_its_original_length() -> None:
 def test_the_truncating_summarizer_keeps_its_budget_on_a_word_boundary(
     size: SummarySize, budget: int
 ) -> None:
-    # B121
     text = "alpha beta gamma delta " * 200
     out = TruncatingSummarizer().summarize(text, LLMSummarizable(size=size))
     prefix = f"[SUMMARY: {len(text)} chars] "
@@ -144,7 +138,6 @@ def test_the_truncating_summarizer_keeps_its_budget_on_a_word_boundary(
 
 
 def test_the_truncating_summarizer_defaults_static_and_short_texts() -> None:
-    # B121
     summarizer = TruncatingSummarizer()
     text = "x " * 1000
     assert summarizer.summarize(text, None) == summarizer.summarize(text, LLMSummarizable())
@@ -156,14 +149,12 @@ def test_the_truncating_summarizer_defaults_static_and_short_texts() -> None:
 
 
 def test_a_field_under_its_threshold_is_verbatim_and_never_summarized() -> None:
-    # B122
     counting = Counting()
     out = json.loads(write_summarized(Notes(body="short"), counting))
     assert out == {"body": "short"} and counting.calls == 0
 
 
 def test_an_artifact_summary_is_computed_once_a_plain_struct_every_time() -> None:
-    # B123
     counting = Counting()
     cite = CitationArtifact(title="T", abstract="a" * 500)
     for _ in range(3):
@@ -177,7 +168,6 @@ def test_an_artifact_summary_is_computed_once_a_plain_struct_every_time() -> Non
 
 
 def test_the_registry_dump_has_the_exact_format() -> None:
-    # B124
     registry = ArtifactRegistry()
     cite = CitationArtifact(title="T", artifact_ref="«artifact:link:cite~abc123»")
     registry.register(cite)
@@ -195,7 +185,6 @@ def test_the_registry_dump_has_the_exact_format() -> None:
 
 
 def test_a_huge_page_is_summarized_in_the_dump() -> None:
-    # B125
     registry = ArtifactRegistry()
     registry.register(WebPageArtifact(url="u", content="C" * 20_000))
     dump = build_registry_section(registry)
@@ -207,14 +196,12 @@ def _pages(n: int) -> ListArtifact[WebPageArtifact]:
 
 
 def test_a_200_iterand_list_is_one_dump_entry() -> None:
-    # B126
     registry = ArtifactRegistry()
     registry.register(_pages(200))
     assert build_registry_section(registry).count("--- «artifact:list~") == 1
 
 
 def test_a_list_summarizes_as_a_bounded_digest_at_every_level() -> None:
-    # B128
     registry = ArtifactRegistry()
     listing = _pages(5)
     registry.register(listing)
@@ -236,7 +223,6 @@ class Holder(msgspec.Struct):
 
 
 def test_the_plain_write_keeps_every_iterand_and_refs_mode_keeps_none() -> None:
-    # B129
     listing = _pages(7)
     registry = ArtifactRegistry()
     plain = json.loads(write_plain(listing))
@@ -246,7 +232,6 @@ def test_the_plain_write_keeps_every_iterand_and_refs_mode_keeps_none() -> None:
 
 
 def test_a_registered_list_round_trips_with_concrete_iterands() -> None:
-    # B130
     registry = ArtifactRegistry()
     listing = _pages(4)
     registry.register(listing)
@@ -258,7 +243,6 @@ def test_a_registered_list_round_trips_with_concrete_iterands() -> None:
 
 
 def test_a_list_whose_iterands_lack_refs_fails_on_read() -> None:
-    # B131
     data: dict[str, Any] = json.loads(write_plain(_pages(3)))
     data["artifact_ref"] = "«artifact:list~abc123»"
     with pytest.raises(ValueError, match="silently shortened"):
@@ -276,7 +260,6 @@ def warnings_log() -> Iterator[list[str]]:
 
 
 def test_restore_skips_an_unknown_alias_with_a_warning(warnings_log: list[str]) -> None:
-    # B132
     c = ConversationContext("c")
     kept = CitationArtifact(title="kept")
     c.artifact_registry.register(kept)
@@ -289,7 +272,6 @@ def test_restore_skips_an_unknown_alias_with_a_warning(warnings_log: list[str]) 
 
 
 def test_context_ignored_fields_leave_the_model_json_but_stay_in_the_plain_write() -> None:
-    # B134
     page = WebPageArtifact(url="u", raw_html="<html>")
     registry = ArtifactRegistry()
     registry.register(page)
@@ -307,7 +289,6 @@ def test_context_ignored_fields_leave_the_model_json_but_stay_in_the_plain_write
 
 
 def test_the_registry_rides_a_trailing_user_turn_never_cached() -> None:
-    # B30, B90
     c = ConversationContext("c")
     c.put_main_objective("task", "Do the thing.")
     c.artifact_registry.register(CitationArtifact(title="T"))
@@ -323,7 +304,6 @@ def test_the_registry_rides_a_trailing_user_turn_never_cached() -> None:
 
 
 def test_an_empty_registry_adds_no_turn() -> None:
-    # B31
     c = ConversationContext("c")
     c.add_user_message("a")
     c.add_user_message("b")
@@ -331,7 +311,6 @@ def test_an_empty_registry_adds_no_turn() -> None:
 
 
 def test_a_struct_slot_renders_through_the_pipeline() -> None:
-    # B41
     c = ConversationContext("c")
     c.put_main_objective("finding", Finding(summary="s", citation=CitationArtifact(title="T")))
     c.add_user_message("go")
@@ -374,7 +353,7 @@ def test_a_conversation_uses_its_configured_summarizer() -> None:
 
 
 def test_registered_artifacts_and_iterands_resolve_after_a_snapshot_round_trip() -> None:
-    # B186, B183 (artifacts)
+    # the round trip keeps the artifacts
     c = ConversationContext("c")
     cite = CitationArtifact(title="T", abstract="a" * 300)
     listing = _pages(4)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from parlour.runtime._schema_nodes import (
+from parlour.runtime.schema._nodes import (
     ArrayNode,
     Definition,
     EnumNode,
@@ -101,7 +101,8 @@ def _example(value: Any, node: Node) -> Any:
 
 
 def notation_definition(defn: Definition, omit: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """``omit`` names fields left out at every depth (the schema strip of B20-B21)."""
+    """``omit`` names fields left out at every depth (the ``tool_calls`` or ``reasoning``
+    strip a response handler asks for)."""
     return {
         "@type": defn.name,
         "@description": defn.shown_description,
@@ -160,7 +161,7 @@ def type_label(node: Node) -> str:
 def for_model(schema: Any) -> Any:
     """A copy of a JSON Schema fit for a model: artifact-typed fields reduced to an object
     whose one property is ``artifact_ref`` (a model refers to an artifact, never writes one),
-    then every ``x-parlour-*`` keyword removed (B79)."""
+    then every ``x-parlour-*`` keyword removed."""
     if isinstance(schema, list):
         return [for_model(v) for v in schema]
     if not isinstance(schema, dict):

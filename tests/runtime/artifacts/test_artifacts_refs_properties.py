@@ -1,4 +1,4 @@
-"""Reference parsing accepts every documented spelling and nothing else (B115)."""
+"""Reference parsing accepts every documented spelling and nothing else."""
 
 from __future__ import annotations
 

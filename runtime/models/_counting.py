@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from parlour.runtime._catalog import ModelSpec
 from parlour.runtime._context import ConversationContext
 from parlour.runtime._handlers import ContentFormatter
 from parlour.runtime._prepared import PreparedConversation
+from parlour.runtime.models._spec import ModelSpec
 
 
 @runtime_checkable

@@ -4,7 +4,7 @@
 that comes back to one becomes a reference (``$ref`` into the root's ``$defs``) and the
 walk terminates on every type graph, while two sibling fields of one acyclic type are both
 described in full. Two different classes sharing a ``__name__`` are refused: the title and
-the ``$defs`` key would not tell them apart (D9).
+the ``$defs`` key would not tell them apart.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from typing import Any
 
 import msgspec
 
-from parlour.runtime._artifacts import Artifact, alias_of
-from parlour.runtime._markers import (
+from parlour.runtime.artifacts._registry import Artifact, alias_of
+from parlour.runtime.errors import IllegalStateError
+from parlour.runtime.schema._markers import (
     LLMContextIgnore,
     LLMDescription,
     LLMExample,
@@ -35,7 +36,7 @@ from parlour.runtime._markers import (
     is_composite,
     split_annotated,
 )
-from parlour.runtime._schema_nodes import (
+from parlour.runtime.schema._nodes import (
     ArrayNode,
     Definition,
     EnumNode,
@@ -47,7 +48,7 @@ from parlour.runtime._schema_nodes import (
     Scalar,
     UnionNode,
 )
-from parlour.runtime._schema_render import (
+from parlour.runtime.schema._render import (
     CONTEXT_IGNORE_KEYWORD,
     SUMMARIZABLE_KEYWORD,
     TYPE_ALIAS_KEYWORD,
@@ -55,7 +56,6 @@ from parlour.runtime._schema_render import (
     json_definition,
     notation_definition,
 )
-from parlour.runtime.errors import IllegalStateError
 
 __all__ = ["Schema", "generate_schema", "validate_required_fields"]
 
@@ -103,7 +103,7 @@ class Schema:
     def to_json_schema(self, overrides: Mapping[str, str] | None = None) -> dict[str, Any]:
         """Standard JSON Schema, harness keywords (``x-parlour-*``) included.
 
-        ``overrides`` replaces the descriptions of the named top-level fields (B76).
+        ``overrides`` replaces the descriptions of the named top-level fields.
         """
         out = json_definition(self.root, overrides)
         if self._defs:
@@ -124,7 +124,7 @@ class Schema:
         ``@values``, ``@fields``) that SCHEMA_NOTATION_GUIDANCE explains.
 
         Fields whose names are in ``omit`` are left out at every depth, so a response
-        handler can strip ``tool_calls`` or ``reasoning`` (B20, B21).
+        handler can strip ``tool_calls`` or ``reasoning``.
         """
         return notation_definition(self.root, frozenset(omit))
 
@@ -137,7 +137,7 @@ def generate_schema(cls: type) -> Schema:
 
     Raises:
         TypeError: ``cls`` is neither a Struct nor a dataclass.
-        IllegalStateError: two different classes named alike are reached from ``cls`` (B73).
+        IllegalStateError: two different classes named alike are reached from ``cls``.
     """
     if not is_composite(cls):
         raise TypeError(f"{cls!r} is neither a msgspec Struct nor a dataclass")
@@ -239,7 +239,7 @@ class _Walker:
 
 
 def _bounded(leaf: Scalar, markers: tuple[object, ...]) -> Scalar:
-    """Python ints have no width: bounds come only from ``msgspec.Meta(ge=, le=)`` (D8)."""
+    """Python ints have no width: bounds come only from ``msgspec.Meta(ge=, le=)``."""
     meta = _first(markers, msgspec.Meta)
     if meta is None or leaf.json_type not in ("integer", "number"):
         return leaf
@@ -269,7 +269,7 @@ def _qualified(cls: type) -> str:
 
 def validate_required_fields(instance: object) -> bool:
     """False when a required field is None or a blank string; an empty collection is an
-    answer ("nothing found") and passes (B77)."""
+    answer ("nothing found") and passes."""
     for spec in field_specs(type(instance)):
         if not spec.has(LLMRequired):
             continue

@@ -1,6 +1,6 @@
 """Schema markers and the per-class field table that schemas and the serializer share.
 
-Markers ride in ``typing.Annotated[...]`` (D8)::
+Markers ride in ``typing.Annotated[...]``::
 
     class SearchInput(msgspec.Struct):
         query: Annotated[str, LLMRequired, LLMDescription("The search query")]
@@ -44,7 +44,7 @@ LLMRequired: Final = _Flag("LLMRequired")
 """The model must fill this field: ``required`` in JSON Schema, ``@required`` in notation."""
 
 LLMContextIgnore: Final = _Flag("LLMContextIgnore")
-"""In the schema (a caller may fill it), but left out of the model-facing JSON (B134)."""
+"""In the schema (a caller may fill it), but left out of the model-facing JSON."""
 
 JsonIgnore: Final = _Flag("JsonIgnore")
 """Not a field at all for parlour: absent from both schema renderings and every write."""
@@ -58,7 +58,7 @@ class LLMDescription:
 
 
 class LLMExample:
-    """Example values; published as the standard ``examples`` keyword (B67)."""
+    """Example values; published as the standard ``examples`` keyword."""
 
     def __init__(self, *values: object) -> None:
         self.values: tuple[object, ...] = values
@@ -130,7 +130,7 @@ _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
 def snake_case(name: str) -> str:
-    """``maxResults`` -> ``max_results``; an existing snake_case name is unchanged (B59)."""
+    """``maxResults`` -> ``max_results``; an existing snake_case name is unchanged."""
     return _CAMEL.sub("_", name).lower()
 
 

@@ -1,4 +1,4 @@
-"""Schema generation: JSON Schema and the @-notation from annotated classes (B58-B79)."""
+"""Schema generation: JSON Schema and the @-notation from annotated classes."""
 
 from __future__ import annotations
 
@@ -39,7 +39,6 @@ class SearchInput(msgspec.Struct):
 
 
 def test_the_seed_example_renders_exactly_with_a_title() -> None:
-    # B58
     assert generate_schema(SearchInput).to_json_schema() == {
         "type": "object",
         "title": "SearchInput",
@@ -61,12 +60,10 @@ class Camel(msgspec.Struct):
 
 
 def test_camel_case_attributes_become_snake_case_properties() -> None:
-    # B59
     assert "max_results" in generate_schema(Camel).to_json_schema()["properties"]
 
 
 def test_a_rename_wins_and_the_original_name_is_absent_in_both_renderings() -> None:
-    # B60
     schema = generate_schema(Camel)
     props = schema.to_json_schema()["properties"]
     fields = schema.to_notation()["@fields"]
@@ -76,7 +73,6 @@ def test_a_rename_wins_and_the_original_name_is_absent_in_both_renderings() -> N
 
 
 def test_ignored_fields_and_class_vars_are_absent_in_both_renderings() -> None:
-    # B61
     schema = generate_schema(Camel)
     for rendering in (json.dumps(schema.to_json_schema()), schema.render_notation()):
         assert "hidden" not in rendering and "constant" not in rendering
@@ -90,7 +86,6 @@ class Ordering(msgspec.Struct):
 
 
 def test_required_follows_declaration_order_and_non_required_has_no_marker() -> None:
-    # B62
     schema = generate_schema(Ordering)
     assert schema.to_json_schema()["required"] == ["needed", "items"]
     fields = schema.to_notation()["@fields"]
@@ -108,7 +103,6 @@ class Described(msgspec.Struct):
 
 
 def test_class_and_field_descriptions_have_fallbacks_in_the_notation() -> None:
-    # B63
     notation = generate_schema(Undescribed).to_notation()
     assert notation["@description"] == "Schema of Undescribed"
     assert notation["@fields"]["plain"]["@description"] == "Field plain"
@@ -127,7 +121,6 @@ class Modal(msgspec.Struct):
 
 
 def test_an_enum_is_a_constrained_string_in_json_schema_and_enum_in_the_notation() -> None:
-    # B64
     schema = generate_schema(Modal)
     assert schema.to_json_schema()["properties"]["mode"] == {
         "type": "string",
@@ -139,14 +132,12 @@ def test_an_enum_is_a_constrained_string_in_json_schema_and_enum_in_the_notation
 
 
 def test_every_published_constant_decodes_to_its_member() -> None:
-    # B65
     published = generate_schema(Modal).to_json_schema()["properties"]["mode"]["enum"]
     assert len(published) == len(Mode)
     assert [msgspec.json.decode(json.dumps(v), type=Mode) for v in published] == list(Mode)
 
 
 def test_a_list_of_enums_constrains_its_items() -> None:
-    # B66
     schema = generate_schema(Modal)
     assert schema.to_json_schema()["properties"]["modes"] == {
         "type": "array",
@@ -162,7 +153,6 @@ class Exemplified(msgspec.Struct):
 
 
 def test_examples_publish_as_the_examples_keyword_and_integers_as_numbers() -> None:
-    # B67
     props = generate_schema(Exemplified).to_json_schema()["properties"]
     assert props["word"]["examples"] == ["alpha", "beta"]
     assert "alpha" not in props["word"]["description"]
@@ -170,7 +160,6 @@ def test_examples_publish_as_the_examples_keyword_and_integers_as_numbers() -> N
 
 
 def test_the_two_renderings_do_not_leak_into_each_other() -> None:
-    # B68
     schema = generate_schema(Modal)
     assert '"enum":' not in schema.render_notation()
     for cls in (Modal, Exemplified, Ordering):
@@ -188,7 +177,6 @@ class Outer(msgspec.Struct):
 
 
 def test_every_object_node_has_a_title() -> None:
-    # B69
     schema = generate_schema(Outer)
     out = schema.to_json_schema()
     assert out["title"] == "Outer"
@@ -203,7 +191,6 @@ class Node(msgspec.Struct):
 
 
 def test_a_cycle_becomes_a_ref_into_root_defs() -> None:
-    # B70
     out = generate_schema(Node).to_json_schema()
     assert out["properties"]["subpages"]["items"] == {"$ref": "#/$defs/Node"}
     assert out["properties"]["parent"]["$ref"] == "#/$defs/Node"
@@ -215,7 +202,6 @@ def test_a_cycle_becomes_a_ref_into_root_defs() -> None:
 
 
 def test_an_acyclic_schema_has_no_defs_and_siblings_are_inlined() -> None:
-    # B71
     out = generate_schema(Outer).to_json_schema()
     assert "$defs" not in out
     assert out["properties"]["inner"] == out["properties"]["twin"]
@@ -223,7 +209,6 @@ def test_an_acyclic_schema_has_no_defs_and_siblings_are_inlined() -> None:
 
 
 def test_a_reference_field_keeps_its_own_keywords_and_the_notation_prints_names() -> None:
-    # B72
     schema = generate_schema(Node)
     parent = schema.to_json_schema()["properties"]["parent"]
     assert parent["description"] == "The page above"
@@ -248,7 +233,6 @@ def _inner_b() -> type:
 
 
 def test_two_classes_sharing_a_name_are_refused_naming_both() -> None:
-    # B73
     first, second = _inner_a(), _inner_b()
     root = msgspec.defstruct("Root", [("x", first), ("y", second)])
     with pytest.raises(IllegalStateError) as caught:
@@ -265,7 +249,6 @@ class Dated(msgspec.Struct):
 
 
 def test_dates_and_string_lists() -> None:
-    # B74
     schema = generate_schema(Dated)
     props = schema.to_json_schema()["properties"]
     assert props["day"] == {"type": "string", "format": "date", "description": "The day"}
@@ -288,7 +271,6 @@ class Maps(msgspec.Struct):
 
 
 def test_maps_and_untyped_values() -> None:
-    # B75
     props = generate_schema(Maps).to_json_schema()["properties"]
     assert props["counts"] == {"type": "object", "additionalProperties": {"type": "integer"}}
     assert props["anything"]["additionalProperties"] is True
@@ -299,7 +281,6 @@ def test_maps_and_untyped_values() -> None:
 
 
 def test_overrides_replace_only_the_named_description_even_on_a_ref() -> None:
-    # B76
     out = generate_schema(Dated).to_json_schema({"day": "$PARAM-DAY"})
     assert out["properties"]["day"]["description"] == "$PARAM-DAY"
     assert "description" not in out["properties"]["at"]
@@ -315,7 +296,6 @@ class Answer:
 
 
 def test_required_validation_refuses_none_and_blank_and_accepts_empty_lists() -> None:
-    # B77
     assert not validate_required_fields(Answer(title=None, findings=[]))
     assert not validate_required_fields(Answer(title="   ", findings=[]))
     assert validate_required_fields(Answer(title="t", findings=[]))
@@ -335,7 +315,6 @@ class Empty(msgspec.Struct):
 
 
 def test_standard_value_types_are_leaves_and_an_empty_class_has_empty_properties() -> None:
-    # B78
     props = generate_schema(Leaves).to_json_schema()["properties"]
     assert all("properties" not in p and "title" not in p for p in props.values())
     assert props["ident"] == {"type": "string", "format": "uuid"}
@@ -347,7 +326,7 @@ def test_standard_value_types_are_leaves_and_an_empty_class_has_empty_properties
 
 
 def test_bounds_come_only_from_msgspec_meta() -> None:
-    # D8: Python ints have no width
+    # Python ints have no width
     class Bounded(msgspec.Struct):
         n: Annotated[int, msgspec.Meta(ge=1, le=100)]
         m: int
@@ -369,7 +348,6 @@ class CiteInput(msgspec.Struct):
 
 
 def test_a_tools_model_facing_schema_has_no_harness_keywords_and_reduces_artifacts() -> None:
-    # B79
     schema = generate_schema(CiteInput)
     harness = schema.to_json_schema()
     assert harness["properties"]["doc"]["x-parlour-type-alias"] == "schema:doc"
@@ -383,7 +361,7 @@ def test_a_tools_model_facing_schema_has_no_harness_keywords_and_reduces_artifac
 
 
 def test_a_tool_definition_carries_the_model_form() -> None:
-    # B79: as carried by its ToolDefinitionBlock
+    # as carried by its ToolDefinitionBlock
     def cite(doc: Annotated[DocArtifact, LLMDescription("The document")], note: str = "") -> str:
         """Cite a document."""
         return note
@@ -440,7 +418,7 @@ class Envelope(msgspec.Struct):
 
 
 def test_the_notation_can_omit_named_fields_at_every_depth() -> None:
-    # B21's strip, as a response handler would ask for it
+    # the reasoning strip, as a response handler would ask for it
     notation = generate_schema(Envelope).to_notation(omit={"reasoning", "tool_calls"})
     assert list(notation["@fields"]) == ["result"]
     assert list(notation["@fields"]["result"]["@fields"]) == ["answer"]

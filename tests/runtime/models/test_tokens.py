@@ -1,4 +1,4 @@
-"""Token accounting: a fresh estimate of the whole conversation, offline (B135-B140)."""
+"""Token accounting: a fresh estimate of the whole conversation, offline."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ from parlour.runtime import (
     counter_for,
     type_alias,
 )
-from parlour.runtime._tokens import IMAGE_TOKENS, OFFLINE_ENCODING, load_encoding
 from parlour.runtime.blocks import FileBlock, ImageBlock, TextBlock, ToolUseBlock
+from parlour.runtime.models._tokens import IMAGE_TOKENS, OFFLINE_ENCODING, load_encoding
 
 
 class FakeSpec:
@@ -64,7 +64,6 @@ class NotationHandler:
 
 
 def test_the_total_grows_with_objective_messages_and_artifacts() -> None:
-    # B135
     c = ConversationContext("c")
     assert c.get_total_tokens(SPEC) == 0
     c.put_main_objective("task", "Summarize the papers you are given.")
@@ -78,7 +77,6 @@ def test_the_total_grows_with_objective_messages_and_artifacts() -> None:
 
 
 def test_response_instructions_are_not_counted() -> None:
-    # B136
     totals = []
     for handler in (StringResponseHandler(), NotationHandler()):
         c = ConversationContext("c")
@@ -88,7 +86,6 @@ def test_response_instructions_are_not_counted() -> None:
 
 
 def test_the_count_is_fresh_each_time() -> None:
-    # B137
     c = ConversationContext("c")
     c.add_user_message("one two three")
     c.add_user_message("four five six seven")
@@ -99,13 +96,11 @@ def test_the_count_is_fresh_each_time() -> None:
 
 
 def test_a_missing_spec_is_refused() -> None:
-    # B138
     with pytest.raises(ValueError):
         ConversationContext("c").get_total_tokens(None)
 
 
 def test_a_struct_slot_counts_as_its_processed_json() -> None:
-    # B139
     c = ConversationContext("c")
     finding = Finding(claim="c", paper=PaperArtifact(title="T", body="long words " * 500))
     c.put_main_objective("finding", finding)
@@ -119,7 +114,6 @@ def test_a_struct_slot_counts_as_its_processed_json() -> None:
 
 
 def test_images_cost_a_fixed_amount_whatever_their_size() -> None:
-    # B140
     def total_with(data: str) -> int:
         c = ConversationContext("c")
         c.add_message(OutgoingMessage(None, [ImageBlock(data=data, mime_type="image/png")]))
@@ -129,7 +123,6 @@ def test_images_cost_a_fixed_amount_whatever_their_size() -> None:
 
 
 def test_files_cost_a_constant_plus_a_size_term() -> None:
-    # D10
     def total_with(data: str) -> int:
         c = ConversationContext("c")
         c.add_message(OutgoingMessage(None, [FileBlock(data=data, mime_type="application/pdf")]))

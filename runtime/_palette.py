@@ -1,0 +1,107 @@
+"""The palette: the tools a seat declared and the skills it admitted, each once per name.
+
+A declared tool is converted to its wire definition lazily, at the first render that needs
+it, and only once (the definition replaces the declaration). Validation happens as a tool
+or skill enters, so nothing stored can poison a later render. Held by
+``ConversationContext``; not thread-safe (only the conversation's owner touches it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterable
+from typing import Protocol
+
+from parlour.runtime._messages import Message
+from parlour.runtime._validation import check_text
+from parlour.runtime.blocks import SkillBlock, ToolDefinitionBlock, check_block
+
+
+class DeclaredTool(Protocol):
+    """A tool declared to a conversation; converted to its wire definition lazily, once.
+
+    A ``ToolDefinitionBlock`` is its own DeclaredTool (``definition()`` returns itself).
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    def definition(self) -> ToolDefinitionBlock: ...
+
+
+class Palette:
+    """Declared tools by name and admitted skills by name, in the order they came."""
+
+    __slots__ = ("_skills", "_tools")
+
+    def __init__(self) -> None:
+        self._tools: dict[str, DeclaredTool] = {}
+        self._skills: dict[str, SkillBlock] = {}
+
+    def declare(self, tool: DeclaredTool) -> None:
+        """Declare ``tool``; a name already declared is a no-op.
+
+        Raises:
+            ValueError: the tool's name, or the definition given, could not be stored.
+        """
+        if isinstance(tool, ToolDefinitionBlock):
+            check_block(tool, f"tool definition {tool.name!r}")
+        else:
+            check_text(tool.name, "a declared tool's name")
+        self._tools.setdefault(tool.name, tool)
+
+    def tools(self) -> dict[str, DeclaredTool]:
+        return dict(self._tools)
+
+    def definitions(self) -> list[ToolDefinitionBlock]:
+        return [self.definition(name) for name in self._tools]
+
+    def definition(self, name: str) -> ToolDefinitionBlock:
+        """The wire definition of tool ``name``, converting its declaration the first time.
+
+        Raises:
+            ValueError: the converted definition could not be stored.
+        """
+        # a definition is its own DeclaredTool: storing what the declaration produced makes
+        # this the one and only conversion
+        declared = self._tools[name]
+        definition = declared.definition()
+        if definition is not declared:
+            check_block(definition, f"tool definition {name!r}")
+        self._tools[name] = definition
+        return definition
+
+    def pending(self, head: Container[str], stream: Container[str]) -> list[ToolDefinitionBlock]:
+        """The definitions of the declared tools shown neither in the head nor in the
+        stream, in declaration order (converting them, once)."""
+        return [self.definition(n) for n in self._tools if n not in head and n not in stream]
+
+    def admit(self, skill: SkillBlock) -> bool:
+        """Admit ``skill``; False when a skill of that name was already admitted.
+
+        Raises:
+            ValueError: ``skill`` is not a SkillBlock that could be stored.
+        """
+        if not isinstance(skill, SkillBlock):
+            raise ValueError(f"A skill is a SkillBlock, not {type(skill).__name__}; refused")
+        check_block(skill, f"skill {skill.name!r}")
+        if skill.name in self._skills:
+            return False
+        self._skills[skill.name] = skill
+        return True
+
+    def skills(self) -> list[SkillBlock]:
+        return list(self._skills.values())
+
+    def unsaid_skills(self, messages: Iterable[Message]) -> list[SkillBlock]:
+        """Admitted skills no app-authored message already says (those admitted after a
+        freeze travel in the stream)."""
+        if not self._skills:
+            return []
+        streamed = {
+            b.name
+            for m in messages
+            if m.app_authored
+            for b in m.blocks
+            if isinstance(b, SkillBlock)
+        }
+        return [s for name, s in self._skills.items() if name not in streamed]
