@@ -20,7 +20,6 @@ from .conftest import CountingStore
 
 
 def test_a_minted_id_has_the_documented_shape() -> None:
-    # B202, B203
     thinker = BasicThinker("alice")
     assert thinker.conversation_id == thinker.job_id
     cid = thinker.mint_conversation_id()
@@ -33,7 +32,6 @@ def test_a_minted_id_has_the_documented_shape() -> None:
 def test_obtaining_a_minted_id_creates_an_empty_conversation_stamped_for_the_thinker(
     counted_service: ConversationService,
 ) -> None:
-    # B142, B192, B204
     thinker = BasicThinker(
         "alice",
         grade=Grade.SMALL,
@@ -56,7 +54,6 @@ def test_obtaining_a_minted_id_creates_an_empty_conversation_stamped_for_the_thi
 def test_adopting_an_id_nobody_holds_fails_and_adds_nothing(
     counted_service: ConversationService,
 ) -> None:
-    # B205
     before = counted_service.get_stats().total
     thinker = BasicThinker("alice")
     thinker.set_conversation_id("ghost")
@@ -73,7 +70,6 @@ def test_adopting_an_id_nobody_holds_fails_and_adds_nothing(
 def test_the_first_save_of_a_minted_conversation_creates_and_later_ones_update(
     counted_service: ConversationService, counting: CountingStore
 ) -> None:
-    # B216, B217
     thinker = BasicThinker("alice")
     thinker.mint_conversation_id()
     context = counted_service.obtain_conversation(None, thinker).get(timeout=5)
@@ -88,7 +84,6 @@ def test_the_first_save_of_a_minted_conversation_creates_and_later_ones_update(
 def test_a_temporary_conversation_is_never_persisted_nor_looked_up(
     counted_service: ConversationService, counting: CountingStore
 ) -> None:
-    # B206, B218
     thinker = BasicThinker("alice")
     context = counted_service.obtain_conversation(None, thinker).get(timeout=5)
     assert context.temporary
@@ -100,7 +95,6 @@ def test_a_temporary_conversation_is_never_persisted_nor_looked_up(
 def test_an_adopted_conversation_only_ever_updates(
     counted_service: ConversationService, counting: CountingStore
 ) -> None:
-    # B194, B219
     minter = BasicThinker("alice")
     cid = minter.mint_conversation_id()
     context = counted_service.obtain_conversation(None, minter).get(timeout=5)
@@ -117,7 +111,6 @@ def test_an_adopted_conversation_only_ever_updates(
 
 
 def test_saving_without_a_store_or_a_thinker_is_a_no_op() -> None:
-    # B220
     service = ConversationService(cleanup_interval_s=0)
     thinker = BasicThinker("alice")
     thinker.mint_conversation_id()
@@ -132,7 +125,6 @@ def test_saving_without_a_store_or_a_thinker_is_a_no_op() -> None:
 def test_obtain_and_release_without_a_save_leaves_the_store_empty(
     counted_service: ConversationService, counting: CountingStore
 ) -> None:
-    # B221
     thinker = BasicThinker("alice")
     cid = thinker.mint_conversation_id()
     counted_service.obtain_conversation(None, thinker).get(timeout=5)
@@ -212,7 +204,6 @@ def test_a_save_refreshes_the_session_cache(tmp_path: Path) -> None:
 def test_release_with_zero_retention_evicts_and_with_retention_keeps_it_idle(
     service: ConversationService,
 ) -> None:
-    # B225, B226
     a = BasicThinker("alice", retain_duration=dt.timedelta(0))
     a.mint_conversation_id()
     service.obtain_conversation(None, a).get(timeout=5)
@@ -225,11 +216,10 @@ def test_release_with_zero_retention_evicts_and_with_retention_keeps_it_idle(
     service.release(b, retain=dt.timedelta(minutes=5))
     stats = service.get_stats()
     assert (stats.owned, stats.idle) == (0, 1)
-    assert str(stats) == "1 total (0 owned, 1 idle)"  # B235
+    assert str(stats) == "1 total (0 owned, 1 idle)"
 
 
 def test_a_release_by_a_non_owner_changes_nothing(service: ConversationService) -> None:
-    # B227
     owner = BasicThinker("alice")
     cid = owner.mint_conversation_id()
     service.obtain_conversation(None, owner).get(timeout=5)
@@ -237,13 +227,12 @@ def test_a_release_by_a_non_owner_changes_nothing(service: ConversationService) 
     stranger.set_conversation_id(cid)
     service.release(stranger)
     assert service.owning_thinker(cid, "alice") is owner
-    assert service.owning_thinker(cid, "somebody-else") is None  # B215
+    assert service.owning_thinker(cid, "somebody-else") is None
 
 
 def test_the_sweep_evicts_only_expired_unowned_conversations(
     service: ConversationService, clock: FakeClock
 ) -> None:
-    # B238, B239, B240
     idle = BasicThinker("alice")
     idle.mint_conversation_id()
     service.obtain_conversation(None, idle).get(timeout=5)
@@ -265,7 +254,6 @@ def test_the_sweep_evicts_only_expired_unowned_conversations(
 def test_release_all_for_job_evicts_what_the_job_still_owns(
     service: ConversationService,
 ) -> None:
-    # B228, B229
     dead = BasicThinker("alice")
     owned = dead.mint_conversation_id()
     service.obtain_conversation(None, dead).get(timeout=5)
@@ -281,7 +269,6 @@ def test_release_all_for_job_evicts_what_the_job_still_owns(
 
 
 def test_stop_refuses_new_obtains_with_an_error_log(tmp_path: Path) -> None:
-    # B242, B243, B244
     records: list[str] = []
     logger.enable("parlour")
     sink = logger.add(lambda m: records.append(m.record["message"]), level="ERROR")
@@ -308,7 +295,6 @@ def test_stop_refuses_new_obtains_with_an_error_log(tmp_path: Path) -> None:
 def test_many_threads_obtain_distinct_conversations_at_once(
     service: ConversationService,
 ) -> None:
-    # B245
     import concurrent.futures
 
     thinkers = [BasicThinker(f"user-{i}") for i in range(50)]
@@ -325,7 +311,6 @@ def test_many_threads_obtain_distinct_conversations_at_once(
 def test_a_thinker_keeps_the_transcript_of_its_last_run_after_release(
     service: ConversationService,
 ) -> None:
-    # B109
     thinker = BasicThinker("alice")
     thinker.mint_conversation_id()
     assert thinker.transcript() is None
@@ -341,7 +326,6 @@ def test_a_thinker_keeps_the_transcript_of_its_last_run_after_release(
 
 
 def test_evicting_an_owned_conversation_is_a_no_op(service: ConversationService) -> None:
-    # B233
     thinker = BasicThinker("alice")
     cid = thinker.mint_conversation_id()
     service.obtain_conversation(None, thinker).get(timeout=5)
@@ -355,7 +339,6 @@ def test_evicting_an_owned_conversation_is_a_no_op(service: ConversationService)
 def test_remove_refuses_foreign_users_and_owned_conversations_then_deletes_everywhere(
     service: ConversationService,
 ) -> None:
-    # B234
     thinker = BasicThinker("alice")
     cid = thinker.mint_conversation_id()
     context = service.obtain_conversation(None, thinker).get(timeout=5)
