@@ -67,9 +67,13 @@ from parlour.runtime.compaction import (
 )
 from parlour.runtime.models._budget import ModelBinding
 from parlour.runtime.models._catalog import ModelCatalog, resolve_grade
-from parlour.runtime.models._counting import LocalTokenCounter, TokenCounter
 from parlour.runtime.models._spec import ModelSpec, ThinkingMode
-from parlour.runtime.models._tokens import EncodingCounter, counter_for
+from parlour.runtime.models._tokens import (
+    EncodingCounter,
+    LocalTokenCounter,
+    TokenCounter,
+    counter_for,
+)
 from parlour.runtime.providers import (
     LLMClient,
     LLMResponse,

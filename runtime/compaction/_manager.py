@@ -31,8 +31,8 @@ from parlour.runtime.compaction._levels import (
     FitReport,
 )
 from parlour.runtime.errors import ContextOverflowError
-from parlour.runtime.models._counting import LocalTokenCounter, TokenCounter
 from parlour.runtime.models._spec import ModelSpec
+from parlour.runtime.models._tokens import LocalTokenCounter, TokenCounter
 
 __all__ = ["DEFAULT_COMFORT_CONTEXT_TOKENS", "DEFAULT_COMPACTION_TRIGGER", "ContextWindowManager"]
 

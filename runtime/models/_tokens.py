@@ -10,13 +10,16 @@ JSON, thinking, skills) by the frozen block itself: a memo hit returns exactly w
 encode would, and an unchanged conversation recounts without encoding anything.
 Images cost a fixed number of tokens whatever their size; files a constant plus a term
 proportional to their decoded size. Tests assert relations, never absolute counts.
+
+``TokenCounter`` is the one interface behind which a count comes: ``LocalTokenCounter``
+(this estimate) or a provider's exact count (``AnthropicClient.count_tokens``).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import tiktoken
 import tiktoken.load
@@ -37,6 +40,10 @@ from parlour.runtime.blocks import (
     ToolUseBlock,
 )
 
+if TYPE_CHECKING:  # the context counts through this module: a type-only import, no cycle
+    from parlour.runtime._context import ConversationContext
+    from parlour.runtime.models._spec import ModelSpec
+
 __all__ = [
     "DEFAULT_ENCODING",
     "FILE_BASE_TOKENS",
@@ -44,6 +51,8 @@ __all__ = [
     "IMAGE_TOKENS",
     "OFFLINE_ENCODING",
     "EncodingCounter",
+    "LocalTokenCounter",
+    "TokenCounter",
     "counter_for",
     "load_encoding",
 ]
@@ -209,3 +218,22 @@ def counter_for(name: str | None = None) -> EncodingCounter:
     if counter is None:
         counter = _COUNTERS.setdefault(key, EncodingCounter(load_encoding(name)))
     return counter
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Counts the input tokens a conversation would send. Implementations are stateless."""
+
+    def count_tokens(self, conversation: ConversationContext) -> int: ...
+
+
+class LocalTokenCounter:
+    """The offline estimate: ``conversation.get_total_tokens(spec)``, the one local count
+    (tiktoken in ``spec.encoding``, memoized per block; it renders nothing and freezes
+    nothing)."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        self._spec = spec
+
+    def count_tokens(self, conversation: ConversationContext) -> int:
+        return conversation.get_total_tokens(self._spec)
