@@ -30,11 +30,11 @@ from parlour.runtime.errors import (
 from parlour.runtime.models._budget import ModelBinding, OutputDeclaration
 from parlour.runtime.models._spec import ModelSpec
 from parlour.runtime.providers._prefix import PrefixMonitor
-from parlour.runtime.providers._response import LLMResponse, StopReason, Usage
+from parlour.runtime.providers._response import LLMResponse, StopReason
 
 TextCallback = Callable[[str], None]
 
-__all__ = ["LLMClient", "LLMResponse", "ResponseStream", "StopReason", "Usage", "WireRequest"]
+__all__ = ["LLMClient", "ResponseStream", "TextCallback", "WireRequest"]
 
 
 class WireRequest(msgspec.Struct, frozen=True, kw_only=True):
