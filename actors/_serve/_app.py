@@ -55,6 +55,7 @@ class _Ctx:
     max_body_bytes: int
     max_text_chars: int
     page_limit: int
+    keeps_history: bool
 
 
 def build_app(
@@ -71,7 +72,9 @@ def build_app(
         raise ValueError("The HTTP API needs a service with a persistent store.")
     book = tokens if isinstance(tokens, TokenBook) else TokenBook(tokens)
     host = ChatHost(agent, service)
-    ctx = _Ctx(agent, host, service.store, book, max_body_bytes, max_text_chars, page_limit)
+    store = service.store
+    history = views.keeps_history(store)
+    ctx = _Ctx(agent, host, store, book, max_body_bytes, max_text_chars, page_limit, history)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -235,7 +238,7 @@ async def _read(request: Request) -> Response:
         usage = ctx.agent.ledger(cid).entries()
         view = await asyncio.to_thread(views.conversation_view, snapshot, spec, usage)
     view["running"] = ctx.host.running(user_id, cid)
-    view["versions_supported"] = hasattr(ctx.store, "get_version_history")
+    view["versions_supported"] = ctx.keeps_history
     return JSONResponse(view)
 
 

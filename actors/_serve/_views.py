@@ -21,6 +21,7 @@ __all__ = [
     "conversation_view",
     "empty_view",
     "export",
+    "keeps_history",
     "load_mine",
     "load_version",
     "page_of",
@@ -102,6 +103,20 @@ def page_of(
     page = rows[cursor : cursor + limit]
     after = cursor + limit
     return {"conversations": page, "next": after if after < len(rows) else None}
+
+
+def keeps_history(store: PersistentStore) -> bool:
+    """Whether the store answers version-history reads (probed once, on no conversation)."""
+    history = getattr(store, "get_version_history", None)
+    if history is None:
+        return False
+    try:
+        history("parlour-probe", "parlour-probe")
+    except NotImplementedError:
+        return False
+    except Exception:  # a store that looked the probe up and refused it does keep history
+        return True
+    return True
 
 
 def versions_of(store: PersistentStore, conversation_id: str, user_id: str) -> list[str]:
