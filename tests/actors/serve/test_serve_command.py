@@ -67,7 +67,7 @@ def test_first_run_prints_a_token_url_and_a_restart_keeps_the_token_and_the_chat
             listed = client.get("api/conversations").json()["conversations"]
             assert [c["conversation_id"] for c in listed] == [cid]
             view = client.get(f"api/conversations/{cid}").json()
-            assert [m["role"] for m in view["messages"]][0] == "user"
+            assert view["messages"][0]["role"] == "user"
             assert view["messages"][-1]["role"] == "assistant"
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
