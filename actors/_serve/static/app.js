@@ -61,9 +61,9 @@ async function open(id) {
   state.current = id;
   history.replaceState(null, "", "?c=" + encodeURIComponent(id));
   for (const li of $("list").children) li.classList.toggle("current", li.dataset.id === id);
-  $("chat").hidden = false;
   await refresh();
-  watch(id);
+  await watch(id);  // sends wait until the stream is watching, so no turn is missed
+  $("chat").hidden = false;
 }
 
 async function refresh() {
@@ -145,6 +145,7 @@ function watch(id) {
   if (state.source) state.source.close();
   const source = new EventSource(`/api/conversations/${encodeURIComponent(id)}/events`);
   state.source = source;
+  const watching = new Promise((resolve) => source.addEventListener("watching", resolve, { once: true }));
   let live = null, text = null;
   const begin = () => {
     live = $("live"); live.hidden = false; live.replaceChildren();
@@ -164,6 +165,7 @@ function watch(id) {
   source.addEventListener("done", end(null));
   source.addEventListener("error", (e) => { if (e.data) end("failed")(e); });
   source.addEventListener("cancelled", end("cancelled"));
+  return watching;
 }
 
 async function send(text) {

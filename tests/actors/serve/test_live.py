@@ -60,6 +60,7 @@ def test_events_arrive_while_the_turn_runs_and_a_joiner_gets_the_turn_from_its_s
             assert foreign.status_code == 404
             with joiner.stream("GET", f"/api/conversations/{cid}/events?once=1") as j:
                 joined = sse_events(j)
+                assert next(joined) == {"type": "watching", "running": True}
                 assert until(joined, "tool_call") == head[1:]  # all but the sender's "accepted"
                 gate.opened.set()
                 rest = list(events)
@@ -173,6 +174,7 @@ def test_the_event_stream_follows_each_next_turn_until_shutdown(
         cid = create(sender)
         with watcher.stream("GET", f"/api/conversations/{cid}/events") as w:
             watched = sse_events(w)
+            assert next(watched) == {"type": "watching", "running": False}
             for n in range(2):
                 sender.post(
                     f"/api/conversations/{cid}/messages", headers=JSON, json={"text": f"turn {n}"}
