@@ -1,5 +1,6 @@
 // The parlour inspector: conversations, a conversation as its transcript reads, live turns.
-// Plain JavaScript, no build step; everything it loads comes from this server.
+// Plain JavaScript, no build step; everything it loads comes from this server. Paths are
+// relative, so the app works mounted under a prefix too.
 "use strict";
 const $ = (id) => document.getElementById(id);
 const state = { current: null, cursor: 0, source: null, versions: [] };
@@ -24,7 +25,7 @@ function el(tag, text, cls) {
 function showSignIn() { $("signin").hidden = false; $("app").hidden = true; }
 
 async function signIn(token) {
-  const response = await fetch("/api/session", { method: "POST", headers: { authorization: "Bearer " + token } });
+  const response = await fetch("api/session", { method: "POST", headers: { authorization: "Bearer " + token } });
   if (!response.ok) { showSignIn(); return false; }
   return true;
 }
@@ -33,7 +34,7 @@ async function start() {
   const fromUrl = new URLSearchParams(location.hash.slice(1)).get("token");
   if (fromUrl) { history.replaceState(null, "", location.pathname + location.search); await signIn(fromUrl); }
   let me;
-  try { me = await api("/api/me"); } catch (e) { return; }
+  try { me = await api("api/me"); } catch (e) { return; }
   $("who").textContent = me.user_id;
   $("model").textContent = me.model;
   $("signin").hidden = true; $("app").hidden = false;
@@ -44,7 +45,7 @@ async function start() {
 
 async function loadList(reset) {
   if (reset) { state.cursor = 0; $("list").replaceChildren(); }
-  const page = await api(`/api/conversations?limit=20&cursor=${state.cursor}`);
+  const page = await api(`api/conversations?limit=20&cursor=${state.cursor}`);
   for (const c of page.conversations) {
     const item = el("li", c.title || "(new chat)");
     item.dataset.id = c.conversation_id;
@@ -67,7 +68,7 @@ async function open(id) {
 }
 
 async function refresh() {
-  const c = await api(`/api/conversations/${encodeURIComponent(state.current)}`);
+  const c = await api(`api/conversations/${encodeURIComponent(state.current)}`);
   $("title").textContent = c.title || "(new chat)";
   $("tokens").textContent = `${c.tokens.used} / ${c.tokens.window} tokens · version ${c.version}`;
   renderMessages($("messages"), c.messages);
@@ -119,7 +120,7 @@ async function renderVersions(c) {
   const box = $("versions");
   box.replaceChildren();
   if (!c.versions_supported) { box.append(el("p", `This store keeps no version history; this is version ${c.version}.`)); return; }
-  const found = await api(`/api/conversations/${encodeURIComponent(c.conversation_id)}/versions`);
+  const found = await api(`api/conversations/${encodeURIComponent(c.conversation_id)}/versions`);
   if (!found.versions) { box.append(el("p", found.error || "No version history.")); return; }
   for (const v of found.versions) {
     const button = el("button", v);
@@ -129,7 +130,7 @@ async function renderVersions(c) {
 }
 
 async function showVersion(id, version) {
-  const old = await api(`/api/conversations/${encodeURIComponent(id)}/versions/${encodeURIComponent(version)}`);
+  const old = await api(`api/conversations/${encodeURIComponent(id)}/versions/${encodeURIComponent(version)}`);
   const now = $("transcript").textContent.split("\n");
   const then = old.transcript.split("\n");
   $("diff").textContent = now.slice(then.length).map((l) => "+ " + l).join("\n") || "(no change since)";
@@ -143,7 +144,7 @@ function setRunning(running) {
 
 function watch(id) {
   if (state.source) state.source.close();
-  const source = new EventSource(`/api/conversations/${encodeURIComponent(id)}/events`);
+  const source = new EventSource(`api/conversations/${encodeURIComponent(id)}/events`);
   state.source = source;
   const watching = new Promise((resolve) => source.addEventListener("watching", resolve, { once: true }));
   let live = null, text = null;
@@ -170,19 +171,19 @@ function watch(id) {
 
 async function send(text) {
   const id = state.current;
-  await api(`/api/conversations/${encodeURIComponent(id)}/messages`, {
+  await api(`api/conversations/${encodeURIComponent(id)}/messages`, {
     method: "POST", headers: { "content-type": "application/json", accept: "application/json" },
     body: JSON.stringify({ text }),
   });
 }
 
 $("new").onclick = async () => {
-  const created = await api("/api/conversations", { method: "POST" });
+  const created = await api("api/conversations", { method: "POST" });
   await loadList(true);
   await open(created.conversation_id);
 };
 $("more").onclick = () => loadList(false);
-$("cancel").onclick = () => api(`/api/conversations/${encodeURIComponent(state.current)}/cancel`, { method: "POST" });
+$("cancel").onclick = () => api(`api/conversations/${encodeURIComponent(state.current)}/cancel`, { method: "POST" });
 $("chat").onsubmit = (e) => { e.preventDefault(); const t = $("text").value.trim(); if (t) { $("text").value = ""; send(t); } };
 $("text").onkeydown = (e) => { if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("chat").requestSubmit(); } };
 $("signin-form").onsubmit = async (e) => { e.preventDefault(); if (await signIn($("token").value)) start(); };

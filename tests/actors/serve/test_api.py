@@ -214,7 +214,7 @@ def test_the_page_and_its_assets_come_from_the_app_alone(client: TestClient) -> 
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "default-src 'self'" in page.headers["content-security-policy"]
     sources = re.findall(r'(?:src|href)="([^"]+)"', page.text)
-    assert sources and all(s.startswith("/static/") or s == "data:," for s in sources)
+    assert sources and all(s.startswith("static/") or s == "data:," for s in sources)
     for asset in ("/static/app.js", "/static/app.css"):
         response = client.get(asset)
         assert response.status_code == 200 and "http" not in response.text
