@@ -27,6 +27,7 @@ __all__ = ["ChatHost", "ShuttingDownError"]
 
 SendStatus = Literal["started", "queued", "offered"]
 IDLE_PING_S = 15.0
+MAX_SLOTS = 10_000
 
 
 class ShuttingDownError(RuntimeError):
@@ -42,8 +43,14 @@ class _Slot:
         self.feed: TurnFeed | None = None
         self.task: asyncio.Task[None] | None = None
         self.waiting = 0
+        self.watchers = 0
         self.turns = 0
         self.next_turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing runs, waits or watches: the slot can go (a later send makes a new one)."""
+        return self.running is None and not self.waiting and not self.watchers
 
     @property
     def running(self) -> TurnFeed | None:
@@ -66,8 +73,11 @@ class ChatHost:
     Thread-safety: none; every method runs on the server's event loop.
     """
 
-    def __init__(self, agent: Agent, service: ConversationService) -> None:
+    def __init__(
+        self, agent: Agent, service: ConversationService, max_slots: int = MAX_SLOTS
+    ) -> None:
         self.agent = agent
+        self.max_slots = max_slots
         self.service = service
         self.closing = False
         self._slots: dict[str, tuple[str, _Slot]] = {}
@@ -84,6 +94,7 @@ class ChatHost:
             ShuttingDownError: the host is shutting down.
         """
         self._refuse_if_closing()
+        self._prune()
         chat = self.agent.chat(self.service, user_id=user_id)
         self._slots[chat.conversation_id] = (user_id, _Slot(chat))
         self._fresh.setdefault(user_id, {})[chat.conversation_id] = None
@@ -117,10 +128,22 @@ class ChatHost:
     def _slot(self, user_id: str, conversation_id: str) -> _Slot:
         slot = self._mine(user_id, conversation_id)
         if slot is None:
+            self._prune()
             chat = self.agent.chat(self.service, user_id=user_id, conversation_id=conversation_id)
             slot = _Slot(chat)
             self._slots[conversation_id] = (user_id, slot)
         return slot
+
+    def _prune(self, room: int = 1) -> None:
+        """Past ``max_slots`` (less ``room``), drop the idle slots of stored conversations,
+        oldest first."""
+        excess = len(self._slots) - self.max_slots + room
+        for cid, (user_id, slot) in list(self._slots.items()):
+            if excess <= 0:
+                return
+            if slot.idle and not self.is_fresh(user_id, cid):
+                del self._slots[cid]
+                excess -= 1
 
     # -- sending --------------------------------------------------------------------------
 
@@ -170,6 +193,8 @@ class ChatHost:
                 feed.finish()
                 slot.task = None
         self._fresh.get(slot.chat.user_id, {}).pop(feed.conversation_id, None)
+        if len(self._slots) > self.max_slots:
+            self._prune(room=0)
 
     async def _drive(self, chat: Chat, feed: TurnFeed) -> None:
         if self.closing:
@@ -198,6 +223,15 @@ class ChatHost:
         (``once``: only the running one; nothing when idle). Idle, a ``ping`` event comes
         every so often; the iteration ends when the host shuts down."""
         slot = self._slot(user_id, conversation_id)
+        slot.watchers += 1
+        try:
+            async for event in self._watch(slot, once):
+                yield event
+        finally:
+            slot.watchers -= 1
+
+    async def _watch(self, slot: _Slot, once: bool) -> AsyncIterator[WireEvent]:
+        conversation_id, user_id = slot.chat.conversation_id, slot.chat.user_id
         seen = slot.turns - (1 if slot.running is not None else 0)
         yield {"type": "watching", "running": slot.running is not None}
         while not self.closing:

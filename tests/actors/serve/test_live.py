@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx2
+from starlette.applications import Starlette
 
 from parlour.runtime.blocks import TextBlock, ToolResultBlock, ToolUseBlock
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
@@ -207,3 +208,20 @@ def test_sigterm_cancels_running_turns_at_their_boundary_saves_them_and_exits(
     except httpx2.TransportError:
         refused = True
     assert refused
+
+
+def test_idle_conversations_leave_the_host_past_its_slot_cap_and_come_back_on_use(
+    live: LiveServer, app: Starlette, store: LmdbStore
+) -> None:
+    host = app.state.host
+    host.max_slots = 3
+    with live.client() as c:
+        made = [create(c) for _ in range(5)]
+        for cid in made:
+            said = c.post(f"/api/conversations/{cid}/messages", json={"text": f"hi {cid}"})
+            assert [e["type"] for e in sse_events(said)][-1] == "done"
+        assert len(host._slots) <= 3
+        again = c.post(f"/api/conversations/{made[0]}/messages", json={"text": "back"})
+        assert [e["type"] for e in sse_events(again)][-1] == "done"
+    snapshot = store.load(made[0], "alice")
+    assert snapshot is not None and user_texts(snapshot) == [f"hi {made[0]}", "back"]

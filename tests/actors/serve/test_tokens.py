@@ -18,9 +18,9 @@ from parlour.actors._serve._run import tokens_for
 
 from .serve_helpers import ALICE, Gate, make_agent
 
-names = st.text(st.characters(blacklist_characters=",:", blacklist_categories=("Cs",)), min_size=1)
+names = st.text(st.characters(blacklist_characters=",:", blacklist_categories=["Cs"]), min_size=1)
 tokens = st.text(
-    st.characters(blacklist_characters=",: ", blacklist_categories=("Cs", "Zs", "Cc")), min_size=1
+    st.characters(blacklist_characters=",: ", blacklist_categories=["Cs", "Zs", "Cc"]), min_size=1
 )
 
 
