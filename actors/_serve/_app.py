@@ -31,6 +31,7 @@ from parlour.actors._serve._http import (
     ApiError,
     json_body,
     sse,
+    token_of,
     user_of,
 )
 from parlour.actors._serve._tokens import TokenBook
@@ -169,10 +170,9 @@ async def _login(request: Request) -> Response:
     ctx = _ctx(request)
     user_id = user_of(request, ctx.tokens)
     response = JSONResponse({"user_id": user_id})
-    token = request.headers["authorization"].partition(" ")[2].strip()
     response.set_cookie(
         COOKIE,
-        token,
+        token_of(request) or "",
         max_age=_COOKIE_AGE_S,
         httponly=True,
         samesite="strict",

@@ -24,6 +24,7 @@ __all__ = [
     "error_response",
     "json_body",
     "sse",
+    "token_of",
     "user_of",
 ]
 

@@ -204,6 +204,7 @@ def test_the_token_is_exchanged_for_an_http_only_same_site_cookie(client: TestCl
     cookie = response.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
     assert client.get("/api/me").json()["user_id"] == "alice"  # the cookie alone
+    assert client.post("/api/session").status_code == 200  # renewed by the cookie alone
     assert client.delete("/api/session").status_code == 204
     client.cookies.clear()
     assert client.get("/api/me").status_code == 401
