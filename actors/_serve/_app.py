@@ -310,10 +310,10 @@ async def _send(request: Request) -> Response:
     if "application/json" in accept and "text/event-stream" not in accept:
         return JSONResponse(accepted, status_code=202)
 
-    async def events() -> AsyncIterator[dict[str, Any]]:
-        yield accepted
-        async for event in feed.follow(start):
-            yield event
+    async def events() -> AsyncIterator[list[dict[str, Any]]]:
+        yield [accepted]
+        async for batch in feed.follow(start):
+            yield batch
 
     return sse(events())
 

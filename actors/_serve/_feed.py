@@ -65,13 +65,17 @@ class TurnFeed:
             if not waiter.done():
                 waiter.set_result(None)
 
-    async def follow(self, start: int = 0) -> AsyncIterator[WireEvent]:
-        """The events from index ``start`` on, live, until the turn has finished."""
+    async def follow(self, start: int = 0) -> AsyncIterator[list[WireEvent]]:
+        """The events from index ``start`` on, live, until the turn has finished, in
+        batches: whatever has arrived since the follower last looked (at least one event).
+        A slow reader gets bigger batches, so a busy server makes fewer socket writes."""
         at = start
         while True:
-            while at < len(self.events):
-                yield self.events[at]
-                at += 1
+            if at < len(self.events):
+                batch = self.events[at:]
+                at += len(batch)
+                yield batch
+                continue
             if self.done:
                 return
             waiter = asyncio.get_running_loop().create_future()

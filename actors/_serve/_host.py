@@ -217,36 +217,36 @@ class ChatHost:
 
     async def watch(
         self, user_id: str, conversation_id: str, *, once: bool
-    ) -> AsyncIterator[WireEvent]:
-        """The conversation's turns as they run: first a ``watching`` event (from then on
-        no turn is missed), then the running turn from its start, then each next one
-        (``once``: only the running one; nothing when idle). Idle, a ``ping`` event comes
-        every so often; the iteration ends when the host shuts down."""
+    ) -> AsyncIterator[list[WireEvent]]:
+        """The conversation's turns as they run, in batches of events: first a
+        ``watching`` event (from then on no turn is missed), then the running turn from its
+        start, then each next one (``once``: only the running one; nothing when idle).
+        Idle, a ``ping`` event comes every so often; it ends when the host shuts down."""
         slot = self._slot(user_id, conversation_id)
         slot.watchers += 1
         try:
-            async for event in self._watch(slot, once):
-                yield event
+            async for batch in self._watch(slot, once):
+                yield batch
         finally:
             slot.watchers -= 1
 
-    async def _watch(self, slot: _Slot, once: bool) -> AsyncIterator[WireEvent]:
+    async def _watch(self, slot: _Slot, once: bool) -> AsyncIterator[list[WireEvent]]:
         conversation_id, user_id = slot.chat.conversation_id, slot.chat.user_id
         seen = slot.turns - (1 if slot.running is not None else 0)
-        yield {"type": "watching", "running": slot.running is not None}
+        yield [{"type": "watching", "running": slot.running is not None}]
         while not self.closing:
             feed = slot.feed
             if feed is not None and slot.turns > seen:  # running, or run since the last look
                 seen = slot.turns
-                async for event in feed.follow():
-                    yield event
+                async for batch in feed.follow():
+                    yield batch
             else:
                 async for agent_event in self.service.join(conversation_id, user_id):
-                    yield wire_event(agent_event)  # a turn this host did not start
+                    yield [wire_event(agent_event)]  # a turn this host did not start
             if once or self.closing:
                 return
             if slot.turns == seen and not await self._next_turn(slot):
-                yield {"type": "ping"}
+                yield [{"type": "ping"}]
 
     async def _next_turn(self, slot: _Slot) -> bool:
         with contextlib.suppress(TimeoutError):

@@ -117,13 +117,18 @@ async def json_body(request: Request, limit: int) -> dict[str, Any]:
     return value
 
 
-def sse(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
-    """A Server-Sent Events response: one ``event:``/``data:`` pair per event."""
+def _frame(event: dict[str, Any]) -> str:
+    data = json.dumps(event, separators=(",", ":"))
+    return f"event: {event['type']}\ndata: {data}\n\n"
+
+
+def sse(batches: AsyncIterator[list[dict[str, Any]]]) -> StreamingResponse:
+    """A Server-Sent Events response: one ``event:``/``data:`` pair per event, each batch
+    of events in one write."""
 
     async def frames() -> AsyncIterator[bytes]:
-        async for event in events:
-            data = json.dumps(event, separators=(",", ":"))
-            yield f"event: {event['type']}\ndata: {data}\n\n".encode()
+        async for batch in batches:
+            yield "".join(_frame(event) for event in batch).encode()
 
     headers = {"cache-control": "no-store", "x-accel-buffering": "no"}
     return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)
