@@ -302,7 +302,7 @@ async def _send(request: Request) -> Response:
     ctx, user_id, cid = await _mine(request)
     text = _text_of(await json_body(request, ctx.max_body_bytes), ctx.max_text_chars)
     try:
-        status, feed, start = ctx.host.send(user_id, cid, text)
+        status, feed, start = await ctx.host.send(user_id, cid, text)
     except ShuttingDownError as exc:
         raise ApiError(503, str(exc)) from None
     accepted: dict[str, Any] = {"type": "accepted", "status": status, "conversation_id": cid}

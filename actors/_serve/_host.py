@@ -40,6 +40,7 @@ class _Slot:
     def __init__(self, chat: Chat) -> None:
         self.chat = chat
         self.lock = asyncio.Lock()
+        self.sending = asyncio.Lock()
         self.feed: TurnFeed | None = None
         self.task: asyncio.Task[None] | None = None
         self.waiting = 0
@@ -50,7 +51,8 @@ class _Slot:
     @property
     def idle(self) -> bool:
         """Nothing runs, waits or watches: the slot can go (a later send makes a new one)."""
-        return self.running is None and not self.waiting and not self.watchers
+        busy = self.waiting or self.watchers or self.sending.locked()
+        return self.running is None and not busy
 
     @property
     def running(self) -> TurnFeed | None:
@@ -147,7 +149,7 @@ class ChatHost:
 
     # -- sending --------------------------------------------------------------------------
 
-    def send(
+    async def send(
         self, user_id: str, conversation_id: str, text: str
     ) -> tuple[SendStatus, TurnFeed, int]:
         """Offer ``text`` to the running turn, or start (or queue) a turn for it.
@@ -163,14 +165,18 @@ class ChatHost:
         """
         self._refuse_if_closing()
         slot = self._slot(user_id, conversation_id)
-        running = slot.running
-        if (
-            running is not None
-            and running.started
-            and not slot.waiting
-            and self.service.offer(conversation_id, user_id, text)
-        ):
-            return "offered", running, len(running.events)
+        async with slot.sending:  # decided one at a time, in arrival order
+            running = slot.running
+            if running is not None and running.started and not slot.waiting:
+                start = len(running.events)
+                offer = self.service.offer  # asks the conversation's actor: off the loop
+                if await asyncio.to_thread(offer, conversation_id, user_id, text):
+                    return "offered", running, start
+            return self._start(slot, conversation_id, text)
+
+    def _start(
+        self, slot: _Slot, conversation_id: str, text: str
+    ) -> tuple[SendStatus, TurnFeed, int]:
         status: SendStatus = "queued" if slot.lock.locked() else "started"
         feed = TurnFeed(conversation_id, text)
         slot.waiting += 1
@@ -240,13 +246,19 @@ class ChatHost:
                 seen = slot.turns
                 async for batch in feed.follow():
                     yield batch
-            else:
+            elif await self._owned_elsewhere(conversation_id, user_id):
                 async for agent_event in self.service.join(conversation_id, user_id):
                     yield [wire_event(agent_event)]  # a turn this host did not start
             if once or self.closing:
                 return
             if slot.turns == seen and not await self._next_turn(slot):
                 yield [{"type": "ping"}]
+
+    async def _owned_elsewhere(self, conversation_id: str, user_id: str) -> bool:
+        """Whether some owner holds the conversation (asked off the loop: it is an actor
+        round trip); only then can ``service.join`` find a turn to follow."""
+        owner = await asyncio.to_thread(self.service.owning_thinker, conversation_id, user_id)
+        return owner is not None
 
     async def _next_turn(self, slot: _Slot) -> bool:
         with contextlib.suppress(TimeoutError):

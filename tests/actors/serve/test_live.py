@@ -10,6 +10,7 @@ from typing import Any
 import httpx2
 from starlette.applications import Starlette
 
+from parlour.actors import ConversationService
 from parlour.runtime.blocks import TextBlock, ToolResultBlock, ToolUseBlock
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from parlour.stores import LmdbStore
@@ -225,3 +226,24 @@ def test_idle_conversations_leave_the_host_past_its_slot_cap_and_come_back_on_us
         assert [e["type"] for e in sse_events(again)][-1] == "done"
     snapshot = store.load(made[0], "alice")
     assert snapshot is not None and user_texts(snapshot) == [f"hi {made[0]}", "back"]
+
+
+def test_a_turn_run_outside_the_host_is_followed_through_the_service(
+    live: LiveServer, app: Starlette, gate: Gate, service: ConversationService
+) -> None:
+    chat = app.state.host.agent.chat(service, user_id="alice")
+    turn = threading.Thread(target=chat.send, args=(HOLD,))
+    turn.start()
+    assert gate.entered.wait(10)
+    with live.client() as c:
+        url = f"/api/conversations/{chat.conversation_id}/events?once=1"
+        assert c.get(url, headers=BOB).status_code == 404
+        with c.stream("GET", url) as j:
+            joined = sse_events(j)
+            assert next(joined) == {"type": "watching", "running": False}
+            assert next(joined) == {"type": "text_delta", "text": "Calling hold_on."}
+            gate.opened.set()
+            rest = list(joined)
+    turn.join(10)
+    kinds = [e["type"] for e in rest]
+    assert "tool_result" in kinds and kinds[-1] == "done"
