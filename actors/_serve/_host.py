@@ -177,7 +177,7 @@ class ChatHost:
     def _start(
         self, slot: _Slot, conversation_id: str, text: str
     ) -> tuple[SendStatus, TurnFeed, int]:
-        status: SendStatus = "queued" if slot.lock.locked() else "started"
+        status: SendStatus = "queued" if slot.lock.locked() or slot.waiting else "started"
         feed = TurnFeed(conversation_id, text)
         slot.waiting += 1
         task = asyncio.create_task(self._run(slot, feed), name=f"turn {conversation_id}")

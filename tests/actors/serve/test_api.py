@@ -10,6 +10,7 @@ import pytest
 from loguru import logger
 from starlette.testclient import TestClient
 
+from parlour.runtime.blocks import TextBlock
 from parlour.runtime.snapshots import decode_snapshot
 from parlour.stores import LmdbStore
 
@@ -240,3 +241,25 @@ def test_every_request_is_one_access_log_record(client: TestClient) -> None:
         ("GET", "/api/conversations/nope", 404),
     ]
     assert all(r["ms"] >= 0 for r in access)
+
+
+def test_a_second_send_before_the_first_turn_starts_is_reported_queued(
+    client: TestClient, store: LmdbStore
+) -> None:
+    cid = create(client)
+
+    async def both() -> list[str]:
+        host = client.app.state.host  # type: ignore[attr-defined]
+        first = await host.send("alice", cid, "one")
+        second = await host.send("alice", cid, "two")
+        for _, feed, start in (first, second):
+            async for _ in feed.follow(start):
+                pass
+        return [first[0], second[0]]
+
+    assert client.portal.call(both) == ["started", "queued"]  # type: ignore[union-attr]
+    snapshot = store.load(cid, "alice")
+    assert snapshot is not None
+    assert [m.role for m in snapshot.messages] == ["user", "assistant"] * 2  # in send order
+    answer = snapshot.messages[1].blocks[0]
+    assert isinstance(answer, TextBlock) and "'one'" in answer.text
