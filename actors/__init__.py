@@ -22,6 +22,7 @@ from parlour.actors._events import (
 from parlour.actors._joiners import AgentThinker
 from parlour.actors._ledger import CompactionRecord, ModelCallRecord, UsageLedger
 from parlour.actors._obtain import Obtaining
+from parlour.actors._serve import TokenBook, asgi_app
 from parlour.actors._service import ConversationService, ServiceStats
 from parlour.actors._supervisor import Seams, Supervisor
 from parlour.actors._thinker import BasicThinker, Thinker
@@ -47,11 +48,13 @@ __all__ = [
     "Supervisor",
     "TextDelta",
     "Thinker",
+    "TokenBook",
     "ToolCallFinished",
     "ToolCallStarted",
     "TurnCancelledError",
     "TurnDone",
     "TurnError",
     "UsageLedger",
+    "asgi_app",
     "set_provider_concurrency",
 ]

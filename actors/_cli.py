@@ -56,6 +56,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="skip fsync: measures the CPU path, not the disk",
     )
 
+    serve = commands.add_parser("serve", help="the chat API and inspector page over HTTP")
+    serve.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    serve.add_argument("--model", default="scripted", help="a catalog model id")
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    serve.add_argument("--port", type=int, default=8000, help="the port (0: any free one)")
+    serve.add_argument("--user", default="me", help="the user a new token is for")
+    serve.add_argument("--new-token", action="store_true", help="issue a token for --user")
+
     listing = commands.add_parser("list", help="list a user's stored conversations")
     listing.add_argument("user_id")
     listing.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
@@ -68,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logger.remove()
     logger.enable("parlour")
-    logger.add(sys.stderr, level="INFO" if args.verbose else "WARNING")
+    logger.add(sys.stderr, level="INFO" if args.verbose or args.command == "serve" else "WARNING")
     sizes = (getattr(args, name, 1) for name in ("conversations", "turns", "workers"))
     if min(sizes) < 1:
         parser.error("--conversations, --turns and --workers must be at least 1")
@@ -76,6 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_chat(args.data_dir, args.user, args.resume, args.model)
     if args.command == "demo":
         return run_demo(args.data_dir, args.conversations, args.workers)
+    if args.command == "serve":
+        from parlour.actors._serve._run import run_serve  # needs the serve extra
+
+        return run_serve(args.data_dir, args.model, args.host, args.port, args.user, args.new_token)
     if args.command == "bench":
         return run_bench(args.data_dir, args.conversations, args.turns, args.workers, args.sync)
     with LmdbStore(args.data_dir) as store:

@@ -1,0 +1,61 @@
+"""``parlour serve``: the agent host over HTTP (an ASGI app on Starlette) and its inspector.
+
+Importing this package needs nothing beyond parlour; building the app needs the ``serve``
+extra (``pip install 'parlour[serve]'``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from parlour.actors._serve._tokens import TokenBook
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+    from parlour.actors._agent import Agent
+    from parlour.actors._service import ConversationService
+
+__all__ = ["TokenBook", "asgi_app"]
+
+
+def asgi_app(
+    agent: Agent,
+    service: ConversationService,
+    *,
+    tokens: TokenBook | Mapping[str, str],
+    max_body_bytes: int = 64 * 1024,
+    max_text_chars: int = 32_000,
+    page_limit: int = 100,
+) -> Starlette:
+    """The chat API and inspector page for ``agent``'s conversations on ``service``.
+
+    Mount it in a Starlette or FastAPI application, or run it with uvicorn (``parlour
+    serve`` does). Run its lifespan, or ``await app.state.host.aclose()`` when the
+    application stops, so running turns end at their next save.
+
+    Args:
+        agent: the agent every conversation talks to.
+        service: the conversation service; it must have a persistent store.
+        tokens: bearer tokens mapped to user ids (or a ``TokenBook``).
+        max_body_bytes: the largest request body accepted (413 beyond).
+        max_text_chars: the longest message accepted (413 beyond).
+        page_limit: the most conversations one list page holds.
+
+    Raises:
+        ValueError: the service has no persistent store, or a token or user id is empty.
+        ImportError: the ``serve`` extra (starlette) is not installed.
+
+    Thread-safety: the app runs on one event loop; its turns run on the agent's async path.
+    """
+    from parlour.actors._serve._app import build_app
+
+    return build_app(
+        agent,
+        service,
+        tokens=tokens,
+        max_body_bytes=max_body_bytes,
+        max_text_chars=max_text_chars,
+        page_limit=page_limit,
+    )

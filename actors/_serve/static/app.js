@@ -1,0 +1,190 @@
+// The parlour inspector: conversations, a conversation as its transcript reads, live turns.
+// Plain JavaScript, no build step; everything it loads comes from this server. Paths are
+// relative, so the app works mounted under a prefix too.
+"use strict";
+const $ = (id) => document.getElementById(id);
+const state = { current: null, cursor: 0, source: null, versions: [] };
+
+async function api(path, options = {}) {
+  const response = await fetch(path, { credentials: "same-origin", ...options });
+  if (response.status === 401) { showSignIn(); throw new Error("signed out"); }
+  if (!response.ok && response.status !== 501) {
+    const body = await response.json().catch(() => ({ error: response.statusText }));
+    throw new Error(body.error);
+  }
+  return response.status === 204 ? null : response.json();
+}
+
+function el(tag, text, cls) {
+  const node = document.createElement(tag);
+  if (text !== undefined) node.textContent = text;
+  if (cls) node.className = cls;
+  return node;
+}
+
+function showSignIn() { $("signin").hidden = false; $("app").hidden = true; }
+
+async function signIn(token) {
+  const response = await fetch("api/session", { method: "POST", headers: { authorization: "Bearer " + token } });
+  if (!response.ok) { showSignIn(); return false; }
+  return true;
+}
+
+async function start() {
+  const fromUrl = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (fromUrl) { history.replaceState(null, "", location.pathname + location.search); await signIn(fromUrl); }
+  let me;
+  try { me = await api("api/me"); } catch (e) { return; }
+  $("who").textContent = me.user_id;
+  $("model").textContent = me.model;
+  $("signin").hidden = true; $("app").hidden = false;
+  await loadList(true);
+  const wanted = new URLSearchParams(location.search).get("c");
+  if (wanted) await open(wanted);
+}
+
+async function loadList(reset) {
+  if (reset) { state.cursor = 0; $("list").replaceChildren(); }
+  const page = await api(`api/conversations?limit=20&cursor=${state.cursor}`);
+  for (const c of page.conversations) {
+    const item = el("li", c.title || "(new chat)");
+    item.dataset.id = c.conversation_id;
+    item.title = c.conversation_id;
+    item.onclick = () => open(c.conversation_id);
+    if (c.conversation_id === state.current) item.classList.add("current");
+    $("list").append(item);
+  }
+  state.cursor = page.next || 0;
+  $("more").hidden = page.next === null;
+}
+
+async function open(id) {
+  state.current = id;
+  history.replaceState(null, "", "?c=" + encodeURIComponent(id));
+  for (const li of $("list").children) li.classList.toggle("current", li.dataset.id === id);
+  await refresh();
+  await watch(id);  // sends wait until the stream is watching, so no turn is missed
+  $("chat").hidden = false;
+}
+
+async function refresh() {
+  const c = await api(`api/conversations/${encodeURIComponent(state.current)}`);
+  $("title").textContent = c.title || "(new chat)";
+  $("tokens").textContent = `${c.tokens.used} / ${c.tokens.window} tokens · version ${c.version}`;
+  renderMessages($("messages"), c.messages);
+  $("transcript").textContent = c.transcript;
+  renderUsage(c.usage);
+  setRunning(c.running);
+  await renderVersions(c);
+}
+
+function renderMessages(box, messages) {
+  const results = new Map();
+  for (const m of messages) for (const b of m.blocks) if (b.type === "tool_result") results.set(b.tool_use_id, b);
+  box.replaceChildren();
+  for (const m of messages) {
+    const text = m.blocks.filter((b) => b.type === "text").map((b) => b.text).join("\n");
+    const calls = m.blocks.filter((b) => b.type === "tool_use");
+    if (!text && !calls.length) continue;  // tool results fold under their calls
+    const node = el("div", undefined, "msg " + m.role);
+    node.append(el("span", m.role, "role"), el("span", text));
+    for (const call of calls) node.append(toolFold(call.name, call.input_json, results.get(call.id)));
+    box.append(node);
+  }
+}
+
+function toolFold(name, args, result) {
+  const fold = el("details", undefined, "tool" + (result && result.is_error ? " error" : ""));
+  fold.append(el("summary", `${name}(${args})` + (result ? "" : " …")));
+  if (result) fold.append(el("pre", typeof result.content === "string" ? result.content : JSON.stringify(result.content)));
+  return fold;
+}
+
+function renderUsage(entries) {
+  const table = $("usage");
+  table.replaceChildren();
+  const head = el("tr");
+  for (const h of ["kind", "model / level", "input", "output", "cache read", "cache write", "seconds"]) head.append(el("th", h));
+  table.append(head);
+  for (const e of entries) {
+    const row = el("tr");
+    const cells = e.kind === "model_call"
+      ? [e.kind, e.model, e.input_tokens, e.output_tokens, e.cache_read_tokens, e.cache_write_tokens, e.latency_s.toFixed(2)]
+      : [e.kind, e.level, e.tokens_before, e.tokens_after, "", "", ""];
+    for (const c of cells) row.append(el("td", String(c)));
+    table.append(row);
+  }
+}
+
+async function renderVersions(c) {
+  const box = $("versions");
+  box.replaceChildren();
+  if (!c.versions_supported) { box.append(el("p", `This store keeps no version history; this is version ${c.version}.`)); return; }
+  const found = await api(`api/conversations/${encodeURIComponent(c.conversation_id)}/versions`);
+  if (!found.versions) { box.append(el("p", found.error || "No version history.")); return; }
+  for (const v of found.versions) {
+    const button = el("button", v);
+    button.onclick = () => showVersion(c.conversation_id, v);
+    box.append(button);
+  }
+}
+
+async function showVersion(id, version) {
+  const old = await api(`api/conversations/${encodeURIComponent(id)}/versions/${encodeURIComponent(version)}`);
+  const now = $("transcript").textContent.split("\n");
+  const then = old.transcript.split("\n");
+  $("diff").textContent = now.slice(then.length).map((l) => "+ " + l).join("\n") || "(no change since)";
+}
+
+function setRunning(running) {
+  $("status").textContent = running ? "turn running" : "idle";
+  $("status").classList.toggle("running", running);
+  $("cancel").hidden = !running;
+}
+
+function watch(id) {
+  if (state.source) state.source.close();
+  const source = new EventSource(`api/conversations/${encodeURIComponent(id)}/events`);
+  state.source = source;
+  const watching = new Promise((resolve) => source.addEventListener("watching", resolve, { once: true }));
+  let live = null, text = null;
+  const begin = () => {
+    live = $("live"); live.hidden = false; live.replaceChildren();
+    live.className = "msg assistant"; live.append(el("span", "assistant (live)", "role"));
+    text = el("span"); live.append(text); setRunning(true);
+  };
+  source.addEventListener("turn_start", begin);
+  source.addEventListener("text_delta", (e) => { if (!live) begin(); text.textContent += JSON.parse(e.data).text; });
+  source.addEventListener("restart", () => { if (text) text.textContent = ""; });
+  source.addEventListener("tool_call", (e) => { if (!live) begin(); const d = JSON.parse(e.data); live.append(toolFold(d.name, d.arguments)); text = el("span"); live.append(text); });
+  source.addEventListener("tool_result", (e) => { const d = JSON.parse(e.data); live.append(el("pre", (d.is_error ? "error: " : "") + d.content)); });
+  const end = (label) => async (e) => {
+    if (label && live) live.append(el("p", label + ": " + JSON.parse(e.data).message));
+    await refresh(); await loadList(true);
+    if (!label) { $("live").hidden = true; live = null; }
+  };
+  source.addEventListener("done", end(null));
+  source.addEventListener("error", (e) => { if (e.data) end("failed")(e); });
+  source.addEventListener("cancelled", end("cancelled"));
+  return watching;
+}
+
+async function send(text) {
+  const id = state.current;
+  await api(`api/conversations/${encodeURIComponent(id)}/messages`, {
+    method: "POST", headers: { "content-type": "application/json", accept: "application/json" },
+    body: JSON.stringify({ text }),
+  });
+}
+
+$("new").onclick = async () => {
+  const created = await api("api/conversations", { method: "POST" });
+  await loadList(true);
+  await open(created.conversation_id);
+};
+$("more").onclick = () => loadList(false);
+$("cancel").onclick = () => api(`api/conversations/${encodeURIComponent(state.current)}/cancel`, { method: "POST" });
+$("chat").onsubmit = (e) => { e.preventDefault(); const t = $("text").value.trim(); if (t) { $("text").value = ""; send(t); } };
+$("text").onkeydown = (e) => { if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("chat").requestSubmit(); } };
+$("signin-form").onsubmit = async (e) => { e.preventDefault(); if (await signIn($("token").value)) start(); };
+start();

@@ -1,0 +1,96 @@
+"""Helpers of the HTTP host tests: a gated tool that holds a turn open, the app on uvicorn
+on a loopback port, and SSE readers."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+import uvicorn
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
+
+from parlour.actors import Agent
+from parlour.actors._serve._run import _Server
+from parlour.runtime import Depth, OutputSize, ScriptedClient
+
+TOKENS = {"alice-token": "alice", "bob-token": "bob"}
+ALICE = {"authorization": "Bearer alice-token"}
+BOB = {"authorization": "Bearer bob-token"}
+HOLD = "please hold_on"  # the scripted model calls a declared tool its message names
+
+
+class Gate:
+    """The ``hold_on`` tool: it blocks its turn until the test opens the gate."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.opened = threading.Event()
+
+    def hold_on(self) -> str:
+        """Wait until the operator says go."""
+        self.entered.set()
+        if not self.opened.wait(30):
+            raise TimeoutError("the test never opened the gate")
+        return "go"
+
+
+def make_agent(gate: Gate) -> Agent:
+    return Agent(
+        ScriptedClient(depth=None, output_declaration=None),
+        tools=[gate.hold_on],
+        objective="Answer briefly.",
+        output=OutputSize.STANDARD,
+        depth=Depth.IMMEDIATE,
+    )
+
+
+class LiveServer:
+    """The app on uvicorn on 127.0.0.1 in a thread, with the real server's shutdown path.
+
+    The socket listens before uvicorn starts, so requests made at once wait in its backlog
+    instead of racing the start-up.
+    """
+
+    def __init__(self, app: Starlette) -> None:
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(128)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
+        self.server = _Server(config, app.state.host)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.listener]}, daemon=True
+        )
+        self.thread.start()
+
+    def client(self, headers: dict[str, str] = ALICE) -> httpx2.Client:
+        return httpx2.Client(base_url=self.url, headers=headers, timeout=20)
+
+    def terminate(self) -> None:
+        """What SIGTERM does: the host is told, then uvicorn stops."""
+        self.server.handle_exit(15, None)
+        self.thread.join(30)
+        self.listener.close()
+
+
+def sse_events(response: httpx2.Response) -> Iterator[dict[str, Any]]:
+    """The JSON data of each event of an SSE response, as they arrive."""
+    for line in response.iter_lines():
+        if line.startswith("data: "):
+            yield json.loads(line[len("data: ") :])
+
+
+def parse_sse(body: str) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in body.splitlines() if line.startswith("data: ")]
+
+
+def create(client: TestClient | httpx2.Client, headers: dict[str, str] = ALICE) -> str:
+    response = client.post("/api/conversations", headers=headers)
+    assert response.status_code == 201, response.text
+    cid: str = response.json()["conversation_id"]
+    return cid
