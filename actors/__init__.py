@@ -8,6 +8,7 @@ from parlour.actors._conversation import ConversationActor
 from parlour.actors._drive import set_provider_concurrency
 from parlour.actors._events import (
     AgentEvent,
+    Compacted,
     OfferAccepted,
     Reply,
     Restarted,
@@ -31,6 +32,7 @@ __all__ = [
     "AgentThinker",
     "BasicThinker",
     "Chat",
+    "Compacted",
     "CompactionRecord",
     "ConversationActor",
     "ConversationService",

@@ -1,13 +1,14 @@
 """The two drivers of a turn's effects: in the calling thread, and on an event loop.
 
 ``drive`` performs each effect of ``turn_steps`` in the calling thread and yields the
-turn's events as they happen (model text streams through ``client.stream``). ``drive_async``
-performs them without blocking the event loop: saves (the LMDB commit) and model calls run
-in bounded pools, async tools on the loop. Both publish every event to the turn's
-followers. Two seams stay small so they can be swapped for the real thing at merge:
-``_obtain_async`` (a stand-in for the service's own asyncio obtain) and
-``_call_model_blocking`` (the sync SDK call, run in a pool until the clients have async
-calls; its text reaches the loop delta by delta).
+turn's events as they happen; the model call itself runs in the model pool and hands its
+text deltas to the waiting turn, which waits at most ``model_timeout_s`` and wakes at once
+on a force release. ``drive_async`` performs them without blocking the event loop: saves
+(the LMDB commit) in a bounded pool, the model call through ``client.arespond`` (the SDKs'
+async clients on the loop, the scripted model inline, boto3 on a worker thread), async
+tools on the loop. Both publish every event to the turn's followers. One seam stays small
+so it can be swapped for the real thing at merge: ``_obtain_async`` (a stand-in for the
+service's own asyncio obtain).
 
 Thread-safety: a driver runs one turn; many drivers run at once on one service.
 """
@@ -16,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import queue
 import threading
+import time
 from collections.abc import Callable, Generator
 from typing import Any, cast
 
@@ -26,7 +29,17 @@ from parlour.actors._events import AgentEvent, Event, Reply, TextDelta, TurnCanc
 from parlour.actors._otel import model_attributes, span
 from parlour.actors._service import ConversationService
 from parlour.actors._tools import prestarted_pool, run_calls, run_calls_async, tool_pool
-from parlour.actors._turn import CallModel, Obtain, Pause, Release, RunTools, Save, Steps, TurnPlan
+from parlour.actors._turn import (
+    CallModel,
+    Compact,
+    Obtain,
+    Pause,
+    Release,
+    RunTools,
+    Save,
+    Steps,
+    TurnPlan,
+)
 from parlour.runtime import ConversationContext, LLMClient, LLMResponse
 from parlour.runtime.errors import RetryableLLMError
 
@@ -69,6 +82,26 @@ def _cap(client: LLMClient) -> threading.BoundedSemaphore:
 
 class _Abandoned(Exception):
     """Raised inside a model call whose turn stopped listening, to end the call early."""
+
+
+async def _acquire(cap: threading.BoundedSemaphore) -> None:
+    """Take a provider's cap from the loop without blocking it (a full cap is waited for
+    in a pool thread; a cancelled wait gives the slot back once it arrives)."""
+    if cap.acquire(blocking=False):
+        return
+    waiting = asyncio.get_running_loop().run_in_executor(_pool("obtain"), cap.acquire)
+    try:
+        await asyncio.shield(waiting)
+    except asyncio.CancelledError:
+        waiting.add_done_callback(lambda f: cap.release())
+        raise
+
+
+def _timed_out(plan: TurnPlan, context: ConversationContext) -> RetryableLLMError:
+    return RetryableLLMError(
+        f"Model {plan.client.model_id} did not answer within {plan.model_timeout_s:g}s on "
+        f"conversation {context.conversation_id}."
+    )
 
 
 def _cancelled_error(plan: TurnPlan) -> TurnCancelledError:
@@ -130,6 +163,8 @@ def _perform(
         case Save(context=context):
             with span("parlour.save", **{"parlour.conversation_id": thinker.conversation_id}):
                 service.save_conversation(context, thinker)
+        case Compact(context=context, manager=manager, reserve=reserve):
+            return manager.fit(context, reserve)
         case CallModel(context=context):
             return (yield from _stream_model(plan, context))
         case RunTools(calls=calls):
@@ -148,15 +183,75 @@ def _stream_model(
     if plan.before_model_call is not None:
         plan.before_model_call(context, plan.ledger)
     with _cap(plan.client), _model_span(plan) as current:
-        stream = plan.client.stream(context)
-        for text in stream:
-            if plan.thinker.cancelled is not None:
-                raise _cancelled_error(plan)
-            event = TextDelta(text=text)
-            plan.state.publish(event)
-            yield event
-        model_attributes(current, stream.response)
-        return stream.response
+        call = _ThreadedCall(plan, context)
+        plan.thinker.set_cancel_hook(call.wake)
+        response = yield from call.events()
+        model_attributes(current, response)
+        return response
+
+
+class _Done:
+    __slots__ = ("error", "response")
+
+    def __init__(self, response: LLMResponse | None, error: BaseException | None) -> None:
+        self.response, self.error = response, error
+
+
+_WAKE = object()
+
+
+class _ThreadedCall:
+    """One model call of the sync path, made in a model-pool thread: its text deltas come
+    back through a queue to the turn's thread, which waits at most the model timeout (the
+    call is then abandoned: it stops at its next delta, its answer is dropped) and wakes
+    at once when the turn is force-released."""
+
+    def __init__(self, plan: TurnPlan, context: ConversationContext) -> None:
+        self.plan, self.context = plan, context
+        self.queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self.abandoned = threading.Event()
+        self.deadline = time.monotonic() + plan.model_timeout_s
+        _pool("model").submit(self._run)
+
+    def _run(self) -> None:  # in the pool thread
+        def on_text(text: str) -> None:
+            if self.abandoned.is_set():
+                raise _Abandoned()
+            self.queue.put(text)
+
+        try:
+            self.queue.put(_Done(self.plan.client.respond(self.context, on_text=on_text), None))
+        except BaseException as exc:
+            self.queue.put(_Done(None, exc))
+
+    def wake(self) -> None:
+        """From any thread: make the waiting turn look at its cancellation now."""
+        self.queue.put(_WAKE)
+
+    def events(self) -> Generator[AgentEvent, None, LLMResponse]:
+        try:
+            while True:
+                item = self._next()
+                if isinstance(item, _Done):
+                    if item.error is not None:
+                        raise item.error
+                    assert item.response is not None
+                    return item.response
+                if isinstance(item, str):
+                    event = TextDelta(text=item)
+                    self.plan.state.publish(event)
+                    yield event
+        finally:
+            self.abandoned.set()  # a no-op once the call is done
+
+    def _next(self) -> object:
+        try:
+            item = self.queue.get(timeout=max(self.deadline - time.monotonic(), 0.0))
+        except queue.Empty:
+            raise _timed_out(self.plan, self.context) from None
+        if self.plan.thinker.cancelled is not None and not isinstance(item, _Done):
+            raise _cancelled_error(self.plan)
+        return item
 
 
 def _finish_quietly(
@@ -177,7 +272,7 @@ def _finish_quietly(
         value, error = None, None
         if isinstance(item, Event):
             plan.state.publish(cast(AgentEvent, item))
-        elif isinstance(item, CallModel):
+        elif isinstance(item, CallModel | Compact):
             error = why
         else:
             try:
@@ -265,6 +360,8 @@ class _AsyncTurn:
             case Save(context=context):
                 with span("parlour.save", **{"parlour.conversation_id": thinker.conversation_id}):
                     await self._shielded(service.save_conversation, context, thinker)
+            case Compact(context=context, manager=manager, reserve=reserve):
+                return await manager.afit(context, reserve)
             case CallModel(context=context):
                 return await self._call_model(context)
             case RunTools(calls=calls):
@@ -287,45 +384,54 @@ class _AsyncTurn:
             raise
 
     async def _call_model(self, context: ConversationContext) -> LLMResponse:
-        if self.plan.before_model_call is not None:
-            self.plan.before_model_call(context, self.plan.ledger)
+        plan = self.plan
+        if plan.before_model_call is not None:
+            plan.before_model_call(context, plan.ledger)
         abandon = self.current_call = threading.Event()
         if self.force_requested:
             abandon.set()
+        cap = _cap(plan.client)
+        await _acquire(cap)
+        try:
+            with _model_span(plan) as current:
+                response = await self._respond(context, self._on_text(abandon), abandon)
+                model_attributes(current, response)
+                return response
+        finally:
+            cap.release()
 
-        def on_text(text: str) -> None:  # in the model thread: deltas reach the loop in order
+    def _on_text(self, abandon: threading.Event) -> Callable[[str], None]:
+        """Deltas published in order: on the loop directly (the async SDKs, the scripted
+        model), through ``call_soon_threadsafe`` from a worker thread (boto3)."""
+        loop_thread = threading.get_ident()
+
+        def on_text(text: str) -> None:
             if abandon.is_set():
                 raise _Abandoned()
-            self.loop.call_soon_threadsafe(self.publish, TextDelta(text=text))
+            if threading.get_ident() == loop_thread:
+                self.publish(TextDelta(text=text))
+            else:
+                self.loop.call_soon_threadsafe(self.publish, TextDelta(text=text))
 
-        call = self.loop.run_in_executor(
-            _pool("model"), _call_model_blocking, self.plan, context, on_text, abandon
-        )
+        return on_text
+
+    async def _respond(
+        self,
+        context: ConversationContext,
+        on_text: Callable[[str], None],
+        abandon: threading.Event,
+    ) -> LLMResponse:
+        if abandon.is_set():
+            raise _cancelled_error(self.plan)
         try:
-            return await asyncio.wait_for(call, self.plan.model_timeout_s)
+            async with asyncio.timeout(self.plan.model_timeout_s):
+                return await self.plan.client.arespond(context, on_text=on_text)
         except _Abandoned as exc:  # force-released while the answer streamed
             raise _cancelled_error(self.plan) from exc
         except TimeoutError as exc:
-            abandon.set()
-            raise RetryableLLMError(
-                f"Model {self.plan.client.model_id} did not answer within "
-                f"{self.plan.model_timeout_s:g}s on conversation {context.conversation_id}."
-            ) from exc
-
-
-def _call_model_blocking(
-    plan: TurnPlan,
-    context: ConversationContext,
-    on_text: Callable[[str], None],
-    abandoned: threading.Event,
-) -> LLMResponse:
-    """The seam: one model call in a pool thread, streaming its text to ``on_text``."""
-    with _cap(plan.client), _model_span(plan) as current:
-        if abandoned.is_set():
-            raise _Abandoned()
-        response = plan.client.respond(context, on_text=on_text)
-        model_attributes(current, response)
-        return response
+            raise _timed_out(self.plan, context) from exc
+        finally:
+            abandon.set()  # a worker thread still streaming stops at its next delta
 
 
 async def _obtain_async(service: ConversationService, thinker: Any) -> ConversationContext:

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from parlour.runtime import LLMResponse
+from parlour.runtime.compaction import FitReport
 
 try:
     from opentelemetry import trace
@@ -35,7 +36,7 @@ def _tracer() -> Any:
     return _cached[1]
 
 
-__all__ = ["model_attributes", "span"]
+__all__ = ["compaction_event", "model_attributes", "span"]
 
 
 @contextmanager
@@ -64,3 +65,18 @@ def model_attributes(current: Any, response: LLMResponse) -> None:
         "gen_ai.usage.cache_creation.input_tokens", usage.cache_creation_input_tokens or 0
     )
     current.set_attribute("gen_ai.response.finish_reasons", [response.stop_reason.value])
+
+
+def compaction_event(report: FitReport) -> None:
+    """Add a ``parlour.compaction`` event (levels, tokens before and after) to the current
+    span; nothing while no tracer provider is configured."""
+    if _tracer() is None:
+        return
+    trace.get_current_span().add_event(
+        "parlour.compaction",
+        {
+            "parlour.compaction.levels": [level.value for level in report.levels],
+            "parlour.compaction.tokens_before": report.tokens_before,
+            "parlour.compaction.tokens_after": report.tokens_after,
+        },
+    )

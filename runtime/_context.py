@@ -129,6 +129,9 @@ class ConversationContext:
         # as; 0 while no durable record exists. Set by whoever persists it, never by users.
         self.stored_version = 0
         self.artifact_registry = ArtifactRegistry()
+        # What each model call and compaction cost, kept beside the conversation and
+        # persisted with it: never rendered, never part of the conversation's token count.
+        self.usage_ledger: list[dict[str, Any]] = []
         self.summarizer: Summarizer = TruncatingSummarizer()
         self._objective = ObjectiveMap(self._render_slot)
         self._declared: dict[str, DeclaredTool] = {}
