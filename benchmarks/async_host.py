@@ -21,7 +21,7 @@ import gc
 import json
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,22 +61,53 @@ def _timed(events: list[bytes]) -> Iterator[bytes]:
             time.sleep(CHUNK_GAP_S)
 
 
-def model_like(request: httpx2.Request) -> httpx2.Response:
-    """A mock transport handler answering like a streaming model."""
+async def _atimed(events: list[bytes]) -> AsyncIterator[bytes]:
+    """``_timed`` for the async client: the same delays, awaited on the loop."""
+    await asyncio.sleep(FIRST_TOKEN_S)
+    yield b"".join(events[:2])
+    for event in events[2:]:
+        yield event
+        if b"text_delta" in event:
+            await asyncio.sleep(CHUNK_GAP_S)
+
+
+def _events(request: httpx2.Request) -> list[bytes]:
     body = json.loads(request.content)
     if _wants_tool(body):
         message = anthropic_message(None, content=[TOOL_CALL], stop_reason="tool_use")
     else:
         message = anthropic_message(ANSWER)
     stream = anthropic_sse(message, chunk=len(ANSWER) // CHUNKS)
-    events = [e + b"\n\n" for e in stream.split(b"\n\n") if e]
-    headers = {"content-type": "text/event-stream"}
-    return httpx2.Response(200, content=_timed(events), headers=headers)
+    return [e + b"\n\n" for e in stream.split(b"\n\n") if e]
+
+
+HEADERS = {"content-type": "text/event-stream"}
+
+
+def model_like(request: httpx2.Request) -> httpx2.Response:
+    """A mock transport handler answering like a streaming model (the sync client)."""
+    return httpx2.Response(200, content=_timed(_events(request)), headers=HEADERS)
+
+
+async def amodel_like(request: httpx2.Request) -> httpx2.Response:
+    """The same server for the async client: its waits never block the loop."""
+    return httpx2.Response(200, content=_atimed(_events(request)), headers=HEADERS)
+
+
+def _async_sdk() -> Any:
+    import anthropic
+
+    http = httpx2.AsyncClient(transport=httpx2.MockTransport(amodel_like))
+    return anthropic.AsyncAnthropic(api_key="test-key", max_retries=0, http_client=http)
 
 
 def make_agent() -> Agent:
     spec = fake_spec(id="claude-test", provider="anthropic")
-    client = AnthropicClient(spec, client=mock_anthropic_sdk(model_like))  # type: ignore[arg-type]
+    client = AnthropicClient(
+        spec,
+        client=mock_anthropic_sdk(model_like),  # type: ignore[arg-type]
+        async_client=_async_sdk(),
+    )
     return Agent(
         client,
         tools=[get_time],
