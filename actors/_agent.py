@@ -166,6 +166,10 @@ class Agent:
             return None
         return Compact(context, self._window(spec), reserve)
 
+    def window_comfort(self) -> int | None:
+        """The seat's comfort window override (None: the catalog entry's or the default)."""
+        return self._overrides[0]
+
     def _window(self, spec: ModelSpec) -> ContextWindowManager:
         manager = self._windows.get(spec.id)
         if manager is None:
