@@ -68,15 +68,14 @@ def model_attributes(current: Any, response: LLMResponse) -> None:
 
 
 def compaction_event(report: FitReport) -> None:
-    """Add a ``parlour.compaction`` event (levels, tokens before and after) to the current
-    span; nothing while no tracer provider is configured."""
-    if _tracer() is None:
-        return
-    trace.get_current_span().add_event(
-        "parlour.compaction",
-        {
-            "parlour.compaction.levels": [level.value for level in report.levels],
-            "parlour.compaction.tokens_before": report.tokens_before,
-            "parlour.compaction.tokens_after": report.tokens_after,
-        },
-    )
+    """A ``parlour.compaction`` span carrying a ``parlour.compaction`` event, both with the
+    levels climbed and the tokens before and after; nothing while no tracer provider is
+    configured."""
+    attributes = {
+        "parlour.compaction.levels": [level.value for level in report.levels],
+        "parlour.compaction.tokens_before": report.tokens_before,
+        "parlour.compaction.tokens_after": report.tokens_after,
+    }
+    with span("parlour.compaction", **attributes) as current:
+        if current is not None:
+            current.add_event("parlour.compaction", attributes)
