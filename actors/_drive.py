@@ -16,19 +16,27 @@ Thread-safety: a driver runs one turn; many drivers run at once on one service.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures as cf
-import queue
 import threading
-import time
 from collections.abc import Callable, Generator
 from typing import Any, cast
 
 from loguru import logger
 
-from parlour.actors._events import AgentEvent, Event, Reply, TextDelta, TurnCancelledError
+from parlour.actors._calls import (
+    POOL_SIZES,
+    ThreadedCall,
+    _Abandoned,
+    _acquire,
+    _cancelled_error,
+    _cap,
+    _pool,
+    _timed_out,
+    set_provider_concurrency,
+)
+from parlour.actors._events import AgentEvent, Event, Reply, TextDelta
 from parlour.actors._otel import model_attributes, span
 from parlour.actors._service import ConversationService
-from parlour.actors._tools import prestarted_pool, run_calls, run_calls_async, tool_pool
+from parlour.actors._tools import run_calls, run_calls_async, tool_pool
 from parlour.actors._turn import (
     CallModel,
     Compact,
@@ -40,75 +48,9 @@ from parlour.actors._turn import (
     Steps,
     TurnPlan,
 )
-from parlour.runtime import ConversationContext, LLMClient, LLMResponse
-from parlour.runtime.errors import RetryableLLMError
+from parlour.runtime import ConversationContext, LLMResponse
 
 __all__ = ["drive", "drive_async", "set_provider_concurrency"]
-
-POOL_SIZES = {"model": 64, "save": 8, "obtain": 32}
-DEFAULT_PROVIDER_CONCURRENCY = 64
-
-_pools: dict[str, cf.ThreadPoolExecutor] = {}
-_caps: dict[str, threading.BoundedSemaphore] = {}
-_guard = threading.Lock()
-
-
-def _pool(kind: str) -> cf.ThreadPoolExecutor:
-    with _guard:
-        if kind not in _pools:
-            _pools[kind] = prestarted_pool(POOL_SIZES[kind], f"parlour-{kind}")
-        return _pools[kind]
-
-
-def set_provider_concurrency(provider: str, limit: int) -> None:
-    """Cap the model calls in flight to ``provider`` across every chat of the process.
-
-    Raises:
-        ValueError: ``limit`` is below 1.
-    """
-    if limit < 1:
-        raise ValueError(f"The concurrency cap of {provider} must be at least 1, not {limit}.")
-    with _guard:
-        _caps[provider] = threading.BoundedSemaphore(limit)
-
-
-def _cap(client: LLMClient) -> threading.BoundedSemaphore:
-    provider = client.spec.provider
-    with _guard:
-        if provider not in _caps:
-            _caps[provider] = threading.BoundedSemaphore(DEFAULT_PROVIDER_CONCURRENCY)
-        return _caps[provider]
-
-
-class _Abandoned(Exception):
-    """Raised inside a model call whose turn stopped listening, to end the call early."""
-
-
-async def _acquire(cap: threading.BoundedSemaphore) -> None:
-    """Take a provider's cap from the loop without blocking it (a full cap is waited for
-    in a pool thread; a cancelled wait gives the slot back once it arrives)."""
-    if cap.acquire(blocking=False):
-        return
-    waiting = asyncio.get_running_loop().run_in_executor(_pool("obtain"), cap.acquire)
-    try:
-        await asyncio.shield(waiting)
-    except asyncio.CancelledError:
-        waiting.add_done_callback(lambda f: cap.release())
-        raise
-
-
-def _timed_out(plan: TurnPlan, context: ConversationContext) -> RetryableLLMError:
-    return RetryableLLMError(
-        f"Model {plan.client.model_id} did not answer within {plan.model_timeout_s:g}s on "
-        f"conversation {context.conversation_id}."
-    )
-
-
-def _cancelled_error(plan: TurnPlan) -> TurnCancelledError:
-    return TurnCancelledError(
-        f"The turn on conversation {plan.thinker.conversation_id} was cancelled: "
-        f"{plan.thinker.cancelled or 'its caller stopped waiting'}."
-    )
 
 
 def _model_span(plan: TurnPlan) -> Any:
@@ -183,75 +125,11 @@ def _stream_model(
     if plan.before_model_call is not None:
         plan.before_model_call(context, plan.ledger)
     with _cap(plan.client), _model_span(plan) as current:
-        call = _ThreadedCall(plan, context)
+        call = ThreadedCall(plan, context)
         plan.thinker.set_cancel_hook(call.wake)
         response = yield from call.events()
         model_attributes(current, response)
         return response
-
-
-class _Done:
-    __slots__ = ("error", "response")
-
-    def __init__(self, response: LLMResponse | None, error: BaseException | None) -> None:
-        self.response, self.error = response, error
-
-
-_WAKE = object()
-
-
-class _ThreadedCall:
-    """One model call of the sync path, made in a model-pool thread: its text deltas come
-    back through a queue to the turn's thread, which waits at most the model timeout (the
-    call is then abandoned: it stops at its next delta, its answer is dropped) and wakes
-    at once when the turn is force-released."""
-
-    def __init__(self, plan: TurnPlan, context: ConversationContext) -> None:
-        self.plan, self.context = plan, context
-        self.queue: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self.abandoned = threading.Event()
-        self.deadline = time.monotonic() + plan.model_timeout_s
-        _pool("model").submit(self._run)
-
-    def _run(self) -> None:  # in the pool thread
-        def on_text(text: str) -> None:
-            if self.abandoned.is_set():
-                raise _Abandoned()
-            self.queue.put(text)
-
-        try:
-            self.queue.put(_Done(self.plan.client.respond(self.context, on_text=on_text), None))
-        except BaseException as exc:
-            self.queue.put(_Done(None, exc))
-
-    def wake(self) -> None:
-        """From any thread: make the waiting turn look at its cancellation now."""
-        self.queue.put(_WAKE)
-
-    def events(self) -> Generator[AgentEvent, None, LLMResponse]:
-        try:
-            while True:
-                item = self._next()
-                if isinstance(item, _Done):
-                    if item.error is not None:
-                        raise item.error
-                    assert item.response is not None
-                    return item.response
-                if isinstance(item, str):
-                    event = TextDelta(text=item)
-                    self.plan.state.publish(event)
-                    yield event
-        finally:
-            self.abandoned.set()  # a no-op once the call is done
-
-    def _next(self) -> object:
-        try:
-            item = self.queue.get(timeout=max(self.deadline - time.monotonic(), 0.0))
-        except queue.Empty:
-            raise _timed_out(self.plan, self.context) from None
-        if self.plan.thinker.cancelled is not None and not isinstance(item, _Done):
-            raise _cancelled_error(self.plan)
-        return item
 
 
 def _finish_quietly(
