@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Sequence
 from typing import Any
 
+from parlour.actors._calls import start_pools
 from parlour.actors._drive import drive, drive_async
 from parlour.actors._events import AgentEvent, Reply, TurnDone
 from parlour.actors._joiners import AgentThinker
@@ -127,6 +128,7 @@ class Agent:
         self.compactor = compactor or _default_compactor(client)
         self._overrides = (comfort_tokens, compaction_trigger)
         self._windows = {client.spec.id: self._new_window(client.spec)}  # checks the overrides
+        start_pools()  # process-wide, once: no turn waits for their threads to start
 
     def chat(
         self,
@@ -177,8 +179,15 @@ class Agent:
         return manager
 
     def _new_window(self, spec: ModelSpec) -> ContextWindowManager:
+        """A manager for ``spec``, its tokenizer loaded now (the first count loads the
+        encoding, a few hundred milliseconds that no turn should wait for)."""
         comfort, trigger = self._overrides
-        return ContextWindowManager(spec, comfort, trigger, self.compactor)
+        manager = ContextWindowManager(spec, comfort, trigger, self.compactor)
+        if self.compaction:
+            warm = ConversationContext()
+            warm.add_user_message("warm")
+            manager.measure(warm)
+        return manager
 
 
 class Chat:

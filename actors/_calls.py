@@ -21,7 +21,7 @@ from parlour.actors._turn import TurnPlan
 from parlour.runtime import ConversationContext, LLMClient, LLMResponse
 from parlour.runtime.errors import RetryableLLMError
 
-__all__ = ["POOL_SIZES", "ThreadedCall", "set_provider_concurrency"]
+__all__ = ["POOL_SIZES", "ThreadedCall", "set_provider_concurrency", "start_pools"]
 
 POOL_SIZES = {"model": 64, "save": 8, "obtain": 32}
 DEFAULT_PROVIDER_CONCURRENCY = 64
@@ -36,6 +36,12 @@ def _pool(kind: str) -> cf.ThreadPoolExecutor:
         if kind not in _pools:
             _pools[kind] = prestarted_pool(POOL_SIZES[kind], f"parlour-{kind}")
         return _pools[kind]
+
+
+def start_pools() -> None:
+    """Start every pool's threads now (once per process); idempotent."""
+    for kind in POOL_SIZES:
+        _pool(kind)
 
 
 def set_provider_concurrency(provider: str, limit: int) -> None:

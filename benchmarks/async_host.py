@@ -8,9 +8,13 @@ woke. The baseline drives the same chats through ``asyncio.to_thread(chat.send, 
 the default executor. Prints turns/s, the heartbeat's p99 and worst delay for both, and the
 ratio of turns/s. Saves are fsync'd LMDB commits. Both runs ``gc.freeze()`` after start-up,
 as a latency-minded host does: without it a full collection of the SDKs' start-up objects
-stalls every thread, the loop included, for about 100 ms a few times a run.
+stalls every thread, the loop included, for about 100 ms a few times a run. Both also set
+the interpreter's thread switch interval (``--switch-interval``, 1 ms by default; Python's
+own is 5 ms): the loop shares the GIL with the actor and pool threads, and each time one of
+them holds it the loop waits up to a whole interval. On the 2-core reference machine the
+default 5 ms puts the heartbeat's p99 near 30-40 ms, 1 ms near 22 ms.
 
-    python benchmarks/async_host.py [--chats 50] [--turns 3]
+    python benchmarks/async_host.py [--chats 50] [--turns 3] [--switch-interval 0.001]
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import argparse
 import asyncio
 import gc
 import json
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -183,8 +188,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chats", type=int, default=50)
     parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--switch-interval", type=float, default=0.001)
     args = parser.parse_args()
-    print(f"{args.chats} chats x {args.turns} turns on one loop; every third turn calls a tool")
+    sys.setswitchinterval(args.switch_interval)
+    print(
+        f"{args.chats} chats x {args.turns} turns on one loop; every third turn calls a tool; "
+        f"switch interval {args.switch_interval * 1e3:g} ms"
+    )
     print(f"{'path':<12}{'turns/s':>10}{'beat p99 ms':>14}{'beat worst ms':>15}")
     results = {}
     for mode in ("to_thread", "asend"):
