@@ -65,7 +65,8 @@ class Agent:
         output_type: a msgspec Struct or dataclass the final answer must parse as
             (``reply.output``); a malformed answer is re-asked once.
         tool_timeout_s, model_timeout_s: the most one tool call (it then gets an error
-            result) and one model call on the async path may take.
+            result) and one model call (a retryable error, retried within the budget) may
+            take, on both paths.
         retry: backoff for retryable provider errors, within a per-turn budget.
         compactor: writes the summaries when a conversation outgrows its window (by
             default the offline compactor for the scripted model, else summaries by the

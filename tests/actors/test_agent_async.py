@@ -346,3 +346,36 @@ def test_a_joiner_on_a_loop_follows_a_turn_running_in_a_thread(
     turn.join(10)
     assert events[0] == TextDelta(text="Opening.")
     assert isinstance(events[-1], TurnDone) and events[-1].reply == outcome["reply"]
+
+
+def test_an_async_turn_on_bedrock_streams_its_deltas_from_the_worker_thread(
+    service: ConversationService,
+) -> None:
+    """boto3 has no async client: the call runs on a worker thread and its deltas reach
+    the loop in order, then the reply."""
+    from parlour.runtime.providers import BedrockClient
+    from parlour.runtime.testing import (
+        ConverseStreamMock,
+        converse_stream_events,
+        dummy_bedrock_client,
+    )
+
+    boto = dummy_bedrock_client()
+    ConverseStreamMock(boto, converse_stream_events("Delivery at nine tomorrow.", chunk=3))
+    spec = fake_spec(id="anthropic.claude-test", provider="bedrock")
+    agent = Agent(
+        BedrockClient(spec, client=boto),
+        objective="Answer.",
+        output=OutputSize.STANDARD,
+        depth=Depth.IMMEDIATE,
+    )
+    chat = agent.chat(service, user_id="alice")
+
+    async def main() -> list[AgentEvent]:
+        return [e async for e in chat.astream("When?")]
+
+    events = asyncio.run(main())
+    deltas = [e.text for e in events if isinstance(e, TextDelta)]
+    assert len(deltas) > 1 and "".join(deltas) == "Delivery at nine tomorrow."
+    assert isinstance(events[-1], TurnDone)
+    assert events[-1].reply.text == "Delivery at nine tomorrow."
