@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import threading
 from pathlib import Path
 from typing import Any
 
+import anthropic
+import httpx2
 import pytest
 
 from parlour.actors import (
@@ -33,9 +36,16 @@ from parlour.runtime import (
     Usage,
 )
 from parlour.runtime.blocks import TextBlock, ToolResultBlock
-from parlour.runtime.compaction import ContextWindowManager
+from parlour.runtime.compaction import ContextWindowManager, summary_model
 from parlour.runtime.errors import ContextOverflowError
-from parlour.runtime.testing import fake_spec
+from parlour.runtime.providers import AnthropicClient
+from parlour.runtime.testing import (
+    MockProvider,
+    anthropic_message,
+    anthropic_sse,
+    fake_spec,
+    mock_anthropic_sdk,
+)
 from parlour.stores import LmdbStore, MemorySessionCache
 
 from .agent_helpers import answerable, calls, stored, user_texts
@@ -261,3 +271,54 @@ def test_compaction_off_leaves_the_conversation_as_it_grew(
     context: ConversationContext = stored(service, chat.conversation_id, "alice").to_conversation()
     results = [b for m in context.messages for b in m.blocks if isinstance(b, ToolResultBlock)]
     assert all(REPORT in r.content for r in results)
+
+
+def test_an_async_turn_on_anthropic_has_the_small_model_write_the_summaries(
+    service: ConversationService,
+) -> None:
+    """On the real AsyncAnthropic client (mock transport), the summaries of a compaction
+    are calls to the provider's smallest model, recorded in the ledger with their usage."""
+    spec = fake_spec(id="claude-test", provider="anthropic", max_context_tokens=6_000)
+    small = summary_model(spec)
+    models: list[str] = []
+
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        models.append(body["model"])
+        if body["model"] == small.id:
+            return anthropic_message("Readings were above the threshold.", model=small.id)
+        last = body["messages"][-1]["content"]
+        if any(b.get("type") == "tool_result" for b in last):
+            return anthropic_message("Every station was above it.", model=spec.id)
+        call = {"type": "tool_use", "id": f"toolu_{len(models)}", "name": "survey", "input": {}}
+        return anthropic_message(None, content=[call], stop_reason="tool_use", model=spec.id)
+
+    async def server(request: httpx2.Request) -> httpx2.Response:
+        body = anthropic_sse(answer(json.loads(request.content)))
+        return httpx2.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    http = httpx2.AsyncClient(transport=httpx2.MockTransport(server))
+    async_sdk = anthropic.AsyncAnthropic(api_key="test-key", max_retries=0, http_client=http)
+    client = AnthropicClient(
+        spec, client=mock_anthropic_sdk(MockProvider()), async_client=async_sdk
+    )
+    agent = Agent(
+        client,
+        tools=[survey],
+        objective="Answer questions about the survey.",
+        output=OutputSize.COMPACT,
+        depth=Depth.IMMEDIATE,
+        comfort_tokens=4_000,
+    )
+    chat = agent.chat(service, user_id="alice")
+
+    async def main() -> list[Any]:
+        return [e for t in range(10) async for e in chat.astream(f"Question {t}")]
+
+    events = asyncio.run(main())
+    assert any(isinstance(e, Compacted) for e in events)
+    assert small.id in models and small.id != spec.id
+    summaries = [
+        e for e in chat.usage() if isinstance(e, ModelCallRecord) and e.purpose == "summary"
+    ]
+    assert summaries and all(s.model == small.id and s.output_tokens == 5 for s in summaries)
+    assert answerable(stored(service, chat.conversation_id, "alice"))
