@@ -21,7 +21,18 @@ from parlour.actors._turn import TurnPlan
 from parlour.runtime import ConversationContext, LLMClient, LLMResponse
 from parlour.runtime.errors import RetryableLLMError
 
-__all__ = ["POOL_SIZES", "ThreadedCall", "set_provider_concurrency", "start_pools"]
+__all__ = [
+    "POOL_SIZES",
+    "Abandoned",
+    "ThreadedCall",
+    "acquire_cap",
+    "cancelled_error",
+    "pool",
+    "provider_cap",
+    "set_provider_concurrency",
+    "start_pools",
+    "timed_out",
+]
 
 POOL_SIZES = {"model": 64, "save": 8, "obtain": 32}
 DEFAULT_PROVIDER_CONCURRENCY = 64
@@ -31,7 +42,9 @@ _caps: dict[str, threading.BoundedSemaphore] = {}
 _guard = threading.Lock()
 
 
-def _pool(kind: str) -> cf.ThreadPoolExecutor:
+def pool(kind: str) -> cf.ThreadPoolExecutor:
+    """The process-wide pool of ``kind`` (``model``, ``save``, ``obtain``), started on
+    first use with all its threads."""
     with _guard:
         if kind not in _pools:
             _pools[kind] = prestarted_pool(POOL_SIZES[kind], f"parlour-{kind}")
@@ -41,7 +54,7 @@ def _pool(kind: str) -> cf.ThreadPoolExecutor:
 def start_pools() -> None:
     """Start every pool's threads now (once per process); idempotent."""
     for kind in POOL_SIZES:
-        _pool(kind)
+        pool(kind)
 
 
 def set_provider_concurrency(provider: str, limit: int) -> None:
@@ -56,7 +69,8 @@ def set_provider_concurrency(provider: str, limit: int) -> None:
         _caps[provider] = threading.BoundedSemaphore(limit)
 
 
-def _cap(client: LLMClient) -> threading.BoundedSemaphore:
+def provider_cap(client: LLMClient) -> threading.BoundedSemaphore:
+    """The cap of the client's provider (``DEFAULT_PROVIDER_CONCURRENCY`` unless set)."""
     provider = client.spec.provider
     with _guard:
         if provider not in _caps:
@@ -64,16 +78,16 @@ def _cap(client: LLMClient) -> threading.BoundedSemaphore:
         return _caps[provider]
 
 
-class _Abandoned(Exception):
+class Abandoned(Exception):
     """Raised inside a model call whose turn stopped listening, to end the call early."""
 
 
-async def _acquire(cap: threading.BoundedSemaphore) -> None:
+async def acquire_cap(cap: threading.BoundedSemaphore) -> None:
     """Take a provider's cap from the loop without blocking it (a full cap is waited for
     in a pool thread; a cancelled wait gives the slot back once it arrives)."""
     if cap.acquire(blocking=False):
         return
-    waiting = asyncio.get_running_loop().run_in_executor(_pool("obtain"), cap.acquire)
+    waiting = asyncio.get_running_loop().run_in_executor(pool("obtain"), cap.acquire)
     try:
         await asyncio.shield(waiting)
     except asyncio.CancelledError:
@@ -81,14 +95,16 @@ async def _acquire(cap: threading.BoundedSemaphore) -> None:
         raise
 
 
-def _timed_out(plan: TurnPlan, context: ConversationContext) -> RetryableLLMError:
+def timed_out(plan: TurnPlan, context: ConversationContext) -> RetryableLLMError:
+    """The retryable error of a model call past ``model_timeout_s``."""
     return RetryableLLMError(
         f"Model {plan.client.model_id} did not answer within {plan.model_timeout_s:g}s on "
         f"conversation {context.conversation_id}."
     )
 
 
-def _cancelled_error(plan: TurnPlan) -> TurnCancelledError:
+def cancelled_error(plan: TurnPlan) -> TurnCancelledError:
+    """The error a cancelled turn raises, naming the conversation and the reason."""
     return TurnCancelledError(
         f"The turn on conversation {plan.thinker.conversation_id} was cancelled: "
         f"{plan.thinker.cancelled or 'its caller stopped waiting'}."
@@ -116,12 +132,12 @@ class ThreadedCall:
         self.queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self.abandoned = threading.Event()
         self.deadline = time.monotonic() + plan.model_timeout_s
-        _pool("model").submit(self._run)
+        pool("model").submit(self._run)
 
     def _run(self) -> None:  # in the pool thread
         def on_text(text: str) -> None:
             if self.abandoned.is_set():
-                raise _Abandoned()
+                raise Abandoned()
             self.queue.put(text)
 
         try:
@@ -153,7 +169,7 @@ class ThreadedCall:
         try:
             item = self.queue.get(timeout=max(self.deadline - time.monotonic(), 0.0))
         except queue.Empty:
-            raise _timed_out(self.plan, self.context) from None
+            raise timed_out(self.plan, self.context) from None
         if self.plan.thinker.cancelled is not None and not isinstance(item, _Done):
-            raise _cancelled_error(self.plan)
+            raise cancelled_error(self.plan)
         return item

@@ -24,14 +24,14 @@ from loguru import logger
 
 from parlour.actors._calls import (
     POOL_SIZES,
+    Abandoned,
     ThreadedCall,
-    _Abandoned,
-    _acquire,
-    _cancelled_error,
-    _cap,
-    _pool,
-    _timed_out,
+    acquire_cap,
+    cancelled_error,
+    pool,
+    provider_cap,
     set_provider_concurrency,
+    timed_out,
 )
 from parlour.actors._events import AgentEvent, Event, Reply, TextDelta
 from parlour.actors._otel import model_attributes, span
@@ -89,7 +89,7 @@ def drive(
             else:
                 value = yield from _perform(item, plan, service)
         except GeneratorExit:
-            _finish_quietly(steps, plan, service, _cancelled_error(plan))
+            _finish_quietly(steps, plan, service, cancelled_error(plan))
             raise
         except BaseException as exc:
             error = exc
@@ -124,7 +124,7 @@ def _stream_model(
 ) -> Generator[AgentEvent, None, LLMResponse]:
     if plan.before_model_call is not None:
         plan.before_model_call(context, plan.ledger)
-    with _cap(plan.client), _model_span(plan) as current:
+    with provider_cap(plan.client), _model_span(plan) as current:
         call = ThreadedCall(plan, context)
         plan.thinker.set_cancel_hook(call.wake)
         response = yield from call.events()
@@ -228,7 +228,7 @@ class _AsyncTurn:
             return work.result()
         work.cancel()
         await asyncio.wait([work])
-        raise _cancelled_error(self.plan)
+        raise cancelled_error(self.plan)
 
     async def _perform(self, effect: Any) -> Any:
         plan, thinker, service = self.plan, self.plan.thinker, self.service
@@ -254,7 +254,7 @@ class _AsyncTurn:
     async def _shielded(self, fn: Callable[..., Any], *args: Any) -> Any:
         """A blocking call in the save pool; a cancellation waits for it to finish, so
         the context is never mutated while the commit reads it."""
-        future = self.loop.run_in_executor(_pool("save"), fn, *args)
+        future = self.loop.run_in_executor(pool("save"), fn, *args)
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
@@ -268,8 +268,8 @@ class _AsyncTurn:
         abandon = self.current_call = threading.Event()
         if self.force_requested:
             abandon.set()
-        cap = _cap(plan.client)
-        await _acquire(cap)
+        cap = provider_cap(plan.client)
+        await acquire_cap(cap)
         try:
             with _model_span(plan) as current:
                 response = await self._respond(context, self._on_text(abandon), abandon)
@@ -285,7 +285,7 @@ class _AsyncTurn:
 
         def on_text(text: str) -> None:
             if abandon.is_set():
-                raise _Abandoned()
+                raise Abandoned()
             if threading.get_ident() == loop_thread:
                 self.publish(TextDelta(text=text))
             else:
@@ -300,14 +300,14 @@ class _AsyncTurn:
         abandon: threading.Event,
     ) -> LLMResponse:
         if abandon.is_set():
-            raise _cancelled_error(self.plan)
+            raise cancelled_error(self.plan)
         try:
             async with asyncio.timeout(self.plan.model_timeout_s):
                 return await self.plan.client.arespond(context, on_text=on_text)
-        except _Abandoned as exc:  # force-released while the answer streamed
-            raise _cancelled_error(self.plan) from exc
+        except Abandoned as exc:  # force-released while the answer streamed
+            raise cancelled_error(self.plan) from exc
         except TimeoutError as exc:
-            raise _timed_out(self.plan, context) from exc
+            raise timed_out(self.plan, context) from exc
         finally:
             abandon.set()  # a worker thread still streaming stops at its next delta
 
@@ -322,7 +322,7 @@ async def _obtain_async(service: ConversationService, thinker: Any) -> Conversat
     """
     loop = asyncio.get_running_loop()
     waiting = loop.run_in_executor(
-        _pool("obtain"), lambda: service.obtain_conversation(None, thinker).get()
+        pool("obtain"), lambda: service.obtain_conversation(None, thinker).get()
     )
     try:
         return await asyncio.shield(waiting)
@@ -351,7 +351,7 @@ async def drive_async(
     and the release.
     """
     for kind in POOL_SIZES:  # the first turn starts them, before any load builds up
-        _pool(kind)
+        pool(kind)
     tool_pool()
     turn = _AsyncTurn(steps, plan, service, emit)
     plan.thinker.set_cancel_hook(turn.force)
