@@ -7,8 +7,10 @@ The only package that knows Pykka. ``ConversationService`` is the facade applica
 from parlour.actors._agent import Agent, Chat
 from parlour.actors._conversation import ConversationActor
 from parlour.actors._drive import set_provider_concurrency
+from parlour.actors._effects import RetryPolicy
 from parlour.actors._events import (
     AgentEvent,
+    Compacted,
     OfferAccepted,
     Reply,
     Restarted,
@@ -26,7 +28,6 @@ from parlour.actors._serve import TokenBook, asgi_app
 from parlour.actors._service import ConversationService, ServiceStats
 from parlour.actors._supervisor import Seams, Supervisor
 from parlour.actors._thinker import BasicThinker, Thinker
-from parlour.actors._turn import RetryPolicy
 
 __all__ = [
     "Agent",
@@ -34,6 +35,7 @@ __all__ = [
     "AgentThinker",
     "BasicThinker",
     "Chat",
+    "Compacted",
     "CompactionRecord",
     "ConversationActor",
     "ConversationService",

@@ -18,24 +18,34 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Sequence
 from typing import Any
 
+from parlour.actors._calls import start_pools
 from parlour.actors._drive import drive, drive_async
+from parlour.actors._effects import Compact, RetryPolicy
 from parlour.actors._events import AgentEvent, Reply, TurnDone
 from parlour.actors._joiners import AgentThinker
-from parlour.actors._ledger import CompactionRecord, ModelCallRecord, UsageLedger
+from parlour.actors._ledger import LedgerEntry, UsageLedger, decode_entries
 from parlour.actors._otel import span
 from parlour.actors._service import ConversationService
 from parlour.actors._tools import ToolBox
-from parlour.actors._turn import RetryPolicy, TurnPlan, turn_steps
+from parlour.actors._turn import TurnPlan, turn_steps
 from parlour.runtime import (
     ConversationContext,
     Depth,
     FunctionTool,
     LLMClient,
+    ModelSpec,
     OutputSize,
     PojoResponseHandler,
 )
 from parlour.runtime.blocks import ContentBlock
-from parlour.runtime.errors import IllegalStateError
+from parlour.runtime.compaction import (
+    ContextCompactor,
+    ContextWindowManager,
+    LLMContextCompactor,
+    compactor_for,
+    summary_model,
+)
+from parlour.runtime.errors import IllegalStateError, UncorrectableLLMError
 
 __all__ = ["Agent", "Chat"]
 
@@ -56,15 +66,23 @@ class Agent:
         output_type: a msgspec Struct or dataclass the final answer must parse as
             (``reply.output``); a malformed answer is re-asked once.
         tool_timeout_s, model_timeout_s: the most one tool call (it then gets an error
-            result) and one model call on the async path may take.
+            result) and one model call (a retryable error, retried within the budget) may
+            take, on both paths.
         retry: backoff for retryable provider errors, within a per-turn budget.
-        before_model_call: called before every model call with the context and the ledger
-            (the compaction hook).
+        compactor: writes the summaries when a conversation outgrows its window (by
+            default the offline compactor for the scripted model, else summaries by the
+            catalog's smallest model of the client's provider, through the client).
+        comfort_tokens, compaction_trigger: the seat's comfort window and trigger share
+            (None: the model's catalog entry, else the defaults).
+        compaction: False turns compaction off (a conversation past the hard context then
+            fails at the provider).
+        before_model_call: called before every model call with the context and the ledger.
         sleep, async_sleep: how backoff waits; inject them in tests.
         retain: how long an idle conversation stays in memory after a turn.
 
     Raises:
-        ValueError: ``max_rounds`` is below 1, or two tools share a name.
+        ValueError: ``max_rounds`` is below 1, two tools share a name, or the comfort
+            window or the trigger is out of range.
 
     Thread-safety: one agent serves many chats on many threads and loops at once.
     """
@@ -82,6 +100,10 @@ class Agent:
         tool_timeout_s: float = 60.0,
         model_timeout_s: float = 600.0,
         retry: RetryPolicy | None = None,
+        compactor: ContextCompactor | None = None,
+        comfort_tokens: int | None = None,
+        compaction_trigger: float | None = None,
+        compaction: bool = True,
         before_model_call: BeforeModelCall | None = None,
         sleep: Callable[[float], None] = time.sleep,
         async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -104,6 +126,11 @@ class Agent:
         self.retain = retain
         self._ledgers: dict[str, UsageLedger] = {}
         self._lock = threading.Lock()
+        self.compaction = compaction
+        self.compactor = compactor or _default_compactor(client)
+        self._overrides = (comfort_tokens, compaction_trigger)
+        self._windows = {client.spec.id: self._new_window(client.spec)}  # checks the overrides
+        start_pools()  # process-wide, once: no turn waits for their threads to start
 
     def chat(
         self,
@@ -129,6 +156,40 @@ class Agent:
     def ledger(self, conversation_id: str) -> UsageLedger:
         with self._lock:
             return self._ledgers.setdefault(conversation_id, UsageLedger())
+
+    def window(self, context: ConversationContext) -> Compact | None:
+        """The compaction before the next model call of ``context`` (its owner's thread),
+        or None when compaction is off or the seat declares no reserve yet (the model call
+        then refuses or binds it, as without compaction)."""
+        if not self.compaction:
+            return None
+        spec = context.get_model() if context.is_model_resolved() else self.client.spec
+        try:
+            reserve = context.output_reserve(spec)
+        except UncorrectableLLMError:
+            return None
+        return Compact(context, self._window(spec), reserve)
+
+    def window_comfort(self) -> int | None:
+        """The seat's comfort window override (None: the catalog entry's or the default)."""
+        return self._overrides[0]
+
+    def _window(self, spec: ModelSpec) -> ContextWindowManager:
+        manager = self._windows.get(spec.id)
+        if manager is None:
+            manager = self._windows.setdefault(spec.id, self._new_window(spec))
+        return manager
+
+    def _new_window(self, spec: ModelSpec) -> ContextWindowManager:
+        """A manager for ``spec``, its tokenizer loaded now (the first count loads the
+        encoding, a few hundred milliseconds that no turn should wait for)."""
+        comfort, trigger = self._overrides
+        manager = ContextWindowManager(spec, comfort, trigger, self.compactor)
+        if self.compaction:
+            warm = ConversationContext()
+            warm.add_user_message("warm")
+            manager.measure(warm)
+        return manager
 
 
 class Chat:
@@ -174,9 +235,20 @@ class Chat:
         """True when every turn is saved to a persistent store."""
         return not self.temporary and self.service.store is not None
 
-    def usage(self) -> list[ModelCallRecord | CompactionRecord]:
-        """The conversation's ledger: every model call's usage, every compaction."""
-        return self.agent.ledger(self.conversation_id).entries()
+    def usage(self) -> list[LedgerEntry]:
+        """The conversation's ledger: every model call's usage (the summary calls of
+        compactions included), every compaction, as saved with the conversation; after a
+        restart, read from the store until this process runs a turn on it.
+
+        Raises:
+            PermissionError: the stored conversation belongs to another user.
+        """
+        ledger = self.agent.ledger(self.conversation_id)
+        store = self.service.store
+        if ledger.seeded or self.temporary or store is None:
+            return ledger.entries()
+        snapshot = store.load(self.conversation_id, self.user_id)
+        return decode_entries(snapshot.usage) if snapshot is not None else []
 
     # -- from threads ---------------------------------------------------------------------------
 
@@ -275,6 +347,7 @@ class Chat:
             sleep=agent.sleep,
             async_sleep=agent.async_sleep,
             before_model_call=agent.before_model_call,
+            window=agent.window,
             handler=agent.handler,
         )
 
@@ -286,3 +359,24 @@ class Chat:
     def _end(self) -> None:
         self.thinker.end_turn()
         self._busy.release()
+
+
+def _default_compactor(client: LLMClient) -> ContextCompactor:
+    """``compactor_for(client)``, with an async summary call beside the sync one for a real
+    client, so a turn on an event loop makes a level's summaries concurrently on the loop."""
+    compactor = compactor_for(client)
+    if compactor.can_await:
+        return compactor
+    model = summary_model(client.spec)
+
+    def complete(prompt: str) -> Any:
+        return client.respond(ConversationContext.single_turn(model, prompt, _SUMMARY_TOKENS))
+
+    async def acomplete(prompt: str) -> Any:
+        single = ConversationContext.single_turn(model, prompt, _SUMMARY_TOKENS)
+        return await client.arespond(single)
+
+    return LLMContextCompactor(complete, acomplete=acomplete, model_id=model.id)
+
+
+_SUMMARY_TOKENS = 2_000

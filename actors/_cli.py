@@ -12,7 +12,7 @@ from loguru import logger
 
 from parlour.actors._bench import run_bench
 from parlour.actors._chat import run_chat
-from parlour.actors._demo import run_demo
+from parlour.actors._demo import run_demo, run_long_demo
 from parlour.runtime.snapshots import encode_snapshot
 from parlour.stores import LmdbStore
 
@@ -41,6 +41,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     demo.add_argument("--conversations", type=int, default=20)
     demo.add_argument("--workers", type=int, default=8)
+    demo.add_argument(
+        "--long", action="store_true", help="one conversation far past a small model window"
+    )
+    demo.add_argument("--window", type=int, default=8_000, help="--long: the model's window")
+    demo.add_argument("--long-turns", type=int, default=100, help="--long: the turns to run")
 
     bench = commands.add_parser("bench", help="durable turns per second through the full path")
     bench.add_argument("--conversations", type=int, default=200)
@@ -82,6 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--conversations, --turns and --workers must be at least 1")
     if args.command == "chat":
         return run_chat(args.data_dir, args.user, args.resume, args.model)
+    if args.command == "demo" and args.long:
+        return run_long_demo(args.data_dir, args.long_turns, args.window)
     if args.command == "demo":
         return run_demo(args.data_dir, args.conversations, args.workers)
     if args.command == "serve":

@@ -4,6 +4,10 @@ restart of the runtime, every conversation restored and resumed, one more turn e
 Runs offline on the ScriptedClient and an embedded LMDB directory. Exits non-zero when any
 conversation does not come back from the store exactly as it was saved; Ctrl-C stops it
 cleanly (running turns finish and are saved, nothing is left owned) with status 130.
+
+``parlour demo --long`` (``run_long_demo``) is one conversation that runs far past a small
+model window: every turn reads a long tool result, compaction makes room before the model
+calls, and the demo prints each compaction's levels and tokens before and after.
 """
 
 from __future__ import annotations
@@ -14,10 +18,24 @@ from pathlib import Path
 import msgspec
 
 from parlour.actors._agent import Agent, Chat
+from parlour.actors._events import Compacted
+from parlour.actors._ledger import CompactionRecord
 from parlour.actors._service import ConversationService
 from parlour.actors._thinker import BasicThinker
 from parlour.actors._workload import TurnStats, drive, get_current_time
-from parlour.runtime import ConversationContext, Depth, OutputSize, Transcript, client_for
+from parlour.runtime import (
+    ConversationContext,
+    Depth,
+    LLMResponse,
+    OutputSize,
+    PreparedConversation,
+    ScriptedClient,
+    Transcript,
+    TurnRole,
+    client_for,
+)
+from parlour.runtime.blocks import TextBlock, ToolResultBlock, ToolUseBlock
+from parlour.runtime.compaction import ContextWindowManager
 from parlour.runtime.snapshots import encode_snapshot
 from parlour.stores import LmdbStore, MemorySessionCache
 
@@ -136,3 +154,96 @@ def _transcript(service: ConversationService, cid: str, user: str) -> str:
 def _durable_bytes(context: ConversationContext) -> bytes:
     """The snapshot minus the workflow id, which every acquiring turn re-stamps."""
     return encode_snapshot(msgspec.structs.replace(context.to_snapshot(), workflow_id=None))
+
+
+# -- the long conversation ----------------------------------------------------------------------
+
+SITE_REPORT = "Station readings stayed above the survey threshold through the week. " * 12
+
+
+def site_report(site: str) -> str:
+    """The week's survey report of one site (long: the commonest overflow is tool output).
+
+    Args:
+        site: The site's name.
+    """
+    return f"Report of {site}: {SITE_REPORT}"
+
+
+def _surveyor(prepared: PreparedConversation) -> LLMResponse:
+    """The scripted model of the long demo: reads each question's site report, then answers."""
+    last = prepared.turns[-1]
+    if last.role is not TurnRole.USER or any(isinstance(b, ToolResultBlock) for b in last.blocks):
+        return LLMResponse(model_id="scripted", blocks=[TextBlock(text="Above the threshold.")])
+    turn = sum(1 for t in prepared.turns if t.role is TurnRole.ASSISTANT)
+    call = ToolUseBlock(id=f"toolu_{turn:04d}", name="site_report", input_json='{"site": "s"}')
+    return LLMResponse(model_id="scripted", blocks=[TextBlock(text="Reading it."), call])
+
+
+def long_agent(window: int, turns: int) -> Agent:
+    """The long demo's agent: the scripted model with a ``window``-token context, a comfort
+    window of half that, and the offline compactor; scripted for ``turns`` turns."""
+    base = ScriptedClient().spec
+    spec = msgspec.structs.replace(base, max_context_tokens=window)
+    return Agent(
+        ScriptedClient([_surveyor] * (2 * turns), spec=spec),
+        tools=[site_report],
+        objective="You answer questions about the site survey.",
+        output=OutputSize.COMPACT,
+        depth=Depth.IMMEDIATE,
+        comfort_tokens=window // 2,
+    )
+
+
+def run_long_demo(data_dir: Path, turns: int = 100, window: int = 8_000) -> int:
+    """One conversation far past a ``window``-token model; returns the exit status (1 when
+    it never compacted or does not restore intact)."""
+    agent = long_agent(window, turns)
+    print(f"parlour demo --long: {turns} turns on a {window:,}-token model window, offline")
+    with LmdbStore(data_dir) as store:
+        service = ConversationService(store, MemorySessionCache())
+        try:
+            chat = agent.chat(service, user_id="long-user")
+            added = _long_turns(chat, turns)
+            stored = _stored_bytes(service, chat)
+            context = _restore(service, chat)
+        finally:
+            service.stop()
+    return _long_summary(agent, chat, context, stored, added)
+
+
+def _long_turns(chat: Chat, turns: int) -> int:
+    added = 0
+    for turn in range(turns):
+        for event in chat.stream(f"Question {turn + 1}: which stations were above it?"):
+            if isinstance(event, Compacted):
+                print(
+                    f"  turn {turn + 1}: {', '.join(event.levels)}: "
+                    f"{event.tokens_before:,} -> {event.tokens_after:,} tokens"
+                )
+        added += len(site_report("s")) // 4  # about four characters a token
+    return added
+
+
+def _restore(service: ConversationService, chat: Chat) -> ConversationContext:
+    reader = _reader(chat, chat.conversation_id)
+    context = service.obtain_conversation(None, reader).get(timeout=30)
+    service.release(reader)
+    return context
+
+
+def _long_summary(
+    agent: Agent, chat: Chat, context: ConversationContext, stored: bytes, added: int
+) -> int:
+    rungs = [e for e in chat.usage() if isinstance(e, CompactionRecord)]
+    levels = sorted({r.level for r in rungs})
+    manager = ContextWindowManager(agent.client.spec, comfort_override=agent.window_comfort())
+    print(
+        f"  {len(rungs)} compaction levels climbed ({', '.join(levels) or 'none'}); tool output "
+        f"read: about {added:,} tokens; the conversation now: {manager.measure(context):,} "
+        f"tokens in {len(context.messages)} messages"
+    )
+    if not rungs or _durable_bytes(context) != stored:
+        print("FAILED: the conversation never compacted or did not restore intact")
+        return 1
+    return 0

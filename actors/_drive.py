@@ -1,13 +1,15 @@
 """The two drivers of a turn's effects: in the calling thread, and on an event loop.
 
 ``drive`` performs each effect of ``turn_steps`` in the calling thread and yields the
-turn's events as they happen (model text streams through ``client.stream``). ``drive_async``
-performs them without blocking the event loop: saves (the LMDB commit) and model calls run
-in bounded pools, async tools on the loop. Both publish every event to the turn's
-followers. Two seams stay small so they can be swapped for the real thing at merge:
-``_obtain_async`` (a stand-in for the service's own asyncio obtain) and
-``_call_model_blocking`` (the sync SDK call, run in a pool until the clients have async
-calls; its text reaches the loop delta by delta).
+turn's events as they happen; the model call itself runs in the model pool and hands its
+text deltas to the waiting turn, which waits at most ``model_timeout_s`` and wakes at once
+on a force release. ``drive_async`` performs them without blocking the event loop: saves
+(the LMDB commit) in a bounded pool, the model call through ``client.arespond`` (the SDKs'
+async clients on the loop, the scripted model inline, boto3 on a worker thread), async
+tools on the loop, the obtain through ``ConversationService.obtain_async`` (its grant
+completes a loop future from the actor's thread; a cancelled turn gives the obtain up, and
+a grant that raced the cancel is released). Both publish every event to the turn's
+followers.
 
 Thread-safety: a driver runs one turn; many drivers run at once on one service.
 """
@@ -15,67 +17,32 @@ Thread-safety: a driver runs one turn; many drivers run at once on one service.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures as cf
 import threading
 from collections.abc import Callable, Generator
 from typing import Any, cast
 
 from loguru import logger
 
-from parlour.actors._events import AgentEvent, Event, Reply, TextDelta, TurnCancelledError
+from parlour.actors._calls import (
+    POOL_SIZES,
+    Abandoned,
+    ThreadedCall,
+    acquire_cap,
+    cancelled_error,
+    pool,
+    provider_cap,
+    set_provider_concurrency,
+    timed_out,
+)
+from parlour.actors._effects import CallModel, Compact, Obtain, Pause, Release, RunTools, Save
+from parlour.actors._events import AgentEvent, Event, Reply, TextDelta
 from parlour.actors._otel import model_attributes, span
 from parlour.actors._service import ConversationService
-from parlour.actors._tools import prestarted_pool, run_calls, run_calls_async, tool_pool
-from parlour.actors._turn import CallModel, Obtain, Pause, Release, RunTools, Save, Steps, TurnPlan
-from parlour.runtime import ConversationContext, LLMClient, LLMResponse
-from parlour.runtime.errors import RetryableLLMError
+from parlour.actors._tools import run_calls, run_calls_async, tool_pool
+from parlour.actors._turn import Steps, TurnPlan
+from parlour.runtime import ConversationContext, LLMResponse
 
 __all__ = ["drive", "drive_async", "set_provider_concurrency"]
-
-POOL_SIZES = {"model": 64, "save": 8, "obtain": 32}
-DEFAULT_PROVIDER_CONCURRENCY = 64
-
-_pools: dict[str, cf.ThreadPoolExecutor] = {}
-_caps: dict[str, threading.BoundedSemaphore] = {}
-_guard = threading.Lock()
-
-
-def _pool(kind: str) -> cf.ThreadPoolExecutor:
-    with _guard:
-        if kind not in _pools:
-            _pools[kind] = prestarted_pool(POOL_SIZES[kind], f"parlour-{kind}")
-        return _pools[kind]
-
-
-def set_provider_concurrency(provider: str, limit: int) -> None:
-    """Cap the model calls in flight to ``provider`` across every chat of the process.
-
-    Raises:
-        ValueError: ``limit`` is below 1.
-    """
-    if limit < 1:
-        raise ValueError(f"The concurrency cap of {provider} must be at least 1, not {limit}.")
-    with _guard:
-        _caps[provider] = threading.BoundedSemaphore(limit)
-
-
-def _cap(client: LLMClient) -> threading.BoundedSemaphore:
-    provider = client.spec.provider
-    with _guard:
-        if provider not in _caps:
-            _caps[provider] = threading.BoundedSemaphore(DEFAULT_PROVIDER_CONCURRENCY)
-        return _caps[provider]
-
-
-class _Abandoned(Exception):
-    """Raised inside a model call whose turn stopped listening, to end the call early."""
-
-
-def _cancelled_error(plan: TurnPlan) -> TurnCancelledError:
-    return TurnCancelledError(
-        f"The turn on conversation {plan.thinker.conversation_id} was cancelled: "
-        f"{plan.thinker.cancelled or 'its caller stopped waiting'}."
-    )
 
 
 def _model_span(plan: TurnPlan) -> Any:
@@ -114,7 +81,7 @@ def drive(
             else:
                 value = yield from _perform(item, plan, service)
         except GeneratorExit:
-            _finish_quietly(steps, plan, service, _cancelled_error(plan))
+            _finish_quietly(steps, plan, service, cancelled_error(plan))
             raise
         except BaseException as exc:
             error = exc
@@ -130,6 +97,8 @@ def _perform(
         case Save(context=context):
             with span("parlour.save", **{"parlour.conversation_id": thinker.conversation_id}):
                 service.save_conversation(context, thinker)
+        case Compact(context=context, manager=manager, reserve=reserve):
+            return manager.fit(context, reserve)
         case CallModel(context=context):
             return (yield from _stream_model(plan, context))
         case RunTools(calls=calls):
@@ -147,16 +116,12 @@ def _stream_model(
 ) -> Generator[AgentEvent, None, LLMResponse]:
     if plan.before_model_call is not None:
         plan.before_model_call(context, plan.ledger)
-    with _cap(plan.client), _model_span(plan) as current:
-        stream = plan.client.stream(context)
-        for text in stream:
-            if plan.thinker.cancelled is not None:
-                raise _cancelled_error(plan)
-            event = TextDelta(text=text)
-            plan.state.publish(event)
-            yield event
-        model_attributes(current, stream.response)
-        return stream.response
+    with provider_cap(plan.client), _model_span(plan) as current:
+        call = ThreadedCall(plan, context)
+        plan.thinker.set_cancel_hook(call.wake)
+        response = yield from call.events()
+        model_attributes(current, response)
+        return response
 
 
 def _finish_quietly(
@@ -177,7 +142,7 @@ def _finish_quietly(
         value, error = None, None
         if isinstance(item, Event):
             plan.state.publish(cast(AgentEvent, item))
-        elif isinstance(item, CallModel):
+        elif isinstance(item, CallModel | Compact):
             error = why
         else:
             try:
@@ -255,16 +220,18 @@ class _AsyncTurn:
             return work.result()
         work.cancel()
         await asyncio.wait([work])
-        raise _cancelled_error(self.plan)
+        raise cancelled_error(self.plan)
 
     async def _perform(self, effect: Any) -> Any:
         plan, thinker, service = self.plan, self.plan.thinker, self.service
         match effect:
             case Obtain():
-                return await _obtain_async(service, thinker)
+                return await service.obtain_async(None, thinker)
             case Save(context=context):
                 with span("parlour.save", **{"parlour.conversation_id": thinker.conversation_id}):
                     await self._shielded(service.save_conversation, context, thinker)
+            case Compact(context=context, manager=manager, reserve=reserve):
+                return await manager.afit(context, reserve)
             case CallModel(context=context):
                 return await self._call_model(context)
             case RunTools(calls=calls):
@@ -279,7 +246,7 @@ class _AsyncTurn:
     async def _shielded(self, fn: Callable[..., Any], *args: Any) -> Any:
         """A blocking call in the save pool; a cancellation waits for it to finish, so
         the context is never mutated while the commit reads it."""
-        future = self.loop.run_in_executor(_pool("save"), fn, *args)
+        future = self.loop.run_in_executor(pool("save"), fn, *args)
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
@@ -287,71 +254,54 @@ class _AsyncTurn:
             raise
 
     async def _call_model(self, context: ConversationContext) -> LLMResponse:
-        if self.plan.before_model_call is not None:
-            self.plan.before_model_call(context, self.plan.ledger)
+        plan = self.plan
+        if plan.before_model_call is not None:
+            plan.before_model_call(context, plan.ledger)
         abandon = self.current_call = threading.Event()
         if self.force_requested:
             abandon.set()
-
-        def on_text(text: str) -> None:  # in the model thread: deltas reach the loop in order
-            if abandon.is_set():
-                raise _Abandoned()
-            self.loop.call_soon_threadsafe(self.publish, TextDelta(text=text))
-
-        call = self.loop.run_in_executor(
-            _pool("model"), _call_model_blocking, self.plan, context, on_text, abandon
-        )
+        cap = provider_cap(plan.client)
+        await acquire_cap(cap)
         try:
-            return await asyncio.wait_for(call, self.plan.model_timeout_s)
-        except _Abandoned as exc:  # force-released while the answer streamed
-            raise _cancelled_error(self.plan) from exc
+            with _model_span(plan) as current:
+                response = await self._respond(context, self._on_text(abandon), abandon)
+                model_attributes(current, response)
+                return response
+        finally:
+            cap.release()
+
+    def _on_text(self, abandon: threading.Event) -> Callable[[str], None]:
+        """Deltas published in order: on the loop directly (the async SDKs, the scripted
+        model), through ``call_soon_threadsafe`` from a worker thread (boto3)."""
+        loop_thread = threading.get_ident()
+
+        def on_text(text: str) -> None:
+            if abandon.is_set():
+                raise Abandoned()
+            if threading.get_ident() == loop_thread:
+                self.publish(TextDelta(text=text))
+            else:
+                self.loop.call_soon_threadsafe(self.publish, TextDelta(text=text))
+
+        return on_text
+
+    async def _respond(
+        self,
+        context: ConversationContext,
+        on_text: Callable[[str], None],
+        abandon: threading.Event,
+    ) -> LLMResponse:
+        if abandon.is_set():
+            raise cancelled_error(self.plan)
+        try:
+            async with asyncio.timeout(self.plan.model_timeout_s):
+                return await self.plan.client.arespond(context, on_text=on_text)
+        except Abandoned as exc:  # force-released while the answer streamed
+            raise cancelled_error(self.plan) from exc
         except TimeoutError as exc:
-            abandon.set()
-            raise RetryableLLMError(
-                f"Model {self.plan.client.model_id} did not answer within "
-                f"{self.plan.model_timeout_s:g}s on conversation {context.conversation_id}."
-            ) from exc
-
-
-def _call_model_blocking(
-    plan: TurnPlan,
-    context: ConversationContext,
-    on_text: Callable[[str], None],
-    abandoned: threading.Event,
-) -> LLMResponse:
-    """The seam: one model call in a pool thread, streaming its text to ``on_text``."""
-    with _cap(plan.client), _model_span(plan) as current:
-        if abandoned.is_set():
-            raise _Abandoned()
-        response = plan.client.respond(context, on_text=on_text)
-        model_attributes(current, response)
-        return response
-
-
-async def _obtain_async(service: ConversationService, thinker: Any) -> ConversationContext:
-    """The seam: obtain without blocking the loop (a stand-in for the service's own).
-
-    The whole obtain (the actor round trips, a store load on a miss, a wait for a busy
-    conversation) runs in a pool thread: under load an actor round trip made on the loop
-    waits for the GIL. A caller who stops waiting releases a lease that arrives after it
-    left.
-    """
-    loop = asyncio.get_running_loop()
-    waiting = loop.run_in_executor(
-        _pool("obtain"), lambda: service.obtain_conversation(None, thinker).get()
-    )
-    try:
-        return await asyncio.shield(waiting)
-    except asyncio.CancelledError:
-        waiting.add_done_callback(lambda f: _release_if_granted(f, service, thinker))
-        raise
-
-
-def _release_if_granted(
-    future: asyncio.Future[ConversationContext], service: ConversationService, thinker: Any
-) -> None:
-    if future.exception() is None:
-        service.release(thinker)
+            raise timed_out(self.plan, context) from exc
+        finally:
+            abandon.set()  # a worker thread still streaming stops at its next delta
 
 
 async def drive_async(
@@ -367,7 +317,7 @@ async def drive_async(
     and the release.
     """
     for kind in POOL_SIZES:  # the first turn starts them, before any load builds up
-        _pool(kind)
+        pool(kind)
     tool_pool()
     turn = _AsyncTurn(steps, plan, service, emit)
     plan.thinker.set_cancel_hook(turn.force)

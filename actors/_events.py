@@ -2,7 +2,8 @@
 
 Events are frozen, tagged msgspec structs, in the order a turn produces them::
 
-    TextDelta* (ToolCallStarted ToolCallFinished)* ... Restarted? ... OfferAccepted? ... TurnDone
+    Compacted? TextDelta* (ToolCallStarted ToolCallFinished)* ... Restarted? ... OfferAccepted?
+    ... TurnDone
 
 A ``Restarted`` event discards the text of the attempt it interrupts: the model call is
 being tried again (a truncation escalation, a retryable provider error).
@@ -19,6 +20,7 @@ from parlour.runtime.errors import ParlourError
 
 __all__ = [
     "AgentEvent",
+    "Compacted",
     "OfferAccepted",
     "Reply",
     "Restarted",
@@ -90,13 +92,30 @@ class OfferAccepted(Event, tag="offer_accepted", frozen=True, kw_only=True):
     text: str
 
 
+class Compacted(Event, tag="compaction", frozen=True, kw_only=True):
+    """Before a model call the conversation was compacted to fit its window: the levels
+    climbed and its tokens before and after."""
+
+    levels: list[str]
+    tokens_before: int
+    tokens_after: int
+
+
 class TurnDone(Event, tag="done", frozen=True, kw_only=True):
     """The turn ended; ``reply`` is what ``Chat.send`` returns."""
 
     reply: Reply
 
 
-AgentEvent = TextDelta | ToolCallStarted | ToolCallFinished | Restarted | OfferAccepted | TurnDone
+AgentEvent = (
+    TextDelta
+    | ToolCallStarted
+    | ToolCallFinished
+    | Restarted
+    | OfferAccepted
+    | Compacted
+    | TurnDone
+)
 
 
 class TurnError(ParlourError):

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from parlour.runtime import LLMResponse
+from parlour.runtime.compaction import FitReport
 
 try:
     from opentelemetry import trace
@@ -35,7 +36,7 @@ def _tracer() -> Any:
     return _cached[1]
 
 
-__all__ = ["model_attributes", "span"]
+__all__ = ["compaction_event", "model_attributes", "span"]
 
 
 @contextmanager
@@ -64,3 +65,17 @@ def model_attributes(current: Any, response: LLMResponse) -> None:
         "gen_ai.usage.cache_creation.input_tokens", usage.cache_creation_input_tokens or 0
     )
     current.set_attribute("gen_ai.response.finish_reasons", [response.stop_reason.value])
+
+
+def compaction_event(report: FitReport) -> None:
+    """A ``parlour.compaction`` span carrying a ``parlour.compaction`` event, both with the
+    levels climbed and the tokens before and after; nothing while no tracer provider is
+    configured."""
+    attributes = {
+        "parlour.compaction.levels": [level.value for level in report.levels],
+        "parlour.compaction.tokens_before": report.tokens_before,
+        "parlour.compaction.tokens_after": report.tokens_after,
+    }
+    with span("parlour.compaction", **attributes) as current:
+        if current is not None:
+            current.add_event("parlour.compaction", attributes)

@@ -1,18 +1,21 @@
 """The turn loop, written once as a generator of effects that two drivers perform.
 
 ``turn_steps`` is the spec's save discipline with no I/O of its own: it yields an effect
-(``Obtain``, ``Save``, ``CallModel``, ``RunTools``, ``Pause``, ``Release``) and is sent the
-effect's result, or has the effect's exception thrown into it; it also yields the events it
-reports. The sync driver performs effects in the calling thread, the async driver on the
-event loop without blocking it (``_drive.py``); both run exactly this logic.
+(``Obtain``, ``Save``, ``Compact``, ``CallModel``, ``RunTools``, ``Pause``, ``Release``)
+and is sent the effect's result, or has the effect's exception thrown into it; it also
+yields the events it reports. The sync driver performs effects in the calling thread, the
+async driver on the event loop without blocking it (``_drive.py``); both run exactly this
+logic.
 
 A turn: obtain; add the user message (non-compactable); save. Then up to ``max_rounds``
-times: check for cancellation, call the model (retryable errors retried with backoff within
-the turn's budget, a truncation escalated once, each retry announced by ``Restarted``), add
-the answer, save; run its tool calls, add the results as one outgoing message (compactable),
-save, and take offered messages. With no more tool calls, offers are taken (or the inbox
-closed) and each taken offer is answered in the same turn. A failed or cancelled turn gives
-every pending tool call an error result, saves, and raises. The lease is always released.
+times: check for cancellation, fit the conversation to its window (a compaction is saved
+at the next boundary like any other change), call the model (retryable errors retried
+with backoff within the turn's budget, a truncation escalated once, each retry announced
+by ``Restarted``), add the answer, save; run its tool calls, add the results as one
+outgoing message (compactable), save, and take offered messages. With no more tool calls,
+offers are taken (or the inbox closed) and each taken offer is answered in the same turn.
+A failed or cancelled turn gives every pending tool call an error result, saves, and
+raises. The lease is always released.
 """
 
 from __future__ import annotations
@@ -26,7 +29,18 @@ from typing import Any
 import msgspec
 from loguru import logger
 
+from parlour.actors._effects import (
+    CallModel,
+    Compact,
+    Obtain,
+    Pause,
+    Release,
+    RetryPolicy,
+    RunTools,
+    Save,
+)
 from parlour.actors._events import (
+    Compacted,
     OfferAccepted,
     Reply,
     Restarted,
@@ -38,6 +52,7 @@ from parlour.actors._events import (
 )
 from parlour.actors._joiners import AgentThinker, TurnState
 from parlour.actors._ledger import UsageLedger
+from parlour.actors._otel import compaction_event
 from parlour.actors._tools import ToolBox
 from parlour.runtime import (
     ConversationContext,
@@ -50,6 +65,7 @@ from parlour.runtime import (
     Usage,
 )
 from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from parlour.runtime.compaction import FitReport
 from parlour.runtime.errors import (
     OutputTruncationRetry,
     RetryableLLMError,
@@ -57,27 +73,6 @@ from parlour.runtime.errors import (
 )
 
 OBJECTIVE_KEY = "agent"
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Backoff for retryable provider errors, beyond the SDK's own retries.
-
-    Attempt ``n`` (from 0) waits ``min(base_s * 2**n, max_s)``; a turn retries at most
-    ``attempts`` times and waits at most ``budget_s`` seconds in all.
-    """
-
-    attempts: int = 3
-    base_s: float = 0.5
-    max_s: float = 8.0
-    budget_s: float = 30.0
-
-    def delay(self, attempt: int, waited: float) -> float | None:
-        """The wait before retry ``attempt``, or None when the budget forbids it."""
-        wait = min(self.base_s * 2.0**attempt, self.max_s)
-        if attempt >= self.attempts or waited + wait > self.budget_s:
-            return None
-        return wait
 
 
 @dataclass(slots=True)
@@ -97,49 +92,12 @@ class TurnPlan:
     sleep: Callable[[float], None] = time.sleep
     async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     before_model_call: Callable[[ConversationContext, UsageLedger], None] | None = None
+    window: Callable[[ConversationContext], Compact | None] | None = None
     handler: ResponseHandler | None = None
     added: list[Message] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
 
 
-# -- effects ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Obtain:
-    """Obtain the lease; the result is the context."""
-
-
-@dataclass(frozen=True, slots=True)
-class Save:
-    context: ConversationContext
-
-
-@dataclass(frozen=True, slots=True)
-class CallModel:
-    """One model call; the driver streams its text as events; the result is the response."""
-
-    context: ConversationContext
-
-
-@dataclass(frozen=True, slots=True)
-class RunTools:
-    """Run the calls concurrently; the result is one ``ToolResultBlock`` per call, in order."""
-
-    calls: Sequence[ToolUseBlock]
-
-
-@dataclass(frozen=True, slots=True)
-class Pause:
-    seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class Release:
-    """Release the lease with the thinker's retention."""
-
-
-Effect = Obtain | Save | CallModel | RunTools | Pause | Release
 Steps = Generator[Any, Any, Reply]
 
 
@@ -168,6 +126,7 @@ def turn_steps(plan: TurnPlan, text: str, attachments: Sequence[ContentBlock] = 
 
 
 def _prepare(context: ConversationContext, plan: TurnPlan) -> None:
+    plan.ledger.seed(context)
     if plan.objective and OBJECTIVE_KEY not in context.get_main_objective():
         context.put_main_objective(OBJECTIVE_KEY, plan.objective)
     context.add_tools(plan.tools.declarations())  # add-only: a fresh chat has them too
@@ -277,6 +236,7 @@ def _ask(context: ConversationContext, plan: TurnPlan) -> Generator[Any, Any, LL
     """One model answer: retryable errors retried with backoff, a truncation once."""
     attempt, waited, escalated = 0, 0.0, False
     while True:
+        yield from _fit(context, plan)
         try:
             response: LLMResponse = yield CallModel(context)
         except OutputTruncationRetry as exc:
@@ -295,9 +255,33 @@ def _ask(context: ConversationContext, plan: TurnPlan) -> Generator[Any, Any, LL
             _check_cancelled(plan.thinker)
             continue
         plan.state.commit_text()
-        plan.ledger.record_call(response)
+        plan.ledger.record_call(context, response)
         plan.usage = add_usage(plan.usage, response.usage)
         return response
+
+
+def _fit(context: ConversationContext, plan: TurnPlan) -> Steps:
+    """Compact the conversation when it outgrew its window; the change is saved with the
+    next boundary's save. Raises ``ContextOverflowError`` when it cannot fit."""
+    effect = plan.window(context) if plan.window is not None else None
+    if effect is None:
+        return Reply(text="", usage=plan.usage, messages=[])
+    report: FitReport = yield effect
+    if report.steps:
+        levels = [level.value for level in report.levels]
+        plan.ledger.record_compaction(context, report)
+        compaction_event(report)
+        logger.bind(conversation_id=context.conversation_id).info(
+            "Turn compacted conversation {} ({}): {} -> {} tokens",
+            context.conversation_id,
+            ", ".join(levels),
+            report.tokens_before,
+            report.tokens_after,
+        )
+        yield Compacted(
+            levels=levels, tokens_before=report.tokens_before, tokens_after=report.tokens_after
+        )
+    return Reply(text="", usage=plan.usage, messages=[])
 
 
 def _run_tools(context: ConversationContext, plan: TurnPlan, calls: list[ToolUseBlock]) -> Steps:

@@ -8,9 +8,13 @@ woke. The baseline drives the same chats through ``asyncio.to_thread(chat.send, 
 the default executor. Prints turns/s, the heartbeat's p99 and worst delay for both, and the
 ratio of turns/s. Saves are fsync'd LMDB commits. Both runs ``gc.freeze()`` after start-up,
 as a latency-minded host does: without it a full collection of the SDKs' start-up objects
-stalls every thread, the loop included, for about 100 ms a few times a run.
+stalls every thread, the loop included, for about 100 ms a few times a run. Both also set
+the interpreter's thread switch interval (``--switch-interval``, 1 ms by default; Python's
+own is 5 ms): the loop shares the GIL with the actor and pool threads, and each time one of
+them holds it the loop waits up to a whole interval. On the 2-core reference machine the
+default 5 ms puts the heartbeat's p99 near 30-40 ms, 1 ms near 22 ms.
 
-    python benchmarks/async_host.py [--chats 50] [--turns 3]
+    python benchmarks/async_host.py [--chats 50] [--turns 3] [--switch-interval 0.001]
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ import argparse
 import asyncio
 import gc
 import json
+import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,22 +66,53 @@ def _timed(events: list[bytes]) -> Iterator[bytes]:
             time.sleep(CHUNK_GAP_S)
 
 
-def model_like(request: httpx2.Request) -> httpx2.Response:
-    """A mock transport handler answering like a streaming model."""
+async def _atimed(events: list[bytes]) -> AsyncIterator[bytes]:
+    """``_timed`` for the async client: the same delays, awaited on the loop."""
+    await asyncio.sleep(FIRST_TOKEN_S)
+    yield b"".join(events[:2])
+    for event in events[2:]:
+        yield event
+        if b"text_delta" in event:
+            await asyncio.sleep(CHUNK_GAP_S)
+
+
+def _events(request: httpx2.Request) -> list[bytes]:
     body = json.loads(request.content)
     if _wants_tool(body):
         message = anthropic_message(None, content=[TOOL_CALL], stop_reason="tool_use")
     else:
         message = anthropic_message(ANSWER)
     stream = anthropic_sse(message, chunk=len(ANSWER) // CHUNKS)
-    events = [e + b"\n\n" for e in stream.split(b"\n\n") if e]
-    headers = {"content-type": "text/event-stream"}
-    return httpx2.Response(200, content=_timed(events), headers=headers)
+    return [e + b"\n\n" for e in stream.split(b"\n\n") if e]
+
+
+HEADERS = {"content-type": "text/event-stream"}
+
+
+def model_like(request: httpx2.Request) -> httpx2.Response:
+    """A mock transport handler answering like a streaming model (the sync client)."""
+    return httpx2.Response(200, content=_timed(_events(request)), headers=HEADERS)
+
+
+async def amodel_like(request: httpx2.Request) -> httpx2.Response:
+    """The same server for the async client: its waits never block the loop."""
+    return httpx2.Response(200, content=_atimed(_events(request)), headers=HEADERS)
+
+
+def _async_sdk() -> Any:
+    import anthropic
+
+    http = httpx2.AsyncClient(transport=httpx2.MockTransport(amodel_like))
+    return anthropic.AsyncAnthropic(api_key="test-key", max_retries=0, http_client=http)
 
 
 def make_agent() -> Agent:
     spec = fake_spec(id="claude-test", provider="anthropic")
-    client = AnthropicClient(spec, client=mock_anthropic_sdk(model_like))  # type: ignore[arg-type]
+    client = AnthropicClient(
+        spec,
+        client=mock_anthropic_sdk(model_like),  # type: ignore[arg-type]
+        async_client=_async_sdk(),
+    )
     return Agent(
         client,
         tools=[get_time],
@@ -152,8 +188,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chats", type=int, default=50)
     parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--switch-interval", type=float, default=0.001)
     args = parser.parse_args()
-    print(f"{args.chats} chats x {args.turns} turns on one loop; every third turn calls a tool")
+    sys.setswitchinterval(args.switch_interval)
+    print(
+        f"{args.chats} chats x {args.turns} turns on one loop; every third turn calls a tool; "
+        f"switch interval {args.switch_interval * 1e3:g} ms"
+    )
     print(f"{'path':<12}{'turns/s':>10}{'beat p99 ms':>14}{'beat worst ms':>15}")
     results = {}
     for mode in ("to_thread", "asend"):

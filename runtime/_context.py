@@ -89,10 +89,12 @@ class ConversationContext:
         self.output_declaration: OutputSize | int | None = None
         self.interactive = False
         self.prior_spec_id: str | None = None
-        # The fencing version of the stored record this context was loaded at or last saved
-        # as; 0 while no durable record exists. Set by whoever persists it, never by users.
+        # the stored record's fencing version at load or last save (0: none); set by persisters
         self.stored_version = 0
         self.artifact_registry = ArtifactRegistry()
+        # What each model call and compaction cost, kept beside the conversation and
+        # persisted with it: never rendered, never part of the conversation's token count.
+        self.usage_ledger: list[dict[str, Any]] = []
         self.summarizer: Summarizer = TruncatingSummarizer()
         self._objective = ObjectiveMap(self._render_slot)
         self._palette = Palette()

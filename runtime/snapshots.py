@@ -172,6 +172,8 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
     # The fencing version of the stored record: what a store loaded it at or saved it as
     # (0: never stored). A store stamps it from its own record on load; a save names it.
     stored_version: int = 0
+    # The usage ledger in its plain form (model calls, compactions); never sent to a model.
+    usage: list[dict[str, Any]] = msgspec.field(default_factory=list)
 
     @classmethod
     def of(cls, context: ConversationContext) -> ConversationPersistenceSnapshot:
@@ -198,6 +200,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
             artifacts=registry_entries(context.artifact_registry),
             skills=context.admitted_skills(),
             stored_version=context.stored_version,
+            usage=list(context.usage_ledger),
         )
 
     def to_conversation(self, handler: ResponseHandler | None = None) -> ConversationContext:
@@ -220,6 +223,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
         c.cache_main_objective = self.cache_main_objective
         c.prior_spec_id = self.prior_spec_id
         c.stored_version = self.stored_version
+        c.usage_ledger = list(self.usage)
         for skill in self.skills:
             c.admit_skill(skill)
         restore_registry(c.artifact_registry, self.artifacts)  # unknown aliases: skipped

@@ -67,6 +67,7 @@ PINNED = {
         "AgentThinker",
         "BasicThinker",
         "Chat",
+        "Compacted",
         "CompactionRecord",
         "ConversationActor",
         "ConversationService",

@@ -7,6 +7,7 @@ import itertools
 import threading
 from typing import Any
 
+import httpx2
 import pytest
 
 from parlour.actors import (
@@ -20,8 +21,15 @@ from parlour.actors import (
     TurnCancelledError,
     TurnDone,
 )
-from parlour.runtime import Depth, LLMResponse, OutputSize, ScriptedClient
-from parlour.runtime.blocks import TextBlock
+from parlour.runtime import Depth, OutputSize, ScriptedClient
+from parlour.runtime.providers import AnthropicClient
+from parlour.runtime.testing import (
+    MockProvider,
+    anthropic_message,
+    anthropic_sse,
+    fake_spec,
+    mock_anthropic_sdk,
+)
 
 from .agent_helpers import answerable, calls, stored, stored_results, user_texts
 
@@ -55,14 +63,19 @@ def test_asend_and_astream_run_whole_turns_with_async_tools(service: Conversatio
 def test_the_event_loop_keeps_ticking_while_turns_wait_for_the_model(
     service: ConversationService,
 ) -> None:
-    enough = threading.Event()
+    """Ten async turns on the real AsyncAnthropic client whose server answers only after
+    the loop has ticked 20 times: a turn that blocked the loop would never be answered."""
+    enough = asyncio.Event()
 
-    def slow(prepared: object) -> LLMResponse:
-        # the model answers only once the loop has ticked: a blocked loop never gets there
-        assert enough.wait(10), "the event loop stopped ticking during the model call"
-        return LLMResponse(model_id="scripted", blocks=[TextBlock(text="ok")])
+    async def server(request: httpx2.Request) -> httpx2.Response:
+        await asyncio.wait_for(enough.wait(), 10)
+        body = anthropic_sse(anthropic_message("ok"))
+        return httpx2.Response(200, content=body, headers={"content-type": "text/event-stream"})
 
-    agent = agent_for(ScriptedClient([slow] * 10), [])
+    spec = fake_spec(id="claude-test", provider="anthropic")
+    sync_sdk = mock_anthropic_sdk(MockProvider())  # the sync path is not used here
+    client = AnthropicClient(spec, client=sync_sdk, async_client=async_sdk(server))
+    agent = Agent(client, objective="Answer.", output=OutputSize.STANDARD, depth=Depth.IMMEDIATE)
     chats = [agent.chat(service, user_id=f"user-{i}") for i in range(10)]
 
     async def main() -> int:
@@ -83,6 +96,14 @@ def test_the_event_loop_keeps_ticking_while_turns_wait_for_the_model(
         return ticks
 
     assert asyncio.run(main()) >= 20
+
+
+def async_sdk(handler: Any) -> Any:
+    """A real AsyncAnthropic whose transport calls an async server function."""
+    import anthropic
+
+    http = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
+    return anthropic.AsyncAnthropic(api_key="test-key", max_retries=0, http_client=http)
 
 
 def gated() -> tuple[asyncio.Event, asyncio.Event, Any]:
@@ -258,21 +279,27 @@ def test_an_offer_taken_by_an_async_turn_is_announced_and_answered(
 def test_a_model_call_past_its_timeout_is_retried_on_the_async_path(
     service: ConversationService,
 ) -> None:
-    hung = threading.Event()
+    """The server never answers the first request: the call is abandoned at the model
+    timeout, announced as a restart, and the retry's answer ends the turn."""
     made = itertools.count()
 
-    def sometimes_hangs(prepared: object) -> LLMResponse:
+    async def server(request: httpx2.Request) -> httpx2.Response:
         if next(made) == 0:
-            hung.wait(10)  # the first call hangs until the test ends
-        return LLMResponse(model_id="scripted", blocks=[TextBlock(text="Second try.")])
+            await asyncio.Event().wait()  # hangs until the client gives up
+        body = anthropic_sse(anthropic_message("Second try."))
+        return httpx2.Response(200, content=body, headers={"content-type": "text/event-stream"})
 
     waits: list[float] = []
 
     async def no_wait(seconds: float) -> None:
         waits.append(seconds)
 
+    spec = fake_spec(id="claude-test", provider="anthropic")
+    client = AnthropicClient(
+        spec, client=mock_anthropic_sdk(MockProvider()), async_client=async_sdk(server)
+    )
     agent = Agent(
-        ScriptedClient([sometimes_hangs, sometimes_hangs]),
+        client,
         output=OutputSize.STANDARD,
         depth=Depth.IMMEDIATE,
         model_timeout_s=0.2,
@@ -283,10 +310,7 @@ def test_a_model_call_past_its_timeout_is_retried_on_the_async_path(
     async def main() -> list[AgentEvent]:
         return [e async for e in chat.astream("Hi")]
 
-    try:
-        events = asyncio.run(main())
-    finally:
-        hung.set()
+    events = asyncio.run(main())
     restarts = [e for e in events if isinstance(e, Restarted)]
     assert len(restarts) == 1 and "did not answer within 0.2s" in restarts[0].reason
     assert waits == [0.5]
@@ -322,3 +346,36 @@ def test_a_joiner_on_a_loop_follows_a_turn_running_in_a_thread(
     turn.join(10)
     assert events[0] == TextDelta(text="Opening.")
     assert isinstance(events[-1], TurnDone) and events[-1].reply == outcome["reply"]
+
+
+def test_an_async_turn_on_bedrock_streams_its_deltas_from_the_worker_thread(
+    service: ConversationService,
+) -> None:
+    """boto3 has no async client: the call runs on a worker thread and its deltas reach
+    the loop in order, then the reply."""
+    from parlour.runtime.providers import BedrockClient
+    from parlour.runtime.testing import (
+        ConverseStreamMock,
+        converse_stream_events,
+        dummy_bedrock_client,
+    )
+
+    boto = dummy_bedrock_client()
+    ConverseStreamMock(boto, converse_stream_events("Delivery at nine tomorrow.", chunk=3))
+    spec = fake_spec(id="anthropic.claude-test", provider="bedrock")
+    agent = Agent(
+        BedrockClient(spec, client=boto),
+        objective="Answer.",
+        output=OutputSize.STANDARD,
+        depth=Depth.IMMEDIATE,
+    )
+    chat = agent.chat(service, user_id="alice")
+
+    async def main() -> list[AgentEvent]:
+        return [e async for e in chat.astream("When?")]
+
+    events = asyncio.run(main())
+    deltas = [e.text for e in events if isinstance(e, TextDelta)]
+    assert len(deltas) > 1 and "".join(deltas) == "Delivery at nine tomorrow."
+    assert isinstance(events[-1], TurnDone)
+    assert events[-1].reply.text == "Delivery at nine tomorrow."

@@ -20,8 +20,13 @@ class Recorded:
         self.name = name
         self.attributes = dict(attributes)
 
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
     def set_attribute(self, key: str, value: Any) -> None:
         self.attributes[key] = value
+
+    def add_event(self, name: str, attributes: dict[str, Any]) -> None:
+        self.events.append((name, dict(attributes)))
 
 
 class RecordingProvider:
@@ -91,3 +96,22 @@ def test_an_async_turn_records_the_same_spans(
     assert names == sorted(
         ["parlour.turn", "chat scripted", "chat scripted", "parlour.tools"] + ["parlour.save"] * 4
     )
+
+
+def test_a_compaction_is_a_span_and_an_event_with_levels_and_tokens(
+    service: ConversationService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from .test_agent_compaction import long_agent
+
+    provider = RecordingProvider()
+    monkeypatch.setattr(_otel.trace, "get_tracer_provider", lambda: provider)  # type: ignore[attr-defined]
+    chat = long_agent().chat(service, user_id="alice")
+    for turn in range(12):
+        chat.send(f"Question {turn}")
+    compactions = [s for s in provider.spans if s.name == "parlour.compaction"]
+    assert compactions, "no compaction span in twelve long turns"
+    first = compactions[0]
+    assert first.events and first.events[0][0] == "parlour.compaction"
+    before = first.attributes["parlour.compaction.tokens_before"]
+    assert first.attributes["parlour.compaction.tokens_after"] < before
+    assert "light" in first.attributes["parlour.compaction.levels"]

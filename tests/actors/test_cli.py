@@ -116,3 +116,14 @@ def test_a_keyboard_interrupt_stops_the_workload_before_new_turns_start(
         _workload.drive(chats, lambda i, t: f"turn {t}", turns=50, workers=1, on_turn=on_turn)
     assert len(turns) < 4 * 50  # the rest never started
     assert all(service.owning_thinker(c.conversation_id, "u") is None for c in chats)
+
+
+def test_the_long_demo_compacts_one_conversation_and_keeps_going(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["demo", "--long", "--data-dir", str(tmp_path / "data")]
+    assert main([*argv, "--window", "8000", "--long-turns", "30"]) == 0
+    out = capsys.readouterr().out
+    compactions = [line for line in out.splitlines() if line.startswith("  turn ")]
+    assert compactions and all(" -> " in line and "tokens" in line for line in compactions)
+    assert "light" in out and "compaction levels climbed" in out

@@ -16,6 +16,7 @@ from parlour.runtime.testing import (
     anthropic_message,
     fake_spec,
     mock_anthropic_sdk,
+    mock_async_anthropic_sdk,
 )
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -51,7 +52,11 @@ def test_the_readme_agent_runs_on_the_anthropic_client_over_the_mock_transport(
     def client_for(model: Any, **kwargs: Any) -> LLMClient:
         # a catalog-free spec: the SDK warns about (and the suite errors on) retired model ids
         spec = fake_spec(id="claude-test", provider="anthropic")
-        return AnthropicClient(spec, client=mock_anthropic_sdk(provider))
+        return AnthropicClient(
+            spec,
+            client=mock_anthropic_sdk(provider),
+            async_client=mock_async_anthropic_sdk(provider),
+        )
 
     monkeypatch.setattr(parlour.runtime, "client_for", client_for)
     monkeypatch.chdir(tmp_path)

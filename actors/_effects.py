@@ -1,0 +1,82 @@
+"""What a turn asks its driver to do (the effects ``turn_steps`` yields) and how it backs off.
+
+``_turn.turn_steps`` yields one of these, and the sync or async driver (``_drive.py``)
+performs it and sends back its result. They carry data only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from parlour.runtime import ConversationContext
+from parlour.runtime.blocks import ToolUseBlock
+from parlour.runtime.compaction import ContextWindowManager
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Backoff for retryable provider errors, beyond the SDK's own retries.
+
+    Attempt ``n`` (from 0) waits ``min(base_s * 2**n, max_s)``; a turn retries at most
+    ``attempts`` times and waits at most ``budget_s`` seconds in all.
+    """
+
+    attempts: int = 3
+    base_s: float = 0.5
+    max_s: float = 8.0
+    budget_s: float = 30.0
+
+    def delay(self, attempt: int, waited: float) -> float | None:
+        """The wait before retry ``attempt``, or None when the budget forbids it."""
+        wait = min(self.base_s * 2.0**attempt, self.max_s)
+        if attempt >= self.attempts or waited + wait > self.budget_s:
+            return None
+        return wait
+
+
+@dataclass(frozen=True, slots=True)
+class Obtain:
+    """Obtain the lease; the result is the context."""
+
+
+@dataclass(frozen=True, slots=True)
+class Save:
+    context: ConversationContext
+
+
+@dataclass(frozen=True, slots=True)
+class Compact:
+    """Fit the conversation to its window (``fit``, ``afit`` on a loop) with the seat's
+    reserve; the result is the ``FitReport``."""
+
+    context: ConversationContext
+    manager: ContextWindowManager
+    reserve: int
+
+
+@dataclass(frozen=True, slots=True)
+class CallModel:
+    """One model call; the driver streams its text as events; the result is the response."""
+
+    context: ConversationContext
+
+
+@dataclass(frozen=True, slots=True)
+class RunTools:
+    """Run the calls concurrently; the result is one ``ToolResultBlock`` per call, in order."""
+
+    calls: Sequence[ToolUseBlock]
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Release the lease with the thinker's retention."""
+
+
+Effect = Obtain | Save | Compact | CallModel | RunTools | Pause | Release
