@@ -1,8 +1,9 @@
 """``parlour bench``: durable turns per second through the full path, with a progress line.
 
 The same workload as ``benchmarks/turns.py`` (which also measures the hand-written floor):
-C conversations x T turns on W threads, each turn obtaining the conversation from its
-actor, rendering, answering with the ScriptedClient, saving to LMDB and releasing.
+C agent chats x T turns on W threads, each turn a whole ``Chat.send``: obtaining the
+conversation from its actor, saving the user message, rendering, answering with the
+ScriptedClient, saving the answer to LMDB and releasing.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from parlour.actors._agent import Agent
 from parlour.actors._service import ConversationService
-from parlour.actors._thinker import BasicThinker
 from parlour.actors._workload import TurnStats, drive
-from parlour.runtime import ScriptedClient
+from parlour.runtime import Depth, OutputSize, ScriptedClient
 from parlour.stores import LmdbStore, MemorySessionCache
 
 
@@ -26,9 +27,8 @@ def run_bench(
     with tempfile.TemporaryDirectory() as tmp:
         store = LmdbStore(data_dir or Path(tmp), sync=sync)
         service = ConversationService(store, MemorySessionCache(), cleanup_interval_s=0)
-        thinkers = [BasicThinker(f"user-{i % 16}") for i in range(conversations)]
-        for t in thinkers:
-            t.mint_conversation_id()
+        agent = Agent(ScriptedClient(), output=OutputSize.STANDARD, depth=Depth.IMMEDIATE)
+        chats = [agent.chat(service, user_id=f"user-{i % 16}") for i in range(conversations)]
         done = itertools.count(1)  # next() is atomic: workers share it safely
         step = max(total // 50, 1)
         show = sys.stderr.isatty()  # a progress line only for a person watching
@@ -42,16 +42,7 @@ def run_bench(
                 sys.stderr.flush()
 
         try:
-            stats = drive(
-                service,
-                thinkers,
-                ScriptedClient(),
-                _text,
-                turns,
-                workers,
-                save_user_message=False,
-                on_turn=progress,
-            )
+            stats = drive(chats, _text, turns, workers, on_turn=progress)
         finally:
             service.stop()
             store.close()

@@ -1,4 +1,5 @@
-"""The ``parlour`` command: ``demo`` (the main job), ``list`` and ``show`` stored conversations."""
+"""The ``parlour`` command: ``chat`` with the agent, ``demo`` (the main job), ``bench``, and
+``list`` and ``show`` stored conversations."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from loguru import logger
 
 from parlour.actors._bench import run_bench
+from parlour.actors._chat import run_chat
 from parlour.actors._demo import run_demo
 from parlour.runtime.snapshots import encode_snapshot
 from parlour.stores import LmdbStore
@@ -21,6 +23,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="parlour", description=__doc__)
     parser.add_argument("--verbose", action="store_true", help="log parlour's records to stderr")
     commands = parser.add_subparsers(dest="command", required=True)
+
+    chat = commands.add_parser("chat", help="chat with the agent, streaming its answers")
+    chat.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    chat.add_argument("--user", default="me", help="the user id (default: me)")
+    chat.add_argument("--resume", metavar="ID", default=None, help="continue a conversation")
+    chat.add_argument(
+        "--model", default="scripted", help="a catalog model id (default: the offline scripted)"
+    )
 
     demo = commands.add_parser("demo", help="run, restart and restore conversations offline")
     demo.add_argument(
@@ -62,6 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = (getattr(args, name, 1) for name in ("conversations", "turns", "workers"))
     if min(sizes) < 1:
         parser.error("--conversations, --turns and --workers must be at least 1")
+    if args.command == "chat":
+        return run_chat(args.data_dir, args.user, args.resume, args.model)
     if args.command == "demo":
         return run_demo(args.data_dir, args.conversations, args.workers)
     if args.command == "bench":

@@ -11,12 +11,14 @@ import datetime as dt
 import itertools
 import threading
 import time
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import msgspec
 import pykka
 from loguru import logger
 
+from parlour.actors import _joiners
 from parlour.actors._conversation import (
     EVICT,
     Abandon,
@@ -30,6 +32,7 @@ from parlour.actors._conversation import (
     Release,
     timeout_error,
 )
+from parlour.actors._events import AgentEvent
 from parlour.actors._supervisor import (
     Evict,
     Forget,
@@ -415,3 +418,28 @@ class ConversationService:
                 return
             except Exception:
                 logger.exception("periodic sweep failed; the next one still runs")
+
+    # -- agents: following a running turn, offering it messages ------------------------------
+
+    def join(self, conversation_id: str, user_id: str) -> AsyncIterator[AgentEvent]:
+        """Follow the running agent turn on ``conversation_id``: first its text so far, then
+        its live events; the iteration ends with the turn (its last event ``TurnDone`` when
+        the turn succeeds). It ends at once when no turn runs, and for another user's
+        conversation, which is indistinguishable from an idle one.
+
+        Thread-safety: iterate it on any event loop; the turn may run anywhere.
+        """
+        return _joiners.join(self, conversation_id, user_id)
+
+    def offer(self, conversation_id: str, user_id: str, text: str) -> bool:
+        """Offer ``text`` to the running agent turn, which adds it as a user message at its
+        next boundary (offers in arrival order) and answers it within the turn. A turn that
+        fails keeps its untaken offers as user messages, saved but unanswered.
+
+        Returns:
+            False when no turn runs (it has closed, or the conversation is another
+            user's): start a fresh turn instead.
+
+        Thread-safety: any number of threads may offer at once; none is lost.
+        """
+        return _joiners.offer(self, conversation_id, user_id, text)

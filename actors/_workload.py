@@ -1,39 +1,22 @@
-"""Turn workloads shared by ``parlour demo`` and the benchmarks: a turn through the full path.
-
-A turn is: obtain the conversation (an actor hands over the lease), add the user message,
-save, ask the model (render + client), add the answer, run any tool calls and ask again,
-save, release. Saves are durable LMDB commits.
-"""
+"""Turn workloads shared by ``parlour demo``, ``parlour bench`` and the benchmarks: many
+agent chats driven by a pool of threads, every turn a whole ``Chat.send``."""
 
 from __future__ import annotations
 
 import datetime as dt
-import json
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import msgspec
 
-from parlour.actors._service import ConversationService
-from parlour.actors._thinker import BasicThinker
-from parlour.runtime import ConversationContext, LLMClient, OutgoingMessage
-from parlour.runtime.blocks import ToolDefinitionBlock, ToolResultBlock
-
-Tool = Callable[[dict[str, object]], str]
-
-CURRENT_TIME = ToolDefinitionBlock(
-    name="get_current_time",
-    description="The current date and time in UTC, as ISO 8601.",
-    schema_json='{"type":"object","properties":{},"title":"GetCurrentTimeInput"}',
-)
+from parlour.actors._agent import Chat
 
 
-def current_time(_: dict[str, object]) -> str:
-    return json.dumps({"now": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
-
-
-DEMO_TOOLS: Mapping[str, Tool] = {"get_current_time": current_time}
+def get_current_time() -> str:
+    """The current date and time in UTC, as ISO 8601."""
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 class TurnStats(msgspec.Struct, frozen=True):
@@ -54,82 +37,46 @@ class TurnStats(msgspec.Struct, frozen=True):
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def run_turn(
-    service: ConversationService,
-    thinker: BasicThinker,
-    client: LLMClient,
-    text: str,
-    tools: Mapping[str, Tool] = DEMO_TOOLS,
-    *,
-    save_user_message: bool = True,
-    timeout_s: float = 30.0,
-) -> ConversationContext:
-    """One user turn, tool calls included, saved at every boundary (the user message in,
-    each tool round, the answer out); returns the context. ``save_user_message=False``
-    skips the first boundary, for a benchmark of exactly one save per turn."""
-    context = service.obtain_conversation(None, thinker).get(timeout=timeout_s)
-    try:
-        context.add_user_message(text, compactable=False)
-        if save_user_message:
-            service.save_conversation(context, thinker)
-        for _ in range(4):  # a model may chain a few tool calls; bound it
-            response = client.respond(context)
-            context.add_message(response.to_message())
-            calls = response.tool_uses
-            if not calls:
-                break
-            results = [
-                ToolResultBlock(tool_use_id=c.id, content=tools[c.name](json.loads(c.input_json)))
-                if c.name in tools
-                else ToolResultBlock(
-                    tool_use_id=c.id, content=f"no such tool {c.name}", is_error=True
-                )
-                for c in calls
-            ]
-            context.add_message(OutgoingMessage(blocks=results))
-            service.save_conversation(context, thinker)
-        service.save_conversation(context, thinker)
-        return context
-    finally:
-        service.release(thinker)
-
-
 def drive(
-    service: ConversationService,
-    thinkers: Sequence[BasicThinker],
-    client: LLMClient,
+    chats: Sequence[Chat],
     texts: Callable[[int, int], str],
     turns: int,
     workers: int,
     *,
-    save_user_message: bool = True,
     on_turn: Callable[[], None] | None = None,
 ) -> TurnStats:
-    """Run ``turns`` turns on every thinker's conversation, ``workers`` threads at once.
+    """Run ``turns`` turns on every chat, ``workers`` threads at once.
 
-    Each conversation's turns run in order on one worker; conversations interleave.
-    ``on_turn`` is called (from the worker threads) after every turn.
+    Each chat's turns run in order on one worker; chats interleave. ``on_turn`` is called
+    (from the worker threads) after every turn.
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C (or a turn raising it): no new turn starts, the running
+            ones finish, then it is re-raised. Anything a turn raises passes through.
     """
+    stop = threading.Event()
 
-    def one_conversation(index: int) -> list[float]:
+    def one_chat(index: int) -> list[float]:
         latencies = []
         for turn in range(turns):
+            if stop.is_set():
+                break
             start = time.perf_counter()
-            run_turn(
-                service,
-                thinkers[index],
-                client,
-                texts(index, turn),
-                save_user_message=save_user_message,
-            )
+            chats[index].send(texts(index, turn))
             latencies.append(time.perf_counter() - start)
             if on_turn is not None:
                 on_turn()
         return latencies
 
     start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        per_conversation = list(pool.map(one_conversation, range(len(thinkers))))
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        per_chat = [f.result() for f in [pool.submit(one_chat, i) for i in range(len(chats))]]
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     seconds = time.perf_counter() - start
-    latencies = [x for xs in per_conversation for x in xs]
+    latencies = [x for xs in per_chat for x in xs]
     return TurnStats(turns=len(latencies), seconds=seconds, latencies=latencies)

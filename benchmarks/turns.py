@@ -1,8 +1,8 @@
 """Durable turns per second: parlour's full path against a hand-written floor.
 
-parlour: C conversations x T turns driven by W threads through the whole path (obtain from
-the conversation actor, add the user message, prepare, ScriptedClient, add the answer, save
-to LMDB with fsync, release).
+parlour: C agent chats x T turns driven by W threads, each a whole ``Chat.send`` (obtain
+from the conversation actor, add the user message, save, prepare, ScriptedClient, add the
+answer, save, release): two fsync'd LMDB saves per turn, as the save discipline asks.
 
 floor: the same workload with no actors and no runtime: a dict of conversations (lists of
 message dicts), msgspec to encode, and one fsync'd LMDB commit per turn, in W threads.
@@ -23,9 +23,9 @@ from pathlib import Path
 import lmdb
 import msgspec
 
-from parlour.actors import BasicThinker, ConversationService
+from parlour.actors import Agent, ConversationService
 from parlour.actors._workload import TurnStats, drive
-from parlour.runtime import ScriptedClient
+from parlour.runtime import Depth, OutputSize, ScriptedClient
 from parlour.stores import LmdbStore, MemorySessionCache
 
 
@@ -38,13 +38,10 @@ def run_parlour(
 ) -> TurnStats:
     store = LmdbStore(data_dir, sync=sync)
     service = ConversationService(store, MemorySessionCache(), cleanup_interval_s=0)
-    thinkers = [BasicThinker(f"user-{i % 16}") for i in range(conversations)]
-    for t in thinkers:
-        t.mint_conversation_id()
+    agent = Agent(ScriptedClient(), output=OutputSize.STANDARD, depth=Depth.IMMEDIATE)
+    chats = [agent.chat(service, user_id=f"user-{i % 16}") for i in range(conversations)]
     try:
-        return drive(
-            service, thinkers, ScriptedClient(), _text, turns, workers, save_user_message=False
-        )
+        return drive(chats, _text, turns, workers)
     finally:
         service.stop()
         store.close()

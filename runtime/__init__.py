@@ -42,7 +42,6 @@ from parlour.runtime._handlers import (
     ThinkingResponseHandler,
     ToolCall,
 )
-from parlour.runtime._llm import LLMClient, ResponseStream, WireRequest
 from parlour.runtime._markers import (
     JsonIgnore,
     LLMContextIgnore,
@@ -54,11 +53,8 @@ from parlour.runtime._markers import (
 )
 from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage
 from parlour.runtime._prepared import PreparedConversation, Turn
-from parlour.runtime._response import LLMResponse, StopReason, Usage
-from parlour.runtime._retry import respond_with_truncation_retry
 from parlour.runtime._roles import Depth, Grade, Input, OutputSize, TurnRole
 from parlour.runtime._schema import Schema, generate_schema, validate_required_fields
-from parlour.runtime._scripted import ScriptedClient
 from parlour.runtime._serializer import (
     REGISTRY_GUIDANCE,
     REGISTRY_HEADER,
@@ -71,11 +67,37 @@ from parlour.runtime._serializer import (
 from parlour.runtime._summarizers import LLMSummarizer, Summarizer, TruncatingSummarizer
 from parlour.runtime._tokens import EncodingCounter, counter_for
 from parlour.runtime._transcript import Transcript
-from parlour.runtime.providers import client_for
+from parlour.runtime._validation import MAX_NESTING
+from parlour.runtime.compaction import (
+    DEFAULT_COMFORT_CONTEXT_TOKENS,
+    DEFAULT_COMPACTION_TRIGGER,
+    CompactionLevel,
+    CompactionResult,
+    ContextCompactor,
+    ContextWindowManager,
+    FitReport,
+    LLMContextCompactor,
+    OfflineCompactor,
+    summary_model,
+)
+from parlour.runtime.providers import (
+    LLMClient,
+    LLMResponse,
+    ResponseStream,
+    ScriptedClient,
+    StopReason,
+    Usage,
+    WireRequest,
+    client_for,
+    respond_with_truncation_retry,
+)
 
 logger.disable("parlour")
 
 __all__ = [
+    "DEFAULT_COMFORT_CONTEXT_TOKENS",
+    "DEFAULT_COMPACTION_TRIGGER",
+    "MAX_NESTING",
     "REGISTRY_GUIDANCE",
     "REGISTRY_HEADER",
     "SCHEMA_NOTATION_GUIDANCE",
@@ -84,11 +106,16 @@ __all__ = [
     "Artifact",
     "ArtifactRegistry",
     "Clock",
+    "CompactionLevel",
+    "CompactionResult",
     "ContentFormatter",
+    "ContextCompactor",
+    "ContextWindowManager",
     "ConversationContext",
     "DeclaredTool",
     "Depth",
     "EncodingCounter",
+    "FitReport",
     "FunctionTool",
     "GenericContentFormatter",
     "Grade",
@@ -96,6 +123,7 @@ __all__ = [
     "Input",
     "JsonIgnore",
     "LLMClient",
+    "LLMContextCompactor",
     "LLMContextIgnore",
     "LLMDescription",
     "LLMExample",
@@ -110,6 +138,7 @@ __all__ = [
     "ModelCatalog",
     "ModelSpec",
     "NativeToolsFormatter",
+    "OfflineCompactor",
     "OutgoingMessage",
     "OutputSize",
     "PojoResponseHandler",
@@ -148,6 +177,7 @@ __all__ = [
     "render_tool_text",
     "resolve_grade",
     "respond_with_truncation_retry",
+    "summary_model",
     "tool_from_function",
     "type_alias",
     "validate_required_fields",

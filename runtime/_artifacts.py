@@ -11,7 +11,7 @@ Its references read ``«artifact:link:cite~a1b2c3»``. The registry holds two ti
 artifacts (what the registry dump and persistence iterate) and reachable ones (iterands of a
 registered list, artifacts nested in another's fields), resolvable by reference but rendered
 only through their top-level owner. A registry belongs to one conversation and is not
-thread-safe (D3).
+thread-safe.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Generic, TypeVar
 
 import msgspec
 
+from parlour.runtime._validation import check_value
 from parlour.runtime.errors import MissingTypeAliasError
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "extract_alias_from_ref",
     "normalize_ref",
     "refs_mentioned_in",
+    "registered_classes",
     "type_alias",
 ]
 
@@ -75,6 +77,8 @@ class Artifact(msgspec.Struct, kw_only=True, dict=True):
 
 _ALIAS_TO_CLASS: dict[str, type[Artifact]] = {}
 _CLASS_TO_ALIAS: dict[type[Artifact], str] = {}
+# by "module:QualName", the form a stored PojoBlock names its class in
+_PATH_TO_CLASS: dict[str, type[Artifact]] = {}
 
 A = TypeVar("A", bound=type[Artifact])
 
@@ -99,6 +103,7 @@ def type_alias(alias: str) -> Callable[[A], A]:
             )
         _ALIAS_TO_CLASS[alias] = cls
         _CLASS_TO_ALIAS[cls] = alias
+        _PATH_TO_CLASS[f"{cls.__module__}:{cls.__qualname__}"] = cls
         return cls
 
     return register
@@ -115,6 +120,11 @@ def alias_of(cls: type) -> str | None:
 
 def class_for_alias(alias: str) -> type[Artifact] | None:
     return _ALIAS_TO_CLASS.get(alias)
+
+
+def registered_classes() -> dict[str, type[Artifact]]:
+    """Every class given a type alias, by its ``module:QualName`` path; do not modify it."""
+    return _PATH_TO_CLASS
 
 
 # -- references -----------------------------------------------------------------------------
@@ -155,7 +165,7 @@ def refs_mentioned_in(text: str | None) -> list[str]:
 
 def canonicalize_artifact_refs(declared: Iterable[str], text: str | None) -> list[str]:
     """Declared refs first, then refs mentioned in ``text`` in first-mention order, all
-    canonical and deduplicated; a declared string that is no reference is dropped (B118)."""
+    canonical and deduplicated; a declared string that is no reference is dropped."""
     out: list[str] = []
     for ref in [*(normalize_ref(r) for r in declared), *refs_mentioned_in(text)]:
         if ref is not None and ref not in out:
@@ -193,16 +203,26 @@ class ArtifactRegistry:
 
         Raises:
             MissingTypeAliasError: the artifact's class (or a reachable one's) has no alias.
+            ValueError: the artifact could not be stored (a lone surrogate, nesting deeper
+                than ``MAX_NESTING``, a value msgspec cannot encode); nothing is registered.
         """
+        if artifact.artifact_ref is not None and self._top.get(artifact.artifact_ref) is artifact:
+            return artifact.artifact_ref  # registered already: skip the checks and the walk
+        _check(artifact)
         ref = self._ensure_ref(artifact)
         if self._top.get(ref) is artifact:
-            return ref  # registered already: skip the reachable walk
+            return ref
         self._top[ref] = artifact
         self._walk(artifact, set())
         return ref
 
     def index_reachable(self, artifact: Artifact) -> str:
-        """Index ``artifact`` as reachable: resolvable, but not a top-level entry."""
+        """Index ``artifact`` as reachable: resolvable, but not a top-level entry.
+
+        Raises:
+            MissingTypeAliasError, ValueError: as ``register``.
+        """
+        _check(artifact)
         ref = self._ensure_ref(artifact)
         self._reachable[ref] = artifact
         self._walk(artifact, set())
@@ -266,6 +286,11 @@ class ArtifactRegistry:
             if isinstance(child, Artifact) and id(child) not in seen:
                 self._reachable[self._ensure_ref(child)] = child
             self._walk(child, seen)
+
+
+def _check(artifact: Artifact) -> None:
+    name = f"{type(artifact).__name__} {artifact.artifact_ref or '(unregistered)'}"
+    check_value(artifact, f"artifact {name}")
 
 
 def _children(node: object) -> Iterable[object]:

@@ -38,6 +38,7 @@ from parlour.runtime._roles import Depth, Grade, Input, OutputSize, TurnRole
 from parlour.runtime._serializer import build_registry_section
 from parlour.runtime._summarizers import Summarizer, TruncatingSummarizer
 from parlour.runtime._tokens import counter_for
+from parlour.runtime._validation import check_text
 from parlour.runtime.blocks import (
     ContentBlock,
     FileBlock,
@@ -45,6 +46,7 @@ from parlour.runtime.blocks import (
     SkillBlock,
     TextBlock,
     ToolDefinitionBlock,
+    check_block,
     render_text,
     render_tool_text,
 )
@@ -117,7 +119,7 @@ class ConversationContext:
         self.messages: list[Message] = []
         self.compactable = True
         self.cache_main_objective = True
-        # the seat's declarations (B141): readable before any resolution, None until set
+        # the seat's declarations: readable before any resolution, None until set
         self.grade: Grade | None = None
         self.depth: Depth | None = None
         self.output_declaration: OutputSize | int | None = None
@@ -140,20 +142,24 @@ class ConversationContext:
     # -- the objective map ------------------------------------------------------------------
 
     def put_main_objective(self, key: str, value: object) -> None:
-        """Put ``value`` in slot ``key``; a re-put keeps the slot's position (B38).
+        """Put ``value`` in slot ``key``; a re-put keeps the slot's position.
 
         Text is stored as a TextBlock, a block as itself, any other value (a msgspec Struct,
         a dataclass, a dict) as a PojoBlock rendered through the pipeline. None or "" creates
-        no slot (B40). After the first render a put that renders identically is silent, and
-        anything else is logged at error level with a stack trace and ignored (B47-B50);
-        nothing is raised.
+        no slot. After the first render a put that renders identically is silent, and
+        anything else is logged at error level with a stack trace and ignored.
+
+        Raises:
+            ValueError: the value could not be stored: a lone surrogate in any text, nesting
+                deeper than ``MAX_NESTING``, or a value msgspec cannot encode. The message
+                names the slot; the objective is left as it was.
         """
         self._objective.put(key, value)
 
     def nuke_main_objective(self) -> None:
-        """Empty the whole objective, framework slots included; nothing re-seeds itself (B42).
+        """Empty the whole objective, framework slots included; nothing re-seeds itself.
 
-        After the first render it is a logged no-op (B51).
+        After the first render it is a logged no-op.
         """
         self._objective.nuke()
 
@@ -165,7 +171,7 @@ class ConversationContext:
         return key in self._objective
 
     def set_cache_main_objective(self, cache: bool) -> None:
-        """Whether the system content is marked cacheable: ``cache_system`` (B32)."""
+        """Whether the system content is marked cacheable: ``cache_system``."""
         self.cache_main_objective = cache
 
     def set_compactable(self, compactable: bool) -> None:
@@ -177,9 +183,24 @@ class ConversationContext:
     # -- messages ---------------------------------------------------------------------------
 
     def add_message(self, message: Message) -> None:
+        """Append ``message``; it validated its own text and blocks as they entered it.
+
+        Raises:
+            ValueError: ``message`` is not a ``Message``.
+        """
+        if not isinstance(message, Message):
+            raise ValueError(
+                f"Conversation {self.conversation_id} accepts Message instances, "
+                f"not {type(message).__name__}; refused"
+            )
         self.messages.append(message)
 
     def add_user_message(self, text: str, **flags: Any) -> OutgoingMessage:
+        """Append a user message saying ``text``.
+
+        Raises:
+            ValueError: ``text`` holds a lone surrogate (the message names where).
+        """
         message = OutgoingMessage(text, [TextBlock(text=text)], **flags)
         self.messages.append(message)
         return message
@@ -203,7 +224,7 @@ class ConversationContext:
 
     def carried_inputs(self) -> set[Input]:
         """The inputs beyond text the outgoing messages carry anywhere in the history: an
-        image as ``Input.IMAGES``, a file as ``Input.DOCUMENTS`` (B145, B146)."""
+        image as ``Input.IMAGES``, a file as ``Input.DOCUMENTS``."""
         carried: set[Input] = set()
         for m in self.messages:
             if isinstance(m, OutgoingMessage):
@@ -217,9 +238,17 @@ class ConversationContext:
     # -- skills -----------------------------------------------------------------------------
 
     def admit_skill(self, skill: SkillBlock) -> None:
-        """Admit a skill, once per name (D12). Before the first render it joins the system
-        content ahead of the objective (B89); after the freeze it arrives as an app-authored
-        user message, so the cached prefix never moves."""
+        """Admit a skill, once per name. Before the first render it joins the system
+        content ahead of the objective; after the freeze it arrives as an app-authored
+        user message, so the cached prefix never moves.
+
+        Raises:
+            ValueError: ``skill`` is not a SkillBlock that could be stored (a lone surrogate,
+                a field of the wrong type); the message names the skill.
+        """
+        if not isinstance(skill, SkillBlock):
+            raise ValueError(f"A skill is a SkillBlock, not {type(skill).__name__}; refused")
+        check_block(skill, f"skill {skill.name!r}")
         if skill.name in self._skills:
             return
         self._skills[skill.name] = skill
@@ -246,10 +275,19 @@ class ConversationContext:
     # -- tools ------------------------------------------------------------------------------
 
     def add_tool(self, tool: DeclaredTool) -> None:
-        """Declare a tool; add-only, so a name already declared is a no-op (B2, B3).
+        """Declare a tool; add-only, so a name already declared is a no-op.
 
-        Nothing converts here: the definition is taken at the first render after this call.
+        Nothing converts here: the definition is taken at the first render after this call
+        (and validated then, like a definition given here).
+
+        Raises:
+            ValueError: the tool's name, or the definition given, could not be stored (a
+                lone surrogate, a field of the wrong type); the message names the tool.
         """
+        if isinstance(tool, ToolDefinitionBlock):
+            check_block(tool, f"tool definition {tool.name!r}")
+        else:
+            check_text(tool.name, "a declared tool's name")
         self._declared.setdefault(tool.name, tool)
 
     def add_tools(self, tools: Iterable[DeclaredTool]) -> None:
@@ -265,7 +303,7 @@ class ConversationContext:
         return [self._definition(name) for name in self._declared]
 
     def announced_tools(self) -> dict[str, ToolDefinitionBlock]:
-        """Tools the model has been shown, derived from the content itself (B13): the head's
+        """Tools the model has been shown, derived from the content itself: the head's
         palette, then definitions announced in outgoing messages, a later one winning."""
         announced = dict(self._objective.head_tools())
         for m in self.messages:
@@ -277,8 +315,11 @@ class ConversationContext:
 
     def _definition(self, name: str) -> ToolDefinitionBlock:
         # a definition is its own DeclaredTool: storing what the declaration produced makes
-        # this the one and only conversion (B5)
-        definition = self._declared[name].definition()
+        # this the one and only conversion
+        declared = self._declared[name]
+        definition = declared.definition()
+        if definition is not declared:
+            check_block(definition, f"tool definition {name!r}")
         self._declared[name] = definition
         return definition
 
@@ -290,7 +331,7 @@ class ConversationContext:
         thinking_active: bool = False,
     ) -> PreparedConversation:
         """Render: reconcile the legend and the declared tools, freeze the head, and map the
-        messages to turns (the channel contract, B24-B37).
+        messages to turns (the channel contract).
 
         The objective comes back as ``system_text``, the only system content; each message
         becomes one USER or ASSISTANT turn; response instructions ride the asking turn. The
@@ -299,7 +340,7 @@ class ConversationContext:
 
         Raises:
             UncorrectableLLMError: a message has a role other than user or assistant; it is
-                never relabelled (B28).
+                never relabelled.
         """
         native = (formatter or _GENERIC).supports_native_tool_calling()
         # to_llm_block is the pipeline seam: every block of every turn goes through it
@@ -313,7 +354,7 @@ class ConversationContext:
         system_text = self._objective.system_text(native)
         section = build_registry_section(self.artifact_registry, self.summarizer)
         turns = scan.turns
-        if section:  # data, not instruction: a trailing user turn, never cached (B30, B90)
+        if section:  # data, not instruction: a trailing user turn, never cached
             turns = [*turns, Turn(role=TurnRole.USER, blocks=[TextBlock(text=section)])]
         return PreparedConversation(
             system_text=system_text,
@@ -329,7 +370,7 @@ class ConversationContext:
 
     def _reconcile_head(self, scan: Scan) -> None:
         """First render: the companions and the pending palette join the head, framework
-        slots re-put in place so a restored conversation self-heals (B54, B55, D6)."""
+        slots re-put in place so a restored conversation self-heals."""
         if scan.uses_notation:
             self._objective.place(LEGEND_KEY, _LEGEND_BLOCK)
         pending = [self._definition(n) for n in self._pending(scan.announced)]
@@ -349,7 +390,7 @@ class ConversationContext:
 
     def _reconcile_stream(self, scan: Scan, renderer: Renderer) -> None:
         """A frozen head: a companion or a tool that first appears now arrives as one
-        app-authored user message at the end of the stream (B9, B46)."""
+        app-authored user message at the end of the stream."""
         said = scan.companions
         legend_missing = LEGEND_KEY not in self._objective and SCHEMA_NOTATION_GUIDANCE not in said
         if scan.uses_notation and legend_missing:
@@ -378,7 +419,7 @@ class ConversationContext:
     # -- tokens -----------------------------------------------------------------------------
 
     def get_total_tokens(self, spec: object) -> int:
-        """A fresh estimate of the whole conversation's input tokens (B135-B140).
+        """A fresh estimate of the whole conversation's input tokens.
 
         The objective and the registry are counted on the strings a render would send;
         messages on their raw content plus fixed per-image and per-file costs; the response
@@ -422,7 +463,7 @@ class ConversationContext:
         return snapshot.to_conversation(handler)
 
     def is_frozen(self) -> bool:
-        """True once this instance has rendered; never persisted (B53)."""
+        """True once this instance has rendered; never persisted."""
         return self._objective.frozen
 
     # -- the model binding and output budgets (delegates to _budget) -------------------------
@@ -430,7 +471,7 @@ class ConversationContext:
     model_binding: ModelBinding | None = None  # live, never persisted
 
     def set_model_binding(self, binding: ModelBinding) -> None:
-        """Attach ``binding`` and wire it back to this conversation (B149)."""
+        """Attach ``binding`` and wire it back to this conversation."""
         self.model_binding = binding
         binding.conversation = self
 

@@ -1,6 +1,6 @@
 """Response handlers: what the model is asked to answer, and how its answer is read back.
 
-Every handler here is stateless (B248): its instructions are a pure function of its answer
+Every handler here is stateless: its instructions are a pure function of its answer
 type and the two render flags, memoized at module level, so one instance serves many
 conversations on many threads.
 """
@@ -11,8 +11,8 @@ import functools
 from typing import Any, Protocol, runtime_checkable
 
 import msgspec
-import msgspec.inspect as mi
 
+from parlour.runtime._schema import Schema, generate_schema
 from parlour.runtime.blocks import ToolUseBlock
 
 
@@ -73,82 +73,22 @@ class NativeToolsFormatter:
 # -- the @-notation ---------------------------------------------------------------------------
 
 REPLY_PREAMBLE = "Reply with one JSON object, and nothing around it, that is an instance of:\n"
-_SCALARS: dict[type[mi.Type], str] = {
-    mi.StrType: "string",
-    mi.IntType: "integer",
-    mi.FloatType: "number",
-    mi.BoolType: "boolean",
-    mi.NoneType: "null",
-    mi.AnyType: "any",
-    mi.DictType: "object",
-    mi.DateTimeType: "string (date-time)",
-    mi.DateType: "string (date)",
-}
-_ARRAYS = (mi.ListType, mi.SetType, mi.FrozenSetType, mi.VarTupleType)
 
 
-def notation_of(cls: type, omit: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """The @-notation node of a msgspec Struct or dataclass, leaving out top-level ``omit``.
-
-    A small renderer for response contracts: ``@type``, ``@description``, ``@required``,
-    ``@values`` and ``@fields``, as ``SCHEMA_NOTATION_GUIDANCE`` explains them. A class met
-    again inside itself renders by name only, so cyclic types terminate.
-
-    Raises:
-        TypeError: ``cls`` is not a msgspec Struct or a dataclass.
-    """
-    info = mi.type_info(cls)
-    if not isinstance(info, (mi.StructType, mi.DataclassType)):
-        raise TypeError(f"{cls!r} is not a msgspec Struct or a dataclass.")
-    return _object_node(info, omit, ())
+@functools.lru_cache(maxsize=256)
+def _schema_of(cls: type) -> Schema:
+    """The schema of an answer type, generated once: the one @-notation renderer, the same
+    the tools use, so an answer and a tool input of one type read alike."""
+    return generate_schema(cls)
 
 
-def _object_node(
-    info: mi.StructType | mi.DataclassType, omit: frozenset[str], seen: tuple[type, ...]
-) -> dict[str, Any]:
-    node: dict[str, Any] = {"@type": info.cls.__name__}
-    if info.cls in seen:
-        return node
-    fields: dict[str, Any] = {}
-    for f in info.fields:
-        if f.encode_name in omit:
-            continue
-        field_node = _node(f.type, (*seen, info.cls))
-        if f.required:
-            field_node["@required"] = True
-        fields[f.encode_name] = field_node
-    node["@fields"] = fields
-    return node
-
-
-def _node(t: mi.Type, seen: tuple[type, ...]) -> dict[str, Any]:
-    if isinstance(t, mi.Metadata):
-        node = _node(t.type, seen)
-        description = (t.extra_json_schema or {}).get("description")
-        if description:
-            node["@description"] = description
-        return node
-    if isinstance(t, (mi.StructType, mi.DataclassType)):
-        return _object_node(t, frozenset(), seen)
-    if isinstance(t, (mi.EnumType, mi.LiteralType)):
-        values = [m.value for m in t.cls] if isinstance(t, mi.EnumType) else list(t.values)
-        return {"@type": "enum", "@values": values}
-    if isinstance(t, _ARRAYS):
-        item = _node(t.item_type, seen)
-        node = {"@type": f"array of {item.pop('@type')}"}
-        node.update(item)
-        return node
-    if isinstance(t, mi.UnionType):
-        kinds = [k for k in t.types if not isinstance(k, mi.NoneType)]
-        if len(kinds) == 1:
-            return _node(kinds[0], seen)
-        return {"@type": " or ".join(_node(k, seen)["@type"] for k in kinds)}
-    return {"@type": _SCALARS.get(type(t), type(t).__name__.removesuffix("Type").lower())}
+def _notation(cls: type, omit: frozenset[str] = frozenset()) -> dict[str, Any]:
+    return _schema_of(cls).to_notation(omit)
 
 
 @functools.lru_cache(maxsize=256)
 def _pojo_instructions(cls: type) -> str:
-    return REPLY_PREAMBLE + msgspec.json.encode(notation_of(cls)).decode()
+    return REPLY_PREAMBLE + msgspec.json.encode(_notation(cls)).decode()
 
 
 def _strip_fences(text: str) -> str:
@@ -162,10 +102,12 @@ def _strip_fences(text: str) -> str:
 
 class PojoResponseHandler:
     """A typed answer: the model replies with one JSON instance of ``cls`` (a msgspec Struct
-    or a dataclass), described in the @-notation, so the legend joins the conversation."""
+    or a dataclass), described in the @-notation by the schema package's renderer (the
+    one the tools use: descriptions, ``@required`` from ``LLMRequired``, examples), so the
+    legend joins the conversation."""
 
     def __init__(self, cls: type) -> None:
-        notation_of(cls)  # refuse a type that has no fields to describe, here and now
+        _schema_of(cls)  # refuse a type that has no fields to describe, here and now
         self.cls = cls
 
     def response_instructions(
@@ -231,9 +173,12 @@ def _thinking_instructions(answer: type | None, native_tools: bool, thinking: bo
             },
         }
     omit = frozenset({"reasoning"}) if thinking else frozenset()
-    fields["answer"] = {"@type": "string"} if answer is None else notation_of(answer, omit)
+    fields["answer"] = {"@type": "string"} if answer is None else _notation(answer, omit)
     for name, node in fields.items():
         node["@description"] = _ENVELOPE_DESCRIPTIONS[name]
+    own = _schema_of(answer).root.description if answer is not None else None
+    if own:  # the answer type's own description is kept after the envelope's
+        fields["answer"]["@description"] += " " + own
     envelope = {"@type": "ThinkingResponse", "@fields": fields}
     return REPLY_PREAMBLE + msgspec.json.encode(envelope).decode()
 
@@ -241,7 +186,7 @@ def _thinking_instructions(answer: type | None, native_tools: bool, thinking: bo
 class ThinkingResponseHandler:
     """The thinker's envelope: ``reasoning``, ``tool_calls`` and the typed ``answer``.
 
-    Schema stripping (B20, B21): ``tool_calls`` is left out when native tool calling is
+    Schema stripping: ``tool_calls`` is left out when native tool calling is
     available (the model answers with native tool-use blocks), and both the envelope's
     ``reasoning`` and the answer type's own top-level ``reasoning`` are left out when a
     native thinking block is guaranteed, since they would be output the handler discards.
@@ -252,7 +197,7 @@ class ThinkingResponseHandler:
 
     def __init__(self, answer: type | None = None) -> None:
         if answer is not None:
-            notation_of(answer)
+            _schema_of(answer)
         self.answer = answer
 
     def response_instructions(
@@ -265,7 +210,7 @@ class ThinkingResponseHandler:
 
     def parse(self, text: str) -> ThinkingResponse:
         """The reply as a ThinkingResponse; a call without an id gets ``name#position``,
-        its 1-based place in the turn (B18), so its result can be recorded against it.
+        its 1-based place in the turn, so its result can be recorded against it.
 
         Raises:
             msgspec.ValidationError: the reply is not the envelope, or the answer does not

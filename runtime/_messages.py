@@ -2,42 +2,85 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 from typing import Any, Self, SupportsIndex
 
 from parlour.runtime._handlers import ResponseHandler
-from parlour.runtime.blocks import ContentBlock, TextBlock
+from parlour.runtime._validation import check_text, is_valid_text
+from parlour.runtime.blocks import ContentBlock, TextBlock, check_block, plainly_storable
 from parlour.runtime.errors import DehydratedError
+
+# the exact types a message's role and flags may have: what its stored form reads back
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "role": (str,),
+    "compactable": (bool,),
+    "app_authored": (bool,),
+    "cache": (bool,),
+    "requested_output_tokens": (int, type(None)),
+}
+
+
+class StoredBlocks(list[ContentBlock]):
+    """Blocks decoded from a stored record: the decoder already proved them storable (typed
+    fields, no lone surrogate, values within the nesting cap), so a message given them
+    skips the check. Only the snapshot code makes one."""
+
+    __slots__ = ()
 
 
 class _Blocks(list[ContentBlock]):
-    """A message's block list: any change in place forgets the message's memoized snapshot.
+    """A message's block list: every block that enters it is validated, and any change in
+    place forgets the message's memoized snapshot.
 
     Reads (iteration, indexing, ``len``) are the list's own, at C speed.
+
+    Raises:
+        ValueError: (on construction and on every insertion) a block that could not be
+            stored (see ``blocks.check_block``); the list is left as it was.
     """
 
     __slots__ = ("_owner",)
 
-    def __init__(self, owner: Message, blocks: Iterable[ContentBlock]) -> None:
+    def __init__(
+        self, owner: Message, blocks: Iterable[ContentBlock], *, checked: bool = False
+    ) -> None:
         super().__init__(blocks)
         self._owner = owner
+        if not checked:
+            self._check(self, 0)  # a stored record's blocks are checked by the decoder
+
+    def _check(self, blocks: Iterable[object], start: int) -> None:
+        owner = self._owner
+        for i, block in enumerate(blocks, start):
+            if not plainly_storable(block):  # the common case builds no message text
+                check_block(block, f"{type(owner).__name__} (role {owner.role!r}) block {i}")
 
     def _changed(self) -> None:
         self._owner._forget()
 
     def append(self, block: ContentBlock) -> None:
+        self._check((block,), len(self))
         super().append(block)
         self._changed()
 
     def extend(self, blocks: Iterable[ContentBlock]) -> None:
+        blocks = list(blocks)
+        self._check(blocks, len(self))
         super().extend(blocks)
         self._changed()
 
     def insert(self, index: SupportsIndex, block: ContentBlock) -> None:
+        self._check((block,), operator.index(index))
         super().insert(index, block)
         self._changed()
 
     def __setitem__(self, index: Any, value: Any) -> None:
+        if isinstance(index, slice):
+            value = list(value)
+            self._check(value, 0)
+        else:
+            self._check((value,), index)
         super().__setitem__(index, value)
         self._changed()
 
@@ -74,6 +117,13 @@ class _Blocks(list[ContentBlock]):
 class Message:
     """A message in a conversation. Not thread-safe: only the conversation's owner touches it.
 
+    Its text, role, flags and every block are validated as they enter (on construction, on
+    assignment, on every change to the block list): a lone surrogate, a flag or block field
+    of the wrong type, or a PojoBlock value nested deeper than ``MAX_NESTING`` or not
+    encodable raises ``ValueError`` naming the message's kind, role, block index and field,
+    and the message is left as it was. So nothing a message holds can make a later save
+    fail.
+
     ``role`` is a free string here on purpose: a wrong role is refused when the conversation
     is mapped to turns (``TurnRole.of``), never silently relabelled.
     """
@@ -89,6 +139,15 @@ class Message:
         "requested_output_tokens",
         "role",
     )
+    _snapshot: Any
+    _turn: Any
+    _raw_content: str | None
+    role: str
+    blocks: list[ContentBlock]
+    compactable: bool
+    app_authored: bool
+    cache: bool
+    requested_output_tokens: int | None
 
     def __init__(
         self,
@@ -101,24 +160,59 @@ class Message:
         cache: bool = False,
         requested_output_tokens: int | None = None,
     ) -> None:
-        self._snapshot: Any = None  # a MessageSnapshot, memoized by snapshots.py
-        self._turn: Any = None  # a Turn, memoized by the render (_render.py)
-        self.role = role
-        self.blocks: list[ContentBlock] = list(blocks)
-        self._raw_content = content
-        self.compactable = compactable
-        self.app_authored = app_authored
-        self.cache = cache
-        self.requested_output_tokens = requested_output_tokens
+        # set directly (the memos are empty, nothing to forget): one check per value, and
+        # nothing built for the common case
+        init = object.__setattr__
+        init(self, "_snapshot", None)  # a MessageSnapshot, memoized by snapshots.py
+        init(self, "_turn", None)  # a Turn, memoized by the render (_render.py)
+        if type(role) is not str or not role.isascii():
+            self._check_field("role", role)
+        init(self, "role", role)
+        init(self, "blocks", _Blocks(self, blocks, checked=type(blocks) is StoredBlocks))
+        if content is not None:
+            self._check_content(content)
+        init(self, "_raw_content", content)  # set here only
+        flags = {
+            "compactable": compactable,
+            "app_authored": app_authored,
+            "cache": cache,
+            "requested_output_tokens": requested_output_tokens,
+        }
+        for name, value in flags.items():
+            if type(value) not in _FIELD_TYPES[name]:
+                self._check_field(name, value)
+            init(self, name, value)
 
     def __setattr__(self, name: str, value: object) -> None:
         # any change forgets the memoized snapshot (see snapshots.MessageSnapshot.of); the
         # block list reports its own in-place changes
         if name == "blocks":
-            value = _Blocks(self, value)  # type: ignore[arg-type]
+            value = _Blocks(self, value, checked=type(value) is StoredBlocks)  # type: ignore[arg-type]
+        elif name in _FIELD_TYPES:
+            self._check_field(name, value)
         object.__setattr__(self, name, value)
         if name not in ("_snapshot", "_turn"):
             self._forget()
+
+    def _check_field(self, name: str, value: object) -> None:
+        """Refuse a role or flag the stored form could not read back (``1`` for a bool
+        encodes, and then never decodes)."""
+        expected = _FIELD_TYPES[name]
+        if type(value) in expected and (type(value) is not str or is_valid_text(value)):
+            return
+        where = f"{type(self).__name__} {name}"
+        if isinstance(value, str):
+            check_text(value, where)
+        names = " or ".join("None" if t is type(None) else t.__name__ for t in expected)
+        raise ValueError(f"{where} is {value!r} of type {type(value).__name__}, not {names}")
+
+    def _check_content(self, content: object) -> None:
+        if isinstance(content, str) and is_valid_text(content):
+            return  # the common case builds no message text
+        where = f"{type(self).__name__} (role {self.role!r}) content"
+        if not isinstance(content, str):
+            raise ValueError(f"{where} is of type {type(content).__name__}, not str; refused")
+        check_text(content, where)
 
     def _forget(self) -> None:
         """Drop what was derived from this message (its snapshot and its turn)."""

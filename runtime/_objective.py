@@ -2,7 +2,7 @@
 
 Keys never reach the wire. A re-put keeps the slot's position; a nuke empties everything.
 The map freezes at its conversation's first render: afterwards a put that renders the same
-is silent and anything else is a loudly logged no-op (D7), because it would invalidate the
+is silent and anything else is a loudly logged no-op, because it would invalidate the
 provider's cached prefix.
 """
 
@@ -14,7 +14,15 @@ from collections.abc import Callable, Iterator
 
 from loguru import logger
 
-from parlour.runtime.blocks import Block, ContentBlock, PojoBlock, TextBlock, ToolDefinitionBlock
+from parlour.runtime._validation import check_text, is_valid_text
+from parlour.runtime.blocks import (
+    Block,
+    ContentBlock,
+    PojoBlock,
+    TextBlock,
+    ToolDefinitionBlock,
+    check_block,
+)
 from parlour.runtime.errors import IllegalStateError
 
 LEGEND_KEY = "legend"
@@ -24,7 +32,7 @@ TOOL_KEY_PREFIX = "tool:"
 
 def as_slot_block(value: object) -> ContentBlock | None:
     """The block a put stores: text as a TextBlock, a block as itself, anything else (a
-    msgspec Struct, a dataclass, a dict) as a PojoBlock; None or "" stores nothing (B40)."""
+    msgspec Struct, a dataclass, a dict) as a PojoBlock; None or "" stores nothing."""
     if value is None or value == "":
         return None
     if isinstance(value, str):
@@ -42,7 +50,7 @@ class ObjectiveMap:
     Args:
         render: the text a slot contributes to the system content; the conversation's own
             pipeline, so the head and the turns render alike (and freeze-time equality means
-            equal rendered form, B50).
+            equal rendered form).
     """
 
     __slots__ = ("_render", "_rendered", "_slots", "_tools", "frozen")
@@ -57,10 +65,20 @@ class ObjectiveMap:
         self._tools: dict[str, ToolDefinitionBlock] | None = None  # likewise, the palette
 
     def put(self, key: str, value: object) -> None:
-        """Put ``value`` in slot ``key``, enforcing the freeze (see the module docstring)."""
+        """Put ``value`` in slot ``key``, enforcing the freeze (see the module docstring).
+
+        Raises:
+            ValueError: the value could not be stored (a lone surrogate, nesting deeper
+                than ``MAX_NESTING``, not encodable); the message names the slot. The map
+                is left as it was, frozen or not.
+        """
+        if not isinstance(key, str) or not is_valid_text(key):
+            check_text(key if isinstance(key, str) else repr(key), "an objective slot key")
+            raise ValueError(f"An objective slot key is a str, not {type(key).__name__}")
         block = as_slot_block(value)
         if block is None:
             return
+        check_block(block, f"objective slot {key!r}")
         if not self.frozen:
             self._slots[key] = block
             return
@@ -138,7 +156,7 @@ class ObjectiveMap:
 
 
 def loud_noop(attempt: str) -> None:
-    """Log a refused head mutation (D7): one record naming the call, one with the stack."""
+    """Log a refused head mutation: one record naming the call, one with the stack."""
     logger.error(
         "{} was ignored: the head is frozen after the first render, and changing it would "
         "invalidate the cached prefix. Compose before the first render, or say it in the "

@@ -146,7 +146,7 @@ class _Writer:
 
 def build_registry_section(registry: ArtifactRegistry, summarizer: Summarizer | None = None) -> str:
     """The trailing user turn's text: header, guidance, then one entry per top-level
-    artifact; ``""`` for a registry with no top-level artifact (B124)."""
+    artifact; ``""`` for a registry with no top-level artifact."""
     entries = registry.get_all_artifacts()
     if not entries:
         return ""
@@ -166,7 +166,7 @@ def registry_entries(registry: ArtifactRegistry) -> list[dict[str, Any]]:
 
 def restore_registry(registry: ArtifactRegistry, entries: Iterable[dict[str, Any]]) -> None:
     """Register each stored artifact; an entry whose alias no longer resolves is skipped
-    with a warning and the rest are restored (B132)."""
+    with a warning and the rest are restored."""
     for entry in entries:
         ref = entry.get("artifact_ref")
         alias = extract_alias_from_ref(ref if isinstance(ref, str) else None)

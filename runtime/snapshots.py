@@ -2,22 +2,28 @@
 
 Evolve by msgspec's rules: new fields get defaults; never reorder or retype a stored field.
 ``FORMAT_VERSION`` names the newest format this code writes; decoding a newer one is refused.
+Decoding never depends on the caller's stack depth, and a stored value nested deeper than
+``MAX_NESTING`` is a ``CorruptSnapshotError`` (parlour never writes one).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Literal
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
 from parlour.runtime._context import ConversationContext
 from parlour.runtime._handlers import ResponseHandler
-from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage
+from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage, StoredBlocks
 from parlour.runtime._roles import Depth, Grade, OutputSize
 from parlour.runtime._serializer import registry_entries, restore_registry
+from parlour.runtime._validation import MAX_NESTING, nesting_depth
 from parlour.runtime.blocks import (
     ContentBlock,
+    PojoBlock,
     SkillBlock,
     ToolDefinitionBlock,
     ToolResultBlock,
@@ -31,6 +37,7 @@ __all__ = [
     "ConversationPersistenceSnapshot",
     "MessageSnapshot",
     "ObjectiveSlot",
+    "decode_message_snapshot",
     "decode_snapshot",
     "encode_snapshot",
 ]
@@ -97,7 +104,9 @@ class MessageSnapshot(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
         return message
 
     def _message(self, handler: ResponseHandler | None) -> Message:
-        blocks = [revive(b) for b in self.blocks]
+        # decoded blocks are storable by construction: the decoder typed every field and
+        # refuses lone surrogates, and decode_snapshot checked the nesting
+        blocks = StoredBlocks(revive(b) for b in self.blocks)
         flags: dict[str, Any] = {
             "compactable": self.compactable,
             "app_authored": self.app_authored,
@@ -123,7 +132,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
     title: str = ""
     created_at: dt.datetime
     objective: list[ObjectiveSlot] = msgspec.field(default_factory=list)
-    # written by nothing; read from records that predate named slots (B57)
+    # written by nothing; read from records that predate named slots
     legacy_objective: list[ContentBlock] | None = msgspec.field(default=None, name="main_objective")
     declared_tools: list[ToolDefinitionBlock] = msgspec.field(default_factory=list)
     messages: list[MessageSnapshot] = msgspec.field(default_factory=list)
@@ -191,14 +200,14 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
         c.stored_version = self.stored_version
         for skill in self.skills:
             c.admit_skill(skill)
-        restore_registry(c.artifact_registry, self.artifacts)  # unknown aliases: skipped (B132)
+        restore_registry(c.artifact_registry, self.artifacts)  # unknown aliases: skipped
         return c
 
     def objective_slots(self) -> list[tuple[str, ContentBlock]]:
         """The stored objective as (key, block) pairs, in order.
 
         A legacy record's anonymous block list gets keys: a tool definition its ``tool:``
-        slot, anything else ``objective-N`` by its place in the list (B57).
+        slot, anything else ``objective-N`` by its place in the list.
         """
         if self.objective or not self.legacy_objective:
             return [(slot.key, slot.block) for slot in self.objective]
@@ -209,7 +218,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
 
 
 def _without_orphan_results(messages: list[MessageSnapshot]) -> list[MessageSnapshot]:
-    """Drop every tool result whose call appears nowhere in the transcript (B184): a provider
+    """Drop every tool result whose call appears nowhere in the transcript: a provider
     refuses the whole conversation over one such orphan. A message left with nothing to say
     goes too."""
     calls = {b.id for m in messages for b in m.blocks if isinstance(b, ToolUseBlock)}
@@ -227,6 +236,8 @@ def _without_orphan_results(messages: list[MessageSnapshot]) -> list[MessageSnap
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(ConversationPersistenceSnapshot)
+_message_decoder = msgspec.json.Decoder(MessageSnapshot)
+_T = TypeVar("_T")
 
 
 def encode_snapshot(snapshot: ConversationPersistenceSnapshot) -> bytes:
@@ -236,20 +247,98 @@ def encode_snapshot(snapshot: ConversationPersistenceSnapshot) -> bytes:
 def decode_snapshot(
     data: bytes | memoryview, conversation_id: str
 ) -> ConversationPersistenceSnapshot:
-    """Decode a stored snapshot.
+    """Decode a stored snapshot; the answer never depends on the caller's stack depth.
 
     Raises:
-        CorruptSnapshotError: the bytes do not decode, or were written by a newer format.
+        CorruptSnapshotError: the bytes do not decode, were written by a newer format, or a
+            value in them nests deeper than ``MAX_NESTING``; the message names the
+            conversation.
     """
-    try:
-        snapshot = _decoder.decode(data)
-    except msgspec.DecodeError as exc:
-        raise CorruptSnapshotError(
-            f"Stored conversation {conversation_id} does not decode: {exc}"
-        ) from exc
+    snapshot = _decode(_decoder, data, conversation_id)
     if snapshot.version > FORMAT_VERSION:
         raise CorruptSnapshotError(
             f"Stored conversation {conversation_id} has format version {snapshot.version}; "
             f"this parlour reads up to {FORMAT_VERSION}. Upgrade parlour."
         )
+    _check_nesting(conversation_id, _free_values(snapshot))
     return snapshot
+
+
+def decode_message_snapshot(data: bytes | memoryview, conversation_id: str) -> MessageSnapshot:
+    """Decode one stored message, with ``decode_snapshot``'s guarantees.
+
+    Raises:
+        CorruptSnapshotError: as ``decode_snapshot``.
+    """
+    message = _decode(_message_decoder, data, conversation_id)
+    _check_nesting(conversation_id, _pojo_values(message.blocks))
+    return message
+
+
+def _decode(
+    decoder: msgspec.json.Decoder[_T], data: bytes | memoryview, conversation_id: str
+) -> _T:
+    """``decoder.decode(data)``; a RecursionError (a deep caller stack, or a record nested
+    past what any stack holds) is decided again on a fresh thread, so every caller gets
+    the same answer for the same bytes."""
+    try:
+        try:
+            return decoder.decode(data)
+        except RecursionError:
+            return _on_fresh_stack(decoder.decode, data)
+    except msgspec.DecodeError as exc:
+        raise CorruptSnapshotError(
+            f"Stored conversation {conversation_id} does not decode: {exc}"
+        ) from exc
+    except RecursionError:
+        raise CorruptSnapshotError(
+            f"Stored conversation {conversation_id} nests deeper than parlour reads "
+            f"(values may nest {MAX_NESTING} levels)."
+        ) from None
+
+
+def _on_fresh_stack(decode: Callable[[bytes | memoryview], _T], data: bytes | memoryview) -> _T:
+    """``decode(data)`` on a new thread (an empty stack), its result or exception here."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, decode(data)))
+        except BaseException as exc:  # handed back to the caller's thread below
+            outcome.append((False, exc))
+
+    worker = threading.Thread(target=run, name="parlour-decode", daemon=True)
+    worker.start()
+    worker.join()
+    ok, result = outcome[0]
+    if not ok:
+        raise result
+    return result  # type: ignore[no-any-return]
+
+
+def _check_nesting(conversation_id: str, values: Iterable[tuple[str, object]]) -> None:
+    for where, value in values:
+        if nesting_depth(value) > MAX_NESTING:
+            raise CorruptSnapshotError(
+                f"Stored conversation {conversation_id} holds a value ({where}) nested deeper "
+                f"than {MAX_NESTING} levels; parlour never writes one."
+            )
+
+
+def _free_values(snapshot: ConversationPersistenceSnapshot) -> Iterator[tuple[str, object]]:
+    """Every free-form value a snapshot holds, named: PojoBlock values and artifacts."""
+    for slot in snapshot.objective:
+        yield from _pojo_values([slot.block], f"objective slot {slot.key!r}")
+    yield from _pojo_values(snapshot.legacy_objective or (), "the legacy objective")
+    for i, m in enumerate(snapshot.messages):
+        yield from _pojo_values(m.blocks, f"message {i}")
+    for i, artifact in enumerate(snapshot.artifacts):
+        yield f"artifact {i}", artifact
+
+
+def _pojo_values(
+    blocks: Iterable[ContentBlock], where: str = "a message"
+) -> Iterator[tuple[str, object]]:
+    for i, block in enumerate(blocks):
+        if isinstance(block, PojoBlock):
+            yield f"{where} block {i}", block.value

@@ -1,14 +1,11 @@
 """Test doubles shipped with the library, so applications test their agents the same way.
 
-``ScriptedClient`` is the offline model; ``FakeClock`` is a clock tests advance by hand;
-``fake_spec`` makes a ``ModelSpec`` with round numbers. For the real provider clients:
-``MockProvider`` is an ``httpx2.MockTransport`` handler that records what the anthropic or
-openai SDK sends and answers from a queue (``mock_anthropic_sdk`` / ``mock_openai_sdk``
-build the SDK client over it; ``anthropic_message``, ``anthropic_sse``,
-``openai_completion`` and ``openai_sse`` build the answers), and for boto3
-``dummy_bedrock_client``, ``converse_response`` (for ``botocore.stub.Stubber``),
-``record_params`` and ``ConverseStreamMock`` (a before-send hook for ``converse_stream``).
-None of it touches the network.
+``ScriptedClient`` is the offline model (``scripted_tool_calls`` scripts an answer that
+calls tools with arguments); ``FakeClock`` is a clock tests advance by hand;
+``fake_spec`` makes a ``ModelSpec`` with round numbers. The fakes of the providers' servers
+(``MockProvider`` and the answer builders for anthropic and openai, the boto3 doubles for
+Bedrock) live in ``parlour.runtime.providers.testing`` and are re-exported here. None of it
+touches the network.
 """
 
 from __future__ import annotations
@@ -16,25 +13,27 @@ from __future__ import annotations
 from typing import Any
 
 from parlour.runtime._catalog import ModelSpec, ThinkingMode
-from parlour.runtime._mock_bedrock import (
+from parlour.runtime._roles import Depth, OutputSize
+from parlour.runtime.providers._scripted import ScriptedClient, scripted_tool_calls
+from parlour.runtime.providers.testing import (
     ConverseStreamMock,
+    MockProvider,
+    anthropic_message,
+    anthropic_sse,
+    anthropic_sse_error,
     converse_response,
     converse_stream_events,
     dummy_bedrock_client,
     encode_event,
-    record_params,
-)
-from parlour.runtime._mock_http import (
-    MockProvider,
-    anthropic_message,
-    anthropic_sse,
     mock_anthropic_sdk,
+    mock_async_anthropic_sdk,
+    mock_async_openai_sdk,
     mock_openai_sdk,
     openai_completion,
     openai_sse,
+    openai_sse_error,
+    record_params,
 )
-from parlour.runtime._roles import Depth, OutputSize
-from parlour.runtime._scripted import ScriptedClient
 
 __all__ = [
     "ConverseStreamMock",
@@ -43,16 +42,21 @@ __all__ = [
     "ScriptedClient",
     "anthropic_message",
     "anthropic_sse",
+    "anthropic_sse_error",
     "converse_response",
     "converse_stream_events",
     "dummy_bedrock_client",
     "encode_event",
     "fake_spec",
     "mock_anthropic_sdk",
+    "mock_async_anthropic_sdk",
+    "mock_async_openai_sdk",
     "mock_openai_sdk",
     "openai_completion",
     "openai_sse",
+    "openai_sse_error",
     "record_params",
+    "scripted_tool_calls",
 ]
 
 

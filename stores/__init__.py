@@ -2,19 +2,23 @@
 
 ``LmdbStore`` is the default persistent store (embedded, on a directory, group-committed);
 ``MemorySessionCache`` the default session cache; ``MemoryStore`` a dict-backed persistent
-store for tests. Only this package knows LMDB.
+store for tests; ``PostgresStore`` a store on PostgreSQL that many processes share (the
+``parlour[postgres]`` extra). Only this package knows LMDB or PostgreSQL.
 """
 
 from parlour.stores._lmdb import LmdbStore, StoreStatistics
 from parlour.stores._memory import MemorySessionCache, MemoryStore
+from parlour.stores._postgres import ConversationVersion, PostgresStore
 from parlour.stores._protocols import ConversationSummary, PersistentStore, SessionStore
 
 __all__ = [
     "ConversationSummary",
+    "ConversationVersion",
     "LmdbStore",
     "MemorySessionCache",
     "MemoryStore",
     "PersistentStore",
+    "PostgresStore",
     "SessionStore",
     "StoreStatistics",
 ]

@@ -9,7 +9,12 @@ import pykka
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", *sorted(ROOT.glob("*/PACKAGE.md"))]
+PACKAGES = ("actors", "runtime", "stores")
+DOCS = [
+    ROOT / "README.md",
+    *sorted(ROOT.glob("*/PACKAGE.md")),
+    *sorted(p for p in ROOT.glob("*/*/PACKAGE.md") if p.parts[-3] in PACKAGES),
+]
 EXAMPLES = [
     pytest.param(code, id=f"{doc.relative_to(ROOT)}-{n}")
     for doc in DOCS

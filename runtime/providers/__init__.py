@@ -1,26 +1,46 @@
-"""parlour.runtime.providers: one client per provider dialect over the shared template.
+"""parlour.runtime.providers: the client layer. One client per provider dialect over one
+shared template, the normalized response, the truncation retry, the prefix-stability check,
+the offline scripted client, and (in ``testing``) fakes of the providers' servers.
 
-Each module owns its dialect (request builder, decoder, error mapping at the seam); the
-SDKs are optional extras imported only when a client is constructed.
+Each dialect module owns its request builder, decoder and error map; the SDKs are optional
+extras imported only when a client is constructed.
 """
 
 from parlour.runtime.providers._anthropic import AnthropicClient, build_anthropic_params
-from parlour.runtime.providers._bedrock import (
-    BedrockClient,
+from parlour.runtime.providers._bedrock import BedrockClient
+from parlour.runtime.providers._converse import (
+    DEFAULT_USER_OPENER,
     build_converse_request,
     parse_tool_calls,
 )
-from parlour.runtime.providers._factory import client_for, provider_available
+from parlour.runtime.providers._factory import SCRIPTED, client_for, provider_available
 from parlour.runtime.providers._openai import OpenAIClient, build_openai_body
+from parlour.runtime.providers._prefix import PrefixMonitor
+from parlour.runtime.providers._response import LLMResponse, StopReason, Usage
+from parlour.runtime.providers._retry import respond_with_truncation_retry
+from parlour.runtime.providers._scripted import ScriptedClient, scripted_tool_calls
+from parlour.runtime.providers._template import LLMClient, ResponseStream, WireRequest
 
 __all__ = [
+    "DEFAULT_USER_OPENER",
+    "SCRIPTED",
     "AnthropicClient",
     "BedrockClient",
+    "LLMClient",
+    "LLMResponse",
     "OpenAIClient",
+    "PrefixMonitor",
+    "ResponseStream",
+    "ScriptedClient",
+    "StopReason",
+    "Usage",
+    "WireRequest",
     "build_anthropic_params",
     "build_converse_request",
     "build_openai_body",
     "client_for",
     "parse_tool_calls",
     "provider_available",
+    "respond_with_truncation_retry",
+    "scripted_tool_calls",
 ]

@@ -1,21 +1,20 @@
 """The Anthropic Messages dialect: system parameter, native tools, cache breakpoints, thinking.
 
 ``build_anthropic_params`` is the request builder (no credentials, no SDK needed); the
-client sends its output through the official SDK, streaming or not.
+client sends its output through the official SDK, always over its stream. ``ERROR_MAP`` is
+this dialect's table of SDK errors.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Iterator
 from typing import Any
 
 from parlour.runtime._context import ConversationContext
-from parlour.runtime._counting import render_copy
-from parlour.runtime._llm import WireRequest
 from parlour.runtime._prepared import PreparedConversation, Turn
-from parlour.runtime._response import LLMResponse, StopReason, Usage
-from parlour.runtime._roles import Depth
 from parlour.runtime.blocks import (
     ContentBlock,
     FileBlock,
@@ -28,12 +27,17 @@ from parlour.runtime.blocks import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from parlour.runtime.providers._errors import map_http_errors
-from parlour.runtime.providers._http import HttpSdkClient
-from parlour.runtime.providers._shared import (
-    block_text,
-    tool_schema,
+from parlour.runtime.errors import ParlourError, RetryableLLMError, UncorrectableLLMError
+from parlour.runtime.providers._errors import (
+    ErrorMap,
+    error_message,
+    map_errors,
+    status_verdict,
 )
+from parlour.runtime.providers._http import HttpSdkClient
+from parlour.runtime.providers._response import LLMResponse, StopReason, Usage
+from parlour.runtime.providers._shared import block_text, image_subtype, is_blank, tool_schema
+from parlour.runtime.providers._template import TextCallback, WireRequest
 
 MAX_CACHE_BREAKPOINTS = 4
 EPHEMERAL = {"type": "ephemeral"}
@@ -50,11 +54,18 @@ _STOP = {
 # -- encoding ------------------------------------------------------------------------------------
 
 
-def encode_block(block: ContentBlock) -> dict[str, Any] | None:
+def encode_block(block: ContentBlock, conversation_id: str | None = None) -> dict[str, Any] | None:
     """One block as an Anthropic content param; None for a tool definition (native tools
-    travel in ``tools``, so the inline form is suppressed)."""
+    travel in ``tools``, so the inline form is suppressed) and for blank text (the API
+    refuses empty text blocks).
+
+    Raises:
+        ValueError: a file that is neither PDF nor text, or an image type the API lacks.
+    """
     match block:
         case ToolDefinitionBlock():
+            return None
+        case TextBlock(text=text) if is_blank(text):
             return None
         case ToolUseBlock(id=call_id, name=name, input_json=arguments):
             return {"type": "tool_use", "id": call_id, "name": name, "input": json.loads(arguments)}
@@ -63,16 +74,19 @@ def encode_block(block: ContentBlock) -> dict[str, Any] | None:
         case RedactedThinkingBlock(data=data):
             return {"type": "redacted_thinking", "data": data}
         case _:
-            return _encode_content(block)
+            return _encode_content(block, conversation_id)
 
 
-def _encode_content(block: ContentBlock) -> dict[str, Any]:
+def _encode_content(block: ContentBlock, conversation_id: str | None) -> dict[str, Any]:
     match block:
         case ImageBlock(data=data, mime_type=mime):
-            return {"type": "image", "source": {"type": "base64", "media_type": mime, "data": data}}
-        case FileBlock(data=data, mime_type=mime):
-            source = {"type": "base64", "media_type": mime, "data": data}
-            return {"type": "document", "source": source}
+            media = f"image/{image_subtype(mime, 'Anthropic', conversation_id)}"
+            return {
+                "type": "image",
+                "source": {"type": "base64", "media_type": media, "data": data},
+            }
+        case FileBlock():
+            return {"type": "document", "source": _document_source(block, conversation_id)}
         case ToolResultBlock(tool_use_id=call_id, content=content, is_error=is_error):
             return {
                 "type": "tool_result",
@@ -84,13 +98,35 @@ def _encode_content(block: ContentBlock) -> dict[str, Any]:
             return {"type": "text", "text": block_text(block)}
 
 
-def _encode_turn(turn: Turn, anchor: bool) -> tuple[dict[str, Any], bool]:
+def _document_source(block: FileBlock, conversation_id: str | None) -> dict[str, Any]:
+    """A PDF as base64; any ``text/*`` file as the plain-text source (the API takes base64
+    documents only as PDF); anything else is refused before the call."""
+    if block.mime_type == "application/pdf":
+        return {"type": "base64", "media_type": "application/pdf", "data": block.data}
+    if block.mime_type.startswith("text/"):
+        try:
+            text = base64.b64decode(block.data, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError) as exc:
+            raise ValueError(
+                f"Conversation {conversation_id}: file {block.filename!r} ({block.mime_type}) "
+                "is not base64 of UTF-8 text, which a plain-text document must be."
+            ) from exc
+        return {"type": "text", "media_type": "text/plain", "data": text}
+    raise ValueError(
+        f"Conversation {conversation_id}: Anthropic takes documents as PDF or plain text, and "
+        f"file {block.filename!r} is {block.mime_type}; convert it to one of them first."
+    )
+
+
+def _encode_turn(
+    turn: Turn, anchor: bool, conversation_id: str | None = None
+) -> tuple[dict[str, Any], bool]:
     """The turn as a message param; with ``anchor``, its first text or skill block carries
     the cache marker. Returns the param and whether a breakpoint was spent."""
     content: list[dict[str, Any]] = []
     spent = False
     for block in turn.blocks:
-        param = encode_block(block)
+        param = encode_block(block, conversation_id)
         if param is None:
             continue
         if anchor and not spent and isinstance(block, TextBlock | SkillBlock):
@@ -101,7 +137,7 @@ def _encode_turn(turn: Turn, anchor: bool) -> tuple[dict[str, Any], bool]:
 
 
 def build_anthropic_params(request: WireRequest) -> dict[str, Any]:
-    """The ``messages.create`` keyword arguments for ``request`` (B15, B33, B36, B80-B89).
+    """The ``messages.create`` keyword arguments for ``request``.
 
     Breakpoints: at most 4. The system prefix takes the first, counted before the turns, on
     the last system block, when there is system text, the model caches and the conversation
@@ -116,7 +152,7 @@ def build_anthropic_params(request: WireRequest) -> dict[str, Any]:
     messages: list[dict[str, Any]] = []
     for turn in prepared.turns:
         anchor = caching and turn.cache and used < MAX_CACHE_BREAKPOINTS
-        param, spent = _encode_turn(turn, anchor)
+        param, spent = _encode_turn(turn, anchor, request.conversation_id)
         used += spent
         if param["content"]:
             messages.append(param)
@@ -140,7 +176,7 @@ def build_anthropic_params(request: WireRequest) -> dict[str, Any]:
 
 
 def _system_blocks(prepared: PreparedConversation) -> list[dict[str, Any]]:
-    """Admitted skills first, then the objective (B89)."""
+    """Admitted skills first, then the objective."""
     blocks = [{"type": "text", "text": block_text(skill)} for skill in prepared.skills]
     if prepared.has_system_text():
         blocks.append({"type": "text", "text": prepared.system_text})
@@ -184,6 +220,59 @@ def decode_message(message: Any) -> LLMResponse:
     )
 
 
+# -- the error map -------------------------------------------------------------------------------
+
+# Anthropic's error types and their HTTP twins. A mid-stream ``error`` event (on a response
+# that began 200) carries only the type; it is classified as its twin would be, so an
+# ``overloaded_error`` after ``message_start`` retries as a 529 does.
+ERROR_TYPES = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+
+
+def _error_type(body: object) -> str | None:
+    error = body.get("error") if isinstance(body, dict) else None
+    kind = error.get("type") if isinstance(error, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def _api_message(exc: Any) -> str:
+    error = exc.body.get("error") if isinstance(exc.body, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])
+    return error_message(exc)
+
+
+def _status_error(exc: Any, model_id: str) -> tuple[type[ParlourError], str]:
+    status, said = int(exc.status_code), _api_message(exc)
+    if status < 400:  # an error event in a stream that had begun
+        kind = _error_type(exc.body)
+        twin = ERROR_TYPES.get(kind or "")
+        verdict = status_verdict(twin) if twin else UncorrectableLLMError
+        return verdict, f"Anthropic failed mid-stream with {kind} for model {model_id}: {said}"
+    return status_verdict(status), f"Anthropic answered {status} for model {model_id}: {said}"
+
+
+def _unreachable(exc: Any, model_id: str) -> tuple[type[ParlourError], str]:
+    return RetryableLLMError, f"Anthropic could not be reached for model {model_id}: {exc}"
+
+
+ERROR_MAP: ErrorMap = (
+    ("APIConnectionError", _unreachable),  # timeouts are a subclass
+    ("APIStatusError", _status_error),  # every HTTP status, and the mid-stream error event
+    ("AnthropicError", UncorrectableLLMError),  # anything else the SDK raises
+)
+
+
 # -- the client ----------------------------------------------------------------------------------
 
 
@@ -193,7 +282,7 @@ class AnthropicClient(HttpSdkClient):
     Args:
         model: a catalog id or a ``ModelSpec``.
         api_key: else ``ANTHROPIC_API_KEY``.
-        sdk_client: a ready ``anthropic.Anthropic`` (tests pass one over a mock transport);
+        client: a ready ``anthropic.Anthropic`` (tests pass one over a mock transport);
             when given, ``api_key`` and ``max_retries`` are not used.
         max_retries: the SDK's own retry with backoff for rate limits, overload, timeouts.
 
@@ -206,44 +295,44 @@ class AnthropicClient(HttpSdkClient):
     provider = "Anthropic"
     env_var = "ANTHROPIC_API_KEY"
     default_model = "claude-sonnet-4-5"
+    error_map = ERROR_MAP
 
-    def _send(self, request: WireRequest) -> LLMResponse:
+    def encode(self, request: WireRequest) -> dict[str, Any]:
+        return build_anthropic_params(request)
+
+    def _call(self, body: dict[str, Any]) -> LLMResponse:
         # Always over the stream: the SDK refuses a non-streamed call whose max_tokens could
         # run past ten minutes (about 21k tokens), which any large rung or escalation reaches.
-        params = build_anthropic_params(request)
-        with (
-            map_http_errors(self._sdk, "Anthropic", request.spec.id),
-            self.sdk_client.messages.stream(**params) as stream,
-        ):
+        with self.sdk_client.messages.stream(**body) as stream:
             return decode_message(stream.get_final_message())
 
-    def _stream(self, request: WireRequest) -> Iterator[str | LLMResponse]:
-        params = build_anthropic_params(request)
-        with (
-            map_http_errors(self._sdk, "Anthropic", request.spec.id),
-            self.sdk_client.messages.stream(**params) as stream,
-        ):
+    async def _acall(self, body: dict[str, Any], on_text: TextCallback | None) -> LLMResponse:
+        async with self.async_sdk_client.messages.stream(**body) as stream:
+            if on_text is not None:
+                async for text in stream.text_stream:
+                    on_text(text)
+            final = await stream.get_final_message()
+        return decode_message(final)
+
+    def _call_streaming(self, body: dict[str, Any]) -> Iterator[str | LLMResponse]:
+        with self.sdk_client.messages.stream(**body) as stream:
             yield from stream.text_stream
             final = stream.get_final_message()
         yield decode_message(final)
 
     def count_tokens(self, conversation: ConversationContext) -> int:
-        """The exact input tokens of ``conversation`` from Anthropic's count_tokens endpoint
-        (the ``TokenCounter`` interface). The conversation itself is not frozen or bound.
+        """The exact input tokens of the request ``respond`` would send for
+        ``conversation`` now (response instructions, tools and thinking config included),
+        from Anthropic's count_tokens endpoint (the ``TokenCounter`` interface). Nothing of
+        the conversation changes (see ``LLMClient.preview``).
 
         Raises:
-            RetryableLLMError, UncorrectableLLMError: as ``respond``.
+            UncorrectableLLMError: as ``respond`` (nothing declares an output size or depth,
+                a bad request, failed authentication).
+            RetryableLLMError: rate limit, overload, a dropped connection.
         """
-        spec = conversation.get_model() if conversation.is_model_resolved() else self.spec
-        request = WireRequest(
-            prepared=render_copy(conversation, self.formatter),
-            spec=spec,
-            depth=Depth.IMMEDIATE,
-            output_budget=1,
-            max_tokens=1,
-            thinking_active=False,
-        )
+        request = self.preview(conversation)
         params = build_anthropic_params(request)
-        del params["max_tokens"]
-        with map_http_errors(self._sdk, "Anthropic", spec.id):
+        del params["max_tokens"]  # the one field count_tokens does not take
+        with map_errors(self._sdk, self.error_map, self.provider, request.spec.id):
             return int(self.sdk_client.messages.count_tokens(**params).input_tokens)

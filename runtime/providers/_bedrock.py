@@ -1,36 +1,30 @@
 """The Bedrock Converse dialect through boto3: system blocks, tools as text where they sit,
 tool calls parsed from the answer's envelope under runtime-minted ids, ``maxTokens``.
 
-``build_converse_request`` is the request builder (no credentials, no SDK needed).
+The request builder is ``build_converse_request`` (in ``_converse``: no credentials, no SDK
+needed); ``ERROR_MAP`` is this dialect's table of botocore errors.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 from collections.abc import Iterator
 from typing import Any
 
 from parlour.runtime._catalog import ModelCatalog, ModelSpec
-from parlour.runtime._context import render_tool_text
 from parlour.runtime._handlers import GenericContentFormatter
-from parlour.runtime._llm import LLMClient, WireRequest
-from parlour.runtime._prepared import Turn
-from parlour.runtime._response import LLMResponse, StopReason, Usage
 from parlour.runtime._roles import Depth
-from parlour.runtime.blocks import (
-    ContentBlock,
-    FileBlock,
-    ImageBlock,
-    RedactedThinkingBlock,
-    TextBlock,
-    ThinkingBlock,
-    ToolDefinitionBlock,
-    ToolResultBlock,
-    ToolUseBlock,
+from parlour.runtime.blocks import ContentBlock, TextBlock
+from parlour.runtime.errors import ParlourError, RetryableLLMError, UncorrectableLLMError
+from parlour.runtime.providers._converse import (
+    DEFAULT_USER_OPENER,
+    build_converse_request,
+    parse_tool_calls,
 )
-from parlour.runtime.providers._errors import map_boto_errors, require_sdk
-from parlour.runtime.providers._shared import OutputDeclaration, block_text, spec_of
+from parlour.runtime.providers._errors import ErrorMap, map_errors, require_sdk
+from parlour.runtime.providers._http import UNSET, injected
+from parlour.runtime.providers._response import LLMResponse, StopReason, Usage
+from parlour.runtime.providers._shared import OutputDeclaration, spec_of
+from parlour.runtime.providers._template import LLMClient, WireRequest
 
 _STOP = {
     "end_turn": StopReason.END_TURN,
@@ -40,115 +34,6 @@ _STOP = {
     "guardrail_intervened": StopReason.CONTENT_FILTERED,
     "content_filtered": StopReason.CONTENT_FILTERED,
 }
-_ARGUMENT_KEYS = ("arguments", "input", "parameters")
-
-
-# -- encoding ------------------------------------------------------------------------------------
-
-
-def _format_of(mime: str) -> str:
-    return mime.rsplit("/", 1)[-1].lower().replace("jpg", "jpeg")
-
-
-def encode_block(block: ContentBlock) -> dict[str, Any] | None:
-    """One block as a Converse content block; None for what the text dialect leaves out.
-
-    Without a native tool config, Converse refuses toolUse/toolResult blocks, so tool
-    traffic travels as text: a definition by its ``render_tool_text`` (the default encoder),
-    a result as a labelled text. A call is already in the assistant's answer text (the
-    envelope it was parsed from), so its block is not sent twice.
-    """
-    match block:
-        case ToolDefinitionBlock():
-            return {"text": render_tool_text(block)}
-        case ToolUseBlock() | ThinkingBlock() | RedactedThinkingBlock():
-            return None
-        case ToolResultBlock(tool_use_id=call_id, content=content, is_error=is_error):
-            label = "Tool error" if is_error else "Tool result"
-            return {"text": f"{label} for {call_id}: {content}"}
-        case ImageBlock(data=data, mime_type=mime):
-            return {
-                "image": {"format": _format_of(mime), "source": {"bytes": base64.b64decode(data)}}
-            }
-        case FileBlock(data=data, mime_type=mime, filename=filename):
-            document = {
-                "format": _format_of(mime),
-                "name": filename or "document",
-                "source": {"bytes": base64.b64decode(data)},
-            }
-            return {"document": document}
-        case _:
-            return {"text": block_text(block)}
-
-
-def _encode_turn(turn: Turn) -> dict[str, Any] | None:
-    content = [c for c in (encode_block(b) for b in turn.blocks) if c is not None]
-    if not content:
-        return None
-    return {"role": turn.role.value, "content": content}
-
-
-def build_converse_request(request: WireRequest) -> dict[str, Any]:
-    """The ``converse`` keyword arguments for ``request`` (B17, B35, B36, B162).
-
-    The objective, tool palette included, is the system blocks; turns are never merged.
-    """
-    prepared = request.prepared
-    messages = [m for m in (_encode_turn(t) for t in prepared.turns) if m is not None]
-    params: dict[str, Any] = {
-        "modelId": request.spec.id,
-        "messages": messages,
-        "inferenceConfig": {"maxTokens": request.max_tokens},
-    }
-    system = [{"text": block_text(skill)} for skill in prepared.skills]
-    if prepared.has_system_text():
-        system.append({"text": prepared.system_text})
-    if system:
-        params["system"] = system
-    return params
-
-
-# -- tool calls out of the answer text (B18) ---------------------------------------------------
-
-
-def _envelopes(text: str) -> Iterator[dict[str, Any]]:
-    decoder = json.JSONDecoder()
-    at = text.find("{")
-    while at != -1:
-        try:
-            value, end = decoder.raw_decode(text, at)
-        except json.JSONDecodeError:
-            at = text.find("{", at + 1)
-            continue
-        if isinstance(value, dict):
-            yield value
-        at = text.find("{", end)
-
-
-def parse_tool_calls(text: str) -> list[ToolUseBlock]:
-    """The calls in the first JSON envelope of ``text`` holding a ``tool_calls`` list.
-
-    A call without an id gets ``name#position`` (1-based, its place in the turn); a call
-    that has an id keeps it. Entries without a name are skipped.
-    """
-    for envelope in _envelopes(text):
-        calls = envelope.get("tool_calls")
-        if isinstance(calls, list):
-            return _to_blocks(calls)
-    return []
-
-
-def _to_blocks(calls: list[Any]) -> list[ToolUseBlock]:
-    blocks: list[ToolUseBlock] = []
-    for position, call in enumerate(calls, start=1):
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-            continue
-        arguments: Any = next((call[k] for k in _ARGUMENT_KEYS if k in call), {})
-        if not isinstance(arguments, str):
-            arguments = json.dumps(arguments)
-        call_id = call.get("id") or f"{call['name']}#{position}"
-        blocks.append(ToolUseBlock(id=str(call_id), name=call["name"], input_json=arguments))
-    return blocks
 
 
 # -- decoding ------------------------------------------------------------------------------------
@@ -184,6 +69,54 @@ def decode_converse(model_id: str, response: dict[str, Any]) -> LLMResponse:
     return _answer(model_id, text, response.get("stopReason"), response.get("usage"))
 
 
+# -- the error map -------------------------------------------------------------------------------
+
+# Service error codes that retry. A failure in ``converse_stream`` arrives as an exception
+# event whose code is lowerCamel (``throttlingException``); it is compared in UpperCamel, so
+# a mid-stream error maps exactly as its HTTP twin does (``validationException`` is final).
+RETRYABLE_CODES = frozenset(
+    {
+        "ThrottlingException",
+        "ServiceUnavailableException",
+        "InternalServerException",
+        "ModelStreamErrorException",
+        "ModelNotReadyException",
+        "ModelTimeoutException",
+        "ServiceQuotaExceededException",
+    }
+)
+
+
+def _client_error(exc: Any, model_id: str) -> tuple[type[ParlourError], str]:
+    error = exc.response.get("Error", {})
+    code = str(error.get("Code", "Unknown"))
+    where = " mid-stream" if type(exc).__name__ == "EventStreamError" else ""
+    text = f"Bedrock answered {code}{where} for model {model_id}: {error.get('Message', exc)}"
+    if code[:1].upper() + code[1:] in RETRYABLE_CODES:
+        return RetryableLLMError, text
+    return UncorrectableLLMError, text
+
+
+def _unreachable(exc: Any, model_id: str) -> tuple[type[ParlourError], str]:
+    return RetryableLLMError, f"Bedrock could not be reached for model {model_id}: {exc}"
+
+
+def _no_credentials(exc: Any, model_id: str) -> tuple[type[ParlourError], str]:
+    return UncorrectableLLMError, (
+        f"No AWS credentials for Bedrock model {model_id}: set AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), or pass a configured boto3 client as client=."
+    )
+
+
+ERROR_MAP: ErrorMap = (
+    ("ClientError", _client_error),  # every service error; EventStreamError is mid-stream
+    ("NoCredentialsError", _no_credentials),
+    ("ConnectionError", _unreachable),  # endpoint unreachable, connect timeout
+    ("HTTPClientError", _unreachable),  # read timeout, a dropped connection
+    ("BotoCoreError", UncorrectableLLMError),  # anything else botocore raises
+)
+
+
 # -- the client ----------------------------------------------------------------------------------
 
 
@@ -192,9 +125,12 @@ class BedrockClient(LLMClient):
 
     Args:
         model: a catalog id or a ``ModelSpec``.
-        boto_client: a ready ``bedrock-runtime`` client (tests pass a stubbed one); else one
-            is made from the environment's AWS credentials and ``region_name``, with
-            botocore's standard retry mode (backoff) for throttling and overload.
+        client: a ready ``bedrock-runtime`` client (tests pass a stubbed one); else one is
+            made from the environment's AWS credentials and ``region_name``, with botocore's
+            standard retry mode (backoff) for throttling and overload. ``boto_client=`` is
+            its deprecated name.
+        user_opener: the user text sent ahead of a history that opens with an assistant
+            turn (Converse requires the first message to be the user's).
 
     Raises:
         ImportError: boto3 is missing (``pip install 'parlour[bedrock]'``).
@@ -206,36 +142,44 @@ class BedrockClient(LLMClient):
         self,
         model: str | ModelSpec = "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
         *,
-        boto_client: Any = None,
+        client: Any = None,
         region_name: str | None = None,
         max_attempts: int = 3,
+        user_opener: str = DEFAULT_USER_OPENER,
         catalog: ModelCatalog | None = None,
         depth: Depth | None = None,
         output_declaration: OutputDeclaration | None = None,
+        boto_client: Any = UNSET,
     ) -> None:
         super().__init__(
             spec_of(model, catalog), depth=depth, output_declaration=output_declaration
         )
-        if boto_client is None:
+        client = injected(client, boto_client, "boto_client")
+        if client is None:
             boto3 = require_sdk("boto3", "bedrock")
             config = require_sdk("botocore.config", "bedrock").Config(
                 retries={"mode": "standard", "max_attempts": max_attempts}
             )
-            boto_client = boto3.client("bedrock-runtime", region_name=region_name, config=config)
-        self.boto_client = boto_client
+            client = boto3.client("bedrock-runtime", region_name=region_name, config=config)
+        self._sdk = require_sdk("botocore.exceptions", "bedrock")
+        self.sdk_client = client
+        self.user_opener = user_opener
+
+    def encode(self, request: WireRequest) -> dict[str, Any]:
+        return build_converse_request(request, opener=self.user_opener)
 
     def _send(self, request: WireRequest) -> LLMResponse:
-        params = build_converse_request(request)
-        with map_boto_errors(request.spec.id):
-            return decode_converse(request.spec.id, self.boto_client.converse(**params))
+        params = self.encode(request)
+        with map_errors(self._sdk, ERROR_MAP, "Bedrock", request.spec.id):
+            return decode_converse(request.spec.id, self.sdk_client.converse(**params))
 
     def _stream(self, request: WireRequest) -> Iterator[str | LLMResponse]:
-        params = build_converse_request(request)
+        params = self.encode(request)
         text: list[str] = []
         stop: str | None = None
         usage: Any = None
-        with map_boto_errors(request.spec.id):
-            for event in self.boto_client.converse_stream(**params)["stream"]:
+        with map_errors(self._sdk, ERROR_MAP, "Bedrock", request.spec.id):
+            for event in self.sdk_client.converse_stream(**params)["stream"]:
                 delta = event.get("contentBlockDelta", {}).get("delta", {}).get("text")
                 if delta:
                     text.append(delta)

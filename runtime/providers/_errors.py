@@ -1,32 +1,37 @@
 """Exception mapping at the seam: no SDK exception type escapes a provider module.
 
-Retryable failures (rate limit, overload, timeout, a dropped connection) become
-``RetryableLLMError``; final ones (a bad request, failed authentication, a refused
-permission) become ``UncorrectableLLMError``. Both keep the SDK error as ``__cause__``. The
-SDKs have already retried with backoff by then (their own ``max_retries``).
+Each provider module owns its error map: one ordered table from the SDK's exception
+classes (named, since the SDKs are optional imports) to a verdict, mid-stream forms
+included. ``map_errors`` applies a table around a call; the first row whose class matches
+decides. A verdict is ``RetryableLLMError`` or ``UncorrectableLLMError`` itself, or a
+function of the exception returning the class and the message. Either way the parlour
+error keeps the SDK error as ``__cause__``. The SDKs have already retried with backoff by
+then (their own ``max_retries``).
+
+::
+
+    ParlourError
+    ├── RetryableLLMError       rate limit, overload, timeout, server trouble, dropped link
+    └── UncorrectableLLMError   bad request, authentication, permission, anything unknown
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
-from parlour.runtime.errors import RetryableLLMError, UncorrectableLLMError
+from parlour.runtime.errors import ParlourError, RetryableLLMError, UncorrectableLLMError
 
-# 408 timeout, 409 conflict, 429 rate limit, 5xx server trouble, 529 overloaded.
+# (what failed, the model id) -> the parlour error class and its message
+Verdict = type[ParlourError] | Callable[[Any, str], tuple[type[ParlourError], str]]
+ErrorMap = Sequence[tuple[str, Verdict]]
+
+# 408 timeout, 409 conflict, 429 rate limit, 5xx server trouble (529 is Anthropic's overload)
 _RETRYABLE_STATUS = {408, 409, 429}
-_BEDROCK_RETRYABLE = {
-    "ThrottlingException",
-    "ServiceUnavailableException",
-    "InternalServerException",
-    "ModelNotReadyException",
-    "ModelTimeoutException",
-    "ServiceQuotaExceededException",
-}
 
 
 def require_sdk(module: str, extra: str) -> ModuleType:
@@ -57,59 +62,44 @@ def require_key(explicit: str | None, env_var: str, provider: str) -> str:
     return key
 
 
-def _is_retryable_status(status: int) -> bool:
-    return status in _RETRYABLE_STATUS or status >= 500
+def status_verdict(status: int) -> type[ParlourError]:
+    """The class an HTTP status maps to: 408, 409, 429 and 5xx retry, the rest are final."""
+    if status in _RETRYABLE_STATUS or status >= 500:
+        return RetryableLLMError
+    return UncorrectableLLMError
+
+
+def classify(
+    sdk: ModuleType, table: ErrorMap, exc: BaseException, provider: str, model_id: str
+) -> tuple[type[ParlourError], str] | None:
+    """The verdict of the first row of ``table`` whose class ``exc`` is, or None."""
+    for name, verdict in table:
+        cls = getattr(sdk, name, None)
+        if cls is None or not isinstance(exc, cls):
+            continue
+        if isinstance(verdict, type):
+            return verdict, f"{provider} client error for model {model_id}: {exc}"
+        return verdict(exc, model_id)
+    return None
 
 
 @contextmanager
-def map_http_errors(sdk: ModuleType, provider: str, model_id: str) -> Iterator[None]:
-    """Map the anthropic or openai SDK's errors (they share one shape) to parlour's."""
+def map_errors(sdk: ModuleType, table: ErrorMap, provider: str, model_id: str) -> Iterator[None]:
+    """Translate any exception of ``sdk`` raised inside into parlour's, by ``table``.
+
+    Raises:
+        RetryableLLMError, UncorrectableLLMError: as the table decides, ``from`` the SDK's.
+    """
     try:
         yield
-    except sdk.APIStatusError as exc:
-        status = int(exc.status_code)
-        text = f"{provider} answered {status} for model {model_id}: {_message(exc)}"
-        if _is_retryable_status(status):
-            raise RetryableLLMError(text) from exc
-        raise UncorrectableLLMError(text) from exc
-    except sdk.APIConnectionError as exc:  # timeouts are a subclass
-        raise RetryableLLMError(
-            f"{provider} could not be reached for model {model_id}: {exc}"
-        ) from exc
-    except _base_error(sdk) as exc:
-        raise UncorrectableLLMError(f"{provider} client error for model {model_id}: {exc}") from exc
+    except Exception as exc:
+        found = classify(sdk, table, exc, provider, model_id)
+        if found is None:
+            raise
+        cls, text = found
+        raise cls(text) from exc
 
 
-def _base_error(sdk: ModuleType) -> type[Exception]:
-    base: type[Exception] = getattr(sdk, "AnthropicError", None) or sdk.OpenAIError
-    return base
-
-
-def _message(exc: Any) -> str:
+def error_message(exc: Any) -> str:
+    """The human part of an SDK error: its API message, else its text."""
     return str(getattr(exc, "api_message", None) or getattr(exc, "message", None) or exc)
-
-
-@contextmanager
-def map_boto_errors(model_id: str) -> Iterator[None]:
-    """Map botocore's errors to parlour's."""
-    botocore = require_sdk("botocore.exceptions", "bedrock")
-    try:
-        yield
-    except botocore.ClientError as exc:
-        error = exc.response.get("Error", {})
-        code = str(error.get("Code", "Unknown"))
-        text = f"Bedrock answered {code} for model {model_id}: {error.get('Message', exc)}"
-        if code in _BEDROCK_RETRYABLE:
-            raise RetryableLLMError(text) from exc
-        raise UncorrectableLLMError(text) from exc
-    except (botocore.ConnectionError, botocore.HTTPClientError) as exc:
-        raise RetryableLLMError(
-            f"Bedrock could not be reached for model {model_id}: {exc}"
-        ) from exc
-    except botocore.NoCredentialsError as exc:
-        raise UncorrectableLLMError(
-            "No AWS credentials for Bedrock: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
-            "(or AWS_PROFILE), or pass a configured boto3 client."
-        ) from exc
-    except botocore.BotoCoreError as exc:
-        raise UncorrectableLLMError(f"Bedrock client error for model {model_id}: {exc}") from exc

@@ -1,54 +1,108 @@
-"""``client_for``: the provider client when its key is set, else the offline model."""
+"""``client_for``: the client serving a model, never a silent stand-in.
+
+A real model gets its provider's client, or a clear error saying what to set or install.
+The offline ``ScriptedClient`` serves only when asked for by name (``"scripted"``).
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 
 from loguru import logger
 
 from parlour.runtime._catalog import ModelCatalog, ModelSpec
-from parlour.runtime._llm import LLMClient
-from parlour.runtime._scripted import ScriptedClient
+from parlour.runtime.errors import UncorrectableLLMError
 from parlour.runtime.providers._anthropic import AnthropicClient
 from parlour.runtime.providers._bedrock import BedrockClient
 from parlour.runtime.providers._openai import OpenAIClient
+from parlour.runtime.providers._scripted import ScriptedClient
 from parlour.runtime.providers._shared import spec_of
+from parlour.runtime.providers._template import LLMClient
 
-# The environment that makes each provider usable, and the SDK it needs. Bedrock is judged
-# by environment variables only: probing boto3's credential chain could reach the network.
-_KEYS = {
-    "anthropic": (("ANTHROPIC_API_KEY",), "anthropic"),
-    "openai": (("OPENAI_API_KEY",), "openai"),
-    "bedrock": (("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_BEARER_TOKEN_BEDROCK"), "boto3"),
+SCRIPTED = "scripted"  # the offline model's name in the catalog
+
+_CLIENTS: dict[str, type[LLMClient]] = {
+    "anthropic": AnthropicClient,
+    "openai": OpenAIClient,
+    "bedrock": BedrockClient,
+}
+# What makes each provider usable: the environment variables naming its credentials (any
+# one), the SDK's import name and the pip extra that installs it. Bedrock is judged without
+# reaching the network: its variables, or a shared credentials or config file.
+_NEEDS = {
+    "anthropic": (("ANTHROPIC_API_KEY",), "anthropic", "anthropic"),
+    "openai": (("OPENAI_API_KEY",), "openai", "openai"),
+    "bedrock": (
+        (
+            "AWS_ACCESS_KEY_ID",
+            "AWS_PROFILE",
+            "AWS_BEARER_TOKEN_BEDROCK",
+            "AWS_WEB_IDENTITY_TOKEN_FILE",
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        ),
+        "boto3",
+        "bedrock",
+    ),
 }
 
 
-def provider_available(provider: str) -> bool:
-    """True when ``provider``'s key is set and its SDK is installed."""
-    if provider not in _KEYS:
+def _has_credentials(provider: str) -> bool:
+    env_vars = _NEEDS[provider][0]
+    if any(os.environ.get(v) for v in env_vars):
+        return True
+    if provider != "bedrock":
         return False
-    env_vars, sdk = _KEYS[provider]
-    has_key = any(os.environ.get(v) for v in env_vars)
-    return has_key and importlib.util.find_spec(sdk) is not None
+    files = (
+        os.environ.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials"),
+        os.environ.get("AWS_CONFIG_FILE", "~/.aws/config"),
+    )
+    return any(Path(f).expanduser().is_file() for f in files)
+
+
+def _has_sdk(provider: str) -> bool:
+    return importlib.util.find_spec(_NEEDS[provider][1]) is not None
+
+
+def provider_available(provider: str) -> bool:
+    """True when ``provider``'s credentials are configured and its SDK is installed."""
+    return provider in _NEEDS and _has_credentials(provider) and _has_sdk(provider)
 
 
 def client_for(model: str | ModelSpec, *, catalog: ModelCatalog | None = None) -> LLMClient:
-    """The client serving ``model``: its provider's when the key is set and the SDK is
-    installed, otherwise a ``ScriptedClient`` standing in for the same spec (no network,
-    no key needed).
+    """The client serving ``model``: its provider's, or the offline ``ScriptedClient`` when
+    ``model`` is ``"scripted"`` (or a spec of the scripted provider). Never a fallback.
 
     Raises:
-        ValueError: ``model`` is an id the catalog does not know.
+        ValueError: ``model`` is an id the catalog does not know, or of no known provider.
+        ImportError: the provider's SDK is not installed; the message names the pip extra
+            (and the variable to set, when that is missing too).
+        UncorrectableLLMError: the provider's credentials are not configured; the message
+            names the variable to set.
     """
     spec = spec_of(model, catalog)
-    if provider_available(spec.provider):
-        if spec.provider == "anthropic":
-            return AnthropicClient(spec)
-        if spec.provider == "openai":
-            return OpenAIClient(spec)
-        return BedrockClient(spec)
-    logger.info(
-        "No {} key set; {} is served by the offline scripted model.", spec.provider, spec.id
-    )
-    return ScriptedClient(spec=spec, model_id=spec.id)
+    if spec.provider == SCRIPTED:
+        logger.info("{} is served by the offline scripted model, as asked.", spec.id)
+        return ScriptedClient(spec=spec, model_id=spec.id)
+    if spec.provider not in _CLIENTS:
+        raise ValueError(f"Model {spec.id} has provider {spec.provider!r}, which has no client.")
+    _require(spec)
+    return _CLIENTS[spec.provider](spec)
+
+
+def _require(spec: ModelSpec) -> None:
+    env_vars, _, extra = _NEEDS[spec.provider]
+    setting = " or ".join(env_vars[:3]) if spec.provider == "bedrock" else env_vars[0]
+    offline = f'; to run offline, ask for "{SCRIPTED}" by name'
+    if not _has_sdk(spec.provider):
+        also = "" if _has_credentials(spec.provider) else f", and set {setting}"
+        raise ImportError(
+            f"Model {spec.id} needs the {spec.provider} SDK: pip install 'parlour[{extra}]'"
+            f"{also}{offline}."
+        )
+    if not _has_credentials(spec.provider):
+        raise UncorrectableLLMError(
+            f"Model {spec.id} needs {spec.provider} credentials: set {setting}{offline}."
+        )

@@ -1,16 +1,41 @@
 """The base of the clients over an HTTP SDK (anthropic, openai): one way to build the SDK
-client, with the SDK's own retry, and to report what is missing."""
+client, with the SDK's own retry, to report what is missing, and to send and stream under
+the dialect's error map. A dialect supplies its encoder, one call and one streamed call."""
 
 from __future__ import annotations
 
+import warnings
+from abc import abstractmethod
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from parlour.runtime._catalog import ModelCatalog, ModelSpec
 from parlour.runtime._handlers import NativeToolsFormatter
-from parlour.runtime._llm import LLMClient
 from parlour.runtime._roles import Depth
-from parlour.runtime.providers._errors import require_key, require_sdk
+from parlour.runtime.providers._errors import ErrorMap, map_errors, require_key, require_sdk
+from parlour.runtime.providers._response import LLMResponse
 from parlour.runtime.providers._shared import OutputDeclaration, spec_of
+from parlour.runtime.providers._template import LLMClient, TextCallback, WireRequest
+
+UNSET: Any = object()
+
+
+def injected(client: Any, legacy: Any, legacy_name: str) -> Any:
+    """The SDK client given as ``client=``, or under its deprecated name ``legacy_name``.
+
+    Raises:
+        TypeError: both were given.
+    """
+    if legacy is UNSET:
+        return client
+    if client is not None:
+        raise TypeError(f"Pass the SDK client once: client=..., not also {legacy_name}=....")
+    warnings.warn(
+        f"{legacy_name}= is deprecated; pass the SDK client as client=...",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return legacy
 
 
 class HttpSdkClient(LLMClient):
@@ -19,8 +44,11 @@ class HttpSdkClient(LLMClient):
     Args:
         model: a catalog id or a ``ModelSpec`` (default: the dialect's ``default_model``).
         api_key: else the dialect's environment variable.
-        sdk_client: a ready SDK client (tests pass one over a mock transport); when given,
-            ``api_key`` and ``max_retries`` are not used.
+        client: a ready SDK client (tests pass one over a mock transport); when given,
+            ``api_key`` and ``max_retries`` are not used for it. ``sdk_client=`` is its
+            deprecated name.
+        async_client: a ready async SDK client (``AsyncAnthropic``, ``AsyncOpenAI``) for
+            ``arespond``; else one is made from the key at the first ``arespond``.
         max_retries: the SDK's own retry with backoff for rate limits, overload, timeouts.
         catalog, depth, output_declaration: see ``LLMClient``.
 
@@ -34,17 +62,20 @@ class HttpSdkClient(LLMClient):
     provider: ClassVar[str]  # the SDK's client class, also the name in messages
     env_var: ClassVar[str]
     default_model: ClassVar[str]
+    error_map: ClassVar[ErrorMap]  # the dialect's table, in its own module
 
     def __init__(
         self,
         model: str | ModelSpec | None = None,
         *,
         api_key: str | None = None,
-        sdk_client: Any = None,
+        client: Any = None,
         max_retries: int = 2,
         catalog: ModelCatalog | None = None,
         depth: Depth | None = None,
         output_declaration: OutputDeclaration | None = None,
+        async_client: Any = None,
+        sdk_client: Any = UNSET,
     ) -> None:
         super().__init__(
             spec_of(model or self.default_model, catalog),
@@ -52,7 +83,55 @@ class HttpSdkClient(LLMClient):
             output_declaration=output_declaration,
         )
         self._sdk = require_sdk(self.module, self.module)
-        if sdk_client is None:
-            key = require_key(api_key, self.env_var, self.provider)
-            sdk_client = getattr(self._sdk, self.provider)(api_key=key, max_retries=max_retries)
-        self.sdk_client = sdk_client
+        client = injected(client, sdk_client, "sdk_client")
+        self._api_key, self._max_retries = api_key, max_retries
+        if client is None:
+            client = self._make(self.provider)
+        self.sdk_client = client
+        self._async_client = async_client
+
+    def _make(self, cls_name: str) -> Any:
+        key = require_key(self._api_key, self.env_var, self.provider)
+        return getattr(self._sdk, cls_name)(api_key=key, max_retries=self._max_retries)
+
+    @property
+    def async_sdk_client(self) -> Any:
+        """The async SDK client ``arespond`` uses, made from the key on first use.
+
+        Raises:
+            UncorrectableLLMError: none was given and no API key is configured.
+        """
+        if self._async_client is None:
+            self._async_client = self._make(f"Async{self.provider}")
+        return self._async_client
+
+    async def _asend(self, request: WireRequest, on_text: TextCallback | None) -> LLMResponse:
+        body = self.encode(request)
+        with map_errors(self._sdk, self.error_map, self.provider, request.spec.id):
+            return await self._acall(body, on_text)
+
+    def _send(self, request: WireRequest) -> LLMResponse:
+        body = self.encode(request)
+        with map_errors(self._sdk, self.error_map, self.provider, request.spec.id):
+            return self._call(body)
+
+    def _stream(self, request: WireRequest) -> Iterator[str | LLMResponse]:
+        body = self.encode(request)
+        with map_errors(self._sdk, self.error_map, self.provider, request.spec.id):
+            yield from self._call_streaming(body)
+
+    @abstractmethod
+    def encode(self, request: WireRequest) -> dict[str, Any]:
+        """The SDK call's keyword arguments for ``request`` (the dialect's builder)."""
+
+    @abstractmethod
+    def _call(self, body: dict[str, Any]) -> LLMResponse:
+        """One call with ``body``; SDK errors propagate to the error map."""
+
+    @abstractmethod
+    async def _acall(self, body: dict[str, Any], on_text: TextCallback | None) -> LLMResponse:
+        """One call on the async SDK client; with ``on_text``, over its stream."""
+
+    @abstractmethod
+    def _call_streaming(self, body: dict[str, Any]) -> Iterator[str | LLMResponse]:
+        """One streamed call: text deltas, then the response."""

@@ -1,7 +1,8 @@
 """The OpenAI Chat Completions dialect: a leading system message, native tools in OpenAI's
 shapes, ``max_completion_tokens`` and a reasoning effort per depth.
 
-``build_openai_body`` is the request builder (no credentials, no SDK needed).
+``build_openai_body`` is the request builder (no credentials, no SDK needed); ``ERROR_MAP``
+is this dialect's table of SDK errors.
 """
 
 from __future__ import annotations
@@ -10,9 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from parlour.runtime._catalog import ThinkingMode
-from parlour.runtime._llm import WireRequest
 from parlour.runtime._prepared import Turn
-from parlour.runtime._response import LLMResponse, StopReason, Usage
 from parlour.runtime._roles import Depth, TurnRole
 from parlour.runtime.blocks import (
     ContentBlock,
@@ -25,9 +24,12 @@ from parlour.runtime.blocks import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from parlour.runtime.providers._errors import map_http_errors
+from parlour.runtime.errors import ParlourError, RetryableLLMError, UncorrectableLLMError
+from parlour.runtime.providers._errors import ErrorMap, error_message, status_verdict
 from parlour.runtime.providers._http import HttpSdkClient
+from parlour.runtime.providers._response import LLMResponse, StopReason, Usage
 from parlour.runtime.providers._shared import block_text, tool_schema
+from parlour.runtime.providers._template import TextCallback, WireRequest
 
 _STOP = {
     "stop": StopReason.END_TURN,
@@ -43,6 +45,7 @@ _EFFORT = {
     Depth.ULTRA_THOROUGH: "high",
 }
 _SKIPPED = (ToolDefinitionBlock, ThinkingBlock, RedactedThinkingBlock)
+_STREAMED = {"stream": True, "stream_options": {"include_usage": True}}
 
 
 # -- encoding ------------------------------------------------------------------------------------
@@ -86,7 +89,7 @@ def _assistant_message(turn: Turn) -> dict[str, Any] | None:
         {
             "id": b.id,
             "type": "function",
-            "function": {"name": b.name, "arguments": b.input_json},  # verbatim (B19)
+            "function": {"name": b.name, "arguments": b.input_json},  # verbatim
         }
         for b in turn.blocks
         if isinstance(b, ToolUseBlock)
@@ -102,7 +105,7 @@ def _assistant_message(turn: Turn) -> dict[str, Any] | None:
 
 
 def build_openai_body(request: WireRequest) -> dict[str, Any]:
-    """The ``chat.completions.create`` body for ``request`` (B16, B19, B34, B162).
+    """The ``chat.completions.create`` body for ``request``.
 
     The objective is ``messages[0]``, a ``system`` message, and nowhere else.
     """
@@ -217,6 +220,44 @@ class _StreamAssembly:
         )
 
 
+# -- the error map -------------------------------------------------------------------------------
+
+# A failure mid-stream arrives as an ``error`` object instead of the next chunk; the SDK
+# raises it as a bare ``APIError`` (no status). These of its types are the server's trouble
+# and retry, like a 5xx or a 429 would; any other is final.
+MID_STREAM_RETRYABLE = frozenset(
+    {"server_error", "internal_error", "overloaded", "service_unavailable", "timeout"}
+    | {"rate_limit_exceeded", "rate_limit_error", "requests", "tokens"}
+)
+
+
+def _status_error(exc: Any, model_id: str) -> tuple[type[ParlourError], str]:
+    status = int(exc.status_code)
+    return status_verdict(
+        status
+    ), f"OpenAI answered {status} for model {model_id}: {error_message(exc)}"
+
+
+def _mid_stream(exc: Any, model_id: str) -> tuple[type[ParlourError], str]:
+    kinds = {getattr(exc, "type", None), getattr(exc, "code", None)}
+    retryable = bool(kinds & MID_STREAM_RETRYABLE)
+    verdict = RetryableLLMError if retryable else UncorrectableLLMError
+    kind = getattr(exc, "type", None) or getattr(exc, "code", None) or "an error"
+    return verdict, f"OpenAI failed mid-stream with {kind} for model {model_id}: {exc.message}"
+
+
+def _unreachable(exc: Any, model_id: str) -> tuple[type[ParlourError], str]:
+    return RetryableLLMError, f"OpenAI could not be reached for model {model_id}: {exc}"
+
+
+ERROR_MAP: ErrorMap = (
+    ("APIConnectionError", _unreachable),  # timeouts are a subclass
+    ("APIStatusError", _status_error),  # every HTTP status
+    ("APIError", _mid_stream),  # an error object in a stream that had begun
+    ("OpenAIError", UncorrectableLLMError),  # anything else the SDK raises
+)
+
+
 # -- the client ----------------------------------------------------------------------------------
 
 
@@ -226,7 +267,7 @@ class OpenAIClient(HttpSdkClient):
     Args:
         model: a catalog id or a ``ModelSpec``.
         api_key: else ``OPENAI_API_KEY``.
-        sdk_client: a ready ``openai.OpenAI`` (tests pass one over a mock transport).
+        client: a ready ``openai.OpenAI`` (tests pass one over a mock transport).
         max_retries: the SDK's own retry with backoff.
 
     Raises:
@@ -238,19 +279,30 @@ class OpenAIClient(HttpSdkClient):
     provider = "OpenAI"
     env_var = "OPENAI_API_KEY"
     default_model = "gpt-5-mini"
+    error_map = ERROR_MAP
 
-    def _send(self, request: WireRequest) -> LLMResponse:
-        body = build_openai_body(request)
-        with map_http_errors(self._sdk, "OpenAI", request.spec.id):
-            return decode_completion(self.sdk_client.chat.completions.create(**body))
+    def encode(self, request: WireRequest) -> dict[str, Any]:
+        return build_openai_body(request)
 
-    def _stream(self, request: WireRequest) -> Iterator[str | LLMResponse]:
-        body = build_openai_body(request)
-        body |= {"stream": True, "stream_options": {"include_usage": True}}
+    def _call(self, body: dict[str, Any]) -> LLMResponse:
+        return decode_completion(self.sdk_client.chat.completions.create(**body))
+
+    async def _acall(self, body: dict[str, Any], on_text: TextCallback | None) -> LLMResponse:
+        completions = self.async_sdk_client.chat.completions
+        if on_text is None:
+            return decode_completion(await completions.create(**body))
         assembly = _StreamAssembly()
-        with map_http_errors(self._sdk, "OpenAI", request.spec.id):
-            for chunk in self.sdk_client.chat.completions.create(**body):
-                delta = assembly.feed(chunk)
-                if delta:
-                    yield delta
+        async for chunk in await completions.create(**(body | _STREAMED)):
+            delta = assembly.feed(chunk)
+            if delta:
+                on_text(delta)
+        return assembly.response()
+
+    def _call_streaming(self, body: dict[str, Any]) -> Iterator[str | LLMResponse]:
+        body = body | _STREAMED
+        assembly = _StreamAssembly()
+        for chunk in self.sdk_client.chat.completions.create(**body):
+            delta = assembly.feed(chunk)
+            if delta:
+                yield delta
         yield assembly.response()

@@ -1,4 +1,4 @@
-"""What the provider dialects share: spec lookup, block text, tool schemas."""
+"""What the provider dialects share: spec lookup, block text, tool schemas, media types."""
 
 from __future__ import annotations
 
@@ -17,9 +17,33 @@ from parlour.runtime.blocks import (
     ToolDefinitionBlock,
 )
 
-__all__ = ["OutputDeclaration", "block_text", "spec_of", "tool_schema"]
+__all__ = ["OutputDeclaration", "block_text", "image_subtype", "is_blank", "spec_of", "tool_schema"]
 
 _EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+# the image types Anthropic and Converse both take, by MIME subtype; ``jpg`` is a common
+# misspelling of ``jpeg`` that both refuse
+_IMAGE_SUBTYPES = {"jpeg": "jpeg", "jpg": "jpeg", "png": "png", "gif": "gif", "webp": "webp"}
+
+
+def image_subtype(mime: str, provider: str, conversation_id: str | None) -> str:
+    """The image format of ``mime`` (``image/jpg`` is ``jpeg``).
+
+    Raises:
+        ValueError: not a JPEG, PNG, GIF or WebP image.
+    """
+    kind, _, subtype = mime.lower().partition("/")
+    format_ = _IMAGE_SUBTYPES.get(subtype) if kind == "image" else None
+    if format_ is None:
+        raise ValueError(
+            f"Conversation {conversation_id}: {provider} takes images as JPEG, PNG, GIF or "
+            f"WebP, and an image block is {mime}."
+        )
+    return format_
+
+
+def is_blank(text: str) -> bool:
+    """True for text a provider refuses as a text block: empty or only whitespace."""
+    return not text or text.isspace()
 
 
 def spec_of(model: str | ModelSpec, catalog: ModelCatalog | None = None) -> ModelSpec:

@@ -1,12 +1,18 @@
-"""The ``parlour`` command: the demo restores every conversation intact."""
+"""The ``parlour`` command: chat, the demo restoring every conversation intact, bench, list."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
+import pykka
 import pytest
 
+from parlour.actors import ConversationService, _demo, _workload
 from parlour.actors._cli import main
+from parlour.actors._demo import demo_agent
+from parlour.runtime.blocks import TextBlock
+from parlour.stores import LmdbStore
 
 
 def test_the_demo_restores_and_continues_every_conversation(
@@ -27,7 +33,7 @@ def test_list_and_show_read_what_the_demo_stored(
     capsys.readouterr()
     assert main(["list", "user-0", "--data-dir", data]) == 0
     listed = capsys.readouterr().out.strip().splitlines()
-    assert len(listed) == 1 and "DemoThinker-conv-" in listed[0]
+    assert len(listed) == 1 and "AgentThinker-conv-" in listed[0]
     cid = listed[0].split("\t")[0]
     assert main(["show", "user-0", cid, "--data-dir", data]) == 0
     assert '"conversation_id":"' + cid in capsys.readouterr().out
@@ -46,3 +52,67 @@ def test_bench_prints_a_results_table(capsys: pytest.CaptureFixture[str]) -> Non
     assert out[0].startswith("6 conversations x 2 turns, 2 threads")
     turns, _, per_second, _, _ = out[2].split()
     assert turns == "12" and float(per_second.replace(",", "")) > 0
+
+
+def test_chat_streams_answers_and_resumes_a_stored_conversation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = str(tmp_path / "data")
+    monkeypatch.setattr("sys.stdin", io.StringIO("Hello there\nWhat is get_current_time?\n"))
+    assert main(["chat", "--data-dir", data, "--user", "ann"]) == 0
+    out = capsys.readouterr().out
+    cid = out.split()[1]
+    assert "agent> Answer 1: you said 'Hello there'." in out
+    assert "[get_current_time({}) -> 20" in out  # the tool call and its result, inline
+    monkeypatch.setattr("sys.stdin", io.StringIO("Still there?\n/quit\n"))
+    assert main(["chat", "--data-dir", data, "--user", "ann", "--resume", cid]) == 0
+    assert f"conversation {cid}" in capsys.readouterr().out
+    with LmdbStore(tmp_path / "data") as store:
+        snapshot = store.load(cid, "ann")
+    assert snapshot is not None
+    said = [
+        b.text
+        for m in snapshot.messages
+        if m.role == "user"
+        for b in m.blocks
+        if isinstance(b, TextBlock)
+    ]
+    assert said == ["Hello there", "What is get_current_time?", "Still there?"]
+
+
+def test_chat_refuses_an_unknown_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["chat", "--data-dir", str(tmp_path), "--model", "no-such-model"]) == 1
+    assert "no-such-model" in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_the_demo_cleanly_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    started: list[int] = []
+
+    def interrupted_drive(*args: object, **kwargs: object) -> None:
+        started.append(1)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_demo, "drive", interrupted_drive)
+    assert main(["demo", "--data-dir", str(tmp_path / "data")]) == 130
+    assert "interrupted" in capsys.readouterr().out and started == [1]
+    assert pykka.ActorRegistry.get_all() == []  # the service was stopped
+    with LmdbStore(tmp_path / "data"):  # and the store closed: it opens again
+        pass
+
+
+def test_a_keyboard_interrupt_stops_the_workload_before_new_turns_start(
+    service: ConversationService,
+) -> None:
+    chats = [demo_agent().chat(service, user_id="u") for _ in range(4)]
+    turns: list[int] = []
+
+    def on_turn() -> None:
+        turns.append(1)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _workload.drive(chats, lambda i, t: f"turn {t}", turns=50, workers=1, on_turn=on_turn)
+    assert len(turns) < 4 * 50  # the rest never started
+    assert all(service.owning_thinker(c.conversation_id, "u") is None for c in chats)

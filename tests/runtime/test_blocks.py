@@ -1,4 +1,4 @@
-"""Content blocks and messages (B96-B103): the eleven kinds, snapshots, text fallback."""
+"""Content blocks and messages: the eleven kinds, snapshots, text fallback."""
 
 from __future__ import annotations
 
@@ -45,7 +45,6 @@ class Note:
 
 
 def test_the_union_has_exactly_eleven_kinds() -> None:
-    # B96
     assert set(typing.get_args(ContentBlock)) == {
         TextBlock, PojoBlock, JsonBlock, ToolDefinitionBlock, ImageBlock, FileBlock,
         ToolUseBlock, ToolResultBlock, ThinkingBlock, RedactedThinkingBlock, SkillBlock,
@@ -53,7 +52,6 @@ def test_the_union_has_exactly_eleven_kinds() -> None:
 
 
 def test_blocks_are_frozen_and_compare_by_value() -> None:
-    # B96
     block = TextBlock(text="a")
     with pytest.raises(AttributeError):
         block.text = "b"  # type: ignore[misc]
@@ -62,7 +60,6 @@ def test_blocks_are_frozen_and_compare_by_value() -> None:
 
 
 def test_the_stored_kind_names() -> None:
-    # B100
     assert sorted(BLOCK_KINDS) == sorted(
         ["text", "pojo", "json", "tool_definition", "image", "file", "tool_use",
          "tool_result", "thinking", "redacted_thinking", "skill"]
@@ -89,15 +86,13 @@ EXAMPLES: list[ContentBlock] = [
 
 @pytest.mark.parametrize("block", EXAMPLES, ids=lambda b: type(b).__name__)
 def test_a_block_snapshot_round_trips(block: ContentBlock) -> None:
-    # B97
     snapshot = ContentBlockSnapshot.from_block(block)
     stored = msgspec.json.decode(msgspec.json.encode(snapshot), type=ContentBlockSnapshot)
     assert stored.to_block() == block
 
 
 @pytest.mark.parametrize("value", [Citation("On Things", 1999, ["x"]), Note("n", 5)])
-def test_a_pojo_of_an_importable_class_comes_back_typed(value: object) -> None:
-    # B98
+def test_a_pojo_of_an_imported_class_comes_back_typed(value: object) -> None:
     snapshot = ContentBlockSnapshot.from_block(PojoBlock(value=value))
     stored = msgspec.json.decode(msgspec.json.encode(snapshot), type=ContentBlockSnapshot)
     restored = stored.to_block()
@@ -107,7 +102,6 @@ def test_a_pojo_of_an_importable_class_comes_back_typed(value: object) -> None:
 
 
 def test_a_pojo_whose_class_is_gone_degrades_to_json() -> None:
-    # B98
     snapshot = ContentBlockSnapshot(
         type="pojo",
         fields={"value": {"title": "kept", "year": 1}, "class_path": "no.such.module:Gone"},
@@ -118,7 +112,6 @@ def test_a_pojo_whose_class_is_gone_degrades_to_json() -> None:
 
 
 def test_an_unknown_stored_kind_is_refused_by_name() -> None:
-    # B99
     with pytest.raises(IllegalStateError, match="'hologram' is unknown"):
         ContentBlockSnapshot(type="hologram", fields={"x": 1}).to_block()
 
@@ -129,7 +122,6 @@ def test_a_stored_block_that_does_not_fit_its_kind_is_refused() -> None:
 
 
 def test_blank_text_adds_no_block_and_raw_content_joins_text_blocks() -> None:
-    # B101
     out = OutgoingMessage()
     out.add_text(None)
     out.add_text("   ")
@@ -139,7 +131,6 @@ def test_blank_text_adds_no_block_and_raw_content_joins_text_blocks() -> None:
 
 
 def test_the_text_fallback_encoders() -> None:
-    # B102
     assert render_text(ToolUseBlock(id="id1", name="search", input_json='{"q":1}')) == (
         '[Tool Use search] {"q":1}'
     )
@@ -154,7 +145,6 @@ def test_the_text_fallback_encoders() -> None:
 
 
 def test_an_unconverted_pojo_at_an_encoder_is_refused() -> None:
-    # B103
     with pytest.raises(UncorrectableLLMError, match="unconverted"):
         render_text(PojoBlock(value=Citation("t", 1)))
 
@@ -193,7 +183,7 @@ def test_property_a_message_snapshot_preserves_every_block(items: list[ContentBl
     from parlour.runtime.snapshots import decode_snapshot, encode_snapshot
 
     c = ConversationContext("c-prop")
-    # every result answers a call on record, so restore keeps it (orphans are dropped: B184)
+    # every result answers a call on record, so restore keeps it (orphans are dropped)
     calls = [
         ToolUseBlock(id=b.tool_use_id, name="t", input_json="{}")
         for b in items

@@ -1,4 +1,4 @@
-"""Response handlers and schema stripping (B18, B20-B23, B248)."""
+"""Response handlers: instructions in the one @-notation, schema stripping, parsing."""
 
 from __future__ import annotations
 
@@ -12,11 +12,16 @@ import pytest
 
 from parlour.runtime import (
     ConversationContext,
+    LLMDescription,
+    LLMExample,
+    LLMRequired,
     NativeToolsFormatter,
     OutgoingMessage,
     PojoResponseHandler,
     StringResponseHandler,
     ThinkingResponseHandler,
+    generate_schema,
+    tool_from_function,
 )
 from parlour.runtime.blocks import TextBlock, ToolUseBlock
 
@@ -53,14 +58,12 @@ class EmptyHandler(StringResponseHandler):
 
 
 def test_tool_calls_are_dropped_when_native_tools_are_available() -> None:
-    # B20
     handler = ThinkingResponseHandler(Verdict)
     assert "tool_calls" not in handler.response_instructions(True, False)  # type: ignore[operator]
     assert "tool_calls" in schema(handler.response_instructions(False, False))["@fields"]
 
 
 def test_both_reasonings_are_dropped_when_thinking_is_active() -> None:
-    # B21
     handler = ThinkingResponseHandler(Verdict)
     thinking = handler.response_instructions(False, True)
     assert thinking is not None and "reasoning" not in thinking
@@ -71,7 +74,6 @@ def test_both_reasonings_are_dropped_when_thinking_is_active() -> None:
 
 
 def test_the_instructions_ride_the_last_turn_stripped_and_leave_the_message_alone() -> None:
-    # B22
     c = ConversationContext()
     c.put_main_objective("task", "Decide.")
     ask = OutgoingMessage("decide now", response_handler=ThinkingResponseHandler(Verdict))
@@ -88,27 +90,77 @@ def test_the_instructions_ride_the_last_turn_stripped_and_leave_the_message_alon
 
 @pytest.mark.parametrize("instructions", ["", None])
 def test_no_instructions_add_no_block(instructions: str | None) -> None:
-    # B23
     c = ConversationContext()
     c.add_message(OutgoingMessage("hi", response_handler=EmptyHandler(instructions)))
     assert c.prepare_messages_for_llm().turns[-1].blocks == [TextBlock(text="hi")]
 
 
-def test_the_notation_describes_types_enums_and_requirement() -> None:
+def test_the_notation_describes_types_enums_and_descriptions() -> None:
     fields = schema(PojoResponseHandler(Verdict).response_instructions(False, False))["@fields"]
-    assert fields["call"] == {"@type": "string", "@description": "The decision", "@required": True}
-    assert fields["mode"] == {"@type": "enum", "@values": ["fast", "slow"]}
+    assert fields["call"] == {"@type": "string", "@description": "The decision"}
+    assert fields["mode"] == {
+        "@type": "enum",
+        "@description": "Field mode",
+        "@values": ["fast", "slow"],
+    }
 
 
 def test_a_cyclic_type_renders_by_name_where_it_recurs() -> None:
     fields = schema(PojoResponseHandler(Node).response_instructions(False, False))["@fields"]
-    assert fields["url"] == {"@type": "string", "@required": True}
-    assert fields["children"] == {"@type": "array of Node"}
+    assert fields["url"] == {"@type": "string", "@description": "Field url"}
+    assert fields["children"] == {"@type": "array of Node", "@description": "Field children"}
 
 
 def test_a_type_without_fields_is_refused_at_construction() -> None:
-    with pytest.raises(TypeError, match="not a msgspec Struct or a dataclass"):
+    with pytest.raises(TypeError, match="neither a msgspec Struct nor a dataclass"):
         PojoResponseHandler(int)
+    with pytest.raises(TypeError, match="neither a msgspec Struct nor a dataclass"):
+        ThinkingResponseHandler(int)
+
+
+class Finding(msgspec.Struct):
+    __llm_description__ = "What the search found."
+
+    title: Annotated[str, LLMRequired, LLMDescription("A short title"), LLMExample("Q3 dip")]
+    score: Annotated[int, msgspec.Meta(ge=0, le=10), LLMDescription("Confidence, 0-10")] = 5
+    sources: list[Node] = []
+
+
+def test_the_answer_schema_and_the_tool_schema_of_one_type_render_identically() -> None:
+    """One notation, one renderer: the answer a model is asked for and a tool input of the
+    same type say the same thing, descriptions, requirement and examples included."""
+
+    def file_finding(finding: Finding) -> str:
+        """File a finding."""
+        return finding.title
+
+    answer = schema(PojoResponseHandler(Finding).response_instructions(False, False))
+    assert answer == generate_schema(Finding).to_notation()
+    tool_input = tool_from_function(file_finding).schema().to_notation()["@fields"]["finding"]
+    assert answer["@fields"] == tool_input["@fields"]
+    envelope = schema(ThinkingResponseHandler(Finding).response_instructions(True, False))
+    assert envelope["@fields"]["answer"]["@fields"] == answer["@fields"]
+
+
+def test_the_response_instructions_carry_the_descriptions_the_schema_has() -> None:
+    """The one intended change of the response instructions: they now carry the class and
+    field descriptions (and the schema's requirement and examples), which the handler's own
+    renderer used to drop."""
+    instructions = PojoResponseHandler(Finding).response_instructions(False, False)
+    assert instructions == (
+        "Reply with one JSON object, and nothing around it, that is an instance of:\n"
+        '{"@type":"Finding","@description":"What the search found.","@fields":{'
+        '"title":{"@type":"string","@description":"A short title","@required":true,'
+        '"@examples":["Q3 dip"]},'
+        '"score":{"@type":"integer","@description":"Confidence, 0-10"},'
+        '"sources":{"@type":"array of Node","@description":"Field sources","@fields":{'
+        '"url":{"@type":"string","@description":"Field url"},'
+        '"children":{"@type":"array of Node","@description":"Field children"}}}}}'
+    )
+    answer = schema(ThinkingResponseHandler(Finding).response_instructions(True, False))
+    assert answer["@fields"]["answer"]["@description"] == (
+        "The final answer; leave it out while you still call tools. What the search found."
+    )
 
 
 def test_structured_handlers_use_the_notation_and_prose_does_not() -> None:
@@ -123,7 +175,6 @@ def test_a_pojo_answer_parses_typed_even_inside_a_code_fence() -> None:
 
 
 def test_text_dialect_tool_calls_get_ids_by_name_and_position() -> None:
-    # B18
     reply = json.dumps(
         {
             "reasoning": "need time, then search",
@@ -150,7 +201,6 @@ def test_a_thinking_answer_parses_to_the_answer_type() -> None:
 
 
 def test_one_handler_gives_identical_instructions_across_threads() -> None:
-    # B248
     handler = ThinkingResponseHandler(Verdict)
 
     def render(i: int) -> str:

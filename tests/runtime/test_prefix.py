@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
 from loguru import logger
 
-from parlour.runtime import ConversationContext, LocalTokenCounter, TokenCounter
+from parlour.runtime import ConversationContext, Depth, LLMClient, LocalTokenCounter, TokenCounter
 from parlour.runtime.blocks import TextBlock, ToolDefinitionBlock
-from parlour.runtime.testing import ScriptedClient, fake_spec
+from parlour.runtime.providers import AnthropicClient, BedrockClient, OpenAIClient
+from parlour.runtime.testing import (
+    ConverseStreamMock,
+    MockProvider,
+    ScriptedClient,
+    anthropic_message,
+    converse_stream_events,
+    dummy_bedrock_client,
+    fake_spec,
+    mock_anthropic_sdk,
+    mock_openai_sdk,
+    openai_completion,
+)
 
 
 @pytest.fixture
@@ -22,7 +35,7 @@ def warnings() -> Iterator[list[str]]:
     logger.disable("parlour")
 
 
-def chat(client: ScriptedClient, c: ConversationContext, text: str) -> None:
+def chat(client: LLMClient, c: ConversationContext, text: str) -> None:
     c.add_user_message(text)
     c.add_message(client.respond(c).to_message())
 
@@ -78,3 +91,50 @@ def test_the_local_estimate_counts_without_freezing_the_conversation() -> None:
     c.add_user_message("a few more words here")
     assert counter.count_tokens(c) > empty > 0
     assert not c.is_frozen() and not c.is_model_resolved()
+
+
+def native_clients() -> list[LLMClient]:
+    anthropic = MockProvider(*[anthropic_message("ok")] * 3)
+    openai = MockProvider(*[openai_completion("ok")] * 3)
+    return [
+        AnthropicClient(
+            fake_spec(id="claude-t", provider="anthropic"), client=mock_anthropic_sdk(anthropic)
+        ),
+        OpenAIClient(fake_spec(id="gpt-t", provider="openai"), client=mock_openai_sdk(openai)),
+    ]
+
+
+def seat(conversation_id: str) -> ConversationContext:
+    c = ConversationContext(conversation_id)
+    c.output_declaration, c.depth = 1_000, Depth.IMMEDIATE
+    c.put_main_objective("task", "Be kind.")
+    c.add_tool(ToolDefinitionBlock(name="t", description="d"))
+    return c
+
+
+@pytest.mark.parametrize("client", native_clients(), ids=["anthropic", "openai"])
+def test_a_late_tool_on_a_native_dialect_warns_naming_the_tools_array(
+    warnings: list[str], client: LLMClient
+) -> None:
+    c = seat("p-5")
+    chat(client, c, "one")
+    chat(client, c, "two")
+    assert warnings == []  # head tools in the array: the prefix holds
+    c.add_tool(ToolDefinitionBlock(name="late", description="arrives after the freeze"))
+    chat(client, c, "three")
+    assert len(warnings) == 1 and "changed at tools since" in warnings[0]
+
+
+def test_a_late_tool_on_a_text_dialect_keeps_the_prefix(warnings: list[str]) -> None:
+    boto = dummy_bedrock_client()
+    stream = ConverseStreamMock(boto, *[converse_stream_events("ok")] * 3)
+    client = BedrockClient(fake_spec(id="anthropic.t-v1:0", provider="bedrock"), client=boto)
+    c = seat("p-6")
+    for text in ("one", "two"):
+        c.add_user_message(text)
+        c.add_message(client.stream(c).get_final_response().to_message())
+    c.add_tool(ToolDefinitionBlock(name="late", description="arrives after the freeze"))
+    c.add_user_message("three")
+    client.stream(c).get_final_response()
+    assert warnings == []
+    assert "late: arrives after the freeze" in json.dumps(stream.bodies[-1]["messages"][-1])

@@ -1,4 +1,4 @@
-"""The normalized response: usage shapes and cache metrics (B91-B95)."""
+"""The normalized response: usage shapes and cache metrics."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ def response(**usage: int | None) -> LLMResponse:
     return LLMResponse(model_id="m", blocks=[], usage=Usage(**usage))  # type: ignore[arg-type]
 
 
-def test_the_hit_rate_is_reads_over_all_cache_traffic() -> None:  # B91
+def test_the_hit_rate_is_reads_over_all_cache_traffic() -> None:
     r = response(cache_creation_input_tokens=1000, cache_read_input_tokens=3000)
     assert r.get_cache_hit_rate() == 0.75
     assert r.has_cache()
@@ -22,13 +22,13 @@ def test_the_hit_rate_is_reads_over_all_cache_traffic() -> None:  # B91
     ("creation", "read", "has", "rate"),
     [(None, None, False, 0.0), (0, 0, False, 0.0), (None, 500, True, 1.0), (500, None, True, 0.0)],
 )
-def test_cache_edges(creation: int | None, read: int | None, has: bool, rate: float) -> None:  # B92
+def test_cache_edges(creation: int | None, read: int | None, has: bool, rate: float) -> None:
     r = response(cache_creation_input_tokens=creation, cache_read_input_tokens=read)
     assert r.has_cache() is has
     assert r.get_cache_hit_rate() == rate
 
 
-def test_additive_usage_adds_the_cache_counters() -> None:  # B93
+def test_additive_usage_adds_the_cache_counters() -> None:
     r = response()
     r.set_additive_usage(100, 20, 30, 5)
     assert r.actual_input_tokens == 150
@@ -39,14 +39,14 @@ def test_additive_usage_adds_the_cache_counters() -> None:  # B93
     )
 
 
-def test_subset_usage_does_not_add_the_cached_count_again() -> None:  # B94
+def test_subset_usage_does_not_add_the_cached_count_again() -> None:
     r = response()
     r.set_usage(150, None, 30, 5)
     assert r.actual_input_tokens == 150
     assert r.cache_read_input_tokens == 30
 
 
-def test_reported_usage_never_lands_on_the_conversation() -> None:  # B95
+def test_reported_usage_never_lands_on_the_conversation() -> None:
     c = ConversationContext("u-1")
     c.add_user_message("hello there")
     total = getattr(c, "get_total_tokens", None)

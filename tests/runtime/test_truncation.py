@@ -1,4 +1,4 @@
-"""The shared template's truncation and refusal discipline, offline (B163-B170, D11)."""
+"""The shared template's truncation and refusal discipline, offline."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def answer(stop: StopReason, output_tokens: int = 10, **fields: str) -> LLMRespo
     )
 
 
-def test_a_truncated_answer_escalates_the_sent_message_to_the_ceiling() -> None:  # B163
+def test_a_truncated_answer_escalates_the_sent_message_to_the_ceiling() -> None:
     c = conversation(16_000)
     with pytest.raises(OutputTruncationRetry) as caught:
         ScriptedClient([answer(StopReason.MAX_TOKENS)]).respond(c)
@@ -58,7 +58,7 @@ def test_a_truncated_answer_escalates_the_sent_message_to_the_ceiling() -> None:
     assert c.messages[-1].requested_output_tokens == CEILING
 
 
-def test_a_truncation_at_the_ceiling_is_final_and_names_it() -> None:  # B164
+def test_a_truncation_at_the_ceiling_is_final_and_names_it() -> None:
     c = conversation(16_000)
     c.messages[-1].requested_output_tokens = CEILING
     with pytest.raises(UncorrectableLLMError, match=str(CEILING)) as caught:
@@ -68,21 +68,20 @@ def test_a_truncation_at_the_ceiling_is_final_and_names_it() -> None:  # B164
 
 
 def test_a_ceiling_below_the_declaration_truncates_finally_on_the_first_call() -> None:
-    # B165
     low = fake_spec(max_output_tokens=8_000)
     c = conversation(16_000, low)
     with pytest.raises(UncorrectableLLMError, match="8000"):
         ScriptedClient([answer(StopReason.MAX_TOKENS)]).respond(c)
 
 
-def test_an_unknown_stop_that_fills_the_wire_maximum_is_a_truncation() -> None:  # B166
+def test_an_unknown_stop_that_fills_the_wire_maximum_is_a_truncation() -> None:
     with pytest.raises(OutputTruncationRetry):
         ScriptedClient([answer(StopReason.UNKNOWN, 16_000)]).respond(conversation(16_000))
     response = ScriptedClient([answer(StopReason.UNKNOWN, 15_999)]).respond(conversation(16_000))
     assert response.stop_reason is StopReason.UNKNOWN
 
 
-def test_the_retry_helper_sends_the_escalated_budget_once() -> None:  # B167, D11
+def test_the_retry_helper_sends_the_escalated_budget_once() -> None:
     sent: list[WireRequest] = []
     client = ScriptedClient([answer(StopReason.MAX_TOKENS), "done"], requests=sent)
     response = respond_with_truncation_retry(client, conversation(16_000))
@@ -90,7 +89,7 @@ def test_the_retry_helper_sends_the_escalated_budget_once() -> None:  # B167, D1
     assert [r.max_tokens for r in sent] == [16_000, CEILING]
 
 
-def test_a_second_truncation_names_the_models_own_ceiling() -> None:  # B167
+def test_a_second_truncation_names_the_models_own_ceiling() -> None:
     client = ScriptedClient([answer(StopReason.MAX_TOKENS), answer(StopReason.MAX_TOKENS)])
     with pytest.raises(UncorrectableLLMError, match="own ceiling refused") as caught:
         respond_with_truncation_retry(client, conversation(16_000))
@@ -98,13 +97,13 @@ def test_a_second_truncation_names_the_models_own_ceiling() -> None:  # B167
 
 
 def test_a_second_truncation_of_a_rebuilt_request_says_the_escalation_was_lost() -> None:
-    # B167: a job that rebuilds its conversation per call re-runs at its declared budget.
+    # A job that rebuilds its conversation per call re-runs at its declared budget.
     client = ScriptedClient([answer(StopReason.MAX_TOKENS), answer(StopReason.MAX_TOKENS)])
     with pytest.raises(UncorrectableLLMError, match="without the escalation"):
         respond_with_truncation_retry(client, lambda: conversation(16_000))
 
 
-def test_a_second_truncation_after_failover_names_the_lower_ceiling() -> None:  # B167
+def test_a_second_truncation_after_failover_names_the_lower_ceiling() -> None:
     kept = conversation(16_000)
     calls = iter([False, True])
 
@@ -119,7 +118,7 @@ def test_a_second_truncation_after_failover_names_the_lower_ceiling() -> None:  
     assert "20000" in str(caught.value)
 
 
-def test_a_refusal_carries_its_category_and_explanation() -> None:  # B168
+def test_a_refusal_carries_its_category_and_explanation() -> None:
     c = conversation()
     refusal = answer(
         StopReason.CONTENT_FILTERED,
@@ -141,14 +140,14 @@ def test_a_refusal_carries_its_category_and_explanation() -> None:  # B168
     assert len(c.messages) == 1
 
 
-def test_a_refusal_without_an_account_says_so() -> None:  # B169
+def test_a_refusal_without_an_account_says_so() -> None:
     with pytest.raises(ProviderRefusalError) as caught:
         ScriptedClient([answer(StopReason.CONTENT_FILTERED)]).respond(conversation())
     assert caught.value.category is None and caught.value.explanation is None
     assert "refused" in str(caught.value) and "gave no account" in str(caught.value)
 
 
-def test_a_successful_response_is_timed() -> None:  # B170
+def test_a_successful_response_is_timed() -> None:
     response = ScriptedClient(["fine"]).respond(conversation())
     assert response.end_time is not None and response.start_time is not None
     assert response.end_time >= response.start_time
@@ -171,7 +170,7 @@ def test_an_unbound_undeclared_conversation_gets_the_scripted_default_binding() 
     assert c.is_model_resolved()
 
 
-def test_a_client_without_defaults_refuses_an_undeclared_seat() -> None:  # B150
+def test_a_client_without_defaults_refuses_an_undeclared_seat() -> None:
     c = ConversationContext("t-3")
     c.add_user_message("hi")
     client = ScriptedClient(depth=Depth.IMMEDIATE, output_declaration=None)

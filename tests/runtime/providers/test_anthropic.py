@@ -1,13 +1,14 @@
 """The Anthropic dialect, on the request builder and through the real SDK over a mock
-transport (B15, B33, B36, B80-B88, B93, B104, B162, B167, B168; D20)."""
+transport."""
 
 from __future__ import annotations
 
+import base64
 import json
-import sys
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import pytest
 
 from parlour.runtime import (
@@ -17,11 +18,13 @@ from parlour.runtime import (
     ModelBinding,
     OutgoingMessage,
     OutputSize,
+    PojoResponseHandler,
     StopReason,
     TokenCounter,
     respond_with_truncation_retry,
 )
 from parlour.runtime.blocks import (
+    FileBlock,
     ImageBlock,
     RedactedThinkingBlock,
     SkillBlock,
@@ -32,9 +35,7 @@ from parlour.runtime.blocks import (
     ToolUseBlock,
 )
 from parlour.runtime.errors import (
-    OutputTruncationRetry,
     ProviderRefusalError,
-    RetryableLLMError,
     UncorrectableLLMError,
 )
 from parlour.runtime.providers import AnthropicClient, build_anthropic_params
@@ -73,10 +74,10 @@ def wire(request: pytest.FixtureRequest) -> Wire:
 
 def wire_for(spec: Any, mode: str) -> Wire:
     if mode == "builder":
-        offline = AnthropicClient(spec, sdk_client=object())  # no key, no SDK client
+        offline = AnthropicClient(spec, client=object())  # no key, no SDK client
         return lambda c: build_anthropic_params(offline.build_request(c))
     handler = MockProvider()
-    client = AnthropicClient(spec, sdk_client=mock_anthropic_sdk(handler))
+    client = AnthropicClient(spec, client=mock_anthropic_sdk(handler))
 
     def send(c: ConversationContext) -> dict[str, Any]:
         handler.add(anthropic_message("ok"))
@@ -107,7 +108,7 @@ def flagged_turns(c: ConversationContext, count: int) -> None:
 # -- routing and tools ---------------------------------------------------------------------------
 
 
-def test_a_tool_travels_only_in_the_tools_parameter(wire: Wire) -> None:  # B15
+def test_a_tool_travels_only_in_the_tools_parameter(wire: Wire) -> None:
     c = conversation()
     c.add_tool(TOOL)
     c.add_user_message("How many left?")
@@ -118,7 +119,7 @@ def test_a_tool_travels_only_in_the_tools_parameter(wire: Wire) -> None:  # B15
     assert "lookup_inventory" not in json.dumps(body["messages"])
 
 
-def test_the_objective_is_only_in_system_and_roles_are_kept(wire: Wire) -> None:  # B33
+def test_the_objective_is_only_in_system_and_roles_are_kept(wire: Wire) -> None:
     c = conversation()
     c.add_user_message("Question")
     c.add_message(IncomingMessage("Answer", [TextBlock(text="Answer")]))
@@ -129,7 +130,7 @@ def test_the_objective_is_only_in_system_and_roles_are_kept(wire: Wire) -> None:
     assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
 
 
-def test_two_user_turns_are_never_merged(wire: Wire) -> None:  # B36
+def test_two_user_turns_are_never_merged(wire: Wire) -> None:
     c = conversation()
     c.add_user_message("first")
     c.add_user_message("second")
@@ -144,7 +145,6 @@ def test_two_user_turns_are_never_merged(wire: Wire) -> None:  # B36
 
 
 def test_six_flagged_turns_with_a_cached_objective_use_exactly_four_markers(wire: Wire) -> None:
-    # B80, B81
     c = conversation()
     flagged_turns(c, 6)
     body = wire(c)
@@ -154,7 +154,6 @@ def test_six_flagged_turns_with_a_cached_objective_use_exactly_four_markers(wire
 
 
 def test_an_uncached_objective_leaves_four_breakpoints_to_the_turns(wire: Wire) -> None:
-    # B82
     c = conversation()
     c.set_cache_main_objective(False)
     flagged_turns(c, 6)
@@ -163,7 +162,7 @@ def test_an_uncached_objective_leaves_four_breakpoints_to_the_turns(wire: Wire) 
     assert marked_texts(body) == ["turn 1", "turn 2", "turn 3", "turn 4"]
 
 
-def test_an_empty_objective_takes_no_breakpoint(wire: Wire) -> None:  # B83
+def test_an_empty_objective_takes_no_breakpoint(wire: Wire) -> None:
     c = conversation(objective=None)
     flagged_turns(c, 6)
     body = wire(c)
@@ -172,7 +171,7 @@ def test_an_empty_objective_takes_no_breakpoint(wire: Wire) -> None:  # B83
 
 
 @pytest.mark.parametrize("mode", ["builder", "sdk"])
-def test_a_model_without_caching_gets_no_markers(mode: str) -> None:  # B84
+def test_a_model_without_caching_gets_no_markers(mode: str) -> None:
     send = wire_for(
         fake_spec(id="claude-test", provider="anthropic", supports_prompt_caching=False), mode
     )
@@ -181,7 +180,7 @@ def test_a_model_without_caching_gets_no_markers(mode: str) -> None:  # B84
     assert markers(send(c)) == 0
 
 
-def test_only_the_first_text_block_of_a_turn_anchors(wire: Wire) -> None:  # B85
+def test_only_the_first_text_block_of_a_turn_anchors(wire: Wire) -> None:
     c = conversation()
     image = ImageBlock(data="aGk=", mime_type="image/png")
     c.add_message(
@@ -194,7 +193,7 @@ def test_only_the_first_text_block_of_a_turn_anchors(wire: Wire) -> None:  # B85
     assert "cache_control" not in content[2]
 
 
-def test_turns_without_text_spend_no_breakpoint(wire: Wire) -> None:  # B86
+def test_turns_without_text_spend_no_breakpoint(wire: Wire) -> None:
     c = conversation()
     image = ImageBlock(data="aGk=", mime_type="image/png")
     call = ToolUseBlock(id="toolu_1", name="lookup_inventory", input_json='{"sku": "A"}')
@@ -211,7 +210,7 @@ def test_turns_without_text_spend_no_breakpoint(wire: Wire) -> None:  # B86
     assert markers(body) == 4
 
 
-def test_a_skill_block_can_anchor_a_breakpoint(wire: Wire) -> None:  # B87
+def test_a_skill_block_can_anchor_a_breakpoint(wire: Wire) -> None:
     c = conversation()
     image = ImageBlock(data="aGk=", mime_type="image/png")
     skill = SkillBlock(name="triage", body="Sort by urgency.")
@@ -222,7 +221,7 @@ def test_a_skill_block_can_anchor_a_breakpoint(wire: Wire) -> None:  # B87
     assert "cache_control" not in content[2]
 
 
-def test_unflagged_turns_are_never_marked(wire: Wire) -> None:  # B88
+def test_unflagged_turns_are_never_marked(wire: Wire) -> None:
     c = conversation()
     c.add_user_message("plain one")
     c.add_user_message("flagged").set_cache(True)
@@ -233,7 +232,7 @@ def test_unflagged_turns_are_never_marked(wire: Wire) -> None:  # B88
 
 def test_skills_precede_the_objective_and_only_the_last_system_block_is_marked(
     wire: Wire,
-) -> None:  # B89
+) -> None:
     c = conversation()
     c.put_main_objective("task", "OBJECTIVE-TEXT")
     c.admit_skill(SkillBlock(name="citations", body="Cite every claim."))
@@ -264,7 +263,7 @@ def test_a_skill_admitted_after_the_freeze_rides_the_stream(wire: Wire) -> None:
 # -- thinking, budgets, usage --------------------------------------------------------------------
 
 
-def test_thinking_and_redacted_thinking_are_echoed_verbatim(wire: Wire) -> None:  # B104
+def test_thinking_and_redacted_thinking_are_echoed_verbatim(wire: Wire) -> None:
     c = conversation()
     c.add_user_message("think")
     c.add_message(
@@ -282,7 +281,7 @@ def test_thinking_and_redacted_thinking_are_echoed_verbatim(wire: Wire) -> None:
     assert assistant[1] == {"type": "redacted_thinking", "data": "opaque-bytes"}
 
 
-def test_max_tokens_is_the_declared_budget_at_immediate(wire: Wire) -> None:  # B162
+def test_max_tokens_is_the_declared_budget_at_immediate(wire: Wire) -> None:
     c = conversation(output=16_000)
     c.add_user_message("go")
     body = wire(c)
@@ -301,10 +300,10 @@ def test_thinking_depth_books_its_budget_in_max_tokens(wire: Wire) -> None:
 
 def sdk_client(*replies: Any) -> tuple[AnthropicClient, MockProvider]:
     handler = MockProvider(*replies)
-    return AnthropicClient(SPEC, sdk_client=mock_anthropic_sdk(handler)), handler
+    return AnthropicClient(SPEC, client=mock_anthropic_sdk(handler)), handler
 
 
-def test_usage_is_additive_with_cache_counters() -> None:  # B93 on the wire
+def test_usage_is_additive_with_cache_counters() -> None:
     client, _ = sdk_client(
         anthropic_message("ok", input_tokens=100, cache_creation=20, cache_read=30, output_tokens=5)
     )
@@ -361,15 +360,7 @@ def test_a_streamed_answer_yields_text_and_the_complete_response() -> None:
     assert response.output_tokens == 9
 
 
-def test_a_streamed_truncation_raises_the_retry_signal() -> None:
-    client, _ = sdk_client(anthropic_sse(anthropic_message("cut sh", stop_reason="max_tokens")))
-    c = conversation()
-    c.add_user_message("go")
-    with pytest.raises(OutputTruncationRetry):
-        list(client.stream(c))
-
-
-def test_the_retry_helper_resends_at_the_ceiling() -> None:  # B167
+def test_the_retry_helper_resends_at_the_ceiling() -> None:
     client, handler = sdk_client(
         anthropic_message("cut sh", stop_reason="max_tokens"), anthropic_message("whole")
     )
@@ -379,7 +370,7 @@ def test_the_retry_helper_resends_at_the_ceiling() -> None:  # B167
     assert [b["max_tokens"] for b in handler.bodies] == [16_000, SPEC.max_output_tokens]
 
 
-def test_a_refusal_on_the_wire_is_a_provider_refusal() -> None:  # B168
+def test_a_refusal_on_the_wire_is_a_provider_refusal() -> None:
     details = {
         "type": "refusal",
         "category": "reasoning_extraction",
@@ -395,38 +386,6 @@ def test_a_refusal_on_the_wire_is_a_provider_refusal() -> None:  # B168
 
 
 # -- errors, keys, counting ----------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("status", "expected"),
-    [
-        (429, RetryableLLMError),
-        (529, RetryableLLMError),
-        (500, RetryableLLMError),
-        (400, UncorrectableLLMError),
-        (401, UncorrectableLLMError),
-    ],
-)
-def test_sdk_errors_are_mapped_at_the_seam(status: int, expected: type[Exception]) -> None:
-    error = {"type": "error", "error": {"type": "some_error", "message": "nope"}}
-    client, _ = sdk_client((status, error))
-    c = conversation()
-    c.add_user_message("go")
-    with pytest.raises(expected, match=f"answered {status}") as caught:
-        client.respond(c)
-    assert type(caught.value.__cause__).__module__.startswith("anthropic")
-
-
-def test_a_missing_key_says_what_to_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    with pytest.raises(UncorrectableLLMError, match="ANTHROPIC_API_KEY"):
-        AnthropicClient(SPEC)
-
-
-def test_a_missing_sdk_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "anthropic", None)
-    with pytest.raises(ImportError, match=r"parlour\[anthropic\]"):
-        AnthropicClient(SPEC, api_key="k")
 
 
 def test_exact_token_counts_come_from_the_count_tokens_endpoint() -> None:
@@ -459,3 +418,114 @@ def test_the_rung_declaration_reaches_the_wire() -> None:
     c.add_user_message("go")
     client.respond(c)
     assert handler.last_body["max_tokens"] == SPEC.get_output_budget(OutputSize.COMPACT)
+
+
+# -- the API's own rules -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mime", ["text/plain", "text/markdown", "text/csv"])
+def test_a_text_file_is_sent_as_the_plain_text_document_source(wire: Wire, mime: str) -> None:
+    c = conversation()
+    notes = base64.b64encode("Ship on Friday. ✓".encode()).decode()
+    c.add_message(
+        OutgoingMessage(
+            blocks=[TextBlock(text="Read:"), FileBlock(data=notes, mime_type=mime, filename="n.md")]
+        )
+    )
+    document = wire(c)["messages"][0]["content"][1]
+    assert document == {
+        "type": "document",
+        "source": {"type": "text", "media_type": "text/plain", "data": "Ship on Friday. ✓"},
+    }
+
+
+def test_a_pdf_stays_the_base64_document_source(wire: Wire) -> None:
+    c = conversation()
+    c.add_message(OutgoingMessage(blocks=[FileBlock(data="JVBE", mime_type="application/pdf")]))
+    assert wire(c)["messages"][0]["content"][0]["source"] == {
+        "type": "base64",
+        "media_type": "application/pdf",
+        "data": "JVBE",
+    }
+
+
+@pytest.mark.parametrize(
+    ("mime", "data", "refusal"),
+    [
+        (
+            "application/msword",
+            "aGk=",
+            r"PDF or plain text, and file 'x\.doc' is application/msword",
+        ),
+        ("text/plain", base64.b64encode(b"\xff\xfe").decode(), r"not base64 of UTF-8 text"),
+    ],
+)
+def test_a_file_the_api_cannot_take_is_refused_before_anything_is_sent(
+    mime: str, data: str, refusal: str
+) -> None:
+    client, handler = sdk_client()
+    c = conversation()
+    c.add_message(OutgoingMessage(blocks=[FileBlock(data=data, mime_type=mime, filename="x.doc")]))
+    with pytest.raises(ValueError, match=f"Conversation a-1: .*{refusal}"):
+        client.respond(c)
+    assert handler.bodies == []
+
+
+def test_an_image_jpg_type_is_sent_as_image_jpeg(wire: Wire) -> None:
+    c = conversation()
+    c.add_message(OutgoingMessage(blocks=[ImageBlock(data="aGk=", mime_type="image/jpg")]))
+    assert wire(c)["messages"][0]["content"][0]["source"]["media_type"] == "image/jpeg"
+
+
+def test_empty_text_is_never_sent(wire: Wire) -> None:
+    c = conversation()
+    c.add_user_message("")
+    c.add_message(
+        OutgoingMessage(blocks=[TextBlock(text="  "), TextBlock(text="real")], cache=True)
+    )
+    assert wire(c)["messages"] == [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "real", "cache_control": {"type": "ephemeral"}}],
+        }
+    ]
+
+
+# -- counting exactly what is sent ---------------------------------------------------------------
+
+
+class Verdict(msgspec.Struct):
+    approved: bool
+
+
+def test_count_tokens_counts_exactly_the_body_messages_create_sends() -> None:
+    client, handler = sdk_client({"input_tokens": 321}, anthropic_message('{"approved": true}'))
+    c = conversation()
+    c.depth = Depth.STANDARD  # thinking on: its config is part of the count
+    c.add_tool(TOOL)
+    c.add_message(OutgoingMessage("Approve?", response_handler=PojoResponseHandler(Verdict)))
+    assert client.count_tokens(c) == 321
+    assert not c.is_frozen() and not c.is_model_resolved()
+    client.respond(c)
+    counted, sent = handler.bodies
+    assert {k: v for k, v in sent.items() if k not in ("max_tokens", "stream")} == counted
+    assert "thinking" in counted and "tools" in counted
+    assert "approved" in json.dumps(counted["messages"])  # the response instructions
+
+
+def test_count_tokens_on_a_frozen_conversation_counts_a_late_tool_as_it_will_be_sent() -> None:
+    client, handler = sdk_client(
+        anthropic_message("ok"), {"input_tokens": 9}, anthropic_message("ok")
+    )
+    c = conversation()
+    c.add_user_message("hello")
+    c.add_message(client.respond(c).to_message())
+    c.add_tool(TOOL)  # after the freeze: announced in the stream, not in the head
+    c.add_user_message("and now?")
+    before = list(c.messages)
+    client.count_tokens(c)
+    assert c.messages == before  # counting appended no announcement
+    client.respond(c)
+    counted, sent = handler.bodies[1:]
+    assert {k: v for k, v in sent.items() if k not in ("max_tokens", "stream")} == counted
+    assert "Additional tools now available" in json.dumps(counted["messages"])

@@ -1,4 +1,4 @@
-"""The breakpoint budget as a property over any conversation (B80-B88)."""
+"""The breakpoint budget as a property over any conversation."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from parlour.runtime.testing import fake_spec
 CLIENTS = {
     caching: AnthropicClient(
         fake_spec(id="claude-test", provider="anthropic", supports_prompt_caching=caching),
-        sdk_client=object(),
+        client=object(),
     )
     for caching in (False, True)
 }

@@ -1,10 +1,12 @@
 """The Bedrock Converse dialect: the request builder, boto3 under ``Stubber`` (request and
 response validated against the service model) and ``converse_stream`` through a
-before-send hook (B17, B18, B35, B36, B162; D20)."""
+before-send hook."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,9 +23,23 @@ from parlour.runtime import (
     OutgoingMessage,
     StopReason,
 )
-from parlour.runtime.blocks import TextBlock, ToolDefinitionBlock, ToolResultBlock, ToolUseBlock
-from parlour.runtime.errors import OutputTruncationRetry, RetryableLLMError, UncorrectableLLMError
-from parlour.runtime.providers import BedrockClient, build_converse_request, parse_tool_calls
+from parlour.runtime.blocks import (
+    FileBlock,
+    ImageBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolDefinitionBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from parlour.runtime.errors import OutputTruncationRetry
+from parlour.runtime.providers import (
+    DEFAULT_USER_OPENER,
+    BedrockClient,
+    build_converse_request,
+    parse_tool_calls,
+)
+from parlour.runtime.providers._converse import document_name
 from parlour.runtime.testing import (
     ConverseStreamMock,
     converse_response,
@@ -53,7 +69,7 @@ def stubbed() -> Iterator[tuple[BedrockClient, Stubber, list[dict[str, Any]]]]:
     boto = dummy_bedrock_client()
     seen = record_params(boto)
     with Stubber(boto) as stubber:
-        yield BedrockClient(SPEC, boto_client=boto), stubber, seen
+        yield BedrockClient(SPEC, client=boto), stubber, seen
         stubber.assert_no_pending_responses()
 
 
@@ -61,11 +77,11 @@ def stubbed() -> Iterator[tuple[BedrockClient, Stubber, list[dict[str, Any]]]]:
 def wire(request: pytest.FixtureRequest) -> Iterator[Wire]:
     """The request: from the builder, as boto3 validated it, or as the JSON body it sent."""
     if request.param == "builder":
-        offline = BedrockClient(SPEC, boto_client=object())
+        offline = BedrockClient(SPEC, client=object())
         yield lambda c: build_converse_request(offline.build_request(c))
         return
     boto = dummy_bedrock_client()
-    client = BedrockClient(SPEC, boto_client=boto)
+    client = BedrockClient(SPEC, client=boto)
     if request.param == "stream":
         mock = ConverseStreamMock(boto)
 
@@ -92,7 +108,6 @@ def texts(turns: list[dict[str, Any]]) -> str:
 
 
 def test_tools_travel_as_text_once_in_the_system_after_the_instructions(wire: Wire) -> None:
-    # B17
     c = conversation()
     c.add_tool(TOOL)
     c.add_user_message("What time is it?")
@@ -104,7 +119,7 @@ def test_tools_travel_as_text_once_in_the_system_after_the_instructions(wire: Wi
     assert "get_time" not in texts(body["messages"])
 
 
-def test_the_objective_is_only_in_the_system_blocks(wire: Wire) -> None:  # B35
+def test_the_objective_is_only_in_the_system_blocks(wire: Wire) -> None:
     c = conversation()
     c.add_user_message("Plan it.")
     c.add_message(IncomingMessage("Planned.", [TextBlock(text="Planned.")]))
@@ -114,17 +129,17 @@ def test_the_objective_is_only_in_the_system_blocks(wire: Wire) -> None:  # B35
     assert OBJECTIVE not in texts(body["messages"])
 
 
-def test_two_user_turns_are_never_merged(wire: Wire) -> None:  # B36
+def test_two_user_turns_are_one_wire_message_keeping_their_blocks_in_order(wire: Wire) -> None:
+    # Converse refuses roles that do not alternate, so same-role turns share one message
     c = conversation()
     c.add_user_message("first")
     c.add_user_message("second")
     assert wire(c)["messages"] == [
-        {"role": "user", "content": [{"text": "first"}]},
-        {"role": "user", "content": [{"text": "second"}]},
+        {"role": "user", "content": [{"text": "first"}, {"text": "second"}]}
     ]
 
 
-def test_max_tokens_is_capped_at_the_models_ceiling(wire: Wire) -> None:  # B162
+def test_max_tokens_is_capped_at_the_models_ceiling(wire: Wire) -> None:
     c = conversation(output=4 * SPEC.max_output_tokens)
     c.add_user_message("Everything, please.")
     assert wire(c)["inferenceConfig"] == {"maxTokens": SPEC.max_output_tokens}
@@ -147,10 +162,12 @@ def test_a_late_tool_and_tool_traffic_ride_the_turns_as_text(wire: Wire) -> None
         OutgoingMessage(blocks=[ToolResultBlock(tool_use_id="get_time#1", content="9:00")])
     )
     turns = wire(c)["messages"]
-    assert turns[-2]["content"] == [{"text": "Tool result for get_time#1: 9:00"}]
-    # the announcement, at the point of declaration; the head never had tools, so the
-    # tool-weight guidance (the palette's companion) arrives with it
+    assert [m["role"] for m in turns] == ["user", "assistant", "user"]
+    # the result, then the announcement at the point of declaration, in one user message;
+    # the head never had tools, so the tool-weight guidance (the palette's companion) comes
+    # with it
     assert turns[-1]["content"] == [
+        {"text": "Tool result for get_time#1: 9:00"},
         {"text": "Additional tools now available:"},
         {"text": TOOL_WEIGHT_GUIDANCE},
         {"text": "get_time: The current time\n  Input parameters: {}"},
@@ -158,10 +175,10 @@ def test_a_late_tool_and_tool_traffic_ride_the_turns_as_text(wire: Wire) -> None
     assert all("toolUse" not in part for m in turns for part in m["content"])
 
 
-# -- tool calls out of the text (B18) -----------------------------------------------------------
+# -- tool calls out of the text -----------------------------------------------------------
 
 
-def test_calls_parsed_from_text_get_ids_from_their_name_and_place() -> None:  # B18
+def test_calls_parsed_from_text_get_ids_from_their_name_and_place() -> None:
     envelope = {
         "tool_calls": [
             {"name": "get_time", "arguments": {}},
@@ -209,7 +226,7 @@ def test_a_streamed_answer_yields_text_and_the_complete_response() -> None:
     c = conversation()
     c.add_user_message("When?")
     pieces: list[str] = []
-    response = BedrockClient(SPEC, boto_client=boto).respond(c, on_text=pieces.append)
+    response = BedrockClient(SPEC, client=boto).respond(c, on_text=pieces.append)
     assert len(pieces) > 1 and "".join(pieces) == "Delivery at nine."
     assert response.text == "Delivery at nine."
     assert response.output_tokens == 7
@@ -227,25 +244,185 @@ def test_a_max_tokens_stop_is_a_truncation(
         client.respond(c)
 
 
-@pytest.mark.parametrize(
-    ("code", "status", "expected"),
-    [
-        ("ThrottlingException", 429, RetryableLLMError),
-        ("ServiceUnavailableException", 503, RetryableLLMError),
-        ("ValidationException", 400, UncorrectableLLMError),
-        ("AccessDeniedException", 403, UncorrectableLLMError),
-    ],
-)
-def test_boto_errors_are_mapped_at_the_seam(
-    stubbed: tuple[BedrockClient, Stubber, list[dict[str, Any]]],
-    code: str,
-    status: int,
-    expected: type[Exception],
-) -> None:
-    client, stubber, _ = stubbed
-    stubber.add_client_error("converse", service_error_code=code, http_status_code=status)
+# -- Converse's own rules ------------------------------------------------------------------------
+
+
+def test_a_natively_served_assistant_turn_is_sent_as_its_tool_call_envelope(wire: Wire) -> None:
+    # thinking and a native call have no Converse form: the turn is written, never dropped
     c = conversation()
-    c.add_user_message("go")
-    with pytest.raises(expected, match=code) as caught:
+    c.add_user_message("What time is it?")
+    call = ToolUseBlock(id="toolu_01", name="get_time", input_json='{"zone": "UTC"}')
+    c.add_message(IncomingMessage(blocks=[ThinkingBlock(text="hm", signature="s"), call]))
+    c.add_message(OutgoingMessage(blocks=[ToolResultBlock(tool_use_id="toolu_01", content="9:00")]))
+    messages = wire(c)["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    envelope = {"tool_calls": [{"id": "toolu_01", "name": "get_time", "input": {"zone": "UTC"}}]}
+    assert messages[1]["content"] == [{"text": json.dumps(envelope)}]
+    assert parse_tool_calls(messages[1]["content"][0]["text"]) == [call]
+
+
+def test_a_call_already_in_the_answer_text_is_not_written_twice(wire: Wire) -> None:
+    c = conversation()
+    c.add_user_message("Time?")
+    said = '{"tool_calls": [{"name": "get_time", "arguments": {}}]}'
+    c.add_message(IncomingMessage(blocks=[TextBlock(text=said), *parse_tool_calls(said)]))
+    c.add_user_message("thanks")
+    assert wire(c)["messages"][1]["content"] == [{"text": said}]
+
+
+def test_a_turn_of_thinking_alone_is_sent_as_its_reasoning(wire: Wire) -> None:
+    c = conversation()
+    c.add_user_message("Think.")
+    c.add_message(IncomingMessage(blocks=[ThinkingBlock(text="Pondering.", signature="s")]))
+    c.add_user_message("And?")
+    messages = wire(c)["messages"]
+    assert messages[1] == {
+        "role": "assistant",
+        "content": [{"text": '{"reasoning": "Pondering."}'}],
+    }
+
+
+def test_a_history_opening_with_an_assistant_turn_gets_a_user_opener(wire: Wire) -> None:
+    c = conversation()
+    c.add_message(IncomingMessage("Welcome back.", [TextBlock(text="Welcome back.")]))
+    c.add_user_message("Hi.")
+    assert wire(c)["messages"] == [
+        {"role": "user", "content": [{"text": DEFAULT_USER_OPENER}]},
+        {"role": "assistant", "content": [{"text": "Welcome back."}]},
+        {"role": "user", "content": [{"text": "Hi."}]},
+    ]
+
+
+def test_the_user_opener_is_configurable() -> None:
+    c = conversation()
+    c.add_message(IncomingMessage("Welcome back.", [TextBlock(text="Welcome back.")]))
+    client = BedrockClient(SPEC, client=object(), user_opener="(resumed)")
+    assert client.encode(client.build_request(c))["messages"][0]["content"] == [
+        {"text": "(resumed)"}
+    ]
+
+
+def test_blank_text_is_never_sent(wire: Wire) -> None:
+    c = conversation()
+    c.add_user_message("hello")
+    c.add_user_message("   ")
+    c.add_message(IncomingMessage(blocks=[TextBlock(text=""), TextBlock(text="Hi.")]))
+    c.add_message(IncomingMessage(blocks=[TextBlock(text=" \n")]))
+    c.add_user_message("")
+    c.add_user_message("bye")
+    assert wire(c)["messages"] == [
+        {"role": "user", "content": [{"text": "hello"}]},
+        {"role": "assistant", "content": [{"text": "Hi."}]},
+        {"role": "user", "content": [{"text": "bye"}]},
+    ]
+
+
+FORMATS = [
+    ("application/pdf", "pdf"),
+    ("text/plain", "txt"),
+    ("text/markdown", "md"),
+    ("text/csv", "csv"),
+    ("text/html", "html"),
+    ("application/msword", "doc"),
+    ("application/vnd.openxmlformats-officedocument.wordprocessingml.document", "docx"),
+    ("application/vnd.ms-excel", "xls"),
+    ("application/vnd.openxmlformats-officedocument.spreadsheetml.sheet", "xlsx"),
+]
+
+
+@pytest.mark.parametrize(("mime", "expected"), FORMATS)
+def test_a_document_format_is_one_of_converses_and_its_name_its_allowed_characters(
+    stubbed: tuple[BedrockClient, Stubber, list[dict[str, Any]]], mime: str, expected: str
+) -> None:
+    client, stubber, seen = stubbed
+    stubber.add_response("converse", converse_response("ok"))  # validates the request
+    c = conversation()
+    document = FileBlock(data="aGk=", mime_type=mime, filename="Q3 report.final_v2.md")
+    c.add_message(OutgoingMessage(blocks=[TextBlock(text="Read this."), document]))
+    client.respond(c)
+    sent = seen[-1]["messages"][0]["content"][1]["document"]
+    assert sent == {"format": expected, "name": "Q3 report final v2 md", "source": {"bytes": b"hi"}}
+
+
+@given(st.text(max_size=60))
+def test_any_filename_becomes_a_name_converse_accepts(filename: str) -> None:
+    name = document_name(filename)
+    assert re.fullmatch(r"[A-Za-z0-9\-()\[\]]+( [A-Za-z0-9\-()\[\]]+)*", name)
+    assert 1 <= len(name) <= 200
+
+
+def test_an_unmappable_document_type_is_refused_before_anything_is_sent(
+    stubbed: tuple[BedrockClient, Stubber, list[dict[str, Any]]],
+) -> None:
+    client, _, seen = stubbed
+    c = conversation()
+    c.add_message(
+        OutgoingMessage(
+            blocks=[FileBlock(data="aGk=", mime_type="image/svg+xml", filename="x.svg")]
+        )
+    )
+    with pytest.raises(
+        ValueError, match=r"Conversation b-1: Converse takes documents as .*'x\.svg'"
+    ):
         client.respond(c)
-    assert type(caught.value.__cause__).__module__.startswith("botocore")
+    assert seen == []
+
+
+def test_an_image_jpg_type_is_sent_as_jpeg(wire: Wire) -> None:
+    c = conversation()
+    c.add_message(
+        OutgoingMessage(
+            blocks=[TextBlock(text="Look"), ImageBlock(data="aGk=", mime_type="image/jpg")]
+        )
+    )
+    assert wire(c)["messages"][0]["content"][1]["image"]["format"] == "jpeg"
+
+
+KINDS = st.sampled_from(["user", "user-blank", "assistant", "assistant-native", "result"])
+
+
+def turn_of(kind: str, n: int) -> IncomingMessage | OutgoingMessage:
+    if kind == "user":
+        return OutgoingMessage(blocks=[TextBlock(text=f"u{n}")])
+    if kind == "user-blank":
+        return OutgoingMessage(blocks=[TextBlock(text=" ")])
+    if kind == "result":
+        return OutgoingMessage(blocks=[ToolResultBlock(tool_use_id=f"c{n}", content="r")])
+    if kind == "assistant":
+        return IncomingMessage(blocks=[TextBlock(text=f"a{n}")])
+    call = ToolUseBlock(id=f"c{n}", name="get_time", input_json="{}")
+    return IncomingMessage(blocks=[ThinkingBlock(text="t", signature="s"), call])
+
+
+@given(st.lists(KINDS, min_size=1, max_size=12))
+def test_any_history_alternates_from_a_user_turn_and_keeps_every_block_in_order(
+    kinds: list[str],
+) -> None:
+    c = conversation()
+    for n, kind in enumerate(kinds):
+        c.add_message(turn_of(kind, n))
+    messages = BUILDER.encode(BUILDER.build_request(c))["messages"]
+    roles = [m["role"] for m in messages]
+    assert all(a != b for a, b in itertools.pairwise(roles))
+    assert not messages or roles[0] == "user"
+    assert all(
+        m["content"] and all(p.get("text", "x").strip() for p in m["content"]) for m in messages
+    )
+    sent = [p["text"] for m in messages for p in m["content"]]
+    expected = [t for n, k in enumerate(kinds) for t in _texts(k, n)]
+    first = next((k for k in kinds if k != "user-blank"), "user")
+    opener = [DEFAULT_USER_OPENER] if first.startswith("assistant") else []
+    assert sent == opener + expected
+
+
+def _texts(kind: str, n: int) -> list[str]:
+    if kind == "user-blank":
+        return []
+    if kind == "result":
+        return [f"Tool result for c{n}: r"]
+    if kind == "assistant-native":
+        return [json.dumps({"tool_calls": [{"id": f"c{n}", "name": "get_time", "input": {}}]})]
+    return [f"{kind[0]}{n}"]
+
+
+BUILDER = BedrockClient(SPEC, client=object())

@@ -1,10 +1,4 @@
-"""Offline provider doubles for the anthropic and openai SDKs (re-exported by ``testing``).
-
-``MockProvider`` is an ``httpx2.MockTransport`` handler: it records the JSON body of every
-request the real SDK sends and answers from a queue of replies, so a test drives the SDK
-end to end and asserts on the wire. Reply builders make the providers' JSON shapes and
-their server-sent event streams. httpx2 and the SDKs are imported only when used.
-"""
+"""Fakes of the Anthropic and OpenAI servers over ``httpx2.MockTransport`` (see ``testing``)."""
 
 from __future__ import annotations
 
@@ -13,15 +7,16 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-Reply = dict[str, Any] | tuple[int, dict[str, Any]] | bytes
+Reply = dict[str, Any] | tuple[int, dict[str, Any]] | bytes | BaseException
 
 
 class MockProvider:
     """A recording ``httpx2.MockTransport`` handler answering from ``replies`` in order.
 
-    Each reply is a JSON body (status 200), a ``(status, body)`` pair (an error answer), or
-    ``bytes`` of a server-sent event stream (see ``anthropic_sse`` and ``openai_sse``). A
-    message or completion body answering a streaming request is sent as its event stream.
+    Each reply is a JSON body (status 200), a ``(status, body)`` pair (an error answer),
+    ``bytes`` of a server-sent event stream (see ``anthropic_sse`` and ``openai_sse``), or an
+    exception, raised as the transport would (``httpx2.ConnectError``). A message or
+    completion body answering a streaming request is sent as its event stream.
     ``bodies`` holds the decoded JSON of every request received, in order.
     """
 
@@ -40,6 +35,8 @@ class MockProvider:
         body = json.loads(request.content or b"{}")
         self.bodies.append(body)
         reply = self._replies.popleft()
+        if isinstance(reply, BaseException):
+            raise reply
         if body.get("stream") and isinstance(reply, dict):
             reply = _as_stream(reply)
         if isinstance(reply, bytes):
@@ -81,6 +78,28 @@ def mock_openai_sdk(handler: MockProvider) -> Any:
     import openai
 
     return openai.OpenAI(api_key="test-key", max_retries=0, http_client=_http_client(handler))
+
+
+def _async_http_client(handler: MockProvider) -> Any:
+    import httpx2
+
+    return httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
+
+
+def mock_async_anthropic_sdk(handler: MockProvider) -> Any:
+    """A real ``anthropic.AsyncAnthropic`` over ``handler``: a dummy key, no SDK retries."""
+    import anthropic
+
+    http = _async_http_client(handler)
+    return anthropic.AsyncAnthropic(api_key="test-key", max_retries=0, http_client=http)
+
+
+def mock_async_openai_sdk(handler: MockProvider) -> Any:
+    """A real ``openai.AsyncOpenAI`` over ``handler``: a dummy key, no SDK retries."""
+    import openai
+
+    http = _async_http_client(handler)
+    return openai.AsyncOpenAI(api_key="test-key", max_retries=0, http_client=http)
 
 
 # -- Anthropic shapes ----------------------------------------------------------------------------
@@ -141,6 +160,17 @@ def anthropic_sse(message: dict[str, Any], chunk: int = 4) -> bytes:
     events.append(_sse("message_delta", {"type": "message_delta", "delta": delta, "usage": usage}))
     events.append(_sse("message_stop", {"type": "message_stop"}))
     return "".join(events).encode()
+
+
+def anthropic_sse_error(
+    error_type: str = "overloaded_error", text: str = "Partial", message: str = "Overloaded"
+) -> bytes:
+    """A Messages stream that starts, sends ``text``, then fails with an ``error`` event of
+    ``error_type`` (``overloaded_error``, ``api_error``, ...), as the API does mid-stream."""
+    events = anthropic_sse(anthropic_message(text)).decode().split("\n\n")
+    head = "\n\n".join(events[:4]) + "\n\n"  # message_start, block start, first delta
+    error = {"type": "error", "error": {"type": error_type, "message": message}}
+    return (head + _sse("error", error)).encode()
 
 
 def _block_events(index: int, block: dict[str, Any], chunk: int) -> list[str]:
@@ -231,3 +261,13 @@ def openai_sse(completion: dict[str, Any], chunk: int = 4) -> bytes:
     chunks.append({**base, "choices": [], "usage": completion["usage"]})
     lines = [f"data: {json.dumps(c)}\n\n" for c in chunks] + ["data: [DONE]\n\n"]
     return "".join(lines).encode()
+
+
+def openai_sse_error(
+    error_type: str = "server_error", text: str = "Partial", message: str = "Server error"
+) -> bytes:
+    """A Chat Completions stream that sends ``text``, then an ``error`` object of
+    ``error_type`` instead of the next chunk, as the API does when it fails mid-stream."""
+    lines = openai_sse(openai_completion(text)).decode().split("\n\n")
+    error = {"error": {"message": message, "type": error_type, "param": None, "code": None}}
+    return ("\n\n".join(lines[:2]) + f"\n\ndata: {json.dumps(error)}\n\n").encode()

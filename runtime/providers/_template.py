@@ -8,6 +8,7 @@ refusal discipline. The offline ``ScriptedClient`` goes through the same templat
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -19,9 +20,7 @@ from parlour.runtime._catalog import ModelSpec
 from parlour.runtime._context import ConversationContext
 from parlour.runtime._handlers import ContentFormatter, GenericContentFormatter
 from parlour.runtime._messages import OutgoingMessage
-from parlour.runtime._prefix import PrefixMonitor
 from parlour.runtime._prepared import PreparedConversation
-from parlour.runtime._response import LLMResponse, StopReason, Usage
 from parlour.runtime._roles import Depth
 from parlour.runtime.errors import (
     IllegalStateError,
@@ -30,6 +29,8 @@ from parlour.runtime.errors import (
     ProviderRefusalError,
     UncorrectableLLMError,
 )
+from parlour.runtime.providers._prefix import PrefixMonitor
+from parlour.runtime.providers._response import LLMResponse, StopReason, Usage
 
 TextCallback = Callable[[str], None]
 
@@ -125,6 +126,29 @@ class LLMClient(ABC):
             on_text(text)
         return stream.response
 
+    async def arespond(
+        self,
+        conversation: ConversationContext,
+        thinking_active: bool | None = None,
+        *,
+        on_text: TextCallback | None = None,
+    ) -> LLMResponse:
+        """``respond`` for asyncio code: the same request, checks and errors.
+
+        Clients over an async SDK (Anthropic, OpenAI) never leave the event loop, and call
+        ``on_text`` on it. The default, for a blocking SDK (boto3), sends on the loop's
+        default executor so the loop is never blocked; ``on_text`` is then called from that
+        worker thread while the coroutine waits. The conversation is only touched by the
+        awaiting owner, as with ``respond``.
+
+        Raises:
+            The same as ``respond``.
+        """
+        request = self.build_request(conversation, thinking_active)
+        start = _now()
+        response = await self._asend(request, on_text)
+        return self._finish(conversation, request, response, start)
+
     def stream(
         self, conversation: ConversationContext, thinking_active: bool | None = None
     ) -> ResponseStream:
@@ -156,7 +180,8 @@ class LLMClient(ABC):
             else thinking_active
         )
         prepared = conversation.prepare_messages_for_llm(self.formatter, active)
-        self.prefix_monitor.check(spec.id, conversation.conversation_id, prepared)
+        native = self.formatter.supports_native_tool_calling()
+        self.prefix_monitor.check(spec.id, conversation.conversation_id, prepared, native)
         return WireRequest(
             prepared=prepared,
             spec=spec,
@@ -166,6 +191,20 @@ class LLMClient(ABC):
             thinking_active=active,
             conversation_id=conversation.conversation_id,
         )
+
+    def preview(
+        self, conversation: ConversationContext, thinking_active: bool | None = None
+    ) -> WireRequest:
+        """The request ``respond`` would send for ``conversation`` now, built on a copy.
+
+        Nothing of ``conversation`` changes: no freeze, no binding, no announcement
+        appended, no prefix record. The copy shares the messages (their response handlers
+        included) and renders as the original would: frozen when it is frozen.
+
+        Raises:
+            UncorrectableLLMError: as ``build_request``.
+        """
+        return self.build_request(_render_copy(conversation), thinking_active)
 
     def _bind(self, conversation: ConversationContext) -> ModelSpec:
         if conversation.is_model_resolved():
@@ -207,6 +246,21 @@ class LLMClient(ABC):
     def _send(self, request: WireRequest) -> LLMResponse:
         """Send one request in this client's dialect; map SDK errors at the seam."""
 
+    async def _asend(self, request: WireRequest, on_text: TextCallback | None) -> LLMResponse:
+        """Send for ``arespond``; this default runs the blocking send on a worker thread."""
+        return await asyncio.to_thread(self._send_with, request, on_text)
+
+    def _send_with(self, request: WireRequest, on_text: TextCallback | None) -> LLMResponse:
+        """Send once; with ``on_text``, over the stream, passing it each delta."""
+        if on_text is None:
+            return self._send(request)
+        for chunk in self._stream(request):
+            if isinstance(chunk, str):
+                on_text(chunk)
+            else:
+                return chunk
+        raise IllegalStateError(f"The stream of {request.spec.id} ended without a response.")
+
     def _stream(self, request: WireRequest) -> Iterator[str | LLMResponse]:
         """Yield the answer's text deltas, then the complete response. The default sends
         once and yields the whole text; dialects that can stream override it."""
@@ -216,6 +270,22 @@ class LLMClient(ABC):
         yield response
 
 
+def _render_copy(conversation: ConversationContext) -> ConversationContext:
+    copy = conversation.to_snapshot().to_conversation()
+    copy.messages = list(conversation.messages)  # the same messages, handlers and all
+    copy.conversation_id = None  # anonymous: no prefix record is read or written
+    binding = conversation.model_binding
+    if binding is not None:
+        copy.set_model_binding(
+            ModelBinding(binding.grade, binding.depth, binding.output_declaration, binding.spec)
+        )
+    if conversation.is_frozen():
+        # A restored copy is unfrozen; the original's next render is a frozen one (late tools
+        # announced in the stream, not joining the head), so the copy must render frozen too.
+        copy._objective.freeze()
+    return copy
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -223,7 +293,7 @@ def _now() -> dt.datetime:
 def _truncated(response: LLMResponse, request: WireRequest) -> bool:
     if response.stop_reason is StopReason.MAX_TOKENS:
         return True
-    # The backstop: an unknown stop reason whose output filled the wire maximum (B166).
+    # The backstop: an unknown stop reason whose output filled the wire maximum.
     return (
         response.stop_reason is StopReason.UNKNOWN
         and response.usage.output_tokens >= request.max_tokens
@@ -232,7 +302,7 @@ def _truncated(response: LLMResponse, request: WireRequest) -> bool:
 
 def _escalate(conversation: ConversationContext, request: WireRequest) -> None:
     """Raise the sent message to the ceiling and signal a retry, while a larger budget
-    exists; at the ceiling the model's own limit refused the answer (B163-B165)."""
+    exists; at the ceiling the model's own limit refused the answer."""
     ceiling = request.spec.max_output_tokens
     if request.output_budget >= ceiling:
         raise OutputCeilingError(request.spec.id, ceiling)

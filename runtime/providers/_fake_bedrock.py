@@ -1,10 +1,5 @@
-"""Offline Bedrock doubles for boto3 (re-exported by ``testing``).
-
-``converse`` is stubbed with ``botocore.stub.Stubber``, which validates both the request and
-the response against the service model. ``converse_stream`` cannot be stubbed that way (its
-answer is a binary event stream), so ``ConverseStreamMock`` answers it from a ``before-send``
-hook with a real AWS event-stream body, and records the JSON body the SDK sent.
-"""
+"""Fakes of Bedrock's side of boto3: ``Stubber`` answers and ``converse_stream`` bodies
+(see ``testing``)."""
 
 from __future__ import annotations
 
@@ -25,7 +20,7 @@ def dummy_bedrock_client(region_name: str = "us-east-1") -> Any:
         region_name=region_name,
         aws_access_key_id="test",
         aws_secret_access_key="test",
-        config=Config(retries={"max_attempts": 1, "mode": "standard"}),
+        config=Config(retries={"total_max_attempts": 1, "mode": "standard"}),
     )
 
 
@@ -83,11 +78,13 @@ def _header(name: str, value: str) -> bytes:
 
 
 def encode_event(event_type: str, body: dict[str, Any]) -> bytes:
-    """One AWS event-stream message (prelude, headers, JSON payload, both CRCs)."""
+    """One AWS event-stream message (prelude, headers, JSON payload, both CRCs); a type
+    ending in ``Exception`` (``throttlingException``) is encoded as an exception message."""
+    kind = "exception" if event_type.endswith("Exception") else "event"
     headers = (
-        _header(":event-type", event_type)
+        _header(f":{kind}-type", event_type)
         + _header(":content-type", "application/json")
-        + _header(":message-type", "event")
+        + _header(":message-type", kind)
     )
     payload = json.dumps(body).encode()
     total = 12 + len(headers) + len(payload) + 4
@@ -135,19 +132,30 @@ class _RawStream:
         pass
 
 
-class ConverseStreamMock:
-    """Answers ``converse_stream`` on ``client`` from queued event lists; ``bodies`` holds
-    the JSON body of each request the SDK serialized and would have sent."""
+StreamAnswer = Iterable[tuple[str, dict[str, Any]]] | BaseException
 
-    def __init__(self, client: Any, *answers: Iterable[tuple[str, dict[str, Any]]]) -> None:
-        self._answers = [list(a) for a in answers]
+
+class ConverseStreamMock:
+    """Answers ``converse_stream`` on ``client`` from queued answers, each a list of events
+    or an exception to raise as the HTTP layer would (``EndpointConnectionError``);
+    ``bodies`` holds the JSON body of each request the SDK serialized and would have sent."""
+
+    def __init__(self, client: Any, *answers: StreamAnswer) -> None:
+        self._answers: list[list[tuple[str, dict[str, Any]]] | BaseException] = []
+        self.add(*answers)
         self.bodies: list[dict[str, Any]] = []
         client.meta.events.register("before-send.bedrock-runtime.ConverseStream", self._send)
+
+    def add(self, *answers: StreamAnswer) -> None:
+        self._answers.extend(a if isinstance(a, BaseException) else list(a) for a in answers)
 
     def _send(self, request: Any, **_: Any) -> Any:
         from botocore.awsrequest import AWSResponse
 
         self.bodies.append(json.loads(request.body))
-        data = b"".join(encode_event(kind, body) for kind, body in self._answers.pop(0))
+        answer = self._answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        data = b"".join(encode_event(kind, body) for kind, body in answer)
         headers = {"content-type": "application/vnd.amazon.eventstream"}
         return AWSResponse(request.url, 200, headers, _RawStream(data))

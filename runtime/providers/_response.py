@@ -1,7 +1,7 @@
 """The normalized model answer: blocks, stop reason, usage and cache metrics.
 
 Provider-reported token counts live here and never on the conversation: each call reports
-the whole conversation's input, not an increment, so per-message actuals cannot exist (B95).
+the whole conversation's input, not an increment, so per-message actuals cannot exist.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ class LLMResponse(msgspec.Struct, kw_only=True):
         """The answer as the assistant message to add to the conversation."""
         return IncomingMessage(blocks=self.blocks)
 
-    # -- usage and cache metrics (B91-B94) -----------------------------------------------------
+    # -- usage and cache metrics ----------------------------------------------------------------
 
     @property
     def actual_input_tokens(self) -> int:

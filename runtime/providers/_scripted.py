@@ -7,19 +7,21 @@ budgets, truncation and refusals behave exactly as they do on the wire.
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import msgspec
 
 from parlour.runtime._budget import OutputDeclaration
 from parlour.runtime._catalog import ModelSpec
 from parlour.runtime._catalog_data import DEFAULT_SPECS
-from parlour.runtime._llm import LLMClient, WireRequest
 from parlour.runtime._prepared import PreparedConversation
-from parlour.runtime._response import LLMResponse, StopReason, Usage
 from parlour.runtime._roles import Depth, OutputSize, TurnRole
 from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from parlour.runtime.providers._response import LLMResponse, StopReason, Usage
+from parlour.runtime.providers._template import LLMClient, TextCallback, WireRequest
 
 Reply = str | LLMResponse | Callable[[PreparedConversation], LLMResponse]
 
@@ -39,6 +41,8 @@ class ScriptedClient(LLMClient):
             served too, so budgets can be tested against real specs offline.
         depth, output_declaration: the binding it attaches to an unbound conversation that
             declares nothing (``IMMEDIATE``, ``STANDARD``), so the offline default just runs.
+            Pass None for both to resolve declarations exactly as the real clients do: an
+            undeclared depth or output size is refused with the same error.
         requests: if given, every ``WireRequest`` sent is appended to it, for assertions.
 
     Thread-safety: with a script, replies are consumed in call order across threads; the
@@ -77,6 +81,9 @@ class ScriptedClient(LLMClient):
             return reply
         return reply(prepared)
 
+    async def _asend(self, request: WireRequest, on_text: TextCallback | None) -> LLMResponse:
+        return self._send_with(request, on_text)  # no I/O: it answers on the loop itself
+
     def _stream(self, request: WireRequest) -> Iterator[str | LLMResponse]:
         """Streams the answer word by word, as a provider would in deltas."""
         response = self._send(request)
@@ -104,6 +111,35 @@ class ScriptedClient(LLMClient):
                 return _response(blocks, prepared, model_id, StopReason.TOOL_USE)
         answer = f"Answer {turn}: you said {text!r}."
         return _response([TextBlock(text=answer)], prepared, model_id)
+
+
+def scripted_tool_calls(
+    *calls: tuple[str, dict[str, Any]], text: str | None = None
+) -> Callable[[PreparedConversation], LLMResponse]:
+    """A scripted reply that calls tools, each ``(name, arguments)``, after ``text``; ids are
+    minted as the default policy does (``toolu_TTTT_N``: the turn, the call's place).
+
+    The reply raises ``ValueError`` when it is sent to a conversation that never announced a
+    named tool: a model can only call what it was given.
+    """
+
+    def reply(prepared: PreparedConversation) -> LLMResponse:
+        announced = {t.name for t in prepared.all_tool_definitions()}
+        unknown = [name for name, _ in calls if name not in announced]
+        if unknown:
+            raise ValueError(
+                f"A scripted reply calls {', '.join(unknown)}, which the conversation never "
+                f"announced (it has: {', '.join(sorted(announced)) or 'no tools'})."
+            )
+        turn = sum(1 for t in prepared.turns if t.role is TurnRole.ASSISTANT) + 1
+        blocks: list[ContentBlock] = [TextBlock(text=text)] if text else []
+        blocks += [
+            ToolUseBlock(id=f"toolu_{turn:04d}_{n}", name=name, input_json=json.dumps(arguments))
+            for n, (name, arguments) in enumerate(calls, start=1)
+        ]
+        return _response(blocks, prepared, SCRIPTED_SPEC.id, StopReason.TOOL_USE)
+
+    return reply
 
 
 def _renamed(spec: ModelSpec, model_id: str) -> ModelSpec:

@@ -1,10 +1,14 @@
 """The prefix-stability check: catch the silent cache-bust before the bill does.
 
 A provider's prompt cache pays only while each call's prefix repeats the previous call's.
-``PrefixMonitor`` records, per conversation, every slot of the cacheable prefix (the system
-text, each announced tool, each turn) and logs a warning naming the first slot that differs
-from the previous call where it should not have. The previous call's last turn is not
-compared: response instructions ride it at render and leave it afterwards, by design.
+``PrefixMonitor`` records, per conversation, every slot of the cacheable prefix and logs a
+warning naming the first slot that differs from the previous call where it should not have.
+The slots, in wire order: for a dialect with native tools, the ``tools`` array sent (head
+and late tools alike: Anthropic caches tools first, then system, then messages, and OpenAI
+needs identical tools), then the system text, then each turn; for a text dialect the palette
+is part of the system text, and a late tool is a new turn at the end, so the prefix holds.
+The previous call's last turn is not compared: response instructions ride it at render and
+leave it afterwards, by design.
 
 A slot keeps the rendered value itself rather than a hash of it: blocks are frozen and shared
 between renders, so comparing is mostly identity checks, and the check does not grow into
@@ -23,20 +27,20 @@ from parlour.runtime._prepared import PreparedConversation
 Slot = tuple[str, object, object]
 
 
-def prefix_slots(prepared: PreparedConversation) -> list[Slot]:
-    """The slots of ``prepared``'s prefix, in wire order."""
-    slots: list[Slot] = [("system", None, prepared.system_text)]
-    slots += [("tool", d.name, d) for d in prepared.tool_definitions]
+def prefix_slots(prepared: PreparedConversation, native_tools: bool = False) -> list[Slot]:
+    """The slots of ``prepared``'s prefix, in wire order (see the module docstring)."""
+    slots: list[Slot] = []
+    if native_tools:
+        slots.append(("tools", None, prepared.all_tool_definitions()))
+    slots.append(("system", None, prepared.system_text))
     slots += [("turn", turn.role, turn.blocks) for turn in prepared.turns]
     return slots
 
 
 def _name(slots: list[Slot], at: int) -> str:
     kind, key, _ = slots[at]
-    if kind == "system":
-        return "system"
-    if kind == "tool":
-        return f"tool {key}"
+    if kind != "turn":
+        return kind
     first_turn = next(i for i, slot in enumerate(slots) if slot[0] == "turn")
     return f"turn {at - first_turn + 1} ({getattr(key, 'value', key)})"
 
@@ -66,12 +70,17 @@ class PrefixMonitor:
         self._records: OrderedDict[str, list[Slot]] = OrderedDict()
 
     def check(
-        self, model_id: str, conversation_id: str | None, prepared: PreparedConversation
+        self,
+        model_id: str,
+        conversation_id: str | None,
+        prepared: PreparedConversation,
+        native_tools: bool = False,
     ) -> str | None:
-        """Record this call's prefix; warn and return the first differing slot's name."""
+        """Record this call's prefix; warn and return the first differing slot's name
+        (``tools``, ``system``, or ``turn N (role)``)."""
         if conversation_id is None:
             return None
-        current = prefix_slots(prepared)
+        current = prefix_slots(prepared, native_tools)
         previous = self._records.pop(conversation_id, None)
         self._records[conversation_id] = current
         while len(self._records) > self._capacity:

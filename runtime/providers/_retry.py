@@ -1,4 +1,4 @@
-"""The one-shot truncation retry (D11): parlour has no job dispatcher, so this small helper
+"""The one-shot truncation retry: parlour has no job dispatcher, so this small helper
 carries the dispatcher's semantics around one LLM call.
 
 A call truncated while a larger budget exists raises ``OutputTruncationRetry`` after raising
@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from parlour.runtime._context import ConversationContext
-from parlour.runtime._llm import LLMClient, TextCallback
-from parlour.runtime._response import LLMResponse
 from parlour.runtime.errors import (
     OutputCeilingError,
     OutputTruncationRetry,
     UncorrectableLLMError,
 )
+from parlour.runtime.providers._response import LLMResponse
+from parlour.runtime.providers._template import LLMClient, TextCallback
 
 ConversationSource = ConversationContext | Callable[[], ConversationContext]
 
@@ -28,7 +28,7 @@ def respond_with_truncation_retry(
     *,
     on_text: TextCallback | None = None,
 ) -> LLMResponse:
-    """``client.respond`` with one retry on ``OutputTruncationRetry`` (B167).
+    """``client.respond`` with one retry on ``OutputTruncationRetry``.
 
     ``conversation`` is the conversation itself (kept across attempts, so the retry sends
     the escalated budget) or a function building one per attempt (a job that rebuilds its

@@ -1,0 +1,288 @@
+"""The agent host: ``Agent`` (a model, tools, an objective, declarations) and ``Chat`` (one
+user's conversation with it), with whole turns from threads and from asyncio.
+
+    agent = Agent(client, tools=[get_weather], objective="Answer briefly.",
+                  output=OutputSize.STANDARD, depth=Depth.IMMEDIATE)
+    chat = agent.chat(service, user_id="alice")       # a new durable conversation
+    reply = chat.send("Weather in Paris?")             # obtain, save, call, tools, save, release
+    for event in chat.stream("And tomorrow?"): ...     # the same turn as typed events
+    reply = await chat.asend("...")                    # never blocks the event loop
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Sequence
+from typing import Any
+
+from parlour.actors._drive import drive, drive_async
+from parlour.actors._events import AgentEvent, Reply, TurnDone
+from parlour.actors._joiners import AgentThinker
+from parlour.actors._ledger import CompactionRecord, ModelCallRecord, UsageLedger
+from parlour.actors._otel import span
+from parlour.actors._service import ConversationService
+from parlour.actors._tools import ToolBox
+from parlour.actors._turn import RetryPolicy, TurnPlan, turn_steps
+from parlour.runtime import (
+    ConversationContext,
+    Depth,
+    FunctionTool,
+    LLMClient,
+    OutputSize,
+    PojoResponseHandler,
+)
+from parlour.runtime.blocks import ContentBlock
+from parlour.runtime.errors import IllegalStateError
+
+__all__ = ["Agent", "Chat"]
+
+BeforeModelCall = Callable[[ConversationContext, UsageLedger], None]
+
+
+class Agent:
+    """A model with tools, an objective and its declarations, hosted on a service.
+
+    Args:
+        client: the model client (``client_for("claude-sonnet-4-5")``, a ``ScriptedClient``).
+        tools: annotated functions, sync or async (the docstring describes each), or
+            ``FunctionTool``s. They are declared on every turn (add-only).
+        objective: the standing instruction (the conversation's system content).
+        output, depth: the declarations every turn is sent with (None: the client's
+            binding decides, and a client with none refuses the call).
+        max_rounds: most model calls answering one user message (at least 1).
+        output_type: a msgspec Struct or dataclass the final answer must parse as
+            (``reply.output``); a malformed answer is re-asked once.
+        tool_timeout_s, model_timeout_s: the most one tool call (it then gets an error
+            result) and one model call on the async path may take.
+        retry: backoff for retryable provider errors, within a per-turn budget.
+        before_model_call: called before every model call with the context and the ledger
+            (the compaction hook).
+        sleep, async_sleep: how backoff waits; inject them in tests.
+        retain: how long an idle conversation stays in memory after a turn.
+
+    Raises:
+        ValueError: ``max_rounds`` is below 1, or two tools share a name.
+
+    Thread-safety: one agent serves many chats on many threads and loops at once.
+    """
+
+    def __init__(
+        self,
+        client: LLMClient,
+        *,
+        tools: Iterable[Callable[..., Any] | FunctionTool] = (),
+        objective: str | None = None,
+        output: OutputSize | int | None = None,
+        depth: Depth | None = None,
+        max_rounds: int = 8,
+        output_type: type | None = None,
+        tool_timeout_s: float = 60.0,
+        model_timeout_s: float = 600.0,
+        retry: RetryPolicy | None = None,
+        before_model_call: BeforeModelCall | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        retain: dt.timedelta = dt.timedelta(minutes=5),
+    ) -> None:
+        if max_rounds < 1:
+            raise ValueError(f"An agent needs max_rounds of at least 1, not {max_rounds}.")
+        self.client = client
+        self.tools = ToolBox(tools)
+        self.objective = objective
+        self.output = output
+        self.depth = depth
+        self.max_rounds = max_rounds
+        self.handler = PojoResponseHandler(output_type) if output_type is not None else None
+        self.tool_timeout_s = tool_timeout_s
+        self.model_timeout_s = model_timeout_s
+        self.retry = retry or RetryPolicy()
+        self.before_model_call = before_model_call
+        self.sleep, self.async_sleep = sleep, async_sleep
+        self.retain = retain
+        self._ledgers: dict[str, UsageLedger] = {}
+        self._lock = threading.Lock()
+
+    def chat(
+        self,
+        service: ConversationService,
+        *,
+        user_id: str,
+        conversation_id: str | None = None,
+        temporary: bool = False,
+    ) -> Chat:
+        """A chat for ``user_id``: a new durable conversation (minted), the stored one named
+        by ``conversation_id`` (adopted: its first turn fails if no store holds it), or with
+        ``temporary`` a conversation that is never persisted.
+
+        Raises:
+            ValueError: both ``conversation_id`` and ``temporary`` are given.
+        """
+        if conversation_id is not None and temporary:
+            raise ValueError(
+                f"Conversation {conversation_id} is stored, so it cannot be resumed as temporary."
+            )
+        return Chat(self, service, user_id, conversation_id, temporary)
+
+    def ledger(self, conversation_id: str) -> UsageLedger:
+        with self._lock:
+            return self._ledgers.setdefault(conversation_id, UsageLedger())
+
+
+class Chat:
+    """One user's conversation with an agent; one turn at a time.
+
+    Thread-safety: a chat may be used from any thread or loop, one turn at a time; a second
+    turn started while one runs raises ``IllegalStateError``.
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        service: ConversationService,
+        user_id: str,
+        conversation_id: str | None,
+        temporary: bool,
+    ) -> None:
+        self.agent = agent
+        self.service = service
+        self.thinker = AgentThinker(
+            user_id,
+            depth=agent.depth,
+            output_declaration=agent.output,
+            retain_duration=agent.retain,
+        )
+        if conversation_id is not None:
+            self.thinker.set_conversation_id(conversation_id)
+        elif not temporary:
+            self.thinker.mint_conversation_id()
+        self.temporary = temporary
+        self._busy = threading.Lock()
+
+    @property
+    def conversation_id(self) -> str:
+        return self.thinker.conversation_id
+
+    @property
+    def user_id(self) -> str:
+        return self.thinker.user_id
+
+    @property
+    def durable(self) -> bool:
+        """True when every turn is saved to a persistent store."""
+        return not self.temporary and self.service.store is not None
+
+    def usage(self) -> list[ModelCallRecord | CompactionRecord]:
+        """The conversation's ledger: every model call's usage, every compaction."""
+        return self.agent.ledger(self.conversation_id).entries()
+
+    # -- from threads ---------------------------------------------------------------------------
+
+    def send(self, text: str, attachments: Sequence[ContentBlock] = ()) -> Reply:
+        """One whole turn; blocks this thread until it ends.
+
+        Raises:
+            TurnCancelledError: ``force_release`` cancelled it (after its boundary save).
+            ConversationUnavailableError, PermissionError: it could not be obtained.
+            RetryableLLMError, UncorrectableLLMError: the model failed it (after the save).
+            IllegalStateError: a turn is already running on this chat.
+        """
+        events = self.stream(text, attachments)
+        for event in events:
+            if isinstance(event, TurnDone):
+                return event.reply
+        raise AssertionError("a turn's events end with TurnDone")  # pragma: no cover
+
+    def stream(
+        self, text: str, attachments: Sequence[ContentBlock] = ()
+    ) -> Generator[AgentEvent, None, None]:
+        """One whole turn as its events, ending with ``TurnDone``; raises what ``send``
+        raises. Closing the iterator early cancels the turn (saved and released first)."""
+        plan = self._begin()
+        try:
+            with span("parlour.turn", **{"parlour.conversation_id": self.conversation_id}):
+                reply = yield from drive(turn_steps(plan, text, attachments), plan, self.service)
+            yield self._done(plan, reply)
+        finally:
+            self._end()
+
+    # -- from asyncio ---------------------------------------------------------------------------
+
+    async def asend(self, text: str, attachments: Sequence[ContentBlock] = ()) -> Reply:
+        """``send`` on the running loop, never blocking it. Cancelling the awaiting task
+        cancels the turn (saved and released first) and raises ``CancelledError``."""
+        return await self._arun(text, attachments, lambda event: None)
+
+    async def astream(
+        self, text: str, attachments: Sequence[ContentBlock] = ()
+    ) -> AsyncIterator[AgentEvent]:
+        """``stream`` on the running loop. Closing or cancelling the iteration cancels the
+        turn (saved and released before the close returns)."""
+        queue: asyncio.Queue[AgentEvent] = asyncio.Queue()
+        task = asyncio.ensure_future(self._arun(text, attachments, queue.put_nowait))
+        try:
+            while True:
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    yield getter.result()
+                    continue
+                getter.cancel()
+                while not queue.empty():
+                    yield queue.get_nowait()
+                yield TurnDone(reply=task.result())
+                return
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.wait([task])
+
+    async def _arun(
+        self, text: str, attachments: Sequence[ContentBlock], emit: Callable[[AgentEvent], None]
+    ) -> Reply:
+        plan = self._begin()
+        try:
+            with span("parlour.turn", **{"parlour.conversation_id": self.conversation_id}):
+                steps = turn_steps(plan, text, attachments)
+                reply = await drive_async(steps, plan, self.service, emit)
+            self._done(plan, reply)
+            return reply
+        finally:
+            self._end()
+
+    # -- the turn's frame -----------------------------------------------------------------------
+
+    def _begin(self) -> TurnPlan:
+        if not self._busy.acquire(blocking=False):
+            raise IllegalStateError(
+                f"A turn is already running on conversation {self.conversation_id}; wait for "
+                "it to end, or offer the message to it with service.offer."
+            )
+        agent = self.agent
+        return TurnPlan(
+            client=agent.client,
+            tools=agent.tools,
+            thinker=self.thinker,
+            state=self.thinker.begin_turn(),
+            ledger=agent.ledger(self.conversation_id),
+            objective=agent.objective,
+            max_rounds=agent.max_rounds,
+            retry=agent.retry,
+            tool_timeout_s=agent.tool_timeout_s,
+            model_timeout_s=agent.model_timeout_s,
+            sleep=agent.sleep,
+            async_sleep=agent.async_sleep,
+            before_model_call=agent.before_model_call,
+            handler=agent.handler,
+        )
+
+    def _done(self, plan: TurnPlan, reply: Reply) -> TurnDone:
+        done = TurnDone(reply=reply)
+        plan.state.publish(done)
+        return done
+
+    def _end(self) -> None:
+        self.thinker.end_turn()
+        self._busy.release()

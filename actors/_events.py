@@ -1,0 +1,124 @@
+"""What an agent's turn reports: its stream events, its reply, and its errors.
+
+Events are frozen, tagged msgspec structs, in the order a turn produces them::
+
+    TextDelta* (ToolCallStarted ToolCallFinished)* ... Restarted? ... OfferAccepted? ... TurnDone
+
+A ``Restarted`` event discards the text of the attempt it interrupts: the model call is
+being tried again (a truncation escalation, a retryable provider error).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from parlour.runtime import Usage
+from parlour.runtime.errors import ParlourError
+
+__all__ = [
+    "AgentEvent",
+    "OfferAccepted",
+    "Reply",
+    "Restarted",
+    "TextDelta",
+    "ToolCallFinished",
+    "ToolCallStarted",
+    "TurnCancelledError",
+    "TurnDone",
+    "TurnError",
+    "add_usage",
+]
+
+
+class Reply(msgspec.Struct, frozen=True, kw_only=True):
+    """The outcome of one turn.
+
+    Attributes:
+        text: the final answer's text.
+        usage: the provider-reported tokens of every model call of the turn, summed.
+        messages: the messages this turn added to the conversation, in order.
+        output: the typed answer when the agent declares an ``output_type``, else None.
+        rounds_exhausted: True when the turn stopped at ``max_rounds`` with tool results
+            the model has not answered yet.
+    """
+
+    text: str
+    usage: Usage
+    messages: list[Any]
+    output: Any = None
+    rounds_exhausted: bool = False
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """Base of every event a turn streams."""
+
+
+class TextDelta(Event, tag="text_delta", frozen=True, kw_only=True):
+    """A piece of the answer's text, as the provider streamed it."""
+
+    text: str
+
+
+class ToolCallStarted(Event, tag="tool_call", frozen=True, kw_only=True):
+    """The model asked for a tool call; it is about to run."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+
+class ToolCallFinished(Event, tag="tool_result", frozen=True, kw_only=True):
+    """A tool call's result, as the model will see it."""
+
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+class Restarted(Event, tag="restart", frozen=True, kw_only=True):
+    """The model call is being tried again; discard the partial text since the last call."""
+
+    reason: str
+
+
+class OfferAccepted(Event, tag="offer_accepted", frozen=True, kw_only=True):
+    """An offered message joined the turn as a user message; the model will answer it."""
+
+    text: str
+
+
+class TurnDone(Event, tag="done", frozen=True, kw_only=True):
+    """The turn ended; ``reply`` is what ``Chat.send`` returns."""
+
+    reply: Reply
+
+
+AgentEvent = TextDelta | ToolCallStarted | ToolCallFinished | Restarted | OfferAccepted | TurnDone
+
+
+class TurnError(ParlourError):
+    """A turn ended abnormally after its boundary save; the conversation stays answerable."""
+
+
+class TurnCancelledError(TurnError):
+    """The turn was cancelled (``force_release``) at a boundary; pending tool calls were
+    given error results and saved before the lease was released."""
+
+
+def add_usage(a: Usage, b: Usage) -> Usage:
+    """The sum of two usages; a cache counter stays None only when both are None."""
+
+    def plus(x: int | None, y: int | None) -> int | None:
+        return None if x is None and y is None else (x or 0) + (y or 0)
+
+    return Usage(
+        input_tokens=a.input_tokens + b.input_tokens,
+        output_tokens=a.output_tokens + b.output_tokens,
+        cache_creation_input_tokens=plus(
+            a.cache_creation_input_tokens, b.cache_creation_input_tokens
+        ),
+        cache_read_input_tokens=plus(a.cache_read_input_tokens, b.cache_read_input_tokens),
+    )

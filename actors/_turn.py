@@ -1,0 +1,360 @@
+"""The turn loop, written once as a generator of effects that two drivers perform.
+
+``turn_steps`` is the spec's save discipline with no I/O of its own: it yields an effect
+(``Obtain``, ``Save``, ``CallModel``, ``RunTools``, ``Pause``, ``Release``) and is sent the
+effect's result, or has the effect's exception thrown into it; it also yields the events it
+reports. The sync driver performs effects in the calling thread, the async driver on the
+event loop without blocking it (``_drive.py``); both run exactly this logic.
+
+A turn: obtain; add the user message (non-compactable); save. Then up to ``max_rounds``
+times: check for cancellation, call the model (retryable errors retried with backoff within
+the turn's budget, a truncation escalated once, each retry announced by ``Restarted``), add
+the answer, save; run its tool calls, add the results as one outgoing message (compactable),
+save, and take offered messages. With no more tool calls, offers are taken (or the inbox
+closed) and each taken offer is answered in the same turn. A failed or cancelled turn gives
+every pending tool call an error result, saves, and raises. The lease is always released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+from loguru import logger
+
+from parlour.actors._events import (
+    OfferAccepted,
+    Reply,
+    Restarted,
+    ToolCallFinished,
+    ToolCallStarted,
+    TurnCancelledError,
+    TurnError,
+    add_usage,
+)
+from parlour.actors._joiners import AgentThinker, TurnState
+from parlour.actors._ledger import UsageLedger
+from parlour.actors._tools import ToolBox
+from parlour.runtime import (
+    ConversationContext,
+    IncomingMessage,
+    LLMClient,
+    LLMResponse,
+    Message,
+    OutgoingMessage,
+    ResponseHandler,
+    Usage,
+)
+from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from parlour.runtime.errors import (
+    OutputTruncationRetry,
+    RetryableLLMError,
+    UncorrectableLLMError,
+)
+
+OBJECTIVE_KEY = "agent"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Backoff for retryable provider errors, beyond the SDK's own retries.
+
+    Attempt ``n`` (from 0) waits ``min(base_s * 2**n, max_s)``; a turn retries at most
+    ``attempts`` times and waits at most ``budget_s`` seconds in all.
+    """
+
+    attempts: int = 3
+    base_s: float = 0.5
+    max_s: float = 8.0
+    budget_s: float = 30.0
+
+    def delay(self, attempt: int, waited: float) -> float | None:
+        """The wait before retry ``attempt``, or None when the budget forbids it."""
+        wait = min(self.base_s * 2.0**attempt, self.max_s)
+        if attempt >= self.attempts or waited + wait > self.budget_s:
+            return None
+        return wait
+
+
+@dataclass(slots=True)
+class TurnPlan:
+    """Everything one turn needs; built by ``Chat`` for each turn."""
+
+    client: LLMClient
+    tools: ToolBox
+    thinker: AgentThinker
+    state: TurnState
+    ledger: UsageLedger
+    objective: str | None
+    max_rounds: int
+    retry: RetryPolicy
+    tool_timeout_s: float
+    model_timeout_s: float
+    sleep: Callable[[float], None] = time.sleep
+    async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    before_model_call: Callable[[ConversationContext, UsageLedger], None] | None = None
+    handler: ResponseHandler | None = None
+    added: list[Message] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+
+
+# -- effects ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Obtain:
+    """Obtain the lease; the result is the context."""
+
+
+@dataclass(frozen=True, slots=True)
+class Save:
+    context: ConversationContext
+
+
+@dataclass(frozen=True, slots=True)
+class CallModel:
+    """One model call; the driver streams its text as events; the result is the response."""
+
+    context: ConversationContext
+
+
+@dataclass(frozen=True, slots=True)
+class RunTools:
+    """Run the calls concurrently; the result is one ``ToolResultBlock`` per call, in order."""
+
+    calls: Sequence[ToolUseBlock]
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Release the lease with the thinker's retention."""
+
+
+Effect = Obtain | Save | CallModel | RunTools | Pause | Release
+Steps = Generator[Any, Any, Reply]
+
+
+# -- the turn -----------------------------------------------------------------------------------
+
+
+def turn_steps(plan: TurnPlan, text: str, attachments: Sequence[ContentBlock] = ()) -> Steps:
+    """One whole turn (see the module docstring); returns the reply."""
+    context: ConversationContext = yield Obtain()
+    abandoned = False  # closed by the garbage collector: a driver bug, nothing can be yielded
+    try:
+        _prepare(context, plan)
+        _add(context, plan, _user_message(text, attachments, plan.handler))
+        yield Save(context)
+        return (yield from _answer_all(context, plan))
+    except GeneratorExit:
+        abandoned = True
+        raise
+    except BaseException as exc:
+        yield from _end_abnormally(context, plan, exc)
+        raise
+    finally:
+        plan.state.close()
+        if not abandoned:
+            yield Release()
+
+
+def _prepare(context: ConversationContext, plan: TurnPlan) -> None:
+    if plan.objective and OBJECTIVE_KEY not in context.get_main_objective():
+        context.put_main_objective(OBJECTIVE_KEY, plan.objective)
+    context.add_tools(plan.tools.declarations())  # add-only: a fresh chat has them too
+
+
+def _user_message(
+    text: str, attachments: Sequence[ContentBlock], handler: ResponseHandler | None
+) -> OutgoingMessage:
+    blocks: list[ContentBlock] = [TextBlock(text=text), *attachments]
+    return OutgoingMessage(text, blocks, response_handler=handler, compactable=False)
+
+
+def _add(context: ConversationContext, plan: TurnPlan, message: Message) -> None:
+    context.add_message(message)
+    plan.added.append(message)
+
+
+def _answer_all(context: ConversationContext, plan: TurnPlan) -> Steps:
+    """Answer the user message, then every offer taken, until the inbox closes empty."""
+    reply = yield from _rounds(context, plan)
+    while offers := plan.state.take(close_if_empty=True):
+        yield from _take_offers(context, plan, offers)
+        reply = yield from _rounds(context, plan)
+    if plan.handler is not None:
+        reply = yield from _typed(context, plan, reply)
+    return reply
+
+
+def _parse(plan: TurnPlan, reply: Reply) -> Reply:
+    assert plan.handler is not None
+    return msgspec.structs.replace(reply, output=plan.handler.parse(reply.text))
+
+
+def _typed(context: ConversationContext, plan: TurnPlan, reply: Reply) -> Steps:
+    """The typed answer; a malformed one is re-asked once, with the parse error."""
+    try:
+        return _parse(plan, reply)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        first = exc
+    ask = f"Your answer did not parse: {first}. Answer again with only the JSON."
+    _add(
+        context,
+        plan,
+        OutgoingMessage(
+            ask,
+            [TextBlock(text=ask)],
+            response_handler=plan.handler,
+            compactable=False,
+            app_authored=True,
+        ),
+    )
+    yield Save(context)
+    reply = yield from _rounds(context, plan)
+    try:
+        return _parse(plan, reply)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        kind = getattr(getattr(plan.handler, "cls", None), "__name__", "the declared type")
+        raise TurnError(
+            f"The answer on conversation {context.conversation_id} did not parse as {kind} "
+            f"after one re-ask: {exc}"
+        ) from exc
+
+
+def _take_offers(context: ConversationContext, plan: TurnPlan, offers: list[str]) -> Steps:
+    for text in offers:
+        _add(context, plan, _user_message(text, (), plan.handler))
+        yield OfferAccepted(text=text)
+    yield Save(context)
+    return Reply(text="", usage=plan.usage, messages=[])
+
+
+def _rounds(context: ConversationContext, plan: TurnPlan) -> Steps:
+    response: LLMResponse | None = None
+    for _ in range(plan.max_rounds):
+        _check_cancelled(plan.thinker)
+        response = yield from _ask(context, plan)
+        calls = response.tool_uses
+        _add(context, plan, IncomingMessage(blocks=response.blocks, compactable=bool(calls)))
+        yield Save(context)
+        if not calls:
+            return _reply(plan, response, exhausted=False)
+        yield from _run_tools(context, plan, calls)
+        if offers := plan.state.take():
+            yield from _take_offers(context, plan, offers)
+    assert response is not None  # max_rounds >= 1, checked by the agent
+    return _reply(plan, response, exhausted=True)
+
+
+def _reply(plan: TurnPlan, response: LLMResponse, *, exhausted: bool) -> Reply:
+    return Reply(
+        text=response.text,
+        usage=plan.usage,
+        messages=list(plan.added),
+        rounds_exhausted=exhausted,
+    )
+
+
+def _check_cancelled(thinker: AgentThinker) -> None:
+    if thinker.cancelled is not None:
+        raise TurnCancelledError(
+            f"The turn on conversation {thinker.conversation_id} was cancelled: "
+            f"{thinker.cancelled}."
+        )
+
+
+def _ask(context: ConversationContext, plan: TurnPlan) -> Generator[Any, Any, LLMResponse]:
+    """One model answer: retryable errors retried with backoff, a truncation once."""
+    attempt, waited, escalated = 0, 0.0, False
+    while True:
+        try:
+            response: LLMResponse = yield CallModel(context)
+        except OutputTruncationRetry as exc:
+            if escalated:  # the client escalates to the ceiling, so this is a safety net
+                raise UncorrectableLLMError(f"The retry was truncated again: {exc}") from exc
+            escalated = True
+            yield Restarted(reason=f"truncated; retrying with {exc.new_budget} output tokens")
+            continue
+        except RetryableLLMError as exc:
+            delay = plan.retry.delay(attempt, waited)
+            if delay is None:
+                raise
+            attempt, waited = attempt + 1, waited + delay
+            yield Restarted(reason=f"retrying in {delay:g}s: {exc}")
+            yield Pause(delay)
+            _check_cancelled(plan.thinker)
+            continue
+        plan.state.commit_text()
+        plan.ledger.record_call(response)
+        plan.usage = add_usage(plan.usage, response.usage)
+        return response
+
+
+def _run_tools(context: ConversationContext, plan: TurnPlan, calls: list[ToolUseBlock]) -> Steps:
+    for call in calls:
+        yield ToolCallStarted(call_id=call.id, name=call.name, arguments=call.input_json)
+    results: list[ToolResultBlock] = yield RunTools(calls)
+    names = {c.id: c.name for c in calls}
+    for r in results:
+        yield ToolCallFinished(
+            call_id=r.tool_use_id, name=names[r.tool_use_id], content=r.content, is_error=r.is_error
+        )
+    _add(context, plan, OutgoingMessage(blocks=results, compactable=True))
+    yield Save(context)
+    return Reply(text="", usage=plan.usage, messages=[])
+
+
+# -- the abnormal end ---------------------------------------------------------------------------
+
+
+def pending_calls(context: ConversationContext) -> list[ToolUseBlock]:
+    """Tool calls of the last answer that no later message answers."""
+    for at in range(len(context.messages) - 1, -1, -1):
+        message = context.messages[at]
+        if isinstance(message, IncomingMessage):
+            answered = {
+                b.tool_use_id
+                for later in context.messages[at + 1 :]
+                for b in later.blocks
+                if isinstance(b, ToolResultBlock)
+            }
+            return [
+                b for b in message.blocks if isinstance(b, ToolUseBlock) and b.id not in answered
+            ]
+    return []
+
+
+def _end_abnormally(context: ConversationContext, plan: TurnPlan, exc: BaseException) -> Steps:
+    """Answer every pending tool call with an error result, keep untaken offers as user
+    messages, and save at this boundary. A failing save is logged, never raised over ``exc``."""
+    why = str(exc) or type(exc).__name__
+    pending = pending_calls(context)
+    if pending:
+        results = [
+            ToolResultBlock(
+                tool_use_id=c.id,
+                content=f"The turn ended before this call ran: {why}",
+                is_error=True,
+            )
+            for c in pending
+        ]
+        _add(context, plan, OutgoingMessage(blocks=results, compactable=True))
+    for text in plan.state.close():
+        _add(context, plan, _user_message(text, (), plan.handler))
+    try:
+        yield Save(context)
+    except Exception as save_exc:
+        logger.opt(exception=save_exc).error(
+            "the boundary save of failed turn on {} failed", context.conversation_id
+        )
+    return Reply(text="", usage=plan.usage, messages=[])
