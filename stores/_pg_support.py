@@ -81,6 +81,22 @@ def checked(conversation_id: str, user_id: str) -> str:
     return conversation_id
 
 
+def snapshot_id(snapshot: ConversationPersistenceSnapshot) -> str:
+    """The id of a snapshot about to be written.
+
+    Raises:
+        ValueError: the snapshot has no conversation id.
+    """
+    if snapshot.conversation_id is None:
+        raise ValueError("Cannot store a conversation snapshot whose conversation_id is None.")
+    return snapshot.conversation_id
+
+
+def foreign(conversation_id: str, user_id: str) -> PermissionError:
+    """The one refusal of another user's conversation, the same sentence everywhere."""
+    return PermissionError(f"User {user_id} does not own conversation {conversation_id}")
+
+
 def check_user(user_id: str) -> None:
     if "\x00" in user_id:
         raise ValueError(f"A user id cannot hold NUL, got {user_id!r}.")

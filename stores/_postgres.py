@@ -23,7 +23,7 @@ from parlour.runtime.errors import (
 )
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot, MessageSnapshot
 from parlour.stores import _pg_sql as sql
-from parlour.stores._memory import foreign, notify_deleted, require_id
+from parlour.stores._memory import notify_deleted
 from parlour.stores._pg_schema import migrate
 from parlour.stores._pg_support import (
     check_user,
@@ -31,8 +31,10 @@ from parlour.stores._pg_support import (
     decode_row,
     encode_body,
     encode_messages,
+    foreign,
     open_pool,
     redacted,
+    snapshot_id,
 )
 from parlour.stores._protocols import ConversationSummary
 
@@ -157,7 +159,7 @@ class PostgresStore:
         return version
 
     def _check_write(self, snapshot: ConversationPersistenceSnapshot, user_id: str) -> str:
-        cid = checked(require_id(snapshot), user_id)
+        cid = checked(snapshot_id(snapshot), user_id)
         if snapshot.user_id is not None and snapshot.user_id != user_id:
             owner = self._owner(cid)
             if owner is not None and owner != user_id:

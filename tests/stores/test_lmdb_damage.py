@@ -129,7 +129,10 @@ def test_a_deeply_nested_record_is_a_corrupt_snapshot_not_a_recursion_error(
 ) -> None:
     _populate(tmp_path)
     _damage(tmp_path, target, _nested)
-    with LmdbStore(tmp_path) as store, pytest.raises(CorruptSnapshotError, match=r"c1.*nested too"):
+    with (
+        LmdbStore(tmp_path) as store,
+        pytest.raises(CorruptSnapshotError, match=r"c1.*(nested too|nests deeper)"),
+    ):
         store.load("c1", "alice")
 
 
