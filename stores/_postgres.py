@@ -14,8 +14,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import msgspec
-
 from parlour.runtime.errors import (
     ConversationNotFoundError,
     IllegalStateError,
@@ -36,16 +34,9 @@ from parlour.stores._pg_support import (
     redacted,
     snapshot_id,
 )
-from parlour.stores._protocols import ConversationSummary
+from parlour.stores._protocols import ConversationSummary, ConversationVersion
 
 _PRUNE_EVERY = 64  # a save whose new version is a multiple of this prunes its conversation
-
-
-class ConversationVersion(msgspec.Struct, frozen=True, kw_only=True):
-    """One kept version of a conversation: its fencing version and when it was saved."""
-
-    version: int
-    saved_at: dt.datetime
 
 
 class PostgresStore:
