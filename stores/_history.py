@@ -175,7 +175,7 @@ def state(txn: Any, dbs: Databases, key: bytes, version: int) -> tuple[bytes, li
     if txn.get(version_key(key, version), db=dbs.versions) is None:
         return None
     chain = _chain_to(txn, dbs, key, version)
-    body, messages = b"", []
+    body, messages = b"", list[bytes]()
     for payload in chain:
         body = payload.body
         del messages[payload.count :]

@@ -5,6 +5,7 @@ databases and its read and write paths)."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -127,9 +128,11 @@ class LmdbHistory:
             else self._view(lambda txn: _conversation_keys(txn, self._dbs))
         )
         return sum(
-            int(self._submit(lambda txn, k=k: _history.prune(txn, self._dbs, k, retention), 0))
-            for k in keys
+            int(self._submit(functools.partial(self._prune, key, retention), 0)) for key in keys
         )
+
+    def _prune(self, key: bytes, retention: _history.Retention, txn: Any) -> int:
+        return _history.prune(txn, self._dbs, key, retention)
 
     def backup(self, destination: str | os.PathLike[str]) -> Path:
         """Copy the store, compacted, into ``destination`` (created if missing), consistent

@@ -110,8 +110,9 @@ class PostgresStore:
             The new version: 1, or one past the last version the id ever had.
 
         Raises:
-            ValueError: the snapshot has no usable id, or names another user than ``user_id``.
-            PermissionError: the id belongs to another user.
+            ValueError: the snapshot has no usable id.
+            PermissionError: the id belongs to another user, or the snapshot names another
+                user than ``user_id``.
         """
         cid = self._check_write(snapshot, user_id)
         params = self._write_params(snapshot, user_id, start=0)
@@ -132,9 +133,10 @@ class PostgresStore:
             The record's new version.
 
         Raises:
-            ValueError: the snapshot has no usable id, or names another user than ``user_id``.
+            ValueError: the snapshot has no usable id.
             ConversationNotFoundError: no record holds the id (it was deleted).
-            PermissionError: the record belongs to another user.
+            PermissionError: the record belongs to another user, or the snapshot names
+                another user than ``user_id``.
             StaleVersionError: the record has moved past ``snapshot.stored_version``.
         """
         cid = self._check_write(snapshot, user_id)
@@ -155,9 +157,9 @@ class PostgresStore:
             owner = self._owner(cid)
             if owner is not None and owner != user_id:
                 raise foreign(cid, user_id)
-            raise ValueError(
-                f"The snapshot of conversation {cid} names user {snapshot.user_id}, "
-                f"but user {user_id} is saving it."
+            raise PermissionError(
+                f"User {user_id} cannot store conversation {cid}: the snapshot belongs to "
+                f"another user ({snapshot.user_id}). Nothing was written."
             )
         return cid
 
