@@ -1,5 +1,5 @@
-"""LmdbStore's version history, retention and backup: the methods beside the record
-surface, on the same environment (a mixin: ``LmdbStore`` supplies the environment, the
+"""LmdbStore's version history, retention, backup and the decode check: the methods beside
+the record surface, on the same environment (a mixin: ``LmdbStore`` supplies the environment, the
 databases and its read and write paths)."""
 
 from __future__ import annotations
@@ -13,19 +13,19 @@ from typing import Any, TypeVar
 
 from parlour.runtime.errors import CorruptSnapshotError, IllegalStateError
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
-from parlour.stores import _history
+from parlour.stores import _history, _reads
 from parlour.stores._group_commit import Write
 from parlour.stores._ids import conversation_key, user_key
 from parlour.stores._layout import Databases
 from parlour.stores._lock import ReadGate
 from parlour.stores._protocols import ConversationVersion
-from parlour.stores._records import Header, MessagePlan, decode_record
+from parlour.stores._records import Header, MessagePlan, decode_header, decode_record
 
 T = TypeVar("T")
 
 
 class LmdbHistory:
-    """Version history, ``prune`` and ``backup`` for ``LmdbStore``."""
+    """Version history, ``prune``, ``backup`` and ``undecodable`` for ``LmdbStore``."""
 
     path: Path
     _env: Any
@@ -154,6 +154,33 @@ class LmdbHistory:
         target.mkdir(parents=True, exist_ok=True)
         self._view(lambda txn: self._env.copy(str(target), compact=True))
         return target
+
+    def undecodable(self) -> list[tuple[str, str]]:
+        """Every conversation whose current record does not decode, with the reason, in id
+        order: (id, reason). Reads every record in one snapshot (an administrative scan:
+        ``quarantine`` moves what it finds).
+
+        Raises:
+            IllegalStateError: the store is closed.
+        """
+        return self._view(lambda txn: _undecodable(txn, self._dbs))
+
+
+def _undecodable(txn: Any, dbs: Databases) -> list[tuple[str, str]]:
+    found = []
+    for item, raw in txn.cursor(db=dbs.heads):
+        key = bytes(item)
+        cid = key.decode(errors="replace")
+        try:
+            head = decode_header(cid, raw)
+            body = txn.get(key, db=dbs.bodies)
+            if body is None:
+                raise CorruptSnapshotError(f"Stored conversation {cid} has no body.")
+            messages = _reads.messages_of(txn, dbs, key, head.message_count)
+            decode_record(cid, head, body, messages)
+        except CorruptSnapshotError as exc:
+            found.append((cid, str(exc)))
+    return found
 
 
 def _as_of(
