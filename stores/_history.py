@@ -209,10 +209,30 @@ def drop(txn: Any, dbs: Databases, key: bytes) -> None:
     txn.delete(key, db=dbs.chains)
 
 
+def _numbers(txn: Any, dbs: Databases, key: bytes) -> list[int]:
+    """The recorded version numbers of ``key``, oldest first (keys only: no value read)."""
+    prefix = message_prefix(key)
+    cursor = txn.cursor(db=dbs.versions)
+    found: list[int] = []
+    if cursor.set_range(prefix):
+        for item in cursor.iternext(keys=True, values=False):
+            item = bytes(item)
+            if not item.startswith(prefix):
+                break
+            found.append(int.from_bytes(item[len(prefix) :], "big"))
+    return found
+
+
 def prune(txn: Any, dbs: Databases, key: bytes, retention: Retention) -> int:
     """Apply ``retention`` to ``key``'s versions: the oldest kept one becomes a checkpoint
     first (so every kept version still reads), then the older ones go. Returns how many
     went."""
+    if retention.keep is None and retention.keep_for is None:
+        return 0
+    if retention.keep_for is None:  # by count alone: only the keys are read
+        numbers = _numbers(txn, dbs, key)
+        if retention.keep is None or len(numbers) <= retention.keep:
+            return 0
     versions = kept(txn, dbs, key)
     cutoff = None if retention.keep_for is None else retention.now() - retention.keep_for
     keep_from = len(versions) - 1  # the current version always stays
