@@ -79,6 +79,7 @@ class LmdbStore(LmdbHistory):
         IllegalStateError: another writer holds the directory (the message names its pid),
             or the directory's layout is newer than this code (or, read-only, older).
         FileNotFoundError: ``readonly`` and there is no store at ``path``.
+        ValueError: ``keep_versions`` is below 1.
 
     Thread-safety: every method may be called from any thread. ``close()`` commits the
     writes queued before it, and every later call raises ``IllegalStateError``.
