@@ -102,7 +102,7 @@ class LmdbHistory:
     def _held(self, txn: Any, key: bytes, version: int) -> tuple[bytes, list[bytes]] | None:
         try:
             return _history.state(txn, self._dbs, key, version)
-        except (KeyError, ValueError) as exc:  # a chain without its checkpoint: damage
+        except (KeyError, ValueError, IndexError) as exc:  # a broken chain or record: damage
             raise CorruptSnapshotError(
                 f"The history of stored conversation {key.decode(errors='replace')} is "
                 f"damaged: {exc}"

@@ -20,9 +20,7 @@ import datetime as dt
 import functools
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
 
-import msgspec
 import pytest
 
 from parlour.runtime import ConversationContext
@@ -31,53 +29,21 @@ from parlour.runtime.errors import (
     CorruptSnapshotError,
     StaleVersionError,
 )
-from parlour.runtime.snapshots import ConversationPersistenceSnapshot
+from parlour.stores._contract import (
+    Ticks,
+    every_call,
+    foreign_calls,
+    raising,
+    run_all,
+    said,
+    snapshot,
+    stamped,
+)
 from parlour.stores._protocols import PersistentStore
 
 __all__ = ["StoreContract", "Ticks", "snapshot"]
 
 REFUSED = "User mallory does not own conversation c1"
-
-
-class Ticks:
-    """A wall clock that moves one second per reading, so save times are distinct.
-
-    Thread-safety: readings from many threads are distinct (one short lock)."""
-
-    def __init__(self, start: dt.datetime = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)) -> None:
-        self.at = start
-        self._lock = threading.Lock()
-
-    def __call__(self) -> dt.datetime:
-        with self._lock:
-            self.at += dt.timedelta(seconds=1)
-            return self.at
-
-
-def snapshot(
-    cid: str | None = "c1",
-    text: str = "Are you working?",
-    version: int = 0,
-    user: str | None = "alice",
-) -> ConversationPersistenceSnapshot:
-    """A one-message conversation's snapshot, at ``version``."""
-    context = ConversationContext(cid, user_id=user)
-    context.put_main_objective("task", "Be brief.")
-    context.add_user_message(text)
-    context.stored_version = version
-    return context.to_snapshot()
-
-
-def stamped(
-    saved: ConversationPersistenceSnapshot, version: int
-) -> ConversationPersistenceSnapshot:
-    return msgspec.structs.replace(saved, stored_version=version)
-
-
-def said(store: PersistentStore, cid: str = "c1", user: str = "alice") -> list[str]:
-    loaded = store.load(cid, user)
-    assert loaded is not None
-    return [str(m.raw_content) for m in loaded.messages]
 
 
 class StoreContract:
@@ -153,7 +119,7 @@ class StoreContract:
     def test_an_empty_id_or_one_holding_nul_is_refused_by_every_operation(
         self, store: PersistentStore, bad: str
     ) -> None:
-        for attempt in _every_call(store, bad, "alice"):
+        for attempt in every_call(store, bad, "alice"):
             with pytest.raises(ValueError):
                 attempt()
         assert store.list_conversations("alice") == []
@@ -164,7 +130,7 @@ class StoreContract:
         store.create_context(snapshot(), "alice")
         bad = "al\x00ice"
         listing: Callable[[], object] = lambda: store.list_conversations(bad)  # noqa: E731
-        for attempt in [*_every_call(store, "c1", bad), listing]:
+        for attempt in [*every_call(store, "c1", bad), listing]:
             with pytest.raises(ValueError, match="user id"):
                 attempt()
         assert store.version_of("c1", "alice") == 1
@@ -176,7 +142,7 @@ class StoreContract:
     ) -> None:
         saved = snapshot()
         store.create_context(saved, "alice")
-        for attempt in _foreign_calls(store):
+        for attempt in foreign_calls(store):
             with pytest.raises(PermissionError) as caught:
                 attempt()
             assert str(caught.value) == REFUSED, caught.value
@@ -340,7 +306,7 @@ class StoreContract:
     def test_a_delete_is_heard_by_every_delete_listener(self, store: PersistentStore) -> None:
         heard: list[str] = []
         store.add_delete_listener(heard.append)
-        store.add_delete_listener(_raising)  # one that fails does not fail the delete
+        store.add_delete_listener(raising)  # one that fails does not fail the delete
         also: list[str] = []
         store.add_delete_listener(also.append)
         store.create_context(snapshot(), "alice")
@@ -380,7 +346,7 @@ class StoreContract:
                 c.stored_version = store.save_context(c.to_snapshot(), "alice")
             acknowledged[f"w{n}"] = (c.stored_version, len(c.messages))
 
-        _run_all([functools.partial(writer, n) for n in range(8)])
+        run_all([functools.partial(writer, n) for n in range(8)])
         assert len(acknowledged) == 8
         for cid, (version, count) in acknowledged.items():
             assert store.version_of(cid, "alice") == version == 10
@@ -403,62 +369,8 @@ class StoreContract:
             with lock:
                 outcomes.append(outcome)
 
-        _run_all([functools.partial(racer, n) for n in range(8)])
+        run_all([functools.partial(racer, n) for n in range(8)])
         winners = [o for o in outcomes if o != "stale"]
         assert len(outcomes) == 8 and len(winners) == 1
         assert said(store) == winners
         assert store.version_of("c1", "alice") == 2
-
-
-def _raising(conversation_id: str) -> None:
-    raise RuntimeError(f"a listener that fails on {conversation_id}")
-
-
-def _every_call(store: PersistentStore, cid: str, user: str) -> list[Callable[[], object]]:
-    return [
-        lambda: store.create_context(snapshot(cid=cid, user=None), user),
-        lambda: store.save_context(snapshot(cid=cid, version=1, user=None), user),
-        lambda: store.load(cid, user),
-        lambda: store.delete(cid, user),
-        lambda: store.exists(cid, user),
-        lambda: store.version_of(cid, user),
-        lambda: store.get_version_history(cid, user),
-        lambda: store.load_version(cid, 1, user),
-    ]
-
-
-def _foreign_calls(store: PersistentStore) -> list[Callable[[], object]]:
-    return [
-        lambda: store.load("c1", "mallory"),
-        lambda: store.save_context(snapshot(text="overwritten", user="mallory"), "mallory"),
-        lambda: store.save_context(
-            snapshot(text="overwritten", version=1, user="mallory"), "mallory"
-        ),
-        lambda: store.create_context(snapshot(text="overwritten", user="mallory"), "mallory"),
-        lambda: store.delete("c1", "mallory"),
-        lambda: store.version_of("c1", "mallory"),
-        lambda: store.get_version_history("c1", "mallory"),
-        lambda: store.load_version("c1", 1, "mallory"),
-        lambda: store.load_version("c1", dt.datetime.now(dt.UTC), "mallory"),
-    ]
-
-
-def _run_all(work: list[Callable[[], Any]]) -> None:
-    """Run every callable in its own thread, released together; re-raise the first error."""
-    start = threading.Barrier(len(work))
-    errors: list[BaseException] = []
-
-    def run(job: Callable[[], Any]) -> None:
-        start.wait()
-        try:
-            job()
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(job,)) for job in work]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]

@@ -13,6 +13,8 @@ from pathlib import Path
 import lmdb
 import msgspec
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from parlour.actors._cli import main
 from parlour.actors._demo import run_demo
@@ -276,3 +278,73 @@ def test_global_options_come_after_the_subcommand_too_and_version_exists(
     with pytest.raises(SystemExit) as done:
         main(["--version"])
     assert done.value.code == 0 and capsys.readouterr().out.startswith("parlour 0.")
+
+
+_VALID = {
+    "format": "parlour-conversation",
+    "format_version": 1,
+    "conversation_id": "ok-id",
+    "user_id": "ann",
+    "exported_at": "2026-01-01T00:00:00Z",
+    "snapshot": json.loads(encode_snapshot(ConversationContext("ok-id").to_snapshot())),
+}
+_documents = st.one_of(
+    st.just(json.dumps(_VALID).encode()),
+    st.binary(max_size=200),
+    st.builds(
+        lambda fmt, version, cid, snapshot: json.dumps(
+            {
+                "format": fmt,
+                "format_version": version,
+                "conversation_id": cid,
+                "user_id": "ann",
+                "exported_at": "2026-01-01T00:00:00Z",
+                "snapshot": snapshot,
+            }
+        ).encode(),
+        st.sampled_from(["parlour-conversation", "other"]),
+        st.integers(-1, 3),
+        st.sampled_from(["", "a\x00b", "ok-id", "x" * 600]),
+        st.one_of(
+            st.dictionaries(
+                st.sampled_from(["conversation_id", "version", "messages"]), st.integers()
+            ),
+            st.just(
+                {"conversation_id": "ok-id", "created_at": "2026-01-01T00:00:00Z", "version": 99}
+            ),
+            st.just(
+                {
+                    "conversation_id": "ok-id",
+                    "created_at": "2026-01-01T00:00:00Z",
+                    "messages": [{"direction": "sideways"}],
+                }
+            ),
+            st.just(json.loads(encode_snapshot(ConversationContext("ok-id").to_snapshot()))),
+        ),
+    ),
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(document=_documents)
+def test_any_export_file_imports_once_or_is_refused_in_one_line_importing_nothing(
+    demo_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], document: bytes
+) -> None:
+    data = tmp_path / "data"
+    if not data.exists():
+        shutil.copytree(demo_data, data)
+    exported = tmp_path / "bad.json"
+    exported.write_bytes(document)
+    status, _, err = _run(capsys, "import", "ann", str(exported), "--data-dir", str(data))
+    with LmdbStore(data, readonly=True) as store:
+        held = store.list_conversations("ann")
+    event(f"status {status}")
+    if status == 0:  # a valid document after all: imported exactly once
+        assert len(held) == 1 and document.count(b'"ok-id"') == 2
+        with LmdbStore(data) as store:
+            store.delete(held[0].conversation_id, "ann")
+    else:
+        assert status == 1 and held == []
+        assert len(err.strip().splitlines()) == 1 and err.startswith("parlour import: ")

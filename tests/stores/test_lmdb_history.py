@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parlour.runtime import ConversationContext, OutgoingMessage
-from parlour.runtime.errors import IllegalStateError
+from parlour.runtime.errors import CorruptSnapshotError, IllegalStateError
 from parlour.runtime.snapshots import encode_snapshot
 from parlour.stores import LmdbStore, _history
 
@@ -302,3 +302,18 @@ def test_a_backup_into_a_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with LmdbStore(tmp_path / "db") as store, pytest.raises(NotADirectoryError):
         store.backup(tmp_path / "file")
+
+
+@pytest.mark.parametrize("damage", [b"D" + bytes(8) + b"\xc1garbage", b"", b"D\x00"])
+def test_a_damaged_version_record_is_a_corrupt_snapshot_and_the_rest_still_reads(
+    tmp_path: Path, damage: bytes
+) -> None:
+    with LmdbStore(tmp_path) as store:
+        saved = _saves(store, _conversation(), 3)
+        with store._env.begin(write=True) as txn:
+            txn.put(_history.version_key(b"c1", 2), damage, db=store._dbs.versions)
+        with pytest.raises(CorruptSnapshotError, match="c1"):
+            store.load_version("c1", 3, "alice")  # its chain runs through version 2
+        assert _loaded(store, 1) == saved[1]
+        loaded = store.load("c1", "alice")
+        assert loaded is not None and encode_snapshot(loaded) == saved[4]
