@@ -12,12 +12,14 @@ import datetime as dt
 import os
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TypeVar
 
 import lmdb
 import msgspec
 from rich.console import Console
+from rich.progress import track
 from rich.table import Table
 
 from parlour.runtime import Transcript
@@ -30,6 +32,7 @@ from parlour.runtime.snapshots import (
 )
 from parlour.stores import LmdbStore
 
+T = TypeVar("T")
 EXPORT_FORMAT = "parlour-conversation"
 EXPORT_VERSION = 1
 COMMANDS = ("list", "show", "history", "export", "import", "delete", "fsck")
@@ -211,7 +214,7 @@ def _export(args: argparse.Namespace, console: Console) -> int:
 
 def _versions(store: LmdbStore, user: str, cid: str) -> list[ExportedVersion]:
     kept = []
-    for v in reversed(store.get_version_history(cid, user)):
+    for v in _progress(reversed(store.get_version_history(cid, user)), "reading versions"):
         snapshot = store.load_version(cid, v.version, user)
         if snapshot is not None:  # pruned between the listing and the read
             raw = msgspec.Raw(encode_snapshot(snapshot))
@@ -274,7 +277,7 @@ def _import(args: argparse.Namespace, console: Console) -> int:
     with _open(args.data_dir, write=True, create=True) as store:
         _check_free(store, cid, args.user_id)
         version = store.create_context(snapshots[0], args.user_id)
-        for snapshot in snapshots[1:]:
+        for snapshot in _progress(snapshots[1:], "writing versions"):
             snapshot.stored_version = version
             version = store.save_context(snapshot, args.user_id)
     console.print(
@@ -318,6 +321,18 @@ def _check_free(store: LmdbStore, cid: str, user: str) -> None:
             f"User {user} already has a conversation {cid}; nothing was imported (--as-new "
             "imports it under a fresh id)."
         )
+
+
+def _progress(items: Iterable[T], what: str) -> Iterable[T]:
+    """``items``, with a progress bar on stderr when it is a terminal."""
+    listed = list(items)
+    return track(
+        listed,
+        description=what,
+        console=Console(stderr=True),
+        transient=True,
+        disable=not sys.stderr.isatty() or len(listed) < 50,
+    )
 
 
 def _when(moment: dt.datetime) -> str:
