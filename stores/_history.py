@@ -204,8 +204,8 @@ def _chain_to(txn: Any, dbs: Databases, key: bytes, version: int) -> list[Payloa
 
 def drop(txn: Any, dbs: Databases, key: bytes) -> None:
     """Remove every recorded version of ``key`` (its conversation was deleted)."""
-    for item in kept(txn, dbs, key):
-        txn.delete(version_key(key, item.version), db=dbs.versions)
+    for version in _numbers(txn, dbs, key):
+        txn.delete(version_key(key, version), db=dbs.versions)
     txn.delete(key, db=dbs.chains)
 
 
