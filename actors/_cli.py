@@ -1,20 +1,21 @@
 """The ``parlour`` command: ``chat`` with the agent, ``demo`` (the main job), ``bench``, and
-``list`` and ``show`` stored conversations."""
+the store commands (``list``, ``show``, ``history``, ``export``, ``import``, ``delete``,
+``fsck``)."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from loguru import logger
 
+from parlour.actors import _admin
 from parlour.actors._bench import run_bench
 from parlour.actors._chat import run_chat
 from parlour.actors._demo import run_demo, run_long_demo
-from parlour.runtime.snapshots import encode_snapshot
-from parlour.stores import LmdbStore
 
 DEFAULT_DATA_DIR = Path("parlour-data")
 
@@ -22,6 +23,9 @@ DEFAULT_DATA_DIR = Path("parlour-data")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="parlour", description=__doc__)
     parser.add_argument("--verbose", action="store_true", help="log parlour's records to stderr")
+    parser.add_argument(
+        "--version", action="version", version=f"parlour {importlib.metadata.version('parlour')}"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     chat = commands.add_parser("chat", help="chat with the agent, streaming its answers")
@@ -69,14 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--user", default="me", help="the user a new token is for")
     serve.add_argument("--new-token", action="store_true", help="issue a token for --user")
 
-    listing = commands.add_parser("list", help="list a user's stored conversations")
-    listing.add_argument("user_id")
-    listing.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
-
-    show = commands.add_parser("show", help="print a stored conversation as JSON")
-    show.add_argument("user_id")
-    show.add_argument("conversation_id")
-    show.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    _admin.register(commands, DEFAULT_DATA_DIR)
+    for sub in commands.choices.values():  # global options after the subcommand too
+        sub.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS)
 
     args = parser.parse_args(argv)
     logger.remove()
@@ -97,20 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_serve(args.data_dir, args.model, args.host, args.port, args.user, args.new_token)
     if args.command == "bench":
         return run_bench(args.data_dir, args.conversations, args.turns, args.workers, args.sync)
-    with LmdbStore(args.data_dir) as store:
-        if args.command == "list":
-            for summary in store.list_conversations(args.user_id):
-                print(
-                    f"{summary.conversation_id}\t{summary.updated_at:%Y-%m-%d %H:%M}\t"
-                    f"{summary.title}"
-                )
-            return 0
-        snapshot = store.load(args.conversation_id, args.user_id)
-        if snapshot is None:
-            print(f"no conversation {args.conversation_id} for {args.user_id}", file=sys.stderr)
-            return 1
-        print(encode_snapshot(snapshot).decode())
-        return 0
+    return _admin.run(args)
 
 
 if __name__ == "__main__":

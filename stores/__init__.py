@@ -8,8 +8,13 @@ store for tests; ``PostgresStore`` a store on PostgreSQL that many processes sha
 
 from parlour.stores._lmdb import LmdbStore, StoreStatistics
 from parlour.stores._memory import MemorySessionCache, MemoryStore
-from parlour.stores._postgres import ConversationVersion, PostgresStore
-from parlour.stores._protocols import ConversationSummary, PersistentStore, SessionStore
+from parlour.stores._postgres import PostgresStore
+from parlour.stores._protocols import (
+    ConversationSummary,
+    ConversationVersion,
+    PersistentStore,
+    SessionStore,
+)
 
 __all__ = [
     "ConversationSummary",

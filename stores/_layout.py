@@ -2,7 +2,7 @@
 index, tombstones and quarantine: everything a transaction does besides one record.
 
 Layouts: 1 (no meta database, headers without a version or with versions that restart
-after a delete, no owner index, no tombstones) and 2 (this code).
+after a delete, no owner index, no tombstones), 2 (no version history) and 3 (this code).
 """
 
 from __future__ import annotations
@@ -16,12 +16,29 @@ import msgspec
 from loguru import logger
 
 from parlour.runtime.errors import IllegalStateError
+from parlour.stores import _history
 from parlour.stores._ids import order_bytes
-from parlour.stores._records import Header, header_encoder, legacy_header_decoder, message_prefix
+from parlour.stores._records import (
+    Header,
+    header_decoder,
+    header_encoder,
+    legacy_header_decoder,
+    message_prefix,
+)
 
-LAYOUT = 2
+LAYOUT = 3
 _LAYOUT_KEY = b"layout"
-NAMES = (b"heads", b"bodies", b"messages", b"owners", b"tombstones", b"meta", b"quarantine")
+NAMES = (
+    b"heads",
+    b"bodies",
+    b"messages",
+    b"owners",
+    b"tombstones",
+    b"meta",
+    b"quarantine",
+    b"versions",
+    b"chains",
+)
 
 
 class Databases(NamedTuple):
@@ -29,7 +46,8 @@ class Databases(NamedTuple):
 
     heads, bodies, messages: a conversation's records (see ``_records``); owners: user id ->
     sorted duplicates of (order, conversation id), the owner index; tombstones: a deleted
-    id -> the last version it had; meta: the layout version; quarantine: damaged records.
+    id -> the last version it had; meta: the layout version; quarantine: damaged records;
+    versions, chains: the version history (see ``_history``).
     """
 
     heads: Any
@@ -39,6 +57,8 @@ class Databases(NamedTuple):
     tombstones: Any
     meta: Any
     quarantine: Any
+    versions: Any
+    chains: Any
 
 
 class QuarantinedRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -69,6 +89,8 @@ def open_databases(env: Any, path: Path, readonly: bool) -> Databases:
         layout = _layout_of(txn, dbs, path)
         if layout is None:
             upgrade(txn, dbs, path)
+        if layout is None or layout < LAYOUT:
+            seed_history(txn, dbs, path)
     return dbs
 
 
@@ -77,8 +99,8 @@ def _open_readonly(env: Any, path: Path) -> Databases:
         dbs = Databases(*(env.open_db(name, create=False) for name in NAMES))
     except lmdb.NotFoundError:
         raise IllegalStateError(
-            f"The store at {path} has layout 1 (written by an older parlour); open it once "
-            "for writing (LmdbStore(path)) to upgrade it in place, then read it."
+            f"The store at {path} has an older layout (written by an older parlour); open "
+            "it once for writing (LmdbStore(path)) to upgrade it in place, then read it."
         ) from None
     with env.begin() as txn:
         _layout_of(txn, dbs, path)
@@ -116,6 +138,22 @@ def upgrade(txn: Any, dbs: Databases, path: Path) -> None:
         logger.info(
             "upgraded the store at {} to layout {} ({} conversations)", path, LAYOUT, len(keys)
         )
+
+
+def seed_history(txn: Any, dbs: Databases, path: Path) -> None:
+    """Bring a store without version history to this layout: each conversation's current
+    version becomes its first recorded one; then record the layout."""
+    count = 0
+    for key, raw in list(txn.cursor(db=dbs.heads)):
+        try:
+            head = header_decoder.decode(raw)
+        except (msgspec.DecodeError, RecursionError):
+            continue  # damaged: ``damaged()`` finds it, ``quarantine`` moves it
+        _history.seed(txn, dbs, bytes(key), head.version, head.updated_at)
+        count += 1
+    txn.put(_LAYOUT_KEY, str(LAYOUT).encode(), db=dbs.meta)
+    if count:
+        logger.info("recorded the current version of {} conversations at {}", count, path)
 
 
 def index(txn: Any, dbs: Databases, head: Header, key: bytes) -> None:

@@ -25,11 +25,12 @@ from parlour.runtime.errors import (
     StaleVersionError,
 )
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
-from parlour.stores import _layout, _reads
+from parlour.stores import _history, _layout, _reads
 from parlour.stores._bookkeeping import Bookkeeping
 from parlour.stores._group_commit import GroupCommit, Write
 from parlour.stores._ids import conversation_key, order_bytes, require_id, user_key
 from parlour.stores._layout import Databases, QuarantinedRecord
+from parlour.stores._lmdb_history import LmdbHistory
 from parlour.stores._lock import ReadGate, WriterLock
 from parlour.stores._memory import notify_deleted
 from parlour.stores._protocols import ConversationSummary
@@ -55,7 +56,7 @@ class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
     conversations: int
 
 
-class LmdbStore:
+class LmdbStore(LmdbHistory):
     """A ``PersistentStore`` on an LMDB environment in ``path``.
 
     Args:
@@ -67,11 +68,18 @@ class LmdbStore:
             write only what changed.
         readonly: open for reading only, beside the directory's writer (in this or another
             process); every write raises ``IllegalStateError``.
+        history: keep every save as a version (``get_version_history``, ``load_version``).
+        keep_versions: how many of a conversation's newest versions to keep (None: all).
+        keep_for: how long to keep a version (None: no age limit). The current version
+            always stays; ``prune()`` applies the policy, as does every 64th save of a
+            conversation to that conversation.
+        now: the wall clock that stamps saves and ages versions (UTC now by default).
 
     Raises:
         IllegalStateError: another writer holds the directory (the message names its pid),
             or the directory's layout is newer than this code (or, read-only, older).
         FileNotFoundError: ``readonly`` and there is no store at ``path``.
+        ValueError: ``keep_versions`` is below 1.
 
     Thread-safety: every method may be called from any thread. ``close()`` commits the
     writes queued before it, and every later call raises ``IllegalStateError``.
@@ -86,7 +94,17 @@ class LmdbStore:
         max_batch: int = 512,
         remembered: int = 4096,
         readonly: bool = False,
+        history: bool = True,
+        keep_versions: int | None = 100,
+        keep_for: dt.timedelta | None = None,
+        now: Callable[[], dt.datetime] | None = None,
     ) -> None:
+        if keep_versions is not None and keep_versions < 1:
+            raise ValueError(f"keep_versions must be at least 1 (or None), got {keep_versions}.")
+        self._now = now or (lambda: dt.datetime.now(dt.UTC))
+        self._retention = (
+            _history.Retention(keep_versions, keep_for, self._now) if history else None
+        )
         self.path = Path(path)
         self.readonly = readonly
         self._gate = ReadGate()
@@ -144,7 +162,7 @@ class LmdbStore:
         plan = plan_messages(None, snapshot.messages)  # a create writes every message
 
         def write(txn: Any) -> int:
-            now = dt.datetime.now(dt.UTC)
+            now = self._now()
             old = self._head(txn, key, cid, user_id)
             if old is None:
                 version = _layout.last_version(txn, self._dbs, key) + 1
@@ -180,7 +198,7 @@ class LmdbStore:
                 )
             if snapshot.stored_version != old.version:
                 raise StaleVersionError(cid, snapshot.stored_version, old.version)
-            head = _advanced(old, dt.datetime.now(dt.UTC), len(plan.messages))
+            head = _advanced(old, self._now(), len(plan.messages))
             self._put(txn, key, cid, old, head, body, plan)
             return head.version
 
@@ -210,6 +228,7 @@ class LmdbStore:
             txn.put(message_key(key, index), data, db=self._dbs.messages)
         for index in range(len(plan.messages), 0 if old is None else old.message_count):
             txn.delete(message_key(key, index), db=self._dbs.messages)
+        self._record(txn, key, head, body, plan)
         self._book.note(cid, plan.messages)  # last: a write that raised never gets here
 
     def delete(self, conversation_id: str, user_id: str) -> bool:
@@ -226,6 +245,7 @@ class LmdbStore:
                 txn.delete(message_key(key, index), db=self._dbs.messages)
             _layout.unindex(txn, self._dbs, head, key)
             _layout.bury(txn, self._dbs, key, head.version)
+            _history.drop(txn, self._dbs, key)
             self._book.note(conversation_id, None)
             return True
 
@@ -256,6 +276,7 @@ class LmdbStore:
 
         def write(txn: Any) -> bool:
             moved = _layout.quarantine(txn, self._dbs, key)
+            _history.drop(txn, self._dbs, key)
             self._book.note(conversation_id, None)
             return moved
 
@@ -330,17 +351,6 @@ class LmdbStore:
             else order_bytes(after.updated_at, conversation_key(after.conversation_id))
         )
         return self._view(lambda txn: _reads.listing(txn, self._dbs, owner, user_id, limit, start))
-
-    def get_version_history(self, conversation_id: str, user_id: str) -> list[dt.datetime]:
-        raise NotImplementedError("LmdbStore does not keep version history yet.")
-
-    def load_version(
-        self, conversation_id: str, version: dt.datetime, user_id: str
-    ) -> ConversationPersistenceSnapshot | None:
-        raise NotImplementedError("LmdbStore does not keep version history yet.")
-
-    def backup(self, destination: str | os.PathLike[str]) -> None:
-        raise NotImplementedError("LmdbStore has no backup; copy the directory while closed.")
 
     def statistics(self) -> StoreStatistics:
         conversations = self._view(lambda txn: txn.stat(self._dbs.heads)["entries"])

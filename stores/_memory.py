@@ -19,7 +19,7 @@ from parlour.stores._ids import (
     require_id,
     user_key,
 )
-from parlour.stores._protocols import ConversationSummary
+from parlour.stores._protocols import ConversationSummary, ConversationVersion
 
 
 class MemorySessionCache:
@@ -65,10 +65,23 @@ class MemoryStore:
     checks, fencing, versions that never restart), keeps the owner, title and creation
     time from the first save, and lists in the same order.
 
+    Every save is kept as a version (a private copy), the newest ``keep_versions`` of
+    each conversation (None: all); a delete removes them.
+
     Thread-safety: every method from any thread (one lock around the dict).
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        keep_versions: int | None = 100,
+        now: Callable[[], dt.datetime] | None = None,
+    ) -> None:
+        if keep_versions is not None and keep_versions < 1:
+            raise ValueError(f"keep_versions must be at least 1 (or None), got {keep_versions}.")
+        self._keep = keep_versions
+        self._now = now or (lambda: dt.datetime.now(dt.UTC))
+        self._versions: dict[str, list[tuple[ConversationVersion, _Record]]] = {}
         self._records: dict[str, _Record] = {}
         self._last_versions: dict[str, int] = {}  # survives deletes: versions never restart
         self._listeners: list[Callable[[str], None]] = []
@@ -79,7 +92,7 @@ class MemoryStore:
     ) -> int:
         require_id(snapshot, user_id)
         key = str(snapshot.conversation_id)
-        now = dt.datetime.now(dt.UTC)
+        now = self._now()
         with self._lock:
             existing = self._owned(key, user_id)
             if existing is None:
@@ -104,7 +117,7 @@ class MemoryStore:
             current = self._last_versions[key]
             if snapshot.stored_version != current:
                 raise StaleVersionError(key, snapshot.stored_version, current)
-            summary = msgspec.structs.replace(existing.summary, updated_at=dt.datetime.now(dt.UTC))
+            summary = msgspec.structs.replace(existing.summary, updated_at=self._now())
             self._store(key, _Record(user_id, summary, snapshot), current + 1)
             return current + 1
 
@@ -115,6 +128,12 @@ class MemoryStore:
         )
         self._records[key] = record
         self._last_versions[key] = version
+        kept = self._versions.setdefault(key, [])
+        kept.append(
+            (ConversationVersion(version=version, saved_at=record.summary.updated_at), record)
+        )
+        if self._keep is not None:
+            del kept[: -self._keep]
 
     def _owned(self, conversation_id: str, user_id: str) -> _Record | None:
         """The one ownership check: the record, None when there is none.
@@ -150,6 +169,7 @@ class MemoryStore:
             if self._owned(conversation_id, user_id) is None:
                 return False
             del self._records[conversation_id]
+            self._versions.pop(conversation_id, None)
         notify_deleted(self._listeners, conversation_id)
         return True
 
@@ -179,6 +199,41 @@ class MemoryStore:
             start = order_of(after.updated_at, after.conversation_id)
             found = [s for s in found if order_of(s.updated_at, s.conversation_id) > start]
         return found if limit is None else found[:limit]
+
+    def get_version_history(self, conversation_id: str, user_id: str) -> list[ConversationVersion]:
+        """The kept versions, most recent first; empty when there is no such conversation.
+
+        Raises:
+            ValueError: an invalid id.
+            PermissionError: the record belongs to another user.
+        """
+        with self._lock:
+            if self._owned(conversation_id, user_id) is None:
+                return []
+            return [v for v, _ in reversed(self._versions[conversation_id])]
+
+    def load_version(
+        self, conversation_id: str, version: int | dt.datetime, user_id: str
+    ) -> ConversationPersistenceSnapshot | None:
+        """The conversation as it was at ``version`` (a number, or a time: the version
+        current then); None when that version is not kept.
+
+        Raises:
+            ValueError: an invalid id.
+            PermissionError: the record belongs to another user.
+        """
+        with self._lock:
+            if self._owned(conversation_id, user_id) is None:
+                return None
+            kept = list(self._versions[conversation_id])
+        if isinstance(version, dt.datetime):
+            kept = [(v, r) for v, r in kept if v.saved_at <= version][-1:]
+        else:
+            kept = [(v, r) for v, r in kept if v.version == version]
+        if not kept:
+            return None
+        snapshot = kept[-1][1].snapshot
+        return msgspec.structs.replace(snapshot, messages=list(snapshot.messages))
 
     def add_delete_listener(self, listener: Callable[[str], None]) -> None:
         self._listeners.append(listener)

@@ -14,8 +14,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import msgspec
-
 from parlour.runtime.errors import (
     ConversationNotFoundError,
     IllegalStateError,
@@ -34,16 +32,9 @@ from parlour.stores._pg_support import (
     open_pool,
     redacted,
 )
-from parlour.stores._protocols import ConversationSummary
+from parlour.stores._protocols import ConversationSummary, ConversationVersion
 
 _PRUNE_EVERY = 64  # a save whose new version is a multiple of this prunes its conversation
-
-
-class ConversationVersion(msgspec.Struct, frozen=True, kw_only=True):
-    """One kept version of a conversation: its fencing version and when it was saved."""
-
-    version: int
-    saved_at: dt.datetime
 
 
 class PostgresStore:
@@ -117,8 +108,9 @@ class PostgresStore:
             The new version: 1, or one past the last version the id ever had.
 
         Raises:
-            ValueError: the snapshot has no usable id, or names another user than ``user_id``.
-            PermissionError: the id belongs to another user.
+            ValueError: the snapshot has no usable id.
+            PermissionError: the id belongs to another user, or the snapshot names another
+                user than ``user_id``.
         """
         cid = self._check_write(snapshot, user_id)
         params = self._write_params(snapshot, user_id, start=0)
@@ -139,9 +131,10 @@ class PostgresStore:
             The record's new version.
 
         Raises:
-            ValueError: the snapshot has no usable id, or names another user than ``user_id``.
+            ValueError: the snapshot has no usable id.
             ConversationNotFoundError: no record holds the id (it was deleted).
-            PermissionError: the record belongs to another user.
+            PermissionError: the record belongs to another user, or the snapshot names
+                another user than ``user_id``.
             StaleVersionError: the record has moved past ``snapshot.stored_version``.
         """
         cid = self._check_write(snapshot, user_id)

@@ -20,6 +20,13 @@ class ConversationSummary(msgspec.Struct, frozen=True, kw_only=True):
     updated_at: dt.datetime
 
 
+class ConversationVersion(msgspec.Struct, frozen=True, kw_only=True):
+    """One kept version of a conversation: its fencing version and when it was saved."""
+
+    version: int
+    saved_at: dt.datetime
+
+
 class PersistentStore(Protocol):
     """Durable conversations, bound to users, fenced by a version.
 
@@ -118,6 +125,29 @@ class PersistentStore(Protocol):
 
         Raises:
             ValueError: an invalid user id, or a negative limit.
+        """
+        ...
+
+    def get_version_history(self, conversation_id: str, user_id: str) -> list[ConversationVersion]:
+        """The kept versions (every successful save is one, numbered by its fencing
+        version), most recent first; empty when there is no such conversation. A delete
+        removes them with the conversation.
+
+        Raises:
+            PermissionError: the record belongs to another user.
+        """
+        ...
+
+    def load_version(
+        self, conversation_id: str, version: int | dt.datetime, user_id: str
+    ) -> ConversationPersistenceSnapshot | None:
+        """The conversation exactly as it was at ``version`` (a version number, or a time:
+        the version current then), stamped with that version; None when the conversation or
+        that version is not kept.
+
+        Raises:
+            PermissionError: the record belongs to another user.
+            CorruptSnapshotError: the version does not decode.
         """
         ...
 

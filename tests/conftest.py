@@ -8,7 +8,9 @@ from pathlib import Path
 import pykka
 import pytest
 
-from parlour.stores import LmdbStore
+pytest.register_assert_rewrite("parlour.stores.testing")  # the shipped store suite
+
+from parlour.stores import LmdbStore  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -279,10 +279,11 @@ async def _versions(request: Request) -> Response:
 
 async def _version(request: Request) -> Response:
     ctx, user_id, cid = await _mine(request)
+    raw = request.path_params["version"]
     try:
-        at = dt.datetime.fromisoformat(request.path_params["version"])
+        at: int | dt.datetime = int(raw) if raw.isdigit() else dt.datetime.fromisoformat(raw)
     except ValueError:
-        raise ApiError(400, "A version is named by its ISO 8601 timestamp.") from None
+        raise ApiError(400, "A version is named by its number or an ISO 8601 timestamp.") from None
     try:
         snapshot = await asyncio.to_thread(views.load_version, ctx.store, cid, user_id, at)
     except NotImplementedError as exc:

@@ -119,8 +119,10 @@ def keeps_history(store: PersistentStore) -> bool:
     return True
 
 
-def versions_of(store: PersistentStore, conversation_id: str, user_id: str) -> list[str]:
-    """The stored versions' timestamps, oldest first.
+def versions_of(
+    store: PersistentStore, conversation_id: str, user_id: str
+) -> list[dict[str, object]]:
+    """The kept versions (number and save time), oldest first.
 
     Raises:
         NotImplementedError: the store keeps no version history.
@@ -128,13 +130,15 @@ def versions_of(store: PersistentStore, conversation_id: str, user_id: str) -> l
     history = getattr(store, "get_version_history", None)
     if history is None:
         raise NotImplementedError(f"{type(store).__name__} keeps no version history.")
-    return [v.isoformat() for v in history(conversation_id, user_id)]
+    kept = history(conversation_id, user_id)  # most recent first
+    return [{"version": v.version, "saved_at": v.saved_at.isoformat()} for v in reversed(kept)]
 
 
 def load_version(
-    store: PersistentStore, conversation_id: str, user_id: str, version: dt.datetime
+    store: PersistentStore, conversation_id: str, user_id: str, version: int | dt.datetime
 ) -> ConversationPersistenceSnapshot | None:
-    """The conversation as it was saved at ``version``; None when missing or foreign.
+    """The conversation as it was saved at ``version`` (its number, or a time: the version
+    current then); None when missing or foreign.
 
     Raises:
         NotImplementedError: the store keeps no version history.

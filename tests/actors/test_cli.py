@@ -32,10 +32,10 @@ def test_list_and_show_read_what_the_demo_stored(
     main(["demo", "--data-dir", data, "--conversations", "4"])
     capsys.readouterr()
     assert main(["list", "user-0", "--data-dir", data]) == 0
-    listed = capsys.readouterr().out.strip().splitlines()
-    assert len(listed) == 1 and "AgentThinker-conv-" in listed[0]
-    cid = listed[0].split("\t")[0]
-    assert main(["show", "user-0", cid, "--data-dir", data]) == 0
+    listed = [line for line in capsys.readouterr().out.splitlines() if "AgentThinker-conv-" in line]
+    assert len(listed) == 1
+    cid = listed[0].split()[1]
+    assert main(["show", "user-0", cid, "--json", "--data-dir", data]) == 0
     assert '"conversation_id":"' + cid in capsys.readouterr().out
     assert main(["show", "user-0", "missing", "--data-dir", data]) == 1
 

@@ -82,13 +82,6 @@ def test_the_map_grows_instead_of_failing_when_full(tmp_path: Path) -> None:
         assert loaded is not None and loaded.messages[0].raw_content == big
 
 
-def test_unbuilt_surface_raises_not_implemented(lmdb_store: LmdbStore) -> None:
-    with pytest.raises(NotImplementedError):
-        lmdb_store.backup("/tmp/nowhere")
-    with pytest.raises(NotImplementedError):
-        lmdb_store.get_version_history("c1", "alice")
-
-
 def test_a_closed_store_refuses_writes(tmp_path: Path) -> None:
     store = LmdbStore(tmp_path)
     store.close()

@@ -53,14 +53,18 @@ def test_a_store_written_before_layout_versions_is_upgraded_in_place(old_store: 
         with pytest.raises(StaleVersionError):
             store.save_context(msgspec.structs.replace(loaded, stored_version=0), "alice")
         assert store.save_context(loaded, "alice") == 2
-    assert _meta(old_store) == b"2"
+    assert _meta(old_store) == b"3"
     with LmdbStore(old_store) as again:  # the upgrade ran once; the store opens as it is
         assert again.version_of("alice-1", "alice") == 2
+        history = again.get_version_history("alice-1", "alice")
+        assert [v.version for v in history] == [2, 1]  # the upgraded record is version 1
+        first = again.load_version("alice-1", 1, "alice")
+        assert first is not None and first.messages == loaded.messages
         assert len(again.list_conversations("alice")) == 2
 
 
 def test_a_read_only_open_of_an_old_layout_names_the_upgrade(old_store: Path) -> None:
-    with pytest.raises(IllegalStateError, match=r"layout 1.*open it once for writing"):
+    with pytest.raises(IllegalStateError, match=r"older layout.*open it once for writing"):
         LmdbStore(old_store, readonly=True)
     assert _meta_absent(old_store)
 
@@ -84,12 +88,12 @@ def test_a_layout_newer_than_the_code_is_refused_and_left_alone(tmp_path: Path) 
         store.create_context(c.to_snapshot(), "alice")
     env = lmdb.open(str(tmp_path), max_dbs=8)
     with env.begin(write=True) as txn:
-        txn.put(b"layout", b"3", db=env.open_db(b"meta", txn=txn))
+        txn.put(b"layout", b"4", db=env.open_db(b"meta", txn=txn))
     env.close()
     for readonly in (False, True):
-        with pytest.raises(IllegalStateError, match="layout 3, newer than this parlour knows"):
+        with pytest.raises(IllegalStateError, match="layout 4, newer than this parlour knows"):
             LmdbStore(tmp_path, readonly=readonly)
-    assert _meta(tmp_path) == b"3"
+    assert _meta(tmp_path) == b"4"
     with LmdbStore(tmp_path / "elsewhere") as other:  # the refused open released the directory
         assert other.list_conversations("alice") == []
 

@@ -123,8 +123,8 @@ async function renderVersions(c) {
   const found = await api(`api/conversations/${encodeURIComponent(c.conversation_id)}/versions`);
   if (!found.versions) { box.append(el("p", found.error || "No version history.")); return; }
   for (const v of found.versions) {
-    const button = el("button", v);
-    button.onclick = () => showVersion(c.conversation_id, v);
+    const button = el("button", `v${v.version} · ${v.saved_at.slice(0, 19).replace("T", " ")}`);
+    button.onclick = () => showVersion(c.conversation_id, v.version);
     box.append(button);
   }
 }

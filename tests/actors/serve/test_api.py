@@ -134,7 +134,7 @@ def test_reading_a_conversation_gives_messages_transcript_tokens_and_usage(
     assert 0 < view["tokens"]["used"] < view["tokens"]["window"] == 200_000
     assert [e["kind"] for e in view["usage"]] == ["model_call"]
     assert view["usage"][0]["input_tokens"] > 0 and "cache_read_tokens" in view["usage"][0]
-    assert view["versions_supported"] is False
+    assert view["versions_supported"] is True
 
 
 def test_export_is_the_stored_record_and_delete_removes_it(
@@ -153,13 +153,25 @@ def test_export_is_the_stored_record_and_delete_removes_it(
     assert client.get(f"/api/conversations/{cid}", headers=ALICE).status_code == 404
 
 
-def test_versions_are_501_on_a_store_without_history(client: TestClient) -> None:
+def test_every_save_is_a_version_listed_oldest_first_and_an_older_one_loads(
+    client: TestClient,
+) -> None:
     cid = create(client)
     say(client, cid, "hello")
-    for tail in ("/versions", "/versions/2026-01-01T00:00:00"):
-        response = client.get(f"/api/conversations/{cid}{tail}", headers=ALICE)
-        assert response.status_code == 501
-        assert "version history" in response.json()["error"]
+    say(client, cid, "again")
+    listed = client.get(f"/api/conversations/{cid}/versions", headers=ALICE).json()["versions"]
+    numbers = [v["version"] for v in listed]
+    assert numbers == sorted(numbers) and len(numbers) >= 4  # two saves per turn
+    first_turn = client.get(f"/api/conversations/{cid}/versions/{numbers[1]}", headers=ALICE)
+    assert first_turn.status_code == 200
+    assert "hello" in first_turn.json()["transcript"]
+    assert "again" not in first_turn.json()["transcript"]
+    by_time = client.get(
+        f"/api/conversations/{cid}/versions/{listed[-1]['saved_at']}", headers=ALICE
+    )
+    assert by_time.status_code == 200 and "again" in by_time.json()["transcript"]
+    foreign = client.get(f"/api/conversations/{cid}/versions/{numbers[1]}", headers=BOB)
+    assert foreign.status_code == 404
     bad = client.get(f"/api/conversations/{cid}/versions/yesterday", headers=ALICE)
     assert bad.status_code == 400
 

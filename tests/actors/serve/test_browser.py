@@ -72,7 +72,10 @@ def test_the_inspector_chats_streams_and_a_second_page_follows_the_running_turn(
     first.js(
         "for (const id of ['versions-box', 'usage-box']) document.getElementById(id).open = true"
     )
-    assert "no version history" in first.text_of("versions")
+    first.wait("document.querySelectorAll('#versions button').length >= 2")
+    first.js("document.querySelector('#versions button').click()")  # the oldest version
+    first.wait("document.getElementById('diff').innerText.includes('+ ')")
+    assert "Hello there" in first.text_of("diff")  # what every later save added
     assert "model_call" in first.text_of("usage")
     tokens = first.text_of("tokens")
     assert "/ 200000 tokens" in tokens

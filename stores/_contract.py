@@ -1,0 +1,111 @@
+"""What the conformance suite (``parlour.stores.testing``) uses besides pytest: a ticking
+clock, one-message snapshots, the calls every refusal test makes, and a barrier-started
+thread runner."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from parlour.runtime import ConversationContext
+from parlour.runtime.snapshots import ConversationPersistenceSnapshot
+from parlour.stores._protocols import PersistentStore
+
+
+class Ticks:
+    """A wall clock that moves one second per reading, so save times are distinct.
+
+    Thread-safety: readings from many threads are distinct (one short lock)."""
+
+    def __init__(self, start: dt.datetime = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)) -> None:
+        self.at = start
+        self._lock = threading.Lock()
+
+    def __call__(self) -> dt.datetime:
+        with self._lock:
+            self.at += dt.timedelta(seconds=1)
+            return self.at
+
+
+def snapshot(
+    cid: str | None = "c1",
+    text: str = "Are you working?",
+    version: int = 0,
+    user: str | None = "alice",
+) -> ConversationPersistenceSnapshot:
+    """A one-message conversation's snapshot, at ``version``."""
+    context = ConversationContext(cid, user_id=user)
+    context.put_main_objective("task", "Be brief.")
+    context.add_user_message(text)
+    context.stored_version = version
+    return context.to_snapshot()
+
+
+def stamped(
+    saved: ConversationPersistenceSnapshot, version: int
+) -> ConversationPersistenceSnapshot:
+    return msgspec.structs.replace(saved, stored_version=version)
+
+
+def said(store: PersistentStore, cid: str = "c1", user: str = "alice") -> list[str]:
+    loaded = store.load(cid, user)
+    assert loaded is not None
+    return [str(m.raw_content) for m in loaded.messages]
+
+
+def raising(conversation_id: str) -> None:
+    raise RuntimeError(f"a listener that fails on {conversation_id}")
+
+
+def every_call(store: PersistentStore, cid: str, user: str) -> list[Callable[[], object]]:
+    return [
+        lambda: store.create_context(snapshot(cid=cid, user=None), user),
+        lambda: store.save_context(snapshot(cid=cid, version=1, user=None), user),
+        lambda: store.load(cid, user),
+        lambda: store.delete(cid, user),
+        lambda: store.exists(cid, user),
+        lambda: store.version_of(cid, user),
+        lambda: store.get_version_history(cid, user),
+        lambda: store.load_version(cid, 1, user),
+    ]
+
+
+def foreign_calls(store: PersistentStore) -> list[Callable[[], object]]:
+    return [
+        lambda: store.load("c1", "mallory"),
+        lambda: store.save_context(snapshot(text="overwritten", user="mallory"), "mallory"),
+        lambda: store.save_context(
+            snapshot(text="overwritten", version=1, user="mallory"), "mallory"
+        ),
+        lambda: store.create_context(snapshot(text="overwritten", user="mallory"), "mallory"),
+        lambda: store.delete("c1", "mallory"),
+        lambda: store.version_of("c1", "mallory"),
+        lambda: store.get_version_history("c1", "mallory"),
+        lambda: store.load_version("c1", 1, "mallory"),
+        lambda: store.load_version("c1", dt.datetime.now(dt.UTC), "mallory"),
+    ]
+
+
+def run_all(work: list[Callable[[], Any]]) -> None:
+    """Run every callable in its own thread, released together; re-raise the first error."""
+    start = threading.Barrier(len(work))
+    errors: list[BaseException] = []
+
+    def run(job: Callable[[], Any]) -> None:
+        start.wait()
+        try:
+            job()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(job,)) for job in work]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]

@@ -1,0 +1,198 @@
+"""LmdbStore's version history, retention, backup and the decode check: the methods beside
+the record surface, on the same environment (a mixin: ``LmdbStore`` supplies the environment, the
+databases and its read and write paths)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from parlour.runtime.errors import CorruptSnapshotError, IllegalStateError
+from parlour.runtime.snapshots import ConversationPersistenceSnapshot
+from parlour.stores import _history, _reads
+from parlour.stores._group_commit import Write
+from parlour.stores._ids import conversation_key, user_key
+from parlour.stores._layout import Databases
+from parlour.stores._lock import ReadGate
+from parlour.stores._protocols import ConversationVersion
+from parlour.stores._records import Header, MessagePlan, decode_header, decode_record
+
+T = TypeVar("T")
+
+
+class LmdbHistory:
+    """Version history, ``prune``, ``backup`` and ``undecodable`` for ``LmdbStore``."""
+
+    path: Path
+    _env: Any
+    _dbs: Databases
+    _gate: ReadGate
+    _retention: _history.Retention | None
+
+    def _view(self, read: Callable[[Any], T]) -> T:
+        raise NotImplementedError
+
+    def _submit(self, write: Write, size: int) -> Any:
+        raise NotImplementedError
+
+    def _head(self, txn: Any, key: bytes, cid: str, user_id: str) -> Header | None:
+        raise NotImplementedError
+
+    def _record(self, txn: Any, key: bytes, head: Header, body: bytes, plan: MessagePlan) -> None:
+        """Record a save as a version (in the save's own transaction); every
+        ``PRUNE_EVERY``-th version of a conversation also prunes it."""
+        if self._retention is None:
+            return
+        _history.record(txn, self._dbs, key, head.version, head.updated_at, body, plan)
+        if head.version % _history.PRUNE_EVERY == 0:
+            _history.prune(txn, self._dbs, key, self._retention)
+
+    def get_version_history(self, conversation_id: str, user_id: str) -> list[ConversationVersion]:
+        """The kept versions of the conversation, most recent first; empty when there is no
+        such conversation.
+
+        Raises:
+            ValueError: an invalid id.
+            PermissionError: the record belongs to another user.
+            CorruptSnapshotError: the record's header does not decode.
+        """
+        key = conversation_key(conversation_id)
+        user_key(user_id)
+
+        def read(txn: Any) -> list[ConversationVersion]:
+            if self._head(txn, key, conversation_id, user_id) is None:
+                return []
+            return [
+                ConversationVersion(version=k.version, saved_at=k.saved_at)
+                for k in reversed(_history.kept(txn, self._dbs, key))
+            ]
+
+        return self._view(read)
+
+    def load_version(
+        self, conversation_id: str, version: int | dt.datetime, user_id: str
+    ) -> ConversationPersistenceSnapshot | None:
+        """The conversation exactly as it was at ``version`` (a version number, or a time:
+        the version current then), stamped with that version; None when the conversation or
+        that version is not kept.
+
+        Raises:
+            ValueError: an invalid id.
+            PermissionError: the record belongs to another user.
+            CorruptSnapshotError: the version's records do not decode.
+        """
+        key = conversation_key(conversation_id)
+        user_key(user_id)
+
+        def read(txn: Any) -> ConversationPersistenceSnapshot | None:
+            head = self._head(txn, key, conversation_id, user_id)
+            if head is None:
+                return None
+            wanted = version
+            if isinstance(wanted, dt.datetime):
+                wanted = _history.as_of(txn, self._dbs, key, wanted) or 0
+            return _as_of(conversation_id, head, wanted, self._held(txn, key, wanted))
+
+        return self._view(read)
+
+    def _held(self, txn: Any, key: bytes, version: int) -> tuple[bytes, list[bytes]] | None:
+        try:
+            return _history.state(txn, self._dbs, key, version)
+        except (KeyError, ValueError, IndexError) as exc:  # a broken chain or record: damage
+            raise CorruptSnapshotError(
+                f"The history of stored conversation {key.decode(errors='replace')} is "
+                f"damaged: {exc}"
+            ) from exc
+
+    def prune(self, conversation_id: str | None = None) -> int:
+        """Apply the retention policy to one conversation, or to all (one write per
+        conversation, so saves go on between them). Safe while the store is in use: the
+        oldest kept version becomes a checkpoint before older ones go.
+
+        Returns:
+            How many versions were removed.
+
+        Raises:
+            IllegalStateError: the store is read-only or closed, or keeps no history.
+        """
+        retention = self._retention
+        if retention is None:
+            raise IllegalStateError(f"LmdbStore at {self.path} keeps no version history.")
+        keys = (
+            [conversation_key(conversation_id)]
+            if conversation_id is not None
+            else self._view(lambda txn: _conversation_keys(txn, self._dbs))
+        )
+        return sum(
+            int(self._submit(functools.partial(self._prune, key, retention), 0)) for key in keys
+        )
+
+    def _prune(self, key: bytes, retention: _history.Retention, txn: Any) -> int:
+        return _history.prune(txn, self._dbs, key, retention)
+
+    def backup(self, destination: str | os.PathLike[str]) -> Path:
+        """Copy the store, compacted, into ``destination`` (created if missing), consistent
+        as of one moment while the store is in use: open it with ``LmdbStore(destination)``.
+
+        Returns:
+            The destination directory.
+
+        Raises:
+            FileExistsError: ``destination`` already holds a store.
+            NotADirectoryError: ``destination`` is a file.
+            IllegalStateError: the store is closed.
+        """
+        target = Path(destination)
+        if target.exists() and not target.is_dir():
+            raise NotADirectoryError(f"Cannot back up {self.path} into {target}: it is a file.")
+        if (target / "data.mdb").exists():
+            raise FileExistsError(f"Cannot back up {self.path} into {target}: it holds a store.")
+        target.mkdir(parents=True, exist_ok=True)
+        self._view(lambda txn: self._env.copy(str(target), compact=True))
+        return target
+
+    def undecodable(self) -> list[tuple[str, str]]:
+        """Every conversation whose current record does not decode, with the reason, in id
+        order: (id, reason). Reads every record in one snapshot (an administrative scan:
+        ``quarantine`` moves what it finds).
+
+        Raises:
+            IllegalStateError: the store is closed.
+        """
+        return self._view(lambda txn: _undecodable(txn, self._dbs))
+
+
+def _undecodable(txn: Any, dbs: Databases) -> list[tuple[str, str]]:
+    found = []
+    for item, raw in txn.cursor(db=dbs.heads):
+        key = bytes(item)
+        cid = key.decode(errors="replace")
+        try:
+            head = decode_header(cid, raw)
+            body = txn.get(key, db=dbs.bodies)
+            if body is None:
+                raise CorruptSnapshotError(f"Stored conversation {cid} has no body.")
+            messages = _reads.messages_of(txn, dbs, key, head.message_count)
+            decode_record(cid, head.user_id, head.message_count, body, messages)
+        except CorruptSnapshotError as exc:
+            found.append((cid, str(exc)))
+    return found
+
+
+def _as_of(
+    cid: str, head: Header, version: int, held: tuple[bytes, list[bytes]] | None
+) -> ConversationPersistenceSnapshot | None:
+    if held is None:
+        return None
+    body, messages = held
+    snapshot = decode_record(cid, head.user_id, len(messages), body, messages)
+    snapshot.stored_version = version
+    return snapshot
+
+
+def _conversation_keys(txn: Any, dbs: Databases) -> list[bytes]:
+    return [bytes(k) for k in txn.cursor(db=dbs.chains).iternext(values=False)]

@@ -1,0 +1,376 @@
+"""The ``PersistentStore`` conformance suite: what every store promises, as pytest tests.
+
+A store runs it by subclassing ``StoreContract`` in a test module and giving it a ``store``
+fixture (pytest collects the subclass; the suite needs pytest, a test dependency)::
+
+    class TestMyStore(StoreContract):
+        @pytest.fixture
+        def store(self, clock): return MyStore(now=clock)
+
+``clock`` is a wall clock that moves one second per reading: a store that stamps its
+saves with it lists and dates versions deterministically. Override ``damage`` to let the
+corrupt-record test break a stored record; without it that test is skipped.
+
+Thread-safety: the concurrent-writer tests call the store from several threads at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from parlour.runtime import ConversationContext
+from parlour.runtime.errors import (
+    ConversationNotFoundError,
+    CorruptSnapshotError,
+    StaleVersionError,
+)
+from parlour.stores._contract import (
+    Ticks,
+    every_call,
+    foreign_calls,
+    raising,
+    run_all,
+    said,
+    snapshot,
+    stamped,
+)
+from parlour.stores._protocols import PersistentStore
+
+__all__ = ["StoreContract", "Ticks", "snapshot"]
+
+REFUSED = "User mallory does not own conversation c1"
+
+
+class StoreContract:
+    """The suite. Subclass it with a ``store`` fixture; override ``damage`` if you can."""
+
+    @pytest.fixture
+    def clock(self) -> Ticks:
+        return Ticks()
+
+    @pytest.fixture
+    def store(self, clock: Ticks) -> Iterator[PersistentStore]:
+        raise NotImplementedError("A StoreContract subclass provides the store fixture.")
+
+    def damage(self, store: PersistentStore, conversation_id: str) -> None:
+        """Make the stored record of ``conversation_id`` undecodable (a store's hook)."""
+        pytest.skip(f"{type(self).__name__} has no damage hook")
+
+    # -- create, update, missing records ---------------------------------------------------
+
+    def test_a_created_conversation_loads_back_equal_at_its_version(
+        self, store: PersistentStore
+    ) -> None:
+        saved = snapshot()
+        assert store.create_context(saved, "alice") == 1
+        assert store.load("c1", "alice") == stamped(saved, 1)
+        assert store.exists("c1", "alice")
+        assert store.version_of("c1", "alice") == 1
+
+    def test_an_update_replaces_the_snapshot_but_keeps_the_title(
+        self, store: PersistentStore
+    ) -> None:
+        store.create_context(snapshot(text="First question"), "alice")
+        assert store.save_context(snapshot(text="Retitled question", version=1), "alice") == 2
+        assert said(store) == ["Retitled question"]
+        [summary] = store.list_conversations("alice")
+        assert summary.title == "First question"
+
+    def test_a_second_create_of_ones_own_record_keeps_title_and_creation_time(
+        self, store: PersistentStore
+    ) -> None:
+        store.create_context(snapshot(text="First question"), "alice")
+        [before] = store.list_conversations("alice")
+        assert store.create_context(snapshot(text="Another question"), "alice") == 2
+        [after] = store.list_conversations("alice")
+        assert (after.title, after.created_at) == (before.title, before.created_at)
+        assert said(store) == ["Another question"]
+
+    def test_an_update_of_a_missing_record_fails_and_creates_nothing(
+        self, store: PersistentStore
+    ) -> None:
+        with pytest.raises(ConversationNotFoundError, match="Conversation c1 has no stored record"):
+            store.save_context(snapshot(), "alice")
+        assert store.load("c1", "alice") is None
+        assert not store.exists("c1", "alice")
+        assert store.list_conversations("alice") == []
+
+    def test_unknown_ids_load_none_and_delete_reports_once(self, store: PersistentStore) -> None:
+        assert store.load("nope", "alice") is None
+        assert store.version_of("nope", "alice") is None
+        assert store.get_version_history("nope", "alice") == []
+        assert store.load_version("nope", 1, "alice") is None
+        store.create_context(snapshot(), "alice")
+        assert store.delete("c1", "alice") is True
+        assert store.delete("c1", "alice") is False
+
+    def test_a_snapshot_without_an_id_is_refused(self, store: PersistentStore) -> None:
+        with pytest.raises(ValueError, match="conversation_id is None"):
+            store.create_context(snapshot(cid=None), "alice")
+        with pytest.raises(ValueError, match="conversation_id is None"):
+            store.save_context(snapshot(cid=None), "alice")
+
+    @pytest.mark.parametrize("bad", ["", "c\x001"])
+    def test_an_empty_id_or_one_holding_nul_is_refused_by_every_operation(
+        self, store: PersistentStore, bad: str
+    ) -> None:
+        for attempt in every_call(store, bad, "alice"):
+            with pytest.raises(ValueError):
+                attempt()
+        assert store.list_conversations("alice") == []
+
+    def test_a_user_id_holding_nul_is_refused_by_every_operation(
+        self, store: PersistentStore
+    ) -> None:
+        store.create_context(snapshot(), "alice")
+        bad = "al\x00ice"
+        listing: Callable[[], object] = lambda: store.list_conversations(bad)  # noqa: E731
+        for attempt in [*every_call(store, "c1", bad), listing]:
+            with pytest.raises(ValueError, match="user id"):
+                attempt()
+        assert store.version_of("c1", "alice") == 1
+
+    # -- ownership and isolation -----------------------------------------------------------
+
+    def test_another_user_is_refused_alike_by_every_operation_and_changes_nothing(
+        self, store: PersistentStore
+    ) -> None:
+        saved = snapshot()
+        store.create_context(saved, "alice")
+        for attempt in foreign_calls(store):
+            with pytest.raises(PermissionError) as caught:
+                attempt()
+            assert str(caught.value) == REFUSED, caught.value
+        for alices in (snapshot(text="overwritten", version=1), snapshot(text="overwritten")):
+            with pytest.raises(PermissionError):  # a snapshot of alice's, saved by mallory
+                (store.save_context if alices.stored_version else store.create_context)(
+                    alices, "mallory"
+                )
+        assert not store.exists("c1", "mallory")
+        assert store.list_conversations("mallory") == []
+        assert store.load("c1", "alice") == stamped(saved, 1)
+        assert said(store) == ["Are you working?"]
+        assert store.version_of("c1", "alice") == 1
+        assert [v.version for v in store.get_version_history("c1", "alice")] == [1]
+
+    def test_a_snapshot_naming_another_user_is_refused_before_anything_is_written(
+        self, store: PersistentStore
+    ) -> None:
+        with pytest.raises(PermissionError, match="User alice cannot store conversation c1"):
+            store.create_context(snapshot(user="bob"), "alice")
+        assert not store.exists("c1", "alice") and not store.exists("c1", "bob")
+        assert store.load("c1", "alice") is None
+        assert store.load("c1", "bob") is None
+        store.create_context(snapshot(), "alice")
+        with pytest.raises(PermissionError, match="the snapshot belongs to another user"):
+            store.save_context(snapshot(text="hijacked", version=1, user="bob"), "alice")
+        assert said(store) == ["Are you working?"]
+        assert store.version_of("c1", "alice") == 1
+
+    def test_a_snapshot_without_a_user_is_stored_for_the_acting_user(
+        self, store: PersistentStore
+    ) -> None:
+        assert store.create_context(snapshot(user=None), "alice") == 1
+        assert store.exists("c1", "alice")
+        assert not store.exists("c1", "bob")
+
+    # -- listing and paging ----------------------------------------------------------------
+
+    def test_a_listing_shows_only_the_users_own_conversations_newest_first(
+        self, store: PersistentStore
+    ) -> None:
+        for cid in ("a1", "a2", "a3"):
+            store.create_context(snapshot(cid), "alice")
+        store.create_context(snapshot("b1", user="bob"), "bob")
+        store.save_context(snapshot("a1", "again", version=1), "alice")
+        listed = store.list_conversations("alice")
+        assert [s.conversation_id for s in listed] == ["a1", "a3", "a2"]
+        assert [s.updated_at for s in listed] == sorted(
+            (s.updated_at for s in listed), reverse=True
+        )
+        assert [s.conversation_id for s in store.list_conversations("bob")] == ["b1"]
+        assert all(isinstance(s.updated_at, dt.datetime) for s in listed)
+
+    def test_a_deleted_conversation_leaves_the_listing(self, store: PersistentStore) -> None:
+        store.create_context(snapshot("a1"), "alice")
+        store.create_context(snapshot("a2"), "alice")
+        store.delete("a1", "alice")
+        assert [s.conversation_id for s in store.list_conversations("alice")] == ["a2"]
+
+    def test_a_listing_is_newest_first_and_pages_cover_it_exactly_once(
+        self, store: PersistentStore
+    ) -> None:
+        for n in range(7):
+            store.create_context(snapshot(f"a{n}"), "alice")
+        store.save_context(snapshot("a2", text="again", version=1), "alice")  # now newest
+        store.create_context(snapshot("b0", user="bob"), "bob")
+        whole = store.list_conversations("alice")
+        assert [s.conversation_id for s in whole] == ["a2", "a6", "a5", "a4", "a3", "a1", "a0"]
+        pages: list[list[str]] = []
+        page = store.list_conversations("alice", limit=3)
+        walked = []
+        while True:
+            assert len(page) <= 3
+            pages.append([s.conversation_id for s in page])
+            walked.extend(page)
+            if not page:
+                break
+            page = store.list_conversations("alice", limit=3, after=page[-1])
+        assert pages == [["a2", "a6", "a5"], ["a4", "a3", "a1"], ["a0"], []]
+        assert walked == whole
+        assert store.list_conversations("alice", limit=0) == []
+        with pytest.raises(ValueError, match="cannot be negative"):
+            store.list_conversations("alice", limit=-1)
+
+    # -- fencing -----------------------------------------------------------------------------
+
+    def test_a_save_from_a_stale_version_is_refused_and_writes_nothing(
+        self, store: PersistentStore
+    ) -> None:
+        store.create_context(snapshot(), "alice")
+        store.save_context(snapshot(text="second", version=1), "alice")
+        with pytest.raises(StaleVersionError) as refused:
+            store.save_context(snapshot(text="stale", version=1), "alice")
+        assert (refused.value.expected, refused.value.found) == (1, 2)
+        with pytest.raises(StaleVersionError):
+            store.save_context(snapshot(text="from the future", version=3), "alice")
+        assert said(store) == ["second"]
+        loaded = store.load("c1", "alice")
+        assert loaded is not None and loaded.stored_version == 2
+        assert store.version_of("c1", "alice") == 2
+        assert [v.version for v in store.get_version_history("c1", "alice")] == [2, 1]
+
+    def test_versions_continue_across_delete_and_recreate(self, store: PersistentStore) -> None:
+        store.create_context(snapshot(), "alice")
+        store.save_context(snapshot(text="second", version=1), "alice")
+        store.delete("c1", "alice")
+        assert store.version_of("c1", "alice") is None
+        assert store.create_context(snapshot(text="reborn"), "alice") == 3
+        with pytest.raises(StaleVersionError):  # a copy loaded before the delete
+            store.save_context(snapshot(text="stale", version=2), "alice")
+        assert said(store) == ["reborn"]
+        assert store.save_context(snapshot(text="on", version=3), "alice") == 4
+
+    def test_a_deleted_id_can_be_taken_by_another_user_at_a_fresh_version(
+        self, store: PersistentStore
+    ) -> None:
+        store.create_context(snapshot(), "alice")
+        store.delete("c1", "alice")
+        assert store.create_context(snapshot(user="bob"), "bob") == 2
+        assert not store.exists("c1", "alice")
+        assert store.list_conversations("alice") == []
+        with pytest.raises(PermissionError):
+            store.load("c1", "alice")
+
+    # -- history -----------------------------------------------------------------------------
+
+    def test_every_save_is_a_version_that_loads_back_exactly_by_number_or_time(
+        self, store: PersistentStore
+    ) -> None:
+        context = ConversationContext("c1", user_id="alice")
+        context.add_user_message("First question")
+        saved = [context.to_snapshot()]
+        context.stored_version = store.create_context(saved[0], "alice")
+        for text in ("Second", "Third"):
+            context.add_user_message(text)
+            saved.append(context.to_snapshot())
+            context.stored_version = store.save_context(saved[-1], "alice")
+        history = store.get_version_history("c1", "alice")
+        assert [v.version for v in history] == [3, 2, 1]
+        assert history[0].saved_at > history[1].saved_at > history[2].saved_at
+        for entry in history:
+            expected = stamped(saved[entry.version - 1], entry.version)
+            assert store.load_version("c1", entry.version, "alice") == expected
+            assert store.load_version("c1", entry.saved_at, "alice") == expected
+        assert store.load_version("c1", 4, "alice") is None
+        assert store.load_version("c1", history[-1].saved_at - dt.timedelta(1), "alice") is None
+
+    def test_a_delete_removes_the_history_with_the_conversation(
+        self, store: PersistentStore
+    ) -> None:
+        store.create_context(snapshot(), "alice")
+        store.save_context(snapshot(text="second", version=1), "alice")
+        store.delete("c1", "alice")
+        assert store.get_version_history("c1", "alice") == []
+        store.create_context(snapshot(text="reborn"), "alice")
+        assert [v.version for v in store.get_version_history("c1", "alice")] == [3]
+        assert store.load_version("c1", 2, "alice") is None
+
+    # -- delete listeners ------------------------------------------------------------------
+
+    def test_a_delete_is_heard_by_every_delete_listener(self, store: PersistentStore) -> None:
+        heard: list[str] = []
+        store.add_delete_listener(heard.append)
+        store.add_delete_listener(raising)  # one that fails does not fail the delete
+        also: list[str] = []
+        store.add_delete_listener(also.append)
+        store.create_context(snapshot(), "alice")
+        assert store.delete("c1", "alice")
+        store.delete("c1", "alice")
+        assert heard == also == ["c1"]
+        assert not store.exists("c1", "alice")
+
+    # -- corrupt records ---------------------------------------------------------------------
+
+    def test_a_damaged_record_is_a_corrupt_snapshot_naming_it_and_others_still_load(
+        self, store: PersistentStore
+    ) -> None:
+        store.create_context(snapshot("bad"), "alice")
+        store.create_context(snapshot("good"), "alice")
+        store.create_context(snapshot("theirs", user="bob"), "bob")
+        self.damage(store, "bad")
+        with pytest.raises(CorruptSnapshotError, match="bad"):
+            store.load("bad", "alice")
+        assert said(store, "good") == ["Are you working?"]
+        assert said(store, "theirs", "bob") == ["Are you working?"]
+        assert [s.conversation_id for s in store.list_conversations("bob")] == ["theirs"]
+
+    # -- concurrent writers ----------------------------------------------------------------
+
+    def test_concurrent_writers_of_their_own_conversations_lose_no_acknowledged_save(
+        self, store: PersistentStore
+    ) -> None:
+        acknowledged: dict[str, tuple[int, int]] = {}
+
+        def writer(n: int) -> None:
+            c = ConversationContext(f"w{n}", user_id="alice")
+            c.add_user_message("0")
+            c.stored_version = store.create_context(c.to_snapshot(), "alice")
+            for i in range(1, 10):
+                c.add_user_message(str(i))
+                c.stored_version = store.save_context(c.to_snapshot(), "alice")
+            acknowledged[f"w{n}"] = (c.stored_version, len(c.messages))
+
+        run_all([functools.partial(writer, n) for n in range(8)])
+        assert len(acknowledged) == 8
+        for cid, (version, count) in acknowledged.items():
+            assert store.version_of(cid, "alice") == version == 10
+            assert said(store, cid) == [str(i) for i in range(count)]
+        assert len(store.list_conversations("alice")) == 8
+
+    def test_of_writers_racing_from_one_version_exactly_one_wins(
+        self, store: PersistentStore
+    ) -> None:
+        store.create_context(snapshot(), "alice")
+        outcomes: list[str] = []
+        lock = threading.Lock()
+
+        def racer(n: int) -> None:
+            try:
+                store.save_context(snapshot(text=f"racer {n}", version=1), "alice")
+                outcome = f"racer {n}"
+            except StaleVersionError:
+                outcome = "stale"
+            with lock:
+                outcomes.append(outcome)
+
+        run_all([functools.partial(racer, n) for n in range(8)])
+        winners = [o for o in outcomes if o != "stale"]
+        assert len(outcomes) == 8 and len(winners) == 1
+        assert said(store) == winners
+        assert store.version_of("c1", "alice") == 2

@@ -1,0 +1,319 @@
+"""LmdbStore's version history: every save a version kept as what it wrote, read back
+exactly; retention; the upgrade of a store without history; backup while in use."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import tempfile
+import threading
+from pathlib import Path
+
+import lmdb
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from parlour.runtime import ConversationContext, OutgoingMessage
+from parlour.runtime.errors import CorruptSnapshotError, IllegalStateError
+from parlour.runtime.snapshots import encode_snapshot
+from parlour.stores import LmdbStore, _history
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+class Clock:
+    """A wall clock the test moves: one second per reading."""
+
+    def __init__(self) -> None:
+        self.at = T0
+
+    def __call__(self) -> dt.datetime:
+        self.at += dt.timedelta(seconds=1)
+        return self.at
+
+
+def _conversation() -> ConversationContext:
+    c = ConversationContext("c1", user_id="alice")
+    c.add_user_message("question 0")
+    return c
+
+
+def _saves(store: LmdbStore, c: ConversationContext, turns: int) -> dict[int, bytes]:
+    """Create (when new) and save ``turns`` turns; each version's bytes as saved."""
+    saved = {}
+    if c.stored_version == 0:
+        c.stored_version = store.create_context(c.to_snapshot(), "alice")
+        saved[c.stored_version] = encode_snapshot(c.to_snapshot())
+    for i in range(turns):
+        c.add_message(OutgoingMessage(f"answer {i}"))
+        c.add_user_message(f"question {i + 1}")
+        c.stored_version = store.save_context(c.to_snapshot(), "alice")
+        saved[c.stored_version] = encode_snapshot(c.to_snapshot())
+    return saved
+
+
+def _loaded(store: LmdbStore, version: int | dt.datetime) -> bytes:
+    snapshot = store.load_version("c1", version, "alice")
+    assert snapshot is not None
+    return encode_snapshot(snapshot)
+
+
+def test_every_save_is_a_version_that_loads_back_exactly_by_number_or_time(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    with LmdbStore(tmp_path, now=clock) as store:
+        saved = _saves(store, _conversation(), 5)
+        history = store.get_version_history("c1", "alice")
+        assert [v.version for v in history] == [6, 5, 4, 3, 2, 1]
+        assert [v.saved_at for v in history] == sorted((v.saved_at for v in history), reverse=True)
+        for version, data in saved.items():
+            assert _loaded(store, version) == data
+        third = history[-3]
+        assert _loaded(store, third.saved_at + dt.timedelta(microseconds=500)) == saved[3]
+        assert store.load_version("c1", T0, "alice") is None  # before the first save
+        assert store.load_version("c1", 99, "alice") is None
+
+
+def test_another_user_is_refused_the_history_like_any_read(tmp_path: Path) -> None:
+    with LmdbStore(tmp_path) as store:
+        _saves(store, _conversation(), 1)
+        with pytest.raises(PermissionError):
+            store.get_version_history("c1", "mallory")
+        with pytest.raises(PermissionError):
+            store.load_version("c1", 1, "mallory")
+        with pytest.raises(PermissionError):
+            store.load_version("c1", dt.datetime.now(dt.UTC), "mallory")
+
+
+def test_a_version_costs_what_its_save_wrote_and_reads_replay_a_bounded_chain(
+    tmp_path: Path,
+) -> None:
+    with LmdbStore(tmp_path, keep_versions=None) as store:
+        saved = _saves(store, _conversation(), 600)
+        with store._env.begin() as txn:
+            kept = _history.kept(txn, store._dbs, b"c1")
+            sizes = [
+                len(txn.get(_history.version_key(b"c1", k.version), db=store._dbs.versions))
+                for k in kept
+            ]
+        checkpoints = [k.version for k in kept if k.checkpoint]
+        gaps = [b - a for a, b in itertools.pairwise(checkpoints)]
+        assert max(gaps) <= _history.MAX_CHAIN + 1
+        deltas = [s for k, s in zip(kept, sizes, strict=True) if not k.checkpoint]
+        assert max(deltas) < 3 * min(deltas)  # a delta holds its save's messages, not all
+        full = len(saved[601])
+        assert sum(sizes) < 8 * full  # not one full copy per version (that is 300 times)
+        for version in (1, 2, 255, 256, 257, 400, 601):
+            assert _loaded(store, version) == saved[version]
+
+
+def test_retention_keeps_the_newest_versions_and_every_kept_one_still_reads(
+    tmp_path: Path,
+) -> None:
+    with LmdbStore(tmp_path, keep_versions=3) as store:
+        saved = _saves(store, _conversation(), 9)
+        assert store.prune() == 7
+        assert [v.version for v in store.get_version_history("c1", "alice")] == [10, 9, 8]
+        for version in (8, 9, 10):
+            assert _loaded(store, version) == saved[version]
+        assert store.load_version("c1", 7, "alice") is None
+        assert store.prune("c1") == 0
+
+
+def test_retention_by_age_keeps_younger_versions_and_always_the_current(tmp_path: Path) -> None:
+    clock = Clock()
+    with LmdbStore(tmp_path, keep_versions=None, keep_for=dt.timedelta(seconds=3), now=clock) as s:
+        saved = _saves(s, _conversation(), 5)  # saved at T0+1s .. T0+6s
+        clock.at = T0 + dt.timedelta(seconds=7)  # the next reading is 8s: keeps 5s and later
+        assert s.prune() == 4
+        assert [v.version for v in s.get_version_history("c1", "alice")] == [6, 5]
+        assert _loaded(s, 5) == saved[5]
+        clock.at = T0 + dt.timedelta(days=1)
+        s.prune()
+        assert [v.version for v in s.get_version_history("c1", "alice")] == [6]
+
+
+def test_every_64th_save_prunes_its_conversation(tmp_path: Path) -> None:
+    with LmdbStore(tmp_path, keep_versions=10) as store:
+        saved = _saves(store, _conversation(), 63)  # version 64 is the last
+        history = store.get_version_history("c1", "alice")
+        assert [v.version for v in history] == list(range(64, 54, -1))
+        assert _loaded(store, 55) == saved[55]
+
+
+def test_a_delete_removes_the_history_and_a_recreated_id_starts_a_new_one(
+    tmp_path: Path,
+) -> None:
+    with LmdbStore(tmp_path) as store:
+        _saves(store, _conversation(), 3)
+        assert store.delete("c1", "alice")
+        assert store.get_version_history("c1", "alice") == []
+        assert store.load_version("c1", 2, "alice") is None
+        c = _conversation()
+        saved = _saves(store, c, 0)
+        assert [v.version for v in store.get_version_history("c1", "alice")] == [5]
+        assert _loaded(store, 5) == saved[5]
+        with store._env.begin() as txn:
+            assert len(_history.kept(txn, store._dbs, b"c1")) == 1
+
+
+def test_a_store_without_history_keeps_none_and_refuses_to_prune(tmp_path: Path) -> None:
+    with LmdbStore(tmp_path, history=False) as store:
+        _saves(store, _conversation(), 2)
+        assert store.get_version_history("c1", "alice") == []
+        with pytest.raises(IllegalStateError, match="keeps no version history"):
+            store.prune()
+
+
+def test_history_survives_reopening_and_a_reopened_store_checkpoints_its_first_save(
+    tmp_path: Path,
+) -> None:
+    c = _conversation()
+    with LmdbStore(tmp_path) as store:
+        saved = _saves(store, c, 3)
+    with LmdbStore(tmp_path) as store:
+        saved |= _saves(store, c, 2)
+        for version, data in saved.items():
+            assert _loaded(store, version) == data
+        with store._env.begin() as txn:
+            kinds = {k.version: k.checkpoint for k in _history.kept(txn, store._dbs, b"c1")}
+    assert kinds[5] is True  # nothing remembered after the reopen: written in full
+    assert kinds[6] is False
+
+
+def _as_layout2(path: Path) -> None:
+    """Make a store look as layout 2 wrote it: no history databases."""
+    env = lmdb.open(str(path), max_dbs=16)
+    with env.begin(write=True) as txn:
+        for name in (b"versions", b"chains"):
+            txn.drop(env.open_db(name, txn=txn), delete=True)
+        txn.put(b"layout", b"2", db=env.open_db(b"meta", txn=txn))
+    env.close()
+
+
+def test_a_store_written_before_history_is_upgraded_and_its_current_versions_kept(
+    tmp_path: Path,
+) -> None:
+    c = _conversation()
+    with LmdbStore(tmp_path) as store:
+        saved = _saves(store, c, 2)
+    _as_layout2(tmp_path)
+    with pytest.raises(IllegalStateError, match=r"older layout.*open it once for writing"):
+        LmdbStore(tmp_path, readonly=True)
+    with LmdbStore(tmp_path) as store:
+        assert [v.version for v in store.get_version_history("c1", "alice")] == [3]
+        assert _loaded(store, 3) == saved[3]
+        saved |= _saves(store, c, 1)
+        assert _loaded(store, 4) == saved[4]
+    with LmdbStore(tmp_path, readonly=True) as reader:
+        assert [v.version for v in reader.get_version_history("c1", "alice")] == [4, 3]
+
+
+# Each step: ("add", text) appends, ("edit", i) replaces message i, ("drop", i) removes it,
+# ("reopen", 0) closes the store and opens it again; a save follows every step.
+_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.text(max_size=6)),
+        st.tuples(st.sampled_from(["edit", "drop", "reopen"]), st.integers(0, 20)),
+    ),
+    max_size=20,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_steps, st.sampled_from([2, 5, None]))
+def test_any_sequence_of_edits_keeps_every_version_exactly_as_saved(
+    steps: list[tuple[str, object]], keep: int | None
+) -> None:
+    c = _conversation()
+    saved: dict[int, bytes] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        store = LmdbStore(tmp, keep_versions=keep)
+        try:
+            saved |= _saves(store, c, 0)
+            for op, arg in steps:
+                if op == "reopen":
+                    store.close()
+                    store = LmdbStore(tmp, keep_versions=keep)
+                elif op == "add":
+                    c.add_user_message(f"said {arg}")
+                elif c.messages:
+                    i = int(str(arg)) % len(c.messages)
+                    if op == "edit":
+                        c.messages[i] = OutgoingMessage(f"edited {i}")
+                    else:
+                        del c.messages[i]
+                c.stored_version = store.save_context(c.to_snapshot(), "alice")
+                saved[c.stored_version] = encode_snapshot(c.to_snapshot())
+            store.prune()
+            kept = [v.version for v in store.get_version_history("c1", "alice")]
+            newest = sorted(saved, reverse=True)
+            assert kept == (newest if keep is None else newest[:keep])
+            for version in kept:
+                assert _loaded(store, version) == saved[version]
+        finally:
+            store.close()
+
+
+def test_a_backup_taken_while_writers_save_opens_with_every_acknowledged_save(
+    tmp_path: Path,
+) -> None:
+    acknowledged: dict[str, int] = {}
+    stop = threading.Event()
+    going = [threading.Event() for _ in range(4)]
+    with LmdbStore(tmp_path / "live") as store:
+
+        def writer(n: int) -> None:
+            c = ConversationContext(f"w{n}", user_id="alice")
+            c.add_user_message("start")
+            c.stored_version = store.create_context(c.to_snapshot(), "alice")
+            acknowledged[f"w{n}"] = c.stored_version
+            while not stop.is_set() and c.stored_version < 200:
+                c.add_user_message("more")
+                c.stored_version = store.save_context(c.to_snapshot(), "alice")
+                acknowledged[f"w{n}"] = c.stored_version
+                if c.stored_version >= 5:
+                    going[n].set()
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for event in going:
+            assert event.wait(30)
+        before = dict(acknowledged)
+        copy = store.backup(tmp_path / "copy")
+        stop.set()
+        for t in threads:
+            t.join()
+        with pytest.raises(FileExistsError):
+            store.backup(copy)
+    with LmdbStore(copy) as restored:
+        for cid, version in before.items():
+            got = restored.version_of(cid, "alice")
+            assert got is not None and got >= version
+            loaded = restored.load(cid, "alice")
+            assert loaded is not None and len(loaded.messages) == got
+            assert restored.load_version(cid, got, "alice") == loaded
+
+
+def test_a_backup_into_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with LmdbStore(tmp_path / "db") as store, pytest.raises(NotADirectoryError):
+        store.backup(tmp_path / "file")
+
+
+@pytest.mark.parametrize("damage", [b"D" + bytes(8) + b"\xc1garbage", b"", b"D\x00"])
+def test_a_damaged_version_record_is_a_corrupt_snapshot_and_the_rest_still_reads(
+    tmp_path: Path, damage: bytes
+) -> None:
+    with LmdbStore(tmp_path) as store:
+        saved = _saves(store, _conversation(), 3)
+        with store._env.begin(write=True) as txn:
+            txn.put(_history.version_key(b"c1", 2), damage, db=store._dbs.versions)
+        with pytest.raises(CorruptSnapshotError, match="c1"):
+            store.load_version("c1", 3, "alice")  # its chain runs through version 2
+        assert _loaded(store, 1) == saved[1]
+        loaded = store.load("c1", "alice")
+        assert loaded is not None and encode_snapshot(loaded) == saved[4]
