@@ -182,3 +182,10 @@ def test_every_body_a_provider_test_sends_reaches_the_check(sent_bodies: SentBod
     c.add_user_message("hi")
     client.respond(c)
     assert sent_bodies.sent == [("/v1/messages", handler.last_body)]
+
+
+def test_a_required_key_of_a_partial_typeddict_is_enforced_under_postponed_annotations() -> None:
+    """Under postponed annotations (as here and in the SDKs) some Pythons file the
+    ``Required[...]`` keys of a ``total=False`` class as optional; the checker reads the
+    wrapper itself."""
+    assert refusal({"type": "text"}, Block).problem == "Block requires 'text'"
