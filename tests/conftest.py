@@ -1,4 +1,6 @@
-"""Shared fixtures: every test leaves no actor running."""
+"""Shared fixtures: every test leaves no actor running, and every request body any test sends
+through ``MockProvider`` is checked, after the test, against the SDK's own request type for
+its endpoint (see ``tests/runtime/providers/_request_types.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ import pytest
 
 pytest.register_assert_rewrite("parlour.stores.testing")  # the shipped store suite
 
+from parlour.runtime.providers.testing import MockProvider  # noqa: E402
 from parlour.stores import LmdbStore  # noqa: E402
+from tests.runtime.providers._sent_bodies import SentBodies  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -24,3 +28,23 @@ def lmdb_store(tmp_path: Path) -> Iterator[LmdbStore]:
     store = LmdbStore(tmp_path / "lmdb")
     yield store
     store.close()
+
+
+@pytest.fixture(autouse=True)
+def sent_bodies(monkeypatch: pytest.MonkeyPatch) -> Iterator[SentBodies]:
+    """The bodies this test sent; each must fit its endpoint's SDK request type.
+
+    The check runs at teardown, not in the transport: an error raised there would reach the
+    client as a failed request and could be mapped into a retry instead of failing the test.
+    """
+    sent = SentBodies()
+    serve = MockProvider.__call__
+
+    def recording(self: MockProvider, request: object) -> object:
+        response = serve(self, request)
+        sent.record(request, self.bodies[-1])
+        return response
+
+    monkeypatch.setattr(MockProvider, "__call__", recording)
+    yield sent
+    sent.check_all()
