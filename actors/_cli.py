@@ -20,7 +20,7 @@ from parlour.actors._demo import run_demo, run_long_demo
 DEFAULT_DATA_DIR = Path("parlour-data")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parlour", description=__doc__)
     parser.add_argument("--verbose", action="store_true", help="log parlour's records to stderr")
     parser.add_argument(
@@ -28,6 +28,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
+    _job_commands(commands)
+    _admin.register(commands, DEFAULT_DATA_DIR)
+    for sub in commands.choices.values():  # global options after the subcommand too
+        sub.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS)
+    return parser
+
+
+def _job_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The commands that run the agent: chat, demo, bench, serve."""
     chat = commands.add_parser("chat", help="chat with the agent, streaming its answers")
     chat.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     chat.add_argument("--user", default="me", help="the user id (default: me)")
@@ -73,10 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--user", default="me", help="the user a new token is for")
     serve.add_argument("--new-token", action="store_true", help="issue a token for --user")
 
-    _admin.register(commands, DEFAULT_DATA_DIR)
-    for sub in commands.choices.values():  # global options after the subcommand too
-        sub.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS)
 
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     logger.remove()
     logger.enable("parlour")
