@@ -29,7 +29,7 @@ from parlour.stores import _history, _layout, _reads
 from parlour.stores._bookkeeping import Bookkeeping
 from parlour.stores._group_commit import GroupCommit, Write
 from parlour.stores._ids import conversation_key, order_bytes, require_id, user_key
-from parlour.stores._layout import Databases, QuarantinedRecord
+from parlour.stores._layout import Databases
 from parlour.stores._lmdb_history import LmdbHistory
 from parlour.stores._lock import ReadGate, WriterLock
 from parlour.stores._memory import notify_deleted
@@ -41,7 +41,6 @@ from parlour.stores._records import (
     encode_body,
     header_encoder,
     message_key,
-    message_prefix,
     plan_messages,
 )
 
@@ -261,12 +260,6 @@ class LmdbStore(LmdbHistory):
 
     # -- administration ---------------------------------------------------------------------
 
-    def damaged(self) -> list[str]:
-        """The ids of every conversation whose header does not decode: records no user call
-        can load or remove (their owner cannot be read). ``quarantine`` moves them away."""
-
-        return self._view(lambda txn: _reads.damaged(txn, self._dbs))
-
     def quarantine(self, conversation_id: str) -> bool:
         """Move every record of a conversation, damaged or not, into the quarantine database
         as raw bytes (see ``quarantined``), whoever owns it. An administrative operation:
@@ -281,12 +274,6 @@ class LmdbStore(LmdbHistory):
             return moved
 
         return self._removed(conversation_id, bool(self._submit(write, 0)))
-
-    def quarantined(self, conversation_id: str) -> list[QuarantinedRecord]:
-        """Every quarantined record of the conversation, oldest first, exactly as stored."""
-        prefix = message_prefix(conversation_key(conversation_id))
-
-        return self._view(lambda txn: _reads.quarantined(txn, self._dbs, prefix))
 
     # -- reads ------------------------------------------------------------------------------
 

@@ -16,16 +16,23 @@ from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from parlour.stores import _history, _reads
 from parlour.stores._group_commit import Write
 from parlour.stores._ids import conversation_key, user_key
-from parlour.stores._layout import Databases
+from parlour.stores._layout import Databases, QuarantinedRecord
 from parlour.stores._lock import ReadGate
 from parlour.stores._protocols import ConversationVersion
-from parlour.stores._records import Header, MessagePlan, decode_header, decode_record
+from parlour.stores._records import (
+    Header,
+    MessagePlan,
+    decode_header,
+    decode_record,
+    message_prefix,
+)
 
 T = TypeVar("T")
 
 
 class LmdbHistory:
-    """Version history, ``prune``, ``backup`` and ``undecodable`` for ``LmdbStore``."""
+    """Version history, ``prune``, ``backup`` and the read-only administration (``damaged``,
+    ``quarantined``, ``undecodable``) for ``LmdbStore``."""
 
     path: Path
     _env: Any
@@ -41,6 +48,18 @@ class LmdbHistory:
 
     def _head(self, txn: Any, key: bytes, cid: str, user_id: str) -> Header | None:
         raise NotImplementedError
+
+    def damaged(self) -> list[str]:
+        """The ids of every conversation whose header does not decode: records no user call
+        can load or remove (their owner cannot be read). ``quarantine`` moves them away."""
+
+        return self._view(lambda txn: _reads.damaged(txn, self._dbs))
+
+    def quarantined(self, conversation_id: str) -> list[QuarantinedRecord]:
+        """Every quarantined record of the conversation, oldest first, exactly as stored."""
+        prefix = message_prefix(conversation_key(conversation_id))
+
+        return self._view(lambda txn: _reads.quarantined(txn, self._dbs, prefix))
 
     def _record(self, txn: Any, key: bytes, head: Header, body: bytes, plan: MessagePlan) -> None:
         """Record a save as a version (in the save's own transaction); every
