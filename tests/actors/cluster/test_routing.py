@@ -1,0 +1,65 @@
+"""Routing conversations to shards by rendezvous hashing (pure; no Ray)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from parlour.actors.cluster import shard_for, shard_names
+
+IDS = st.text(min_size=1, max_size=40)
+
+
+@given(st.lists(IDS, min_size=1, max_size=50), st.integers(min_value=1, max_value=12))
+def test_adding_a_shard_moves_conversations_only_to_the_new_shard(
+    ids: list[str], count: int
+) -> None:
+    before, after = shard_names("c", count), shard_names("c", count + 1)
+    for cid in ids:
+        moved_to = shard_for(cid, after)
+        assert moved_to == shard_for(cid, before) or moved_to == after[-1]
+
+
+@given(st.lists(IDS, min_size=1, max_size=50), st.integers(min_value=2, max_value=12), st.data())
+def test_removing_a_shard_moves_only_the_conversations_it_held(
+    ids: list[str], count: int, data: st.DataObject
+) -> None:
+    shards = shard_names("c", count)
+    gone = data.draw(st.sampled_from(shards))
+    rest = [s for s in shards if s != gone]
+    for cid in ids:
+        if shard_for(cid, shards) != gone:
+            assert shard_for(cid, rest) == shard_for(cid, shards)
+
+
+@given(st.lists(IDS, min_size=1, max_size=20), st.permutations(shard_names("c", 5)))
+def test_the_route_depends_on_the_shard_names_not_their_order(
+    ids: list[str], order: list[str]
+) -> None:
+    for cid in ids:
+        assert shard_for(cid, order) == shard_for(cid, shard_names("c", 5))
+
+
+@pytest.mark.parametrize("count", [1, 2, 4, 8])
+def test_growing_by_one_shard_moves_about_one_in_n_plus_one(count: int) -> None:
+    ids = [f"conv-{i}" for i in range(4000)]
+    before, after = shard_names("c", count), shard_names("c", count + 1)
+    moved = sum(shard_for(cid, before) != shard_for(cid, after) for cid in ids)
+    expected = len(ids) / (count + 1)
+    assert 0.8 * expected < moved < 1.2 * expected
+    spread = [sum(shard_for(cid, after) == s for cid in ids) for s in after]
+    assert min(spread) > 0.8 * len(ids) / (count + 1)
+
+
+def test_the_route_is_the_same_in_every_process_and_run() -> None:
+    # a fixed vector: the route may never change between versions or machines
+    shards = shard_names("chat", 4)
+    assert [shard_for(f"conv-{i}", shards)[-1] for i in range(12)] == list("232003131011")
+
+
+def test_no_shards_or_a_count_below_one_is_refused_with_the_names() -> None:
+    with pytest.raises(ValueError, match="Conversation c-1 cannot be routed"):
+        shard_for("c-1", [])
+    with pytest.raises(ValueError, match="Cluster chat needs at least one shard, not 0"):
+        shard_names("chat", 0)
