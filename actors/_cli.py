@@ -13,6 +13,7 @@ from loguru import logger
 from parlour.actors._bench import run_bench
 from parlour.actors._chat import run_chat
 from parlour.actors._demo import run_demo
+from parlour.actors.cluster._cli import add_cluster_commands, run_cluster
 from parlour.runtime.snapshots import encode_snapshot
 from parlour.stores import LmdbStore
 
@@ -65,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     show.add_argument("conversation_id")
     show.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
 
+    add_cluster_commands(commands)  # parlour cluster status (Ray only when it runs)
+
     args = parser.parse_args(argv)
     logger.remove()
     logger.enable("parlour")
@@ -76,6 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_chat(args.data_dir, args.user, args.resume, args.model)
     if args.command == "demo":
         return run_demo(args.data_dir, args.conversations, args.workers)
+    if args.command == "cluster":
+        return run_cluster(args)
     if args.command == "bench":
         return run_bench(args.data_dir, args.conversations, args.turns, args.workers, args.sync)
     with LmdbStore(args.data_dir) as store:

@@ -19,7 +19,7 @@ from parlour.actors import AgentEvent, Reply, TurnDone, TurnError
 from parlour.actors.cluster._routing import shard_for, shard_names
 from parlour.actors.cluster._shard import ShardHost, ShardStatus
 
-__all__ = ["AgentCluster", "ClusterChat", "ShardDown", "ShardLostError"]
+__all__ = ["AgentCluster", "ClusterChat", "ShardDown", "ShardLostError", "shard_statuses"]
 
 _actor_class: Any = None
 
@@ -63,6 +63,36 @@ def _shard_actor() -> Any:
 
         _actor_class = ray.remote(Shard)
     return _actor_class
+
+
+def _statuses(handles: dict[str, Any], timeout_s: float) -> list[ShardStatus | ShardDown]:
+    import ray
+
+    refs = {shard: handle.status.remote() for shard, handle in handles.items()}
+    report: list[ShardStatus | ShardDown] = []
+    for shard, ref in refs.items():
+        try:
+            report.append(ray.get(ref, timeout=timeout_s))
+        except Exception as err:  # any failure is the answer: the shard is not healthy
+            report.append(ShardDown(shard=shard, error=f"{type(err).__name__}: {err}"[:200]))
+    return report
+
+
+def shard_statuses(
+    name: str, shards: int, namespace: str = "parlour", timeout_s: float = 10.0
+) -> list[ShardStatus | ShardDown]:
+    """The status of a running cluster's shards, found by name (none is created); a shard
+    that does not exist is reported down."""
+    import ray
+
+    handles: dict[str, Any] = {}
+    missing: list[ShardStatus | ShardDown] = []
+    for shard in shard_names(name, shards):
+        try:
+            handles[shard] = ray.get_actor(shard, namespace=namespace)
+        except ValueError:
+            missing.append(ShardDown(shard=shard, error="no such shard"))
+    return _statuses(handles, timeout_s) + missing
 
 
 @contextmanager
@@ -187,16 +217,7 @@ class AgentCluster:
 
     def status(self, timeout_s: float = 10.0) -> list[ShardStatus | ShardDown]:
         """Every shard's status, or why it did not answer within ``timeout_s``."""
-        import ray
-
-        refs = {shard: handle.status.remote() for shard, handle in self._handles.items()}
-        report: list[ShardStatus | ShardDown] = []
-        for shard, ref in refs.items():
-            try:
-                report.append(ray.get(ref, timeout=timeout_s))
-            except Exception as err:
-                report.append(ShardDown(shard=shard, error=f"{type(err).__name__}: {err}"[:200]))
-        return report
+        return _statuses(self._handles, timeout_s)
 
     def shutdown(self) -> None:
         """Stop every shard for good (no restart); stored conversations stay stored."""

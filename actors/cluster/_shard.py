@@ -8,6 +8,7 @@ its own model clients), the store from a PostgreSQL connection string (or a fact
 
 from __future__ import annotations
 
+import copyreg
 import importlib
 import os
 import re
@@ -24,13 +25,24 @@ from parlour.actors import (
     Chat,
     ConversationService,
     Reply,
+    TurnDone,
 )
 from parlour.runtime.errors import StaleVersionError
+from parlour.runtime.snapshots import MessageSnapshot
 from parlour.stores import PersistentStore
 
 __all__ = ["ClusterThinker", "ShardHost", "ShardStatus", "load_factory", "open_store"]
 
 _FACTORY = re.compile(r"[\w.]+:[\w.]+")
+
+
+def _reduce_stale(err: StaleVersionError) -> tuple[Any, ...]:
+    return (StaleVersionError, (err.conversation_id, err.expected, err.found))
+
+
+# The fence's refusal crosses from the shard to the caller as itself (its constructor takes
+# the ids, so pickle needs telling how to rebuild it).
+copyreg.pickle(StaleVersionError, _reduce_stale)
 
 
 class ShardStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -90,6 +102,17 @@ def open_store(spec: str) -> PersistentStore:
     if not hasattr(store, "save_context"):
         raise ValueError(f"Store factory {spec!r} returned {type(store).__name__}, not a store.")
     return store  # type: ignore[no-any-return]
+
+
+def portable(reply: Reply) -> Reply:
+    """``reply`` as it crosses processes: its messages as ``MessageSnapshot``s (plain,
+    frozen data), since a live message belongs to the conversation that holds it."""
+    messages = [MessageSnapshot.of(m) for m in reply.messages]
+    return msgspec.structs.replace(reply, messages=messages)
+
+
+def _portable_event(event: AgentEvent) -> AgentEvent:
+    return TurnDone(reply=portable(event.reply)) if isinstance(event, TurnDone) else event
 
 
 class ClusterThinker(AgentThinker):
@@ -157,12 +180,13 @@ class ShardHost:
         return chat
 
     async def send(self, user_id: str, conversation_id: str, text: str, new: bool) -> Reply:
-        """One whole turn, run here. Raises what ``Chat.asend`` raises; a save the fence
-        refused (``StaleVersionError``) also drops this shard's copy of the conversation."""
+        """One whole turn, run here; the reply's messages are snapshots. Raises what
+        ``Chat.asend`` raises; a save the fence refused (``StaleVersionError``) also drops
+        this shard's copy of the conversation."""
         chat = self._chat(user_id, conversation_id, new)
         self._enter(conversation_id)
         try:
-            return await chat.asend(text)
+            return portable(await chat.asend(text))
         except StaleVersionError:
             self.service.evict_conversation(conversation_id)
             raise
@@ -177,7 +201,7 @@ class ShardHost:
         self._enter(conversation_id)
         try:
             async for event in chat.astream(text):
-                yield event
+                yield _portable_event(event)
         except StaleVersionError:
             self.service.evict_conversation(conversation_id)
             raise
@@ -198,7 +222,7 @@ class ShardHost:
     async def join(self, conversation_id: str, user_id: str) -> AsyncIterator[AgentEvent]:
         """The running turn's events, as ``ConversationService.join``."""
         async for event in self.service.join(conversation_id, user_id):
-            yield event
+            yield _portable_event(event)
 
     def offer(self, conversation_id: str, user_id: str, text: str) -> bool:
         """As ``ConversationService.offer``."""

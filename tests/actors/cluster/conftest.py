@@ -36,7 +36,8 @@ postgres_conninfo = _stores.postgres_conninfo
 
 # Ray resolves 127.0.0.1 to the machine's outward address unless told it is a one-machine
 # cluster; this keeps every connection on the loopback interface.
-LOOPBACK_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+# (Ray reads these when it is first imported, so they are set before any test runs.)
+os.environ.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
 NODE = {
     "num_cpus": 2,
     "object_store_memory": 100 * 1024 * 1024,
@@ -47,11 +48,10 @@ NODE = {
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[Any]:
     """``ray.cluster_utils.Cluster``: a head and one worker node, connected."""
+    saved = {"PYTHONPATH": os.environ.get("PYTHONPATH")}
     ray = pytest.importorskip("ray", reason="the cluster tests need pip install 'parlour[cluster]'")
     from ray.cluster_utils import Cluster
 
-    saved = {k: os.environ.get(k) for k in [*LOOPBACK_ENV, "PYTHONPATH"]}
-    os.environ.update(LOOPBACK_ENV)
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), saved["PYTHONPATH"]) if p)
     cluster = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
     cluster.add_node(**NODE)
