@@ -4,6 +4,7 @@ their health. Registered by ``parlour.actors._cli``; Ray is imported only when i
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import Any
 
@@ -32,7 +33,7 @@ def run_cluster(args: argparse.Namespace) -> int:
     from parlour.actors.cluster._client import ShardDown, shard_statuses
 
     if not ray.is_initialized():
-        ray.init(address=args.address, namespace=args.namespace, logging_level="ERROR")
+        ray.init(address=args.address, namespace=args.namespace, logging_level=logging.ERROR)
     report = shard_statuses(args.name, args.shards, args.namespace, args.timeout)
     for entry in report:
         if isinstance(entry, ShardDown):

@@ -38,7 +38,7 @@ postgres_conninfo = _stores.postgres_conninfo
 # cluster; this keeps every connection on the loopback interface.
 # (Ray reads these when it is first imported, so they are set before any test runs.)
 os.environ.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
-NODE = {
+NODE: dict[str, Any] = {
     "num_cpus": 2,
     "object_store_memory": 100 * 1024 * 1024,
     "node_ip_address": "127.0.0.1",
@@ -60,7 +60,7 @@ def ray_cluster() -> Iterator[Any]:
         yield cluster
     finally:
         ray.shutdown()
-        cluster.shutdown()
+        cluster.shutdown()  # type: ignore[no-untyped-call]
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -71,7 +71,7 @@ def ray_cluster() -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def _gate(ray_cluster: Any) -> Any:
     import ray
-    from cluster_agents import GATE, NAMESPACE, Gate
+    from cluster_agents import GATE, NAMESPACE, Gate  # type: ignore[import-not-found]
 
     return ray.remote(Gate).options(name=GATE, namespace=NAMESPACE, num_cpus=0).remote()
 

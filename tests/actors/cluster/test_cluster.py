@@ -150,7 +150,7 @@ def test_a_joiner_in_another_process_follows_the_turn_and_its_offer_is_answered(
     make_cluster: Any, postgres_conninfo: str, gate: Any
 ) -> None:
     import ray
-    from cluster_agents import send_from_here
+    from cluster_agents import send_from_here  # type: ignore[import-not-found]
 
     cluster = make_cluster(2)
     chat = cluster.chat(user_id="alice")
