@@ -2,7 +2,7 @@
 only, no usage statistics, no dashboard), the real PostgreSQL of the store tests, and the
 factories module on the workers' path. Without Ray installed the cluster tests are skipped.
 
-Time budget: the cluster tests take about a minute on two cores, most of it starting Ray.
+Time budget: the cluster tests take about 30 s on two cores, most of it starting Ray.
 """
 
 from __future__ import annotations
