@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from parlour.actors import OfferAccepted, Reply, TextDelta, TurnDone
+from parlour.actors import OfferAccepted, Reply, TextDelta, TurnCancelledError, TurnDone
 from parlour.actors.cluster import (
     AgentCluster,
     ShardLostError,
@@ -19,7 +19,7 @@ from parlour.actors.cluster import (
     shard_for,
     shard_names,
 )
-from parlour.runtime.blocks import TextBlock
+from parlour.runtime.blocks import TextBlock, ToolResultBlock, ToolUseBlock
 from parlour.runtime.errors import StaleVersionError
 from parlour.stores import PostgresStore
 
@@ -226,3 +226,51 @@ def test_cluster_status_shows_each_shard_its_turns_and_a_missing_one_as_down(
     assert main(["cluster", "status", "--name", cluster.name, "--shards", "3"]) == 1
     last = capsys.readouterr().out.splitlines()[-1]
     assert last == f"{cluster.name}-shard-2\tDOWN\tno such shard"
+
+
+def test_closing_a_stream_early_cancels_the_turn_on_its_shard_saved_and_released(
+    make_cluster: Any, postgres_conninfo: str, gate: Any
+) -> None:
+    import ray
+
+    cluster = make_cluster(1)
+    chat = cluster.chat(user_id="alice")
+    chat.send("hello")
+    events = chat.stream("please hold")
+    next(events)  # the turn runs on the shard
+    ray.get(gate.arrived.remote(), timeout=60)  # inside its tool, holding the lease
+    events.close()
+    assert "next" in chat.send("next").text  # the lease was released
+    with PostgresStore(postgres_conninfo) as store:
+        snapshot = store.load(chat.conversation_id, "alice")
+    assert snapshot is not None
+    blocks = [b for m in snapshot.messages for b in m.blocks]
+    calls = {b.id for b in blocks if isinstance(b, ToolUseBlock)}
+    results = [b for b in blocks if isinstance(b, ToolResultBlock)]
+    assert calls and calls == {r.tool_use_id for r in results}  # answerable
+    assert all(r.is_error for r in results)
+
+
+def test_force_release_through_the_cluster_cancels_the_running_turn_with_its_error(
+    make_cluster: Any, postgres_conninfo: str, gate: Any
+) -> None:
+    import ray
+
+    cluster = make_cluster(2)
+    chat = cluster.chat(user_id="alice")
+    chat.send("hello")
+    failures: list[BaseException] = []
+
+    def held() -> None:
+        try:
+            chat.send("please hold")
+        except BaseException as err:
+            failures.append(err)
+
+    turn = threading.Thread(target=held)
+    turn.start()
+    ray.get(gate.arrived.remote(), timeout=60)
+    assert cluster.force_release(chat.conversation_id, "alice") is not None
+    turn.join(timeout=60)
+    assert len(failures) == 1 and isinstance(failures[0], TurnCancelledError)
+    assert user_texts(postgres_conninfo, chat.conversation_id, "alice") == ["hello", "please hold"]
