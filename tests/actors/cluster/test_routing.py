@@ -1,6 +1,11 @@
-"""Routing conversations to shards by rendezvous hashing (pure; no Ray)."""
+"""Routing conversations to shards by rendezvous hashing (pure; no Ray), and the cluster
+package staying an extra: importing it loads no Ray."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -63,3 +68,14 @@ def test_no_shards_or_a_count_below_one_is_refused_with_the_names() -> None:
         shard_for("c-1", [])
     with pytest.raises(ValueError, match="Cluster chat needs at least one shard, not 0"):
         shard_names("chat", 0)
+
+
+def test_the_cluster_package_and_the_cli_import_without_loading_ray(tmp_path: Path) -> None:
+    code = (
+        "import sys, parlour.actors.cluster, parlour.actors._cli\n"
+        "sys.exit(1 if 'ray' in sys.modules else 0)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
