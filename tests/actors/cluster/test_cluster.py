@@ -274,3 +274,25 @@ def test_force_release_through_the_cluster_cancels_the_running_turn_with_its_err
     turn.join(timeout=60)
     assert len(failures) == 1 and isinstance(failures[0], TurnCancelledError)
     assert user_texts(postgres_conninfo, chat.conversation_id, "alice") == ["hello", "please hold"]
+
+
+def test_growing_the_cluster_moves_only_conversations_to_the_new_shard_and_all_go_on(
+    make_cluster: Any, postgres_conninfo: str
+) -> None:
+    small = make_cluster(2)
+    three = shard_names(small.name, 3)
+    pool = [small.chat(user_id="alice") for _ in range(80)]
+    movers = [c for c in pool if shard_for(c.conversation_id, three) == three[2]][:4]
+    stayers = [c for c in pool if shard_for(c.conversation_id, three) != three[2]][:8]
+    chats = movers + stayers
+    for chat in chats:
+        chat.send("one")
+    grown = make_cluster(3)  # the same name: shards 0 and 1 found, shard 2 added
+    moved = [c for c in chats if grown.shard_of(c.conversation_id) != c.shard]
+    assert moved == movers and len(moved) == 4  # and only to the new shard
+    for chat in chats:
+        grown.chat(user_id="alice", conversation_id=chat.conversation_id).send("two")
+    for chat in chats:
+        assert user_texts(postgres_conninfo, chat.conversation_id, "alice") == ["one", "two"]
+    newest = grown.status()[2]
+    assert isinstance(newest, ShardStatus) and newest.turns == len(moved)
