@@ -79,3 +79,11 @@ def test_the_cluster_package_and_the_cli_import_without_loading_ray(tmp_path: Pa
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_cluster_package_all_lists_exactly_its_public_names() -> None:
+    import parlour.actors.cluster as cluster
+
+    public = {n for n in vars(cluster) if not n.startswith("_") and n != "annotations"}
+    public = {n for n in public if not isinstance(getattr(cluster, n), type(cluster))}
+    assert sorted(cluster.__all__) == cluster.__all__ and set(cluster.__all__) == public
