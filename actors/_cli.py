@@ -16,6 +16,7 @@ from parlour.actors import _admin
 from parlour.actors._bench import run_bench
 from parlour.actors._chat import run_chat
 from parlour.actors._demo import run_demo, run_long_demo
+from parlour.actors.cluster._cli import add_cluster_commands, run_cluster
 
 DEFAULT_DATA_DIR = Path("parlour-data")
 
@@ -30,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
 
     _job_commands(commands)
     _admin.register(commands, DEFAULT_DATA_DIR)
+    add_cluster_commands(commands)  # parlour cluster status (Ray only when it runs)
     for sub in commands.choices.values():  # global options after the subcommand too
         sub.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS)
     return parser
@@ -102,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from parlour.actors._serve._run import run_serve  # needs the serve extra
 
         return run_serve(args.data_dir, args.model, args.host, args.port, args.user, args.new_token)
+    if args.command == "cluster":
+        return run_cluster(args)
     if args.command == "bench":
         return run_bench(args.data_dir, args.conversations, args.turns, args.workers, args.sync)
     return _admin.run(args)

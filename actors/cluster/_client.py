@@ -1,0 +1,305 @@
+"""``AgentCluster``: N shards as named, detached Ray actors, and the agent's API over them.
+
+Every call for a conversation goes to the shard that rendezvous hashing picks among the
+shard names, so a conversation is active in one place; the turn runs in that shard and its
+events stream back through a Ray streaming generator. Ray is imported when a cluster is
+made, never by ``parlour.actors``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import msgspec
+
+from parlour.actors import AgentEvent, Reply, TurnDone, TurnError
+from parlour.actors.cluster._routing import shard_for, shard_names
+from parlour.actors.cluster._shard import ShardHost, ShardStatus
+
+__all__ = ["AgentCluster", "ClusterChat", "ShardDown", "ShardLostError", "shard_statuses"]
+
+_actor_class: Any = None
+
+
+class ShardLostError(TurnError):
+    """The shard running a call died (or could not be reached) before it answered.
+
+    Retryable: Ray restarts the shard, which reloads the conversation from the store on
+    demand; every turn acknowledged before is stored, and a turn that was cut off kept what
+    its last boundary saved. Send again to go on.
+    """
+
+    retryable: ClassVar[bool] = True
+
+    def __init__(self, shard: str, conversation_id: str | None, cause: str) -> None:
+        self.shard = shard
+        self.conversation_id = conversation_id
+        about = f" serving conversation {conversation_id}" if conversation_id else ""
+        super().__init__(f"Shard {shard}{about} was lost ({cause}); retry the call.")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.shard, self.conversation_id, str(self)))
+
+
+class ShardDown(msgspec.Struct, frozen=True, kw_only=True):
+    """A shard that did not answer ``status``: its name and why."""
+
+    shard: str
+    error: str
+
+
+def _shard_actor() -> Any:
+    """The Ray actor class of a shard (made once per process)."""
+    global _actor_class
+    if _actor_class is None:
+        import ray
+
+        class Shard(ShardHost):
+            def status(self, node: str = "") -> ShardStatus:
+                return super().status(node or ray.get_runtime_context().get_node_id())
+
+        _actor_class = ray.remote(Shard)
+    return _actor_class
+
+
+def _statuses(handles: dict[str, Any], timeout_s: float) -> list[ShardStatus | ShardDown]:
+    import ray
+
+    refs = {shard: handle.status.remote() for shard, handle in handles.items()}
+    report: list[ShardStatus | ShardDown] = []
+    for shard, ref in refs.items():
+        try:
+            report.append(ray.get(ref, timeout=timeout_s))
+        except Exception as err:  # any failure is the answer: the shard is not healthy
+            report.append(ShardDown(shard=shard, error=f"{type(err).__name__}: {err}"[:200]))
+    return report
+
+
+def shard_statuses(
+    name: str, shards: int, namespace: str = "parlour", timeout_s: float = 10.0
+) -> list[ShardStatus | ShardDown]:
+    """The status of a running cluster's shards, found by name (none is created); a shard
+    that does not exist is reported down."""
+    import ray
+
+    handles: dict[str, Any] = {}
+    missing: list[ShardStatus | ShardDown] = []
+    for shard in shard_names(name, shards):
+        try:
+            handles[shard] = ray.get_actor(shard, namespace=namespace)
+        except ValueError:
+            missing.append(ShardDown(shard=shard, error="no such shard"))
+    return _statuses(handles, timeout_s) + missing
+
+
+@contextmanager
+def _translated(shard: str, conversation_id: str | None) -> Iterator[None]:
+    """A shard's own exception re-raised as itself; a lost shard as ``ShardLostError``."""
+    from ray import exceptions
+
+    try:
+        yield
+    except exceptions.RayTaskError as err:
+        cause = err.cause
+        if isinstance(cause, BaseException):
+            raise cause from None
+        raise
+    except (exceptions.RayActorError, exceptions.ObjectLostError) as err:
+        raise ShardLostError(shard, conversation_id, type(err).__name__) from err
+
+
+class AgentCluster:
+    """N shards, each a Ray actor hosting one ``ConversationService`` and one ``Agent`` over
+    the shared store, created or found by name (a detached group: it outlives this process).
+
+    Args:
+        name: the cluster's name; shards are ``{name}-shard-{i}``.
+        shards: how many shards route conversations (changing it moves about ``1/N``).
+        agent: the agent factory each shard calls, ``"package.module:function"``.
+        store: the shared store's configuration: a PostgreSQL connection string (the
+            fencing store), or a store factory.
+        namespace: the Ray namespace the shards are named in.
+        max_restarts: how often Ray restarts a dead shard (-1: always).
+        num_cpus: the CPUs each shard reserves for placement.
+        conversation_timeout_s: how long a turn waits for a busy conversation.
+
+    Raises:
+        ValueError: ``shards`` is below 1.
+
+    ``ray.init`` must have run in this process. Thread-safety: any thread may call any
+    method; a ``ClusterChat`` runs one turn at a time.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        shards: int,
+        agent: str,
+        store: str,
+        namespace: str = "parlour",
+        max_restarts: int = -1,
+        num_cpus: float = 0.0,
+        conversation_timeout_s: float = 30.0,
+    ) -> None:
+        self.name = name
+        self.namespace = namespace
+        self.shards = shard_names(name, shards)
+        options = {
+            "namespace": namespace,
+            "lifetime": "detached",
+            "get_if_exists": True,
+            "max_restarts": max_restarts,
+            "max_task_retries": 0,  # a turn is never replayed behind the caller's back
+            "num_cpus": num_cpus,
+            "max_concurrency": 1000,
+        }
+        actor = _shard_actor()
+        self._handles: dict[str, Any] = {
+            shard: actor.options(name=shard, **options).remote(
+                shard, agent, store, conversation_timeout_s=conversation_timeout_s
+            )
+            for shard in self.shards
+        }
+
+    # -- routing --------------------------------------------------------------------------
+
+    def shard_of(self, conversation_id: str) -> str:
+        """The shard every call for ``conversation_id`` goes to."""
+        return shard_for(conversation_id, self.shards)
+
+    def handle(self, shard: str) -> Any:
+        """The Ray actor handle of a shard."""
+        return self._handles[shard]
+
+    def chat(self, *, user_id: str, conversation_id: str | None = None) -> ClusterChat:
+        """A chat for ``user_id``: a new durable conversation (its id minted here, so it can
+        be routed before it exists), or the stored one named by ``conversation_id``."""
+        new = conversation_id is None
+        cid = conversation_id or f"ClusterChat-conv-{secrets.token_hex(2)}-{secrets.token_hex(6)}"
+        return ClusterChat(self, user_id, cid, new)
+
+    # -- joiners, offers, release -----------------------------------------------------------
+
+    async def join(self, conversation_id: str, user_id: str) -> AsyncIterator[AgentEvent]:
+        """Follow the running turn on ``conversation_id`` from any process, as
+        ``ConversationService.join``: it ends at once for an idle or another user's one."""
+        shard = self.shard_of(conversation_id)
+        with _translated(shard, conversation_id):
+            async for ref in self._handles[shard].join.remote(conversation_id, user_id):
+                yield await ref
+
+    def offer(self, conversation_id: str, user_id: str, text: str) -> bool:
+        """As ``ConversationService.offer``, on the conversation's shard."""
+        return bool(self._call("offer", conversation_id, user_id, text))
+
+    def force_release(self, conversation_id: str, user_id: str) -> str | None:
+        """As ``ConversationService.force_release``, on the conversation's shard.
+
+        Raises:
+            ValueError: the conversation is not live on its shard.
+            PermissionError: it belongs to another user.
+        """
+        owner: str | None = self._call("force_release", conversation_id, user_id)
+        return owner
+
+    def _call(self, method: str, conversation_id: str, *args: Any) -> Any:
+        import ray
+
+        shard = self.shard_of(conversation_id)
+        with _translated(shard, conversation_id):
+            return ray.get(getattr(self._handles[shard], method).remote(conversation_id, *args))
+
+    # -- operations -------------------------------------------------------------------------
+
+    def status(self, timeout_s: float = 10.0) -> list[ShardStatus | ShardDown]:
+        """Every shard's status, or why it did not answer within ``timeout_s``."""
+        return _statuses(self._handles, timeout_s)
+
+    def shutdown(self) -> None:
+        """Stop every shard for good (no restart); stored conversations stay stored."""
+        import ray
+
+        for handle in self._handles.values():
+            ray.kill(handle, no_restart=True)
+
+
+class ClusterChat:
+    """One user's conversation on the cluster, with the agent chat's API: ``send``,
+    ``stream``, ``asend``, ``astream``. Each call is routed by the conversation id.
+
+    Raises (every turn): what ``Chat.send`` raises, re-raised here as itself, and
+    ``ShardLostError`` when the shard died before answering (retryable).
+    """
+
+    def __init__(self, cluster: AgentCluster, user_id: str, conversation_id: str, new: bool):
+        self.cluster = cluster
+        self.user_id = user_id
+        self.conversation_id = conversation_id
+        self._new = new  # until a turn is acknowledged, the shard may have to create it
+
+    @property
+    def shard(self) -> str:
+        return self.cluster.shard_of(self.conversation_id)
+
+    def _remote(self, method: str, text: str) -> tuple[str, Any]:
+        shard = self.shard
+        handle = self.cluster.handle(shard)
+        args = (self.user_id, self.conversation_id, text, self._new)
+        return shard, getattr(handle, method).remote(*args)
+
+    def send(self, text: str) -> Reply:
+        """One whole turn on the conversation's shard; blocks until it ends."""
+        import ray
+
+        shard, ref = self._remote("send", text)
+        with _translated(shard, self.conversation_id):
+            reply: Reply = ray.get(ref)
+        self._new = False
+        return reply
+
+    def stream(self, text: str) -> Iterator[AgentEvent]:
+        """One whole turn as its events, streamed back from the shard, ending with
+        ``TurnDone``. Closing the iterator early cancels the turn on the shard."""
+        import ray
+
+        shard, refs = self._remote("stream", text)
+        finished = False
+        try:
+            with _translated(shard, self.conversation_id):
+                for ref in refs:
+                    event: AgentEvent = ray.get(ref)
+                    finished = isinstance(event, TurnDone)
+                    yield event
+            self._new = False
+        finally:
+            if not finished:
+                ray.cancel(refs)
+
+    async def asend(self, text: str) -> Reply:
+        """``send`` from asyncio, never blocking the loop."""
+        shard, ref = self._remote("send", text)
+        with _translated(shard, self.conversation_id):
+            reply: Reply = await ref
+        self._new = False
+        return reply
+
+    async def astream(self, text: str) -> AsyncIterator[AgentEvent]:
+        """``stream`` from asyncio, never blocking the loop."""
+        import ray
+
+        shard, refs = self._remote("stream", text)
+        finished = False
+        try:
+            with _translated(shard, self.conversation_id):
+                async for ref in refs:
+                    event: AgentEvent = await ref
+                    finished = isinstance(event, TurnDone)
+                    yield event
+            self._new = False
+        finally:
+            if not finished:
+                ray.cancel(refs)
