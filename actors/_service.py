@@ -94,6 +94,7 @@ class ConversationService(Activations):
     ) -> None:
         self.store = store
         self.session = session
+        self._shared = bool(getattr(store, "shared", False))
         self.clock = clock or SystemClock()
         self.conversation_timeout_s = conversation_timeout_s
         self.cleanup_interval_s = cleanup_interval_s

@@ -68,6 +68,8 @@ class MemoryStore:
     Thread-safety: every method from any thread (one lock around the dict).
     """
 
+    shared = False  # one process: warm copies need no check
+
     def __init__(self) -> None:
         self._records: dict[str, _Record] = {}
         self._last_versions: dict[str, int] = {}  # survives deletes: versions never restart

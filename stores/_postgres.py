@@ -76,6 +76,8 @@ class PostgresStore:
     raises ``IllegalStateError``.
     """
 
+    shared = True  # many processes save: a warm copy is checked against the stored version
+
     def __init__(
         self,
         conninfo: str,

@@ -14,7 +14,7 @@ from parlour.runtime import Depth, Grade, OutputSize
 from parlour.runtime.blocks import ToolDefinitionBlock
 from parlour.runtime.errors import ConversationUnavailableError, IllegalStateError
 from parlour.runtime.testing import FakeClock
-from parlour.stores import LmdbStore, MemorySessionCache
+from parlour.stores import LmdbStore, MemorySessionCache, MemoryStore
 
 from .conftest import CountingStore
 
@@ -406,3 +406,36 @@ def test_a_corrupt_stored_record_fails_its_obtain_and_nothing_else(tmp_path: Pat
     service.release(fine)
     service.stop()
     store.close()
+
+
+class _VersionCounting(MemoryStore):
+    """A MemoryStore that counts how often it is asked a record's stored version."""
+
+    def __init__(self, shared: bool) -> None:
+        super().__init__()
+        self.shared = shared
+        self.version_asks = 0
+
+    def version_of(self, conversation_id: str, user_id: str) -> int | None:
+        self.version_asks += 1
+        return super().version_of(conversation_id, user_id)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_only_a_store_shared_between_processes_is_asked_the_version_of_a_warm_copy(
+    shared: bool,
+) -> None:
+    store = _VersionCounting(shared)
+    with ConversationService(store, MemorySessionCache(), cleanup_interval_s=0) as service:
+        thinker = BasicThinker("alice")
+        thinker.mint_conversation_id()
+        context = service.obtain_conversation(None, thinker).get(timeout=5)
+        context.add_user_message("kept warm")
+        service.save_conversation(context, thinker)
+        service.release(thinker)
+        store.version_asks = 0
+        for _ in range(3):
+            again = service.obtain_conversation(None, thinker).get(timeout=5)
+            assert [m.raw_content for m in again.messages] == ["kept warm"]
+            service.release(thinker)
+    assert store.version_asks == (3 if shared else 0)
