@@ -183,6 +183,7 @@ class Activations:
         if ref is not None:  # the lock-free fast path
             answer = self._answer(cid, ref.ask(request, block=False))
             if answer is not None and self._current(cid, ref, request, answer):
+                self._mirror.touch(cid)  # the live cap's LRU, without asking the supervisor
                 return ref, request, answer
         for _ in range(_ATTEMPTS):
             forwarded = self._supervisor_ask(Forward(cid, request))

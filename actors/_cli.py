@@ -10,7 +10,8 @@ from pathlib import Path
 
 from loguru import logger
 
-from parlour.actors._bench import run_bench
+from parlour.actors._bench import run_bench, run_cases
+from parlour.actors._cases import CASES
 from parlour.actors._chat import run_chat
 from parlour.actors._demo import run_demo
 from parlour.runtime.snapshots import encode_snapshot
@@ -55,6 +56,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_false",
         help="skip fsync: measures the CPU path, not the disk",
     )
+    bench.add_argument(
+        "--case",
+        choices=[*CASES, "all"],
+        default=None,
+        help="run a benchmark case against the hand-written floor (ignores the sizes above)",
+    )
 
     listing = commands.add_parser("list", help="list a user's stored conversations")
     listing.add_argument("user_id")
@@ -76,6 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_chat(args.data_dir, args.user, args.resume, args.model)
     if args.command == "demo":
         return run_demo(args.data_dir, args.conversations, args.workers)
+    if args.command == "bench" and args.case is not None:
+        return run_cases(list(CASES) if args.case == "all" else [args.case], args.sync)
     if args.command == "bench":
         return run_bench(args.data_dir, args.conversations, args.turns, args.workers, args.sync)
     with LmdbStore(args.data_dir) as store:

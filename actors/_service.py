@@ -170,7 +170,7 @@ class ConversationService(Activations):
             return
         cid = thinker.conversation_id
         held = self._held.pop((cid, thinker.job_id), None)
-        kept = None if held is None else [MessageSnapshot.of(m) for m in held[0].messages]
+        kept = None if held is None else _transcript(held[0])
         retain_s = seconds(thinker.retain_duration if retain is None else retain)
         try:
             self._hand_back(cid, thinker.job_id, retain_s, None if held is None else held[1])
@@ -424,3 +424,10 @@ def _keep_transcript(thinker: Thinker, kept: list[MessageSnapshot]) -> None:
         keep(kept)
     except Exception:  # a hook never stops the handoff, which has already happened
         logger.exception("keep_transcript failed for job {}", thinker.job_id)
+
+
+def _transcript(context: ConversationContext) -> list[MessageSnapshot]:
+    """The conversation as it is: the memoized snapshot first (one attribute read per
+    message unchanged since the last save), built only for a changed one."""
+    of = MessageSnapshot.of
+    return [m._snapshot or of(m) for m in context.messages]

@@ -16,6 +16,7 @@ current is never sent back.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -59,13 +60,21 @@ _UNKNOWN = 1 << 62
 
 class Mirror:
     """What the supervisor shares with the service for lock-free reads: the registry's refs
-    and the retirement epoch. Only the supervisor writes, one atomic operation at a time."""
+    and the retirement epoch, which only the supervisor writes, one atomic operation at a
+    time; and ``touched``, where the service's warm path marks each obtain with a tick
+    (one dict store, never a message), which the live cap reads to keep a true LRU."""
 
-    __slots__ = ("epoch", "refs")
+    __slots__ = ("epoch", "refs", "ticks", "touched")
 
     def __init__(self) -> None:
         self.refs: dict[str, ActorRef] = {}
         self.epoch = 0
+        self.ticks = itertools.count(1)  # next() is atomic under the GIL
+        self.touched: dict[str, int] = {}
+
+    def touch(self, conversation_id: str) -> None:
+        """Mark a warm obtain (any thread)."""
+        self.touched[conversation_id] = next(self.ticks)
 
 
 class Seams:
@@ -104,6 +113,7 @@ class Supervisor(pykka.ThreadingActor):
         self.seams = seams or Seams()
         self.retired: OrderedDict[str, tuple[int, int]] = OrderedDict()  # (epoch, version)
         self.retired_floor = 0
+        self.placed: dict[str, int] = {}  # the tick at which each took its place in the LRU
 
     def on_receive(self, message: Any) -> Any:
         match message:
@@ -137,8 +147,13 @@ class Supervisor(pykka.ThreadingActor):
             logger.warning("conversation actor {} died; dropping it", conversation_id)
             self._unregister(conversation_id)
             return None
-        self.live.move_to_end(conversation_id)
+        self._to_back(conversation_id)
         return ref
+
+    def _to_back(self, conversation_id: str) -> None:
+        """Most recently used: the back of the LRU."""
+        self.live.move_to_end(conversation_id)
+        self.placed[conversation_id] = next(self.mirror.ticks)
 
     def _forward(self, conversation_id: str, request: Acquire) -> Forwarded | None:
         ref = self._lookup(conversation_id)
@@ -163,6 +178,7 @@ class Supervisor(pykka.ThreadingActor):
             self._evict_lru()
         ref = ConversationActor.start(context, self.clock)
         self.live[conversation_id] = ref
+        self.placed[conversation_id] = next(self.mirror.ticks)
         self.mirror.refs[conversation_id] = ref
         return Forwarded(ref, ref.ask(request, block=False))
 
@@ -184,6 +200,8 @@ class Supervisor(pykka.ThreadingActor):
     def _unregister(self, conversation_id: str, version: int = _UNKNOWN) -> ActorRef | None:
         """Drop the actor from the registry and its mirror (it is not stopped)."""
         self.mirror.refs.pop(conversation_id, None)
+        self.mirror.touched.pop(conversation_id, None)
+        self.placed.pop(conversation_id, None)
         ref = self.live.pop(conversation_id, None)
         if ref is not None:
             self._retire(conversation_id, version)
@@ -199,10 +217,17 @@ class Supervisor(pykka.ThreadingActor):
     # -- eviction ---------------------------------------------------------------------------
 
     def _evict_lru(self) -> None:
-        for conversation_id in list(self.live):
+        """Evict from the front of the LRU until below the cap. One touched by a warm
+        obtain since it took its place, or busy, goes to the back instead (each such
+        move is paid for by a use, so the choice of a victim is O(1) amortized); every
+        live one is looked at once at most."""
+        for _ in range(len(self.live)):
             if len(self.live) < self.max_live:
                 return
-            self._evict(conversation_id, expired_only=False)
+            conversation_id = next(iter(self.live))
+            used = self.mirror.touched.get(conversation_id, 0) > self.placed[conversation_id]
+            if used or not self._evict(conversation_id, expired_only=False):
+                self._to_back(conversation_id)
 
     def _evict(self, conversation_id: str, expired_only: bool) -> bool:
         ref = self.live.get(conversation_id)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pykka
 import pytest
 
-from parlour.actors import ConversationService, _demo, _workload
+from parlour.actors import ConversationService, _cases, _demo, _workload
 from parlour.actors._cli import main
 from parlour.actors._demo import demo_agent
 from parlour.runtime.blocks import TextBlock
@@ -116,3 +116,16 @@ def test_a_keyboard_interrupt_stops_the_workload_before_new_turns_start(
         _workload.drive(chats, lambda i, t: f"turn {t}", turns=50, workers=1, on_turn=on_turn)
     assert len(turns) < 4 * 50  # the rest never started
     assert all(service.owning_thinker(c.conversation_id, "u") is None for c in chats)
+
+
+def test_bench_case_prints_every_path_against_the_floor_and_the_restore_rate(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(_cases.CASES, "cold", _cases.Shape(4, 2, workers=2, cold=True))
+    assert main(["bench", "--case", "cold", "--no-sync"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if "cold 4x2" in line]
+    assert [row.split("│")[2].strip() for row in rows] == ["floor", "service", "agent"]
+    assert rows[0].split("│")[-2].strip() == "1.00x"
+    rate = out.split("restore (cold): ")[1].split()[0]
+    assert float(rate.replace(",", "")) > 0

@@ -439,3 +439,29 @@ def test_only_a_store_shared_between_processes_is_asked_the_version_of_a_warm_co
             assert [m.raw_content for m in again.messages] == ["kept warm"]
             service.release(thinker)
     assert store.version_asks == (3 if shared else 0)
+
+
+def test_the_live_cap_evicts_the_least_recently_obtained_and_a_warm_obtain_refreshes_it() -> None:
+    store = CountingStore()
+    with ConversationService(store, cleanup_interval_s=0, max_live=2) as service:
+        thinkers = {name: BasicThinker("alice") for name in "abc"}
+
+        def turn(name: str) -> None:
+            thinker = thinkers[name]
+            context = service.obtain_conversation(None, thinker).get(timeout=5)
+            context.add_user_message(f"to {name}")
+            service.save_conversation(context, thinker)
+            service.release(thinker)
+
+        for t in thinkers.values():
+            t.mint_conversation_id()
+        turn("a")
+        turn("b")
+        turn("a")  # warm: a is now the most recently used, b the least
+        turn("c")  # past the cap: b goes, a stays
+        store.calls["load"] = 0
+        turn("a")
+        assert store.calls["load"] == 0  # still live
+        turn("b")
+        assert store.calls["load"] == 1  # it had been evicted
+        assert service.get_stats().total == 2
