@@ -10,6 +10,7 @@ never a grant, so a caller that reached it through a stale reference looks again
 
 from __future__ import annotations
 
+import queue
 from collections import deque
 from typing import Any
 
@@ -51,6 +52,12 @@ class ConversationActor(pykka.ThreadingActor):
     """
 
     use_daemon_thread = True
+
+    @staticmethod
+    def _create_actor_inbox() -> queue.SimpleQueue[Any]:
+        """A C queue without condition variables: about half the cost of pykka's
+        ``queue.Queue`` per message (every lease is two messages)."""
+        return queue.SimpleQueue()
 
     def __init__(self, context: ConversationContext, clock: Clock) -> None:
         super().__init__()

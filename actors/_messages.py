@@ -268,7 +268,18 @@ class Evict(NamedTuple):
 
 
 class Sweep(NamedTuple):
-    pass
+    """Evict what expired. Without ``done`` the answer is the count; with it the answer is
+    None at once and ``done`` gets the count when the last slice has run."""
+
+    done: pykka.Future[int] | None = None
+
+
+class SweepSlice(NamedTuple):
+    """The rest of a sweep: the conversations still to look at and the count so far."""
+
+    remaining: list[str]
+    evicted: int
+    done: pykka.Future[int]
 
 
 class Owners(NamedTuple):

@@ -32,6 +32,7 @@ from parlour.actors._messages import (
     Owner,
     Owners,
     QueryHolder,
+    QueryOwner,
     Release,
     ReleaseAllForJob,
     Released,
@@ -266,15 +267,35 @@ class ConversationService(Activations):
         return holder
 
     def get_stats(self) -> ServiceStats:
-        """Live conversations; all zero after ``stop()``."""
-        owners: dict[str, Owner | None] = self._ask(Owners(), {})
-        owned = sum(1 for o in owners.values() if o is not None)
-        return ServiceStats(total=len(owners), owned=owned, idle=len(owners) - owned)
+        """Live conversations; all zero after ``stop()``.
+
+        Asked of the live actors directly (all at once, from the calling thread) through
+        the supervisor's lock-free mirror, never through the supervisor, so it never holds
+        up a spawn. Each actor answers after the messages this thread sent it before (a
+        release included)."""
+        if self._stopped:
+            return ServiceStats(total=0, owned=0, idle=0)
+        asked = [ref.ask(QueryOwner(), block=False) for ref in self._live.copy().values()]
+        total = owned = 0
+        for reply in asked:
+            try:
+                owner = reply.get()
+            except pykka.ActorDeadError:
+                continue  # stopped meanwhile: no longer live
+            total += 1
+            owned += owner is not None
+        return ServiceStats(total=total, owned=owned, idle=total - owned)
 
     def sweep_expired(self) -> int:
         """Evict unowned conversations whose retention ran out, and fail waiters whose
-        deadline passed (both on the service's clock); returns how many were evicted."""
-        evicted: int = self._ask(Sweep(), 0)
+        deadline passed (both on the service's clock); returns how many were evicted.
+        The supervisor sweeps in slices, so spawns meanwhile wait for a slice at most."""
+        done: pykka.ThreadingFuture[int] = pykka.ThreadingFuture()
+        try:
+            self._supervisor.ask(Sweep(done), block=True)
+        except pykka.ActorDeadError:
+            return 0
+        evicted: int = done.get()  # the supervisor completes it, also when it stops
         return evicted
 
     def evict_conversation(self, conversation_id: str) -> bool:
@@ -409,9 +430,7 @@ class ConversationService(Activations):
     def _tick(self) -> None:
         while not self._stopping.wait(self.cleanup_interval_s):
             try:
-                self._supervisor.ask(Sweep(), block=True)
-            except pykka.ActorDeadError:
-                return
+                self.sweep_expired()
             except Exception:
                 logger.exception("periodic sweep failed; the next one still runs")
 

@@ -45,6 +45,7 @@ from parlour.actors._messages import (
     StopAll,
     StopIfIdle,
     Sweep,
+    SweepSlice,
 )
 from parlour.actors._messages import Owner as Owner
 from parlour.runtime import Clock, ConversationContext
@@ -53,6 +54,8 @@ ActorRef = pykka.ActorRef[ConversationActor]
 
 # How many retirements are remembered one by one; older ones fold into a floor.
 _RETIREMENTS_KEPT = 65_536
+# How many actors one slice of a sweep asks at once: a spawn waits for one slice at most.
+_SWEEP_SLICE = 64
 # The version recorded when it is unknown (a dead activation) or gone (a deleted record):
 # a restore that loaded before such a retirement always reloads.
 _UNKNOWN = 1 << 62
@@ -114,6 +117,7 @@ class Supervisor(pykka.ThreadingActor):
         self.retired: OrderedDict[str, tuple[int, int]] = OrderedDict()  # (epoch, version)
         self.retired_floor = 0
         self.placed: dict[str, int] = {}  # the tick at which each took its place in the LRU
+        self.sweeps: dict[int, tuple[pykka.Future[int], int]] = {}  # unfinished: (done, count)
 
     def on_receive(self, message: Any) -> Any:
         match message:
@@ -125,8 +129,10 @@ class Supervisor(pykka.ThreadingActor):
                 return self._spawn(context, epoch, request)
             case Evict(conversation_id, expired_only):
                 return self._evict(conversation_id, expired_only)
-            case Sweep():
-                return self._sweep()
+            case Sweep(done):
+                return self._sweep(done)
+            case SweepSlice(remaining, evicted, done):
+                return self._sweep_slice(remaining, evicted, done)
             case Owners():
                 return self._owners()
             case ReleaseAllForJob(job_id):
@@ -233,27 +239,61 @@ class Supervisor(pykka.ThreadingActor):
         ref = self.live.get(conversation_id)
         if ref is None:
             return False
+        return self._retire_if_idle(conversation_id, ref.ask(StopIfIdle(expired_only), block=False))
+
+    def _sweep(self, done: pykka.Future[int] | None) -> int | None:
+        """Evict every unowned actor whose retention ran out (failing expired waiters on
+        the way); never touches a store. With ``done``, in slices of ``_SWEEP_SLICE``
+        actors asked at once, each slice a message of its own, so a spawn queued meanwhile
+        waits for one slice, never the whole sweep."""
+        remaining = list(self.live)
+        if done is not None:
+            self.sweeps[id(done)] = (done, 0)
+            self.actor_ref.tell(SweepSlice(remaining, 0, done))
+            return None
+        evicted = 0
+        while remaining:
+            evicted += self._sweep_some(remaining)
+        return evicted
+
+    def _sweep_slice(self, remaining: list[str], evicted: int, done: pykka.Future[int]) -> None:
+        evicted += self._sweep_some(remaining)  # it logs and skips what fails
+        if remaining:
+            self.sweeps[id(done)] = (done, evicted)
+            self.actor_ref.tell(SweepSlice(remaining, evicted, done))
+        else:
+            del self.sweeps[id(done)]
+            done.set(evicted)
+
+    def _sweep_some(self, remaining: list[str]) -> int:
+        """Ask the last ``_SWEEP_SLICE`` of ``remaining`` (removing them) whether they are
+        idle and expired, all at once; forget those that agreed."""
+        chunk = remaining[-_SWEEP_SLICE:]
+        del remaining[-_SWEEP_SLICE:]
+        asked = []
+        for conversation_id in chunk:
+            ref = self.live.get(conversation_id)
+            if ref is not None:  # a dead one's future holds ActorDeadError
+                asked.append((conversation_id, ref.ask(StopIfIdle(True), block=False)))
+        evicted = 0
+        for conversation_id, reply in asked:
+            try:
+                evicted += self._retire_if_idle(conversation_id, reply)
+            except Exception:  # one bad actor must not stop the sweep
+                logger.exception("sweep failed on conversation {}", conversation_id)
+        return evicted
+
+    def _retire_if_idle(self, conversation_id: str, reply: pykka.Future[Idle | Busy]) -> bool:
         try:
-            answer: Idle | Busy = ref.ask(StopIfIdle(expired_only), block=True)
+            answer = reply.get()
         except pykka.ActorDeadError:
             answer = Idle(_UNKNOWN)
-        if isinstance(answer, Busy):
+        if isinstance(answer, Busy) or conversation_id not in self.live:
             return False
         if self.seams.after_idle_answer is not None:
             self.seams.after_idle_answer(conversation_id)
         self._forget(conversation_id, answer.stored_version)
         return True
-
-    def _sweep(self) -> int:
-        """Evict every unowned actor whose retention ran out (failing expired waiters on
-        the way); never touches a store."""
-        evicted = 0
-        for conversation_id in list(self.live):
-            try:
-                evicted += self._evict(conversation_id, expired_only=True)
-            except Exception:  # one bad actor must not stop the sweep
-                logger.exception("sweep failed on conversation {}", conversation_id)
-        return evicted
 
     def _drop(self, conversation_id: str, reason: str) -> None:
         ref = self._unregister(conversation_id)
@@ -292,7 +332,15 @@ class Supervisor(pykka.ThreadingActor):
 
     def on_stop(self) -> None:
         self._stop_all()
+        self._finish_sweeps()
+
+    def _finish_sweeps(self) -> None:
+        """A sweep cut short by the stop answers what it evicted so far."""
+        for done, evicted in self.sweeps.values():
+            done.set(evicted)
+        self.sweeps.clear()
 
     def on_failure(self, *exc_info: Any) -> None:
         logger.error("supervisor failed; stopping its {} conversation actors", len(self.live))
         self._stop_all()
+        self._finish_sweeps()

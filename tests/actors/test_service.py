@@ -465,3 +465,27 @@ def test_the_live_cap_evicts_the_least_recently_obtained_and_a_warm_obtain_refre
         turn("b")
         assert store.calls["load"] == 1  # it had been evicted
         assert service.get_stats().total == 2
+
+
+def test_a_sweep_in_slices_evicts_every_expired_conversation_and_spares_the_owned(
+    service: ConversationService, clock: FakeClock
+) -> None:
+    kept = []
+    for i in range(150):  # more than two slices
+        thinker = BasicThinker("alice", retain_duration=dt.timedelta(seconds=10))
+        thinker.mint_conversation_id()
+        service.obtain_conversation(None, thinker).get(timeout=5)
+        if i % 50 == 0:
+            kept.append(thinker)  # still owned: never swept
+        else:
+            service.release(thinker)
+    clock.advance(11)
+    assert service.sweep_expired() == 147
+    stats = service.get_stats()
+    assert (stats.total, stats.owned) == (3, 3)
+    for thinker in kept:
+        service.release(thinker)
+    assert service.sweep_expired() == 0  # released just now: retention counts from here
+    clock.advance(11)
+    assert service.sweep_expired() == 3
+    assert service.get_stats().total == 0
