@@ -59,7 +59,9 @@ class ConversationActor(pykka.ThreadingActor):
         ``queue.Queue`` per message (every lease is two messages)."""
         return queue.SimpleQueue()
 
-    def __init__(self, context: ConversationContext, clock: Clock) -> None:
+    def __init__(
+        self, context: ConversationContext, clock: Clock, expires_at: float | None = None
+    ) -> None:
         super().__init__()
         self.context = context
         self.conversation_id = context.conversation_id or ""
@@ -68,7 +70,7 @@ class ConversationActor(pykka.ThreadingActor):
         self.lease_retain_s = 0.0
         self.waiters: deque[Acquire] = deque()
         self.idle_watchers: list[pykka.Future[None]] = []
-        self.expires_at = clock.now()
+        self.expires_at = clock.now() if expires_at is None else expires_at
         self.retiring = False
         self.doomed: str | None = None
 
@@ -184,7 +186,7 @@ class ConversationActor(pykka.ThreadingActor):
         if expired_only and self.clock.now() < self.expires_at:
             return Busy()
         self.retiring = True  # from here on, every Acquire is told to look again
-        return Idle(self.context.stored_version)
+        return Idle(self.context.stored_version, self.context, self.expires_at)
 
     def _doom(self, reason: str) -> None:
         self.retiring = True

@@ -210,9 +210,12 @@ class Released(NamedTuple):
 
 class Idle(NamedTuple):
     """The activation agreed to stop; ``stored_version`` is the last version its owners
-    saved (every acknowledged save of this activation is at or below it)."""
+    saved (every acknowledged save of this activation is at or below it). ``context`` and
+    ``expires_at`` are what the supervisor may park (None from one already retiring)."""
 
     stored_version: int
+    context: ConversationContext | None = None
+    expires_at: float = 0.0
 
 
 class Busy(NamedTuple):

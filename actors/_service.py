@@ -71,7 +71,11 @@ class ConversationService(Activations):
         clock: every deadline and retention (inject ``FakeClock`` in tests).
         conversation_timeout_s: how long an acquirer waits for a busy conversation.
         cleanup_interval_s: how often the retention sweep runs (0 disables the timer).
-        max_live: most live conversation actors (each is a thread).
+        max_live: most live conversations (actors and parked ones); past it the least
+            recently used idle one is evicted.
+        max_active: most conversation actors (each a thread); past it the least recently
+            used idle one is parked: held without a thread, re-attached to a new actor when
+            next obtained.
         shutdown_grace_s: how long ``stop`` lets owners finish.
         seams: test hooks between the steps of a race (see ``Seams``).
 
@@ -89,7 +93,8 @@ class ConversationService(Activations):
         clock: Clock | None = None,
         conversation_timeout_s: float = 30.0,
         cleanup_interval_s: float = 300.0,
-        max_live: int = 4096,
+        max_live: int = 16384,
+        max_active: int = 512,
         shutdown_grace_s: float = 5.0,
         seams: Seams | None = None,
     ) -> None:
@@ -109,7 +114,9 @@ class ConversationService(Activations):
         self._live = self._mirror.refs
         # What each job holds, for the transcript at release: {(conversation, job): context}.
         self._held: dict[tuple[str, str], tuple[ConversationContext, ActorRef]] = {}
-        self._supervisor = Supervisor.start(self.clock, max_live, self._mirror, self._seams)
+        self._supervisor = Supervisor.start(
+            self.clock, max_live, self._mirror, self._seams, max_active
+        )
         if store is not None:
             store.add_delete_listener(self._on_deleted)
         self._ticker: threading.Thread | None = None
@@ -276,7 +283,7 @@ class ConversationService(Activations):
         if self._stopped:
             return ServiceStats(total=0, owned=0, idle=0)
         asked = [ref.ask(QueryOwner(), block=False) for ref in self._live.copy().values()]
-        total = owned = 0
+        total, owned = len(self._mirror.parked), 0  # parked: idle, held without an actor
         for reply in asked:
             try:
                 owner = reply.get()

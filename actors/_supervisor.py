@@ -67,10 +67,12 @@ class Mirror:
     time; and ``touched``, where the service's warm path marks each obtain with a tick
     (one dict store, never a message), which the live cap reads to keep a true LRU."""
 
-    __slots__ = ("epoch", "refs", "ticks", "touched")
+    __slots__ = ("epoch", "parked", "refs", "ticks", "touched")
 
     def __init__(self) -> None:
         self.refs: dict[str, ActorRef] = {}
+        # idle conversations held without an actor: {id: (context, expires_at)}, LRU order
+        self.parked: OrderedDict[str, tuple[ConversationContext, float]] = OrderedDict()
         self.epoch = 0
         self.ticks = itertools.count(1)  # next() is atomic under the GIL
         self.touched: dict[str, int] = {}
@@ -101,17 +103,26 @@ class Seams:
 
 
 class Supervisor(pykka.ThreadingActor):
-    """Owns ``{conversation_id: ActorRef}``; caps live actors, evicting idle ones LRU first."""
+    """Owns ``{conversation_id: ActorRef}`` and the parked idle conversations; caps the
+    live ones (``max_live``, actors and parked) evicting idle ones LRU first, and the actors
+    (``max_active``, each a thread) parking idle ones LRU first."""
 
     use_daemon_thread = True
 
     def __init__(
-        self, clock: Clock, max_live: int, mirror: Mirror, seams: Seams | None = None
+        self,
+        clock: Clock,
+        max_live: int,
+        mirror: Mirror,
+        seams: Seams | None = None,
+        max_active: int | None = None,
     ) -> None:
         super().__init__()
         self.clock = clock
         self.max_live = max_live
+        self.max_active = max_live if max_active is None else max(max_active, 1)
         self.live: OrderedDict[str, ActorRef] = OrderedDict()
+        self.parked = mirror.parked
         self.mirror = mirror
         self.seams = seams or Seams()
         self.retired: OrderedDict[str, tuple[int, int]] = OrderedDict()  # (epoch, version)
@@ -146,9 +157,11 @@ class Supervisor(pykka.ThreadingActor):
     # -- the registry -----------------------------------------------------------------------
 
     def _lookup(self, conversation_id: str) -> ActorRef | None:
+        """The live actor, re-attaching a parked conversation to a new one."""
         ref = self.live.get(conversation_id)
         if ref is None:
-            return None
+            parked = self.parked.pop(conversation_id, None)
+            return None if parked is None else self._attach(conversation_id, *parked)
         if not ref.is_alive():  # died without telling us: forget it, callers reload
             logger.warning("conversation actor {} died; dropping it", conversation_id)
             self._unregister(conversation_id)
@@ -180,13 +193,23 @@ class Supervisor(pykka.ThreadingActor):
             return existing  # another caller won the race; its context is live
         if self._stale(conversation_id, epoch, context.stored_version):
             return Reload()  # retired since the caller loaded, at a newer version
-        if len(self.live) >= self.max_live:
+        if len(self.live) + len(self.parked) >= self.max_live:
             self._evict_lru()
-        ref = ConversationActor.start(context, self.clock)
+        ref = self._attach(conversation_id, context, None)
+        return Forwarded(ref, ref.ask(request, block=False))
+
+    def _attach(
+        self, conversation_id: str, context: ConversationContext, expires_at: float | None
+    ) -> ActorRef:
+        """Start the conversation's activation (parking the least recently used idle one
+        when the actors are at their cap) and register it."""
+        if len(self.live) >= self.max_active:
+            self._shrink(self.max_active, park=True)
+        ref = ConversationActor.start(context, self.clock, expires_at)
         self.live[conversation_id] = ref
         self.placed[conversation_id] = next(self.mirror.ticks)
         self.mirror.refs[conversation_id] = ref
-        return Forwarded(ref, ref.ask(request, block=False))
+        return ref
 
     def _stale(self, conversation_id: str, epoch: int, loaded_version: int) -> bool:
         seen = self.retired.get(conversation_id)
@@ -223,23 +246,40 @@ class Supervisor(pykka.ThreadingActor):
     # -- eviction ---------------------------------------------------------------------------
 
     def _evict_lru(self) -> None:
-        """Evict from the front of the LRU until below the cap. One touched by a warm
-        obtain since it took its place, or busy, goes to the back instead (each such
-        move is paid for by a use, so the choice of a victim is O(1) amortized); every
-        live one is looked at once at most."""
+        """Below the live cap: the parked first (the oldest parked is the least recently
+        used idle conversation), then actors."""
+        while self.parked and len(self.live) + len(self.parked) >= self.max_live:
+            conversation_id, (context, _) = self.parked.popitem(last=False)
+            self._retire(conversation_id, context.stored_version)
+        self._shrink(self.max_live - len(self.parked), park=False)
+
+    def _shrink(self, limit: int, park: bool) -> None:
+        """Evict (or park) from the front of the LRU until fewer than ``limit`` actors. One
+        touched by a warm obtain since it took its place, or busy, goes to the back
+        instead (each such move is paid for by a use, so the choice of a victim is O(1)
+        amortized); every actor is looked at once at most."""
         for _ in range(len(self.live)):
-            if len(self.live) < self.max_live:
+            if len(self.live) < limit:
                 return
             conversation_id = next(iter(self.live))
             used = self.mirror.touched.get(conversation_id, 0) > self.placed[conversation_id]
-            if used or not self._evict(conversation_id, expired_only=False):
+            if used or not self._evict(conversation_id, expired_only=False, park=park):
                 self._to_back(conversation_id)
 
-    def _evict(self, conversation_id: str, expired_only: bool) -> bool:
+    def _evict(self, conversation_id: str, expired_only: bool, park: bool = False) -> bool:
         ref = self.live.get(conversation_id)
         if ref is None:
+            return self._evict_parked(conversation_id, expired_only)
+        reply = ref.ask(StopIfIdle(expired_only), block=False)
+        return self._retire_if_idle(conversation_id, reply, park)
+
+    def _evict_parked(self, conversation_id: str, expired_only: bool) -> bool:
+        parked = self.parked.get(conversation_id)
+        if parked is None or (expired_only and self.clock.now() < parked[1]):
             return False
-        return self._retire_if_idle(conversation_id, ref.ask(StopIfIdle(expired_only), block=False))
+        del self.parked[conversation_id]
+        self._retire(conversation_id, parked[0].stored_version)
+        return True
 
     def _sweep(self, done: pykka.Future[int] | None) -> int | None:
         """Evict every unowned actor whose retention ran out (failing expired waiters on
@@ -247,14 +287,22 @@ class Supervisor(pykka.ThreadingActor):
         actors asked at once, each slice a message of its own, so a spawn queued meanwhile
         waits for one slice, never the whole sweep."""
         remaining = list(self.live)
+        evicted = self._sweep_parked()
         if done is not None:
-            self.sweeps[id(done)] = (done, 0)
-            self.actor_ref.tell(SweepSlice(remaining, 0, done))
+            self.sweeps[id(done)] = (done, evicted)
+            self.actor_ref.tell(SweepSlice(remaining, evicted, done))
             return None
-        evicted = 0
         while remaining:
             evicted += self._sweep_some(remaining)
         return evicted
+
+    def _sweep_parked(self) -> int:
+        """Forget every parked conversation whose retention ran out (no actor to ask)."""
+        now = self.clock.now()
+        expired = [cid for cid, (_, expires_at) in self.parked.items() if now >= expires_at]
+        for conversation_id in expired:
+            self._evict_parked(conversation_id, expired_only=False)
+        return len(expired)
 
     def _sweep_slice(self, remaining: list[str], evicted: int, done: pykka.Future[int]) -> None:
         evicted += self._sweep_some(remaining)  # it logs and skips what fails
@@ -283,7 +331,9 @@ class Supervisor(pykka.ThreadingActor):
                 logger.exception("sweep failed on conversation {}", conversation_id)
         return evicted
 
-    def _retire_if_idle(self, conversation_id: str, reply: pykka.Future[Idle | Busy]) -> bool:
+    def _retire_if_idle(
+        self, conversation_id: str, reply: pykka.Future[Idle | Busy], park: bool = False
+    ) -> bool:
         try:
             answer = reply.get()
         except pykka.ActorDeadError:
@@ -293,9 +343,12 @@ class Supervisor(pykka.ThreadingActor):
         if self.seams.after_idle_answer is not None:
             self.seams.after_idle_answer(conversation_id)
         self._forget(conversation_id, answer.stored_version)
+        if park and answer.context is not None:  # held without a thread until obtained
+            self.parked[conversation_id] = (answer.context, answer.expires_at)
         return True
 
     def _drop(self, conversation_id: str, reason: str) -> None:
+        self.parked.pop(conversation_id, None)
         ref = self._unregister(conversation_id)
         if ref is None:
             self._retire(conversation_id)  # a restore racing a delete must reload too
@@ -327,6 +380,7 @@ class Supervisor(pykka.ThreadingActor):
         return released
 
     def _stop_all(self) -> None:
+        self.parked.clear()
         for conversation_id in list(self.live):
             self._forget(conversation_id)
 
