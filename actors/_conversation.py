@@ -10,7 +10,6 @@ never a grant, so a caller that reached it through a stale reference looks again
 
 from __future__ import annotations
 
-import queue
 from collections import deque
 from typing import Any
 
@@ -39,25 +38,18 @@ from parlour.actors._messages import (
     foreign,
     timeout_error,
 )
+from parlour.actors._reply import LightActor
 from parlour.runtime import Clock, ConversationContext
 from parlour.runtime.errors import ConversationUnavailableError
 
 
-class ConversationActor(pykka.ThreadingActor):
+class ConversationActor(LightActor):
     """Holds one ``ConversationContext``; serializes who may touch it.
 
     The context itself is mutated by the owner in the owner's thread for the length of the
     lease; everything that crosses owners (acquire, release, eviction) goes through here.
     Its thread is a daemon: a process that forgets ``stop()`` still exits.
     """
-
-    use_daemon_thread = True
-
-    @staticmethod
-    def _create_actor_inbox() -> queue.SimpleQueue[Any]:
-        """A C queue without condition variables: about half the cost of pykka's
-        ``queue.Queue`` per message (every lease is two messages)."""
-        return queue.SimpleQueue()
 
     def __init__(
         self, context: ConversationContext, clock: Clock, expires_at: float | None = None

@@ -16,9 +16,7 @@ current is never sent back.
 from __future__ import annotations
 
 import contextlib
-import itertools
 from collections import OrderedDict
-from collections.abc import Callable
 from typing import Any
 
 import pykka
@@ -48,6 +46,9 @@ from parlour.actors._messages import (
     SweepSlice,
 )
 from parlour.actors._messages import Owner as Owner
+from parlour.actors._mirror import Mirror as Mirror
+from parlour.actors._mirror import Seams as Seams
+from parlour.actors._reply import LightActor
 from parlour.runtime import Clock, ConversationContext
 
 ActorRef = pykka.ActorRef[ConversationActor]
@@ -61,53 +62,10 @@ _SWEEP_SLICE = 64
 _UNKNOWN = 1 << 62
 
 
-class Mirror:
-    """What the supervisor shares with the service for lock-free reads: the registry's refs
-    and the retirement epoch, which only the supervisor writes, one atomic operation at a
-    time; and ``touched``, where the service's warm path marks each obtain with a tick
-    (one dict store, never a message), which the live cap reads to keep a true LRU."""
-
-    __slots__ = ("epoch", "parked", "refs", "ticks", "touched")
-
-    def __init__(self) -> None:
-        self.refs: dict[str, ActorRef] = {}
-        # idle conversations held without an actor: {id: (context, expires_at)}, LRU order
-        self.parked: OrderedDict[str, tuple[ConversationContext, float]] = OrderedDict()
-        self.epoch = 0
-        self.ticks = itertools.count(1)  # next() is atomic under the GIL
-        self.touched: dict[str, int] = {}
-
-    def touch(self, conversation_id: str) -> None:
-        """Mark a warm obtain (any thread)."""
-        self.touched[conversation_id] = next(self.ticks)
-
-
-class Seams:
-    """Test seams: hooks called between two steps of a race, None in production.
-
-    ``after_idle_answer(cid)`` runs in the supervisor's thread between an actor's "I am
-    idle" answer and its unregistering; ``after_load(cid)`` runs in the obtaining thread
-    between the restore's load and its spawn; ``on_look_again(cid)`` runs in the obtaining
-    thread when an activation answered ``Retiring``.
-    """
-
-    def __init__(
-        self,
-        after_idle_answer: Callable[[str], None] | None = None,
-        after_load: Callable[[str], None] | None = None,
-        on_look_again: Callable[[str], None] | None = None,
-    ) -> None:
-        self.after_idle_answer = after_idle_answer
-        self.after_load = after_load
-        self.on_look_again = on_look_again
-
-
-class Supervisor(pykka.ThreadingActor):
+class Supervisor(LightActor):
     """Owns ``{conversation_id: ActorRef}`` and the parked idle conversations; caps the
     live ones (``max_live``, actors and parked) evicting idle ones LRU first, and the actors
     (``max_active``, each a thread) parking idle ones LRU first."""
-
-    use_daemon_thread = True
 
     def __init__(
         self,
@@ -236,11 +194,13 @@ class Supervisor(pykka.ThreadingActor):
             self._retire(conversation_id, version)
         return ref
 
-    def _forget(self, conversation_id: str, version: int = _UNKNOWN) -> bool:
+    def _forget(self, conversation_id: str, version: int = _UNKNOWN, wait: bool = True) -> bool:
+        """Unregister and stop; ``wait=False`` for one that already agreed to retire (it
+        refuses every acquire from here on, so nothing waits on its stop)."""
         ref = self._unregister(conversation_id, version)
         if ref is None:
             return False
-        ref.stop()
+        ref.stop(block=wait)
         return True
 
     # -- eviction ---------------------------------------------------------------------------
@@ -342,7 +302,7 @@ class Supervisor(pykka.ThreadingActor):
             return False
         if self.seams.after_idle_answer is not None:
             self.seams.after_idle_answer(conversation_id)
-        self._forget(conversation_id, answer.stored_version)
+        self._forget(conversation_id, answer.stored_version, wait=False)
         if park and answer.context is not None:  # held without a thread until obtained
             self.parked[conversation_id] = (answer.context, answer.expires_at)
         return True
