@@ -31,6 +31,7 @@ from parlour.actors._messages import (
     LoopDelivery,
     Owner,
     Queued,
+    Release,
     Retiring,
     Spawn,
 )
@@ -78,6 +79,10 @@ class Activations:
     _live: dict[str, ActorRef]
     _held: dict[tuple[str, str], tuple[ConversationContext, ActorRef]]
     _supervisor: pykka.ActorRef[Any]
+    _shared: bool  # the store is shared between processes: warm copies are checked
+
+    def _forget_everywhere(self, conversation_id: str, reason: str) -> None:
+        raise NotImplementedError  # the service's
 
     def obtain_conversation(
         self,
@@ -177,17 +182,39 @@ class Activations:
         ref = self._live.get(cid)
         if ref is not None:  # the lock-free fast path
             answer = self._answer(cid, ref.ask(request, block=False))
-            if answer is not None:
+            if answer is not None and self._current(cid, ref, request, answer):
+                self._mirror.touch(cid)  # the live cap's LRU, without asking the supervisor
                 return ref, request, answer
         for _ in range(_ATTEMPTS):
             forwarded = self._supervisor_ask(Forward(cid, request))
-            if forwarded is None:
+            restored = forwarded is None
+            if restored:
                 forwarded = self._activate(cid, thinker, handler, must_exist, request)
             if forwarded is not None:
                 answer = self._answer(cid, forwarded.reply)
-                if answer is not None:
+                if answer is not None and (
+                    restored or self._current(cid, forwarded.ref, request, answer)
+                ):
                     return forwarded.ref, request, answer
         raise ConversationUnavailableError(f"Conversation {cid} kept being evicted.")
+
+    def _current(self, cid: str, ref: ActorRef, request: Acquire, answer: Granted | Queued) -> bool:
+        """Whether a warm grant may stand: always, unless the store is shared between
+        processes and another one saved since this activation's copy. A stale grant is
+        released and the activation and cache entry dropped, so the caller restores."""
+        if not self._shared or not isinstance(answer, Granted):
+            return True
+        stored = self._stored_version(cid, request.owner.user_id)
+        if stored == answer.context.stored_version:
+            return True
+        with contextlib.suppress(pykka.ActorDeadError):
+            ref.ask(Release(request.owner.job_id, 0.0), block=True)
+        self._forget_everywhere(cid, f"Conversation {cid} was saved by another process.")
+        return False
+
+    def _stored_version(self, cid: str, user_id: str) -> int:
+        assert self.store is not None  # only a shared store asks
+        return self.store.version_of(cid, user_id) or 0
 
     def _answer(self, cid: str, reply: pykka.Future[Any]) -> Granted | Queued | None:
         """The activation's answer to the acquire; None when it is retiring or dead.
@@ -251,6 +278,14 @@ class Activations:
         self, cid: str, thinker: Thinker, handler: ResponseHandler | None
     ) -> ConversationContext | None:
         snapshot = self.session.get(cid, thinker.user_id) if self.session else None
+        if (
+            snapshot is not None
+            and self._shared
+            and snapshot.stored_version != self._stored_version(cid, thinker.user_id)
+        ):
+            assert self.session is not None
+            self.session.delete(cid)  # another process saved since: the store decides
+            snapshot = None
         if snapshot is None and self.store is not None:
             snapshot = self.store.load(cid, thinker.user_id, thinker)
         return None if snapshot is None else snapshot.to_conversation(handler)

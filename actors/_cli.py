@@ -13,7 +13,8 @@ from pathlib import Path
 from loguru import logger
 
 from parlour.actors import _admin
-from parlour.actors._bench import run_bench
+from parlour.actors._bench import run_bench, run_cases
+from parlour.actors._cases import CASES
 from parlour.actors._chat import run_chat
 from parlour.actors._demo import run_demo, run_long_demo
 from parlour.actors.cluster._cli import add_cluster_commands, run_cluster
@@ -75,6 +76,12 @@ def _job_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         action="store_false",
         help="skip fsync: measures the CPU path, not the disk",
     )
+    bench.add_argument(
+        "--case",
+        choices=[*CASES, "all"],
+        default=None,
+        help="run a benchmark case against the hand-written floor (ignores the sizes above)",
+    )
 
     serve = commands.add_parser("serve", help="the chat API and inspector page over HTTP")
     serve.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
@@ -106,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_serve(args.data_dir, args.model, args.host, args.port, args.user, args.new_token)
     if args.command == "cluster":
         return run_cluster(args)
+    if args.command == "bench" and args.case is not None:
+        return run_cases(list(CASES) if args.case == "all" else [args.case], args.sync)
     if args.command == "bench":
         return run_bench(args.data_dir, args.conversations, args.turns, args.workers, args.sync)
     return _admin.run(args)

@@ -38,11 +38,12 @@ from parlour.actors._messages import (
     foreign,
     timeout_error,
 )
+from parlour.actors._reply import LightActor
 from parlour.runtime import Clock, ConversationContext
 from parlour.runtime.errors import ConversationUnavailableError
 
 
-class ConversationActor(pykka.ThreadingActor):
+class ConversationActor(LightActor):
     """Holds one ``ConversationContext``; serializes who may touch it.
 
     The context itself is mutated by the owner in the owner's thread for the length of the
@@ -50,9 +51,9 @@ class ConversationActor(pykka.ThreadingActor):
     Its thread is a daemon: a process that forgets ``stop()`` still exits.
     """
 
-    use_daemon_thread = True
-
-    def __init__(self, context: ConversationContext, clock: Clock) -> None:
+    def __init__(
+        self, context: ConversationContext, clock: Clock, expires_at: float | None = None
+    ) -> None:
         super().__init__()
         self.context = context
         self.conversation_id = context.conversation_id or ""
@@ -61,7 +62,7 @@ class ConversationActor(pykka.ThreadingActor):
         self.lease_retain_s = 0.0
         self.waiters: deque[Acquire] = deque()
         self.idle_watchers: list[pykka.Future[None]] = []
-        self.expires_at = clock.now()
+        self.expires_at = clock.now() if expires_at is None else expires_at
         self.retiring = False
         self.doomed: str | None = None
 
@@ -177,7 +178,7 @@ class ConversationActor(pykka.ThreadingActor):
         if expired_only and self.clock.now() < self.expires_at:
             return Busy()
         self.retiring = True  # from here on, every Acquire is told to look again
-        return Idle(self.context.stored_version)
+        return Idle(self.context.stored_version, self.context, self.expires_at)
 
     def _doom(self, reason: str) -> None:
         self.retiring = True

@@ -210,9 +210,12 @@ class Released(NamedTuple):
 
 class Idle(NamedTuple):
     """The activation agreed to stop; ``stored_version`` is the last version its owners
-    saved (every acknowledged save of this activation is at or below it)."""
+    saved (every acknowledged save of this activation is at or below it). ``context`` and
+    ``expires_at`` are what the supervisor may park (None from one already retiring)."""
 
     stored_version: int
+    context: ConversationContext | None = None
+    expires_at: float = 0.0
 
 
 class Busy(NamedTuple):
@@ -268,7 +271,18 @@ class Evict(NamedTuple):
 
 
 class Sweep(NamedTuple):
-    pass
+    """Evict what expired. Without ``done`` the answer is the count; with it the answer is
+    None at once and ``done`` gets the count when the last slice has run."""
+
+    done: pykka.Future[int] | None = None
+
+
+class SweepSlice(NamedTuple):
+    """The rest of a sweep: the conversations still to look at and the count so far."""
+
+    remaining: list[str]
+    evicted: int
+    done: pykka.Future[int]
 
 
 class Owners(NamedTuple):

@@ -7,12 +7,9 @@ actor hands the lease over, at once or when the current owner releases.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import datetime as dt
 import threading
 from collections.abc import AsyncIterator
-from types import TracebackType
 from typing import Any
 
 import msgspec
@@ -23,19 +20,17 @@ from parlour.actors import _joiners
 from parlour.actors._activation import Activations, seconds, shutting_down
 from parlour.actors._conversation import ConversationActor
 from parlour.actors._events import AgentEvent
+from parlour.actors._lifecycle import Lifecycle
 from parlour.actors._messages import (
     Drop,
     Evict,
     Holder,
     Lookup,
-    NotifyIdle,
-    Owner,
-    Owners,
     QueryHolder,
+    QueryOwner,
     Release,
     ReleaseAllForJob,
     Released,
-    StopAll,
     Sweep,
     foreign,
 )
@@ -61,7 +56,7 @@ class ServiceStats(msgspec.Struct, frozen=True):
         return f"{self.total} total ({self.owned} owned, {self.idle} idle)"
 
 
-class ConversationService(Activations):
+class ConversationService(Activations, Lifecycle):
     """Ownership, persistence and lifecycle of live conversations.
 
     Args:
@@ -70,7 +65,11 @@ class ConversationService(Activations):
         clock: every deadline and retention (inject ``FakeClock`` in tests).
         conversation_timeout_s: how long an acquirer waits for a busy conversation.
         cleanup_interval_s: how often the retention sweep runs (0 disables the timer).
-        max_live: most live conversation actors (each is a thread).
+        max_live: most live conversations (actors and parked ones); past it the least
+            recently used idle one is evicted.
+        max_active: most conversation actors (each a thread); past it the least recently
+            used idle one is parked: held without a thread, re-attached to a new actor when
+            next obtained.
         shutdown_grace_s: how long ``stop`` lets owners finish.
         seams: test hooks between the steps of a race (see ``Seams``).
 
@@ -88,12 +87,14 @@ class ConversationService(Activations):
         clock: Clock | None = None,
         conversation_timeout_s: float = 30.0,
         cleanup_interval_s: float = 300.0,
-        max_live: int = 4096,
+        max_live: int = 16384,
+        max_active: int = 512,
         shutdown_grace_s: float = 5.0,
         seams: Seams | None = None,
     ) -> None:
         self.store = store
         self.session = session
+        self._shared = bool(getattr(store, "shared", False))
         self.clock = clock or SystemClock()
         self.conversation_timeout_s = conversation_timeout_s
         self.cleanup_interval_s = cleanup_interval_s
@@ -107,7 +108,9 @@ class ConversationService(Activations):
         self._live = self._mirror.refs
         # What each job holds, for the transcript at release: {(conversation, job): context}.
         self._held: dict[tuple[str, str], tuple[ConversationContext, ActorRef]] = {}
-        self._supervisor = Supervisor.start(self.clock, max_live, self._mirror, self._seams)
+        self._supervisor = Supervisor.start(
+            self.clock, max_live, self._mirror, self._seams, max_active
+        )
         if store is not None:
             store.add_delete_listener(self._on_deleted)
         self._ticker: threading.Thread | None = None
@@ -169,7 +172,7 @@ class ConversationService(Activations):
             return
         cid = thinker.conversation_id
         held = self._held.pop((cid, thinker.job_id), None)
-        kept = None if held is None else [MessageSnapshot.of(m) for m in held[0].messages]
+        kept = None if held is None else _transcript(held[0])
         retain_s = seconds(thinker.retain_duration if retain is None else retain)
         try:
             self._hand_back(cid, thinker.job_id, retain_s, None if held is None else held[1])
@@ -265,15 +268,35 @@ class ConversationService(Activations):
         return holder
 
     def get_stats(self) -> ServiceStats:
-        """Live conversations; all zero after ``stop()``."""
-        owners: dict[str, Owner | None] = self._ask(Owners(), {})
-        owned = sum(1 for o in owners.values() if o is not None)
-        return ServiceStats(total=len(owners), owned=owned, idle=len(owners) - owned)
+        """Live conversations; all zero after ``stop()``.
+
+        Asked of the live actors directly (all at once, from the calling thread) through
+        the supervisor's lock-free mirror, never through the supervisor, so it never holds
+        up a spawn. Each actor answers after the messages this thread sent it before (a
+        release included)."""
+        if self._stopped:
+            return ServiceStats(total=0, owned=0, idle=0)
+        asked = [ref.ask(QueryOwner(), block=False) for ref in self._live.copy().values()]
+        total, owned = len(self._mirror.parked), 0  # parked: idle, held without an actor
+        for reply in asked:
+            try:
+                owner = reply.get()
+            except pykka.ActorDeadError:
+                continue  # stopped meanwhile: no longer live
+            total += 1
+            owned += owner is not None
+        return ServiceStats(total=total, owned=owned, idle=total - owned)
 
     def sweep_expired(self) -> int:
         """Evict unowned conversations whose retention ran out, and fail waiters whose
-        deadline passed (both on the service's clock); returns how many were evicted."""
-        evicted: int = self._ask(Sweep(), 0)
+        deadline passed (both on the service's clock); returns how many were evicted.
+        The supervisor sweeps in slices, so spawns meanwhile wait for a slice at most."""
+        done: pykka.ThreadingFuture[int] = pykka.ThreadingFuture()
+        try:
+            self._supervisor.ask(Sweep(done), block=True)
+        except pykka.ActorDeadError:
+            return 0
+        evicted: int = done.get()  # the supervisor completes it, also when it stops
         return evicted
 
     def evict_conversation(self, conversation_id: str) -> bool:
@@ -319,67 +342,6 @@ class ConversationService(Activations):
         except pykka.ActorDeadError:
             return default
 
-    # -- lifecycle --------------------------------------------------------------------------
-
-    def is_stopping(self) -> bool:
-        return self._stopping.is_set()
-
-    def stop(self) -> None:
-        """Refuse new obtains, let owners finish (up to the grace), stop every actor.
-
-        Idempotent. Never persists: the last boundary already did. Afterwards queries
-        answer empty, ``release`` is a no-op and obtains refuse with ``IllegalStateError``.
-        """
-        if self._stopping.is_set():
-            return
-        self._stopping.set()
-        try:
-            self._await_owners()
-            self._ask(StopAll(), None)
-        finally:
-            self._supervisor.stop()
-            self._stopped = True
-            self._held.clear()
-        if self._ticker is not None:
-            self._ticker.join()
-
-    def _await_owners(self) -> None:
-        """Wait, for the grace in all, until every owned conversation is released."""
-        deadline = self.clock.now() + self.shutdown_grace_s
-        owners: dict[str, Owner | None] = self._ask(Owners(), {})
-        watched: list[tuple[str, str, pykka.ThreadingFuture[None]]] = []
-        for cid, owner in owners.items():
-            ref = self._live.get(cid)
-            if owner is None or ref is None:
-                continue
-            idle: pykka.ThreadingFuture[None] = pykka.ThreadingFuture()
-            with contextlib.suppress(pykka.ActorDeadError):
-                ref.tell(NotifyIdle(idle))
-                watched.append((cid, owner.job_id, idle))
-        spent = False
-        for cid, job_id, idle in watched:
-            try:
-                idle.get(timeout=0.0 if spent else max(deadline - self.clock.now(), 0.0))
-            except pykka.Timeout:
-                spent = True  # the grace is used up: the rest are only checked
-                logger.warning("stopping with conversation {} still owned by {}", cid, job_id)
-
-    def __enter__(self) -> ConversationService:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> ConversationService:
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await asyncio.to_thread(self.stop)
-
     # -- agents: following a running turn, offering it messages ------------------------------
 
     def join(self, conversation_id: str, user_id: str) -> AsyncIterator[AgentEvent]:
@@ -405,15 +367,6 @@ class ConversationService(Activations):
         """
         return _joiners.offer(self, conversation_id, user_id, text)
 
-    def _tick(self) -> None:
-        while not self._stopping.wait(self.cleanup_interval_s):
-            try:
-                self._supervisor.ask(Sweep(), block=True)
-            except pykka.ActorDeadError:
-                return
-            except Exception:
-                logger.exception("periodic sweep failed; the next one still runs")
-
 
 def _keep_transcript(thinker: Thinker, kept: list[MessageSnapshot]) -> None:
     keep = getattr(thinker, "keep_transcript", None)
@@ -423,3 +376,10 @@ def _keep_transcript(thinker: Thinker, kept: list[MessageSnapshot]) -> None:
         keep(kept)
     except Exception:  # a hook never stops the handoff, which has already happened
         logger.exception("keep_transcript failed for job {}", thinker.job_id)
+
+
+def _transcript(context: ConversationContext) -> list[MessageSnapshot]:
+    """The conversation as it is: the memoized snapshot first (one attribute read per
+    message unchanged since the last save), built only for a changed one."""
+    of = MessageSnapshot.of
+    return [m._snapshot or of(m) for m in context.messages]

@@ -80,8 +80,10 @@ def run_stress(
     turns_per_thread: int = 8,
     seed: int = 0,
     sync: bool = False,
+    max_active: int | None = None,
 ) -> StressReport:
-    """Run the mix; never raises for a broken guarantee (it is in ``violations``)."""
+    """Run the mix; never raises for a broken guarantee (it is in ``violations``).
+    ``max_active`` below the live cap makes idle conversations park and re-attach too."""
     store = LmdbStore(data_dir, sync=sync)
     service = ConversationService(
         store,
@@ -89,6 +91,7 @@ def run_stress(
         conversation_timeout_s=60,
         cleanup_interval_s=0,
         max_live=max(conversations // 2, 1),
+        max_active=max_active or max(conversations // 2, 1),
         shutdown_grace_s=1,
     )
     ledger = _Ledger(dict(_create(service, n) for n in range(conversations)))

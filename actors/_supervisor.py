@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict
-from collections.abc import Callable
 from typing import Any
 
 import pykka
@@ -44,66 +43,50 @@ from parlour.actors._messages import (
     StopAll,
     StopIfIdle,
     Sweep,
+    SweepSlice,
 )
 from parlour.actors._messages import Owner as Owner
+from parlour.actors._mirror import Mirror as Mirror
+from parlour.actors._mirror import Seams as Seams
+from parlour.actors._reply import LightActor
 from parlour.runtime import Clock, ConversationContext
 
 ActorRef = pykka.ActorRef[ConversationActor]
 
 # How many retirements are remembered one by one; older ones fold into a floor.
 _RETIREMENTS_KEPT = 65_536
+# How many actors one slice of a sweep asks at once: a spawn waits for one slice at most.
+_SWEEP_SLICE = 64
 # The version recorded when it is unknown (a dead activation) or gone (a deleted record):
 # a restore that loaded before such a retirement always reloads.
 _UNKNOWN = 1 << 62
 
 
-class Mirror:
-    """What the supervisor shares with the service for lock-free reads: the registry's refs
-    and the retirement epoch. Only the supervisor writes, one atomic operation at a time."""
-
-    __slots__ = ("epoch", "refs")
-
-    def __init__(self) -> None:
-        self.refs: dict[str, ActorRef] = {}
-        self.epoch = 0
-
-
-class Seams:
-    """Test seams: hooks called between two steps of a race, None in production.
-
-    ``after_idle_answer(cid)`` runs in the supervisor's thread between an actor's "I am
-    idle" answer and its unregistering; ``after_load(cid)`` runs in the obtaining thread
-    between the restore's load and its spawn; ``on_look_again(cid)`` runs in the obtaining
-    thread when an activation answered ``Retiring``.
-    """
+class Supervisor(LightActor):
+    """Owns ``{conversation_id: ActorRef}`` and the parked idle conversations; caps the
+    live ones (``max_live``, actors and parked) evicting idle ones LRU first, and the actors
+    (``max_active``, each a thread) parking idle ones LRU first."""
 
     def __init__(
         self,
-        after_idle_answer: Callable[[str], None] | None = None,
-        after_load: Callable[[str], None] | None = None,
-        on_look_again: Callable[[str], None] | None = None,
-    ) -> None:
-        self.after_idle_answer = after_idle_answer
-        self.after_load = after_load
-        self.on_look_again = on_look_again
-
-
-class Supervisor(pykka.ThreadingActor):
-    """Owns ``{conversation_id: ActorRef}``; caps live actors, evicting idle ones LRU first."""
-
-    use_daemon_thread = True
-
-    def __init__(
-        self, clock: Clock, max_live: int, mirror: Mirror, seams: Seams | None = None
+        clock: Clock,
+        max_live: int,
+        mirror: Mirror,
+        seams: Seams | None = None,
+        max_active: int | None = None,
     ) -> None:
         super().__init__()
         self.clock = clock
         self.max_live = max_live
+        self.max_active = max_live if max_active is None else max(max_active, 1)
         self.live: OrderedDict[str, ActorRef] = OrderedDict()
+        self.parked = mirror.parked
         self.mirror = mirror
         self.seams = seams or Seams()
         self.retired: OrderedDict[str, tuple[int, int]] = OrderedDict()  # (epoch, version)
         self.retired_floor = 0
+        self.placed: dict[str, int] = {}  # the tick at which each took its place in the LRU
+        self.sweeps: dict[int, tuple[pykka.Future[int], int]] = {}  # unfinished: (done, count)
 
     def on_receive(self, message: Any) -> Any:
         match message:
@@ -115,8 +98,10 @@ class Supervisor(pykka.ThreadingActor):
                 return self._spawn(context, epoch, request)
             case Evict(conversation_id, expired_only):
                 return self._evict(conversation_id, expired_only)
-            case Sweep():
-                return self._sweep()
+            case Sweep(done):
+                return self._sweep(done)
+            case SweepSlice(remaining, evicted, done):
+                return self._sweep_slice(remaining, evicted, done)
             case Owners():
                 return self._owners()
             case ReleaseAllForJob(job_id):
@@ -130,15 +115,22 @@ class Supervisor(pykka.ThreadingActor):
     # -- the registry -----------------------------------------------------------------------
 
     def _lookup(self, conversation_id: str) -> ActorRef | None:
+        """The live actor, re-attaching a parked conversation to a new one."""
         ref = self.live.get(conversation_id)
         if ref is None:
-            return None
+            parked = self.parked.pop(conversation_id, None)
+            return None if parked is None else self._attach(conversation_id, *parked)
         if not ref.is_alive():  # died without telling us: forget it, callers reload
             logger.warning("conversation actor {} died; dropping it", conversation_id)
             self._unregister(conversation_id)
             return None
-        self.live.move_to_end(conversation_id)
+        self._to_back(conversation_id)
         return ref
+
+    def _to_back(self, conversation_id: str) -> None:
+        """Most recently used: the back of the LRU."""
+        self.live.move_to_end(conversation_id)
+        self.placed[conversation_id] = next(self.mirror.ticks)
 
     def _forward(self, conversation_id: str, request: Acquire) -> Forwarded | None:
         ref = self._lookup(conversation_id)
@@ -159,12 +151,23 @@ class Supervisor(pykka.ThreadingActor):
             return existing  # another caller won the race; its context is live
         if self._stale(conversation_id, epoch, context.stored_version):
             return Reload()  # retired since the caller loaded, at a newer version
-        if len(self.live) >= self.max_live:
+        if len(self.live) + len(self.parked) >= self.max_live:
             self._evict_lru()
-        ref = ConversationActor.start(context, self.clock)
-        self.live[conversation_id] = ref
-        self.mirror.refs[conversation_id] = ref
+        ref = self._attach(conversation_id, context, None)
         return Forwarded(ref, ref.ask(request, block=False))
+
+    def _attach(
+        self, conversation_id: str, context: ConversationContext, expires_at: float | None
+    ) -> ActorRef:
+        """Start the conversation's activation (parking the least recently used idle one
+        when the actors are at their cap) and register it."""
+        if len(self.live) >= self.max_active:
+            self._shrink(self.max_active, park=True)
+        ref = ConversationActor.start(context, self.clock, expires_at)
+        self.live[conversation_id] = ref
+        self.placed[conversation_id] = next(self.mirror.ticks)
+        self.mirror.refs[conversation_id] = ref
+        return ref
 
     def _stale(self, conversation_id: str, epoch: int, loaded_version: int) -> bool:
         seen = self.retired.get(conversation_id)
@@ -184,53 +187,128 @@ class Supervisor(pykka.ThreadingActor):
     def _unregister(self, conversation_id: str, version: int = _UNKNOWN) -> ActorRef | None:
         """Drop the actor from the registry and its mirror (it is not stopped)."""
         self.mirror.refs.pop(conversation_id, None)
+        self.mirror.touched.pop(conversation_id, None)
+        self.placed.pop(conversation_id, None)
         ref = self.live.pop(conversation_id, None)
         if ref is not None:
             self._retire(conversation_id, version)
         return ref
 
-    def _forget(self, conversation_id: str, version: int = _UNKNOWN) -> bool:
+    def _forget(self, conversation_id: str, version: int = _UNKNOWN, wait: bool = True) -> bool:
+        """Unregister and stop; ``wait=False`` for one that already agreed to retire (it
+        refuses every acquire from here on, so nothing waits on its stop)."""
         ref = self._unregister(conversation_id, version)
         if ref is None:
             return False
-        ref.stop()
+        ref.stop(block=wait)
         return True
 
     # -- eviction ---------------------------------------------------------------------------
 
     def _evict_lru(self) -> None:
-        for conversation_id in list(self.live):
-            if len(self.live) < self.max_live:
-                return
-            self._evict(conversation_id, expired_only=False)
+        """Below the live cap: the parked first (the oldest parked is the least recently
+        used idle conversation), then actors."""
+        while self.parked and len(self.live) + len(self.parked) >= self.max_live:
+            conversation_id, (context, _) = self.parked.popitem(last=False)
+            self._retire(conversation_id, context.stored_version)
+        self._shrink(self.max_live - len(self.parked), park=False)
 
-    def _evict(self, conversation_id: str, expired_only: bool) -> bool:
+    def _shrink(self, limit: int, park: bool) -> None:
+        """Evict (or park) from the front of the LRU until fewer than ``limit`` actors. One
+        touched by a warm obtain since it took its place, or busy, goes to the back
+        instead (each such move is paid for by a use, so the choice of a victim is O(1)
+        amortized); every actor is looked at once at most."""
+        for _ in range(len(self.live)):
+            if len(self.live) < limit:
+                return
+            conversation_id = next(iter(self.live))
+            used = self.mirror.touched.get(conversation_id, 0) > self.placed[conversation_id]
+            if used or not self._evict(conversation_id, expired_only=False, park=park):
+                self._to_back(conversation_id)
+
+    def _evict(self, conversation_id: str, expired_only: bool, park: bool = False) -> bool:
         ref = self.live.get(conversation_id)
         if ref is None:
+            return self._evict_parked(conversation_id, expired_only)
+        reply = ref.ask(StopIfIdle(expired_only), block=False)
+        return self._retire_if_idle(conversation_id, reply, park)
+
+    def _evict_parked(self, conversation_id: str, expired_only: bool) -> bool:
+        parked = self.parked.get(conversation_id)
+        if parked is None or (expired_only and self.clock.now() < parked[1]):
             return False
-        try:
-            answer: Idle | Busy = ref.ask(StopIfIdle(expired_only), block=True)
-        except pykka.ActorDeadError:
-            answer = Idle(_UNKNOWN)
-        if isinstance(answer, Busy):
-            return False
-        if self.seams.after_idle_answer is not None:
-            self.seams.after_idle_answer(conversation_id)
-        self._forget(conversation_id, answer.stored_version)
+        del self.parked[conversation_id]
+        self._retire(conversation_id, parked[0].stored_version)
         return True
 
-    def _sweep(self) -> int:
+    def _sweep(self, done: pykka.Future[int] | None) -> int | None:
         """Evict every unowned actor whose retention ran out (failing expired waiters on
-        the way); never touches a store."""
+        the way); never touches a store. With ``done``, in slices of ``_SWEEP_SLICE``
+        actors asked at once, each slice a message of its own, so a spawn queued meanwhile
+        waits for one slice, never the whole sweep."""
+        remaining = list(self.live)
+        evicted = self._sweep_parked()
+        if done is not None:
+            self.sweeps[id(done)] = (done, evicted)
+            self.actor_ref.tell(SweepSlice(remaining, evicted, done))
+            return None
+        while remaining:
+            evicted += self._sweep_some(remaining)
+        return evicted
+
+    def _sweep_parked(self) -> int:
+        """Forget every parked conversation whose retention ran out (no actor to ask)."""
+        now = self.clock.now()
+        expired = [cid for cid, (_, expires_at) in self.parked.items() if now >= expires_at]
+        for conversation_id in expired:
+            self._evict_parked(conversation_id, expired_only=False)
+        return len(expired)
+
+    def _sweep_slice(self, remaining: list[str], evicted: int, done: pykka.Future[int]) -> None:
+        evicted += self._sweep_some(remaining)  # it logs and skips what fails
+        if remaining:
+            self.sweeps[id(done)] = (done, evicted)
+            self.actor_ref.tell(SweepSlice(remaining, evicted, done))
+        else:
+            del self.sweeps[id(done)]
+            done.set(evicted)
+
+    def _sweep_some(self, remaining: list[str]) -> int:
+        """Ask the last ``_SWEEP_SLICE`` of ``remaining`` (removing them) whether they are
+        idle and expired, all at once; forget those that agreed."""
+        chunk = remaining[-_SWEEP_SLICE:]
+        del remaining[-_SWEEP_SLICE:]
+        asked = []
+        for conversation_id in chunk:
+            ref = self.live.get(conversation_id)
+            if ref is not None:  # a dead one's future holds ActorDeadError
+                asked.append((conversation_id, ref.ask(StopIfIdle(True), block=False)))
         evicted = 0
-        for conversation_id in list(self.live):
+        for conversation_id, reply in asked:
             try:
-                evicted += self._evict(conversation_id, expired_only=True)
+                evicted += self._retire_if_idle(conversation_id, reply)
             except Exception:  # one bad actor must not stop the sweep
                 logger.exception("sweep failed on conversation {}", conversation_id)
         return evicted
 
+    def _retire_if_idle(
+        self, conversation_id: str, reply: pykka.Future[Idle | Busy], park: bool = False
+    ) -> bool:
+        try:
+            answer = reply.get()
+        except pykka.ActorDeadError:
+            answer = Idle(_UNKNOWN)
+        if isinstance(answer, Busy) or conversation_id not in self.live:
+            return False
+        if self.seams.after_idle_answer is not None:
+            self.seams.after_idle_answer(conversation_id)
+        self._forget(conversation_id, answer.stored_version, wait=False)
+        if park and answer.context is not None:  # held without a thread until obtained
+            self.parked[conversation_id] = (answer.context, answer.expires_at)
+        return True
+
     def _drop(self, conversation_id: str, reason: str) -> None:
+        self.parked.pop(conversation_id, None)
         ref = self._unregister(conversation_id)
         if ref is None:
             self._retire(conversation_id)  # a restore racing a delete must reload too
@@ -262,12 +340,21 @@ class Supervisor(pykka.ThreadingActor):
         return released
 
     def _stop_all(self) -> None:
+        self.parked.clear()
         for conversation_id in list(self.live):
             self._forget(conversation_id)
 
     def on_stop(self) -> None:
         self._stop_all()
+        self._finish_sweeps()
+
+    def _finish_sweeps(self) -> None:
+        """A sweep cut short by the stop answers what it evicted so far."""
+        for done, evicted in self.sweeps.values():
+            done.set(evicted)
+        self.sweeps.clear()
 
     def on_failure(self, *exc_info: Any) -> None:
         logger.error("supervisor failed; stopping its {} conversation actors", len(self.live))
         self._stop_all()
+        self._finish_sweeps()

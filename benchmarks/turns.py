@@ -10,6 +10,12 @@ message dicts), msgspec to encode, and one fsync'd LMDB commit per turn, in W th
 Prints turns/s, p50 and p99 turn latency for both, and parlour's ratio to the floor.
 
     python benchmarks/turns.py [--conversations 200] [--turns 10] [--workers 8]
+
+With ``--case default|hot|cold|all`` it runs the named cases of ``parlour.actors._cases``
+instead (default 200x10, hot 8x200, cold 2,000x3 with every first turn a restore): the
+floor, the bare service path and the agent path in one run each, every figure also as a
+ratio to that floor, CPU per turn from ``time.process_time()``, and for the cold case the
+restore rate (conversations/s from LMDB: load, decode and the actor it lands in).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import lmdb
 import msgspec
 
 from parlour.actors import Agent, ConversationService
+from parlour.actors._bench import run_cases
+from parlour.actors._cases import CASES
 from parlour.actors._workload import TurnStats, drive
 from parlour.runtime import Depth, OutputSize, ScriptedClient
 from parlour.stores import LmdbStore, MemorySessionCache
@@ -90,7 +98,11 @@ def main() -> None:
         action="store_false",
         help="skip fsync on both sides: measures CPU cost, not the disk",
     )
+    parser.add_argument("--case", choices=[*CASES, "all"], default=None)
     args = parser.parse_args()
+    if args.case is not None:
+        run_cases(list(CASES) if args.case == "all" else [args.case], args.sync)
+        return
     shape = (args.conversations, args.turns, args.workers, args.sync)
     with tempfile.TemporaryDirectory() as tmp:
         floor = run_floor(Path(tmp) / "floor", *shape)

@@ -84,6 +84,8 @@ class LmdbStore(LmdbHistory):
     writes queued before it, and every later call raises ``IllegalStateError``.
     """
 
+    shared = False  # one writing process per directory: warm copies need no check
+
     def __init__(
         self,
         path: str | os.PathLike[str],

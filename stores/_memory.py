@@ -71,6 +71,8 @@ class MemoryStore:
     Thread-safety: every method from any thread (one lock around the dict).
     """
 
+    shared = False  # one process: warm copies need no check
+
     def __init__(
         self,
         *,

@@ -67,6 +67,8 @@ class PostgresStore:
     raises ``IllegalStateError``.
     """
 
+    shared = True  # many processes save: a warm copy is checked against the stored version
+
     def __init__(
         self,
         conninfo: str,
@@ -112,7 +114,7 @@ class PostgresStore:
             PermissionError: the id belongs to another user, or the snapshot names another
                 user than ``user_id``.
         """
-        cid = self._check_write(snapshot, user_id)
+        cid = require_id(snapshot, user_id).decode()
         params = self._write_params(snapshot, user_id, start=0)
         params["title"] = snapshot.title
         version = self._fetch_version(sql.CREATE, params)
@@ -137,7 +139,7 @@ class PostgresStore:
                 another user than ``user_id``.
             StaleVersionError: the record has moved past ``snapshot.stored_version``.
         """
-        cid = self._check_write(snapshot, user_id)
+        cid = require_id(snapshot, user_id).decode()
         params = self._write_params(snapshot, user_id, start=self._unchanged(cid, snapshot))
         params["expected"] = snapshot.stored_version
         version = self._fetch_version(sql.SAVE, params)
@@ -148,9 +150,6 @@ class PostgresStore:
         if limited and version % _PRUNE_EVERY == 0:
             self.prune(cid)
         return version
-
-    def _check_write(self, snapshot: ConversationPersistenceSnapshot, user_id: str) -> str:
-        return require_id(snapshot, user_id).decode()
 
     def _write_params(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, start: int

@@ -8,7 +8,7 @@ from pathlib import Path
 import pykka
 import pytest
 
-from parlour.actors import ConversationService, _demo, _workload
+from parlour.actors import ConversationService, _cases, _demo, _workload
 from parlour.actors._cli import main
 from parlour.actors._demo import demo_agent
 from parlour.runtime.blocks import TextBlock
@@ -127,3 +127,16 @@ def test_the_long_demo_compacts_one_conversation_and_keeps_going(
     compactions = [line for line in out.splitlines() if line.startswith("  turn ")]
     assert compactions and all(" -> " in line and "tokens" in line for line in compactions)
     assert "light" in out and "compaction levels climbed" in out
+
+
+def test_bench_case_prints_every_path_against_the_floor_and_the_restore_rate(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(_cases.CASES, "cold", _cases.Shape(4, 2, workers=2, cold=True))
+    assert main(["bench", "--case", "cold", "--no-sync"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if "cold 4x2" in line]
+    assert [row.split("│")[2].strip() for row in rows] == ["floor", "service", "agent"]
+    assert rows[0].split("│")[-2].strip() == "1.00x"
+    rate = out.split("restore (cold): ")[1].split()[0]
+    assert float(rate.replace(",", "")) > 0

@@ -14,7 +14,7 @@ from parlour.runtime import Depth, Grade, OutputSize
 from parlour.runtime.blocks import ToolDefinitionBlock
 from parlour.runtime.errors import ConversationUnavailableError, IllegalStateError
 from parlour.runtime.testing import FakeClock
-from parlour.stores import LmdbStore, MemorySessionCache
+from parlour.stores import LmdbStore, MemorySessionCache, MemoryStore
 
 from .conftest import CountingStore
 
@@ -389,3 +389,86 @@ def test_a_corrupt_stored_record_fails_its_obtain_and_nothing_else(tmp_path: Pat
     service.release(fine)
     service.stop()
     store.close()
+
+
+class _VersionCounting(MemoryStore):
+    """A MemoryStore that counts how often it is asked a record's stored version."""
+
+    def __init__(self, shared: bool) -> None:
+        super().__init__()
+        self.shared = shared
+        self.version_asks = 0
+
+    def version_of(self, conversation_id: str, user_id: str) -> int | None:
+        self.version_asks += 1
+        return super().version_of(conversation_id, user_id)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_only_a_store_shared_between_processes_is_asked_the_version_of_a_warm_copy(
+    shared: bool,
+) -> None:
+    store = _VersionCounting(shared)
+    with ConversationService(store, MemorySessionCache(), cleanup_interval_s=0) as service:
+        thinker = BasicThinker("alice")
+        thinker.mint_conversation_id()
+        context = service.obtain_conversation(None, thinker).get(timeout=5)
+        context.add_user_message("kept warm")
+        service.save_conversation(context, thinker)
+        service.release(thinker)
+        store.version_asks = 0
+        for _ in range(3):
+            again = service.obtain_conversation(None, thinker).get(timeout=5)
+            assert [m.raw_content for m in again.messages] == ["kept warm"]
+            service.release(thinker)
+    assert store.version_asks == (3 if shared else 0)
+
+
+def test_the_live_cap_evicts_the_least_recently_obtained_and_a_warm_obtain_refreshes_it() -> None:
+    store = CountingStore()
+    with ConversationService(store, cleanup_interval_s=0, max_live=2) as service:
+        thinkers = {name: BasicThinker("alice") for name in "abc"}
+
+        def turn(name: str) -> None:
+            thinker = thinkers[name]
+            context = service.obtain_conversation(None, thinker).get(timeout=5)
+            context.add_user_message(f"to {name}")
+            service.save_conversation(context, thinker)
+            service.release(thinker)
+
+        for t in thinkers.values():
+            t.mint_conversation_id()
+        turn("a")
+        turn("b")
+        turn("a")  # warm: a is now the most recently used, b the least
+        turn("c")  # past the cap: b goes, a stays
+        store.calls["load"] = 0
+        turn("a")
+        assert store.calls["load"] == 0  # still live
+        turn("b")
+        assert store.calls["load"] == 1  # it had been evicted
+        assert service.get_stats().total == 2
+
+
+def test_a_sweep_in_slices_evicts_every_expired_conversation_and_spares_the_owned(
+    service: ConversationService, clock: FakeClock
+) -> None:
+    kept = []
+    for i in range(150):  # more than two slices
+        thinker = BasicThinker("alice", retain_duration=dt.timedelta(seconds=10))
+        thinker.mint_conversation_id()
+        service.obtain_conversation(None, thinker).get(timeout=5)
+        if i % 50 == 0:
+            kept.append(thinker)  # still owned: never swept
+        else:
+            service.release(thinker)
+    clock.advance(11)
+    assert service.sweep_expired() == 147
+    stats = service.get_stats()
+    assert (stats.total, stats.owned) == (3, 3)
+    for thinker in kept:
+        service.release(thinker)
+    assert service.sweep_expired() == 0  # released just now: retention counts from here
+    clock.advance(11)
+    assert service.sweep_expired() == 3
+    assert service.get_stats().total == 0

@@ -14,7 +14,7 @@ import pytest
 from parlour.runtime import ConversationContext
 from parlour.runtime.errors import IllegalStateError
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
-from parlour.stores import LmdbStore
+from parlour.stores import LmdbStore, _group_commit
 from parlour.stores._group_commit import GroupCommit
 
 
@@ -230,3 +230,69 @@ def test_every_call_on_a_closed_store_is_an_illegal_state(tmp_path: Path) -> Non
             call("c1", "alice")
     with pytest.raises(IllegalStateError, match="is closed"):
         store.list_conversations("alice")
+
+
+class _CountingLock:
+    """The commit lock, counting how often it was taken."""
+
+    def __init__(self) -> None:
+        self.inner, self.taken = threading.Lock(), 0
+
+    def acquire(self, blocking: bool = True) -> bool:
+        got = self.inner.acquire(blocking)
+        self.taken += got
+        return got
+
+    def release(self) -> None:
+        self.inner.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def test_writers_answered_by_another_writers_commit_never_take_the_commit_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = lmdb.open(str(tmp_path), map_size=1 << 22)
+    hooks = _Hooks(env)
+    commits = GroupCommit(hooks, str(tmp_path), max_batch=64)
+    lock = commits._lock = _CountingLock()  # type: ignore[assignment]
+    in_commit, release_commit = threading.Event(), threading.Event()
+    waiting = threading.Semaphore(0)
+    wait = _group_commit.Slot.wait
+
+    def paused_make_room(incoming: int) -> None:
+        in_commit.set()
+        assert release_commit.wait(timeout=30)
+
+    def signalled_wait(slot: _group_commit.Slot) -> None:
+        waiting.release()  # this writer found the lock taken and now waits on its slot
+        wait(slot)
+
+    hooks.make_room = paused_make_room  # type: ignore[method-assign]
+    monkeypatch.setattr(_group_commit.Slot, "wait", signalled_wait)
+    keys = [f"k{n}".encode() for n in range(5)]
+    answers: dict[bytes, Any] = {}
+    leader = threading.Thread(
+        target=lambda: answers.update({keys[0]: commits.submit(_put(keys[0]), 0)})
+    )
+    leader.start()
+    assert in_commit.wait(timeout=30)
+    followers = [
+        threading.Thread(target=lambda k=k: answers.update({k: commits.submit(_put(k), 0)}))
+        for k in keys[1:]
+    ]
+    for f in followers:
+        f.start()
+    for _ in followers:
+        assert waiting.acquire(timeout=30)
+    release_commit.set()
+    for t in [leader, *followers]:
+        t.join(timeout=30)
+    assert answers == {k: k for k in keys}
+    assert lock.taken == 2  # the first batch's leader, then one leader for the other four
+    assert hooks.committed_batches == 2
+    env.close()

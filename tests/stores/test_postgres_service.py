@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
 
 import pytest
@@ -67,3 +68,47 @@ def test_a_service_holding_a_stale_copy_cannot_overwrite_the_other_services_save
     stored = second.store.load(cid, "alice") if second.store else None
     assert stored is not None
     assert [m.raw_content for m in stored.messages] == ["First", "Second, from the other process"]
+
+
+def _turn(service: ConversationService, cid: str, text: str, retain: float = 60.0) -> list[str]:
+    """One turn of alice's on ``cid``: obtain, add ``text``, save, release (kept warm)."""
+    thinker = BasicThinker("alice", retain_duration=dt.timedelta(seconds=retain))
+    thinker.set_conversation_id(cid)
+    context = service.obtain_conversation(None, thinker).get(timeout=5)
+    seen = [m.raw_content for m in context.messages]
+    context.add_user_message(text)
+    service.save_conversation(context, thinker)
+    service.release(thinker)
+    return seen
+
+
+def _started(service: ConversationService, text: str) -> str:
+    writer = BasicThinker("alice", retain_duration=dt.timedelta(minutes=1))
+    cid = writer.mint_conversation_id()
+    context = service.obtain_conversation(None, writer).get(timeout=5)
+    context.add_user_message(text)
+    service.save_conversation(context, writer)
+    service.release(writer)
+    return cid
+
+
+def test_a_warm_activation_older_than_the_other_services_save_is_restored_from_the_store(
+    services: list[ConversationService],
+) -> None:
+    first, second = services
+    cid = _started(first, "one")
+    assert _turn(second, cid, "two") == ["one"]  # the second service now holds it warm
+    assert _turn(first, cid, "three") == ["one", "two"]  # the first's warm copy was older
+    assert _turn(second, cid, "four") == ["one", "two", "three"]
+    assert second.get_stats().total == 1  # the stale activation was replaced, not doubled
+
+
+def test_a_session_cache_entry_older_than_the_other_services_save_is_not_served(
+    services: list[ConversationService],
+) -> None:
+    first, second = services
+    cid = _started(first, "one")
+    _turn(second, cid, "two", retain=0.0)  # evicted at release: only its cache keeps it
+    assert second.get_stats().total == 0
+    _turn(first, cid, "three")
+    assert _turn(second, cid, "four") == ["one", "two", "three"]

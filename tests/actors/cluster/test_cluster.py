@@ -120,7 +120,7 @@ def test_a_shard_killed_mid_turn_fails_it_retryably_and_loses_nothing_acknowledg
     assert texts == ["first", "second", "please hold", "after the restart"]
 
 
-def test_a_zombie_shard_with_a_stale_route_cannot_overwrite_a_newer_save(
+def test_a_zombie_shard_with_a_stale_route_never_overwrites_a_newer_save(
     make_cluster: Any, postgres_conninfo: str
 ) -> None:
     old = make_cluster(1)  # every conversation on shard 0
@@ -135,14 +135,59 @@ def test_a_zombie_shard_with_a_stale_route_cannot_overwrite_a_newer_save(
     moved = new.chat(user_id="alice", conversation_id=chat.conversation_id)
     assert moved.shard != chat.shard
     moved.send("newer")
-    with pytest.raises(StaleVersionError):
-        chat.send("from the zombie")  # the old route: shard 0 still holds the old version
-    assert user_texts(postgres_conninfo, chat.conversation_id, "alice") == ["hello", "newer"]
-    moved.send("still fine")
+    # the old route: shard 0 still holds the old version warm, but a shared store's version
+    # is checked before a warm copy is granted, so it reloads and appends; it never overwrites
+    chat.send("from the zombie")
     assert user_texts(postgres_conninfo, chat.conversation_id, "alice") == [
         "hello",
         "newer",
+        "from the zombie",
+    ]
+    moved.send("still fine")  # and the same holds the other way round
+    assert user_texts(postgres_conninfo, chat.conversation_id, "alice") == [
+        "hello",
+        "newer",
+        "from the zombie",
         "still fine",
+    ]
+
+
+def test_a_zombie_shard_mid_turn_is_refused_by_the_fence_when_the_route_moved_under_it(
+    make_cluster: Any, postgres_conninfo: str, gate: Any
+) -> None:
+    import ray
+
+    old = make_cluster(1)  # every conversation on shard 0
+    grown = shard_names(old.name, 2)
+    chat = next(
+        c
+        for c in (old.chat(user_id="alice") for _ in range(100))
+        if shard_for(c.conversation_id, grown) == grown[1]
+    )
+    chat.send("hello")
+    failures: list[BaseException] = []
+
+    def zombie_turn() -> None:
+        try:
+            chat.send("please hold")  # granted and saved on shard 0, then held in its tool
+        except BaseException as err:
+            failures.append(err)
+
+    turn = threading.Thread(target=zombie_turn)
+    turn.start()
+    assert ray.get(gate.arrived.remote(), timeout=60) == 1
+    new = make_cluster(2)  # the route moves to shard 1 while shard 0 still runs the turn
+    moved = new.chat(user_id="alice", conversation_id=chat.conversation_id)
+    assert moved.shard != chat.shard
+    moved.send("newer")
+    ray.get(gate.open.remote())
+    turn.join(timeout=60)
+    assert len(failures) == 1 and isinstance(failures[0], StaleVersionError)
+    # the zombie's later saves were refused: the newer turn is intact and nothing follows it
+    assert user_texts(postgres_conninfo, chat.conversation_id, "alice") == [
+        "hello",
+        "please hold",
+        "newer",
     ]
 
 

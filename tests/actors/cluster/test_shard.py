@@ -11,7 +11,6 @@ import pytest
 from parlour.actors import TurnDone
 from parlour.actors.cluster import ShardHost, load_factory
 from parlour.runtime.blocks import TextBlock
-from parlour.runtime.errors import StaleVersionError
 from parlour.stores import PostgresStore
 
 
@@ -55,19 +54,16 @@ def test_a_retried_first_turn_adopts_the_record_its_first_attempt_saved(
         assert user_texts(store, "c-2", "alice") == ["Hello", "Hello again"]
 
 
-def test_a_stale_copy_cannot_overwrite_a_newer_save_and_is_dropped(
+def test_a_warm_copy_older_than_another_shards_save_is_reloaded_and_never_overwrites_it(
     host: ShardHost, postgres_conninfo: str
 ) -> None:
     asyncio.run(host.send("alice", "c-3", "Hello", True))  # warm here at its version
     with ShardHost("s-1", "cluster_agents:scripted", postgres_conninfo) as other:
         asyncio.run(other.send("alice", "c-3", "Newer", False))
-    with pytest.raises(StaleVersionError):
-        asyncio.run(host.send("alice", "c-3", "Stale", False))
+    # the shared store's version is checked before the warm copy is granted: it reloads
+    asyncio.run(host.send("alice", "c-3", "After", False))
     with PostgresStore(postgres_conninfo) as store:
-        assert user_texts(store, "c-3", "alice") == ["Hello", "Newer"]
-    asyncio.run(host.send("alice", "c-3", "Reloaded", False))  # the copy was dropped
-    with PostgresStore(postgres_conninfo) as store:
-        assert user_texts(store, "c-3", "alice") == ["Hello", "Newer", "Reloaded"]
+        assert user_texts(store, "c-3", "alice") == ["Hello", "Newer", "After"]
 
 
 def test_streamed_events_end_with_the_reply(host: ShardHost) -> None:

@@ -1,0 +1,261 @@
+"""The benchmark cases behind ``benchmarks/turns.py`` and ``parlour bench``.
+
+Each case runs C conversations x T turns on W threads four ways in one process, so every
+figure can be read as a ratio to the floor measured in the same run:
+
+- ``floor``: no actors, no runtime: a dict of conversations (lists of message dicts),
+  msgspec to encode, one LMDB commit per turn. In a cold case the first turn of each
+  conversation reads and decodes its stored body first.
+- ``service``: the bare service path: obtain, add the user message, save, render and answer
+  with the ``ScriptedClient``, add the answer, save, release.
+- ``agent``: the same turn through ``Chat.send``.
+- ``restore``: conversations/s that a fresh service restores from LMDB (load, decode and the
+  actor it lands in), for the cold case.
+
+CPU per turn is ``time.process_time()`` over the run divided by its turns (every thread's
+CPU; with ``sync=False`` it is the CPU cost alone).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import lmdb
+import msgspec
+
+from parlour.actors._agent import Agent
+from parlour.actors._service import ConversationService
+from parlour.actors._thinker import BasicThinker
+from parlour.actors._workload import TurnStats
+from parlour.runtime import Depth, IncomingMessage, OutputSize, ScriptedClient
+from parlour.stores import LmdbStore, MemorySessionCache
+
+Progress = Callable[[int], None]  # called with how many turns just finished
+
+
+class Shape(msgspec.Struct, frozen=True):
+    """A case: conversations x turns on workers threads; cold ones restore every first turn."""
+
+    conversations: int
+    turns: int
+    workers: int = 8
+    cold: bool = False
+
+
+CASES = {
+    "default": Shape(200, 10),
+    "hot": Shape(8, 200),
+    "cold": Shape(2000, 3, cold=True),
+}
+
+
+class Measured(msgspec.Struct, frozen=True):
+    """One path of one case: its turn statistics and CPU seconds per turn."""
+
+    stats: TurnStats
+    cpu_per_turn: float
+
+
+def text(index: int, turn: int) -> str:
+    return f"Conversation {index}, turn {turn}: what should I read next about actors?"
+
+
+def _timed(
+    run: Callable[[int], list[float]], count: int, workers: int, progress: Progress | None
+) -> Measured:
+    """Run ``run(index)`` for every index on ``workers`` threads; each returns latencies."""
+    cpu, start = time.process_time(), time.perf_counter()
+
+    def one(index: int) -> list[float]:
+        latencies = run(index)
+        if progress is not None:
+            progress(len(latencies))
+        return latencies
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        per = list(pool.map(one, range(count)))
+    seconds = time.perf_counter() - start
+    latencies = [x for xs in per for x in xs]
+    stats = TurnStats(turns=len(latencies), seconds=seconds, latencies=latencies)
+    return Measured(stats, (time.process_time() - cpu) / max(len(latencies), 1))
+
+
+# -- the floor -------------------------------------------------------------------------------
+
+
+def run_floor(data_dir: Path, shape: Shape, sync: bool, progress: Progress | None) -> Measured:
+    env = lmdb.open(str(data_dir), map_size=1 << 31, sync=sync, metasync=sync)
+    encoder, decoder = msgspec.json.Encoder(), msgspec.json.Decoder(list[dict[str, str]])
+    store: dict[str, list[dict[str, str]]] = {}
+    if shape.cold:  # a stored first turn, read back on the first turn of the run
+        with env.begin(write=True) as txn:
+            for i in range(shape.conversations):
+                txn.put(f"c{i}".encode(), encoder.encode(_floor_turn(i, -1)))
+
+    def one_conversation(index: int) -> list[float]:
+        key = f"c{index}"
+        latencies = []
+        for turn in range(shape.turns):
+            start = time.perf_counter()
+            messages = store.get(key)
+            if messages is None:
+                messages = store[key] = _floor_load(env, key, decoder) if shape.cold else []
+            messages.extend(_floor_turn(index, turn))
+            body = encoder.encode(messages)
+            with env.begin(write=True) as txn:
+                txn.put(key.encode(), body)
+            latencies.append(time.perf_counter() - start)
+        return latencies
+
+    try:
+        return _timed(one_conversation, shape.conversations, shape.workers, progress)
+    finally:
+        env.close()
+
+
+def _floor_turn(index: int, turn: int) -> list[dict[str, str]]:
+    said = text(index, turn)
+    return [{"role": "user", "text": said}, {"role": "assistant", "text": f"Answer: {said!r}."}]
+
+
+def _floor_load(
+    env: lmdb.Environment, key: str, decoder: msgspec.json.Decoder[list[dict[str, str]]]
+) -> list[dict[str, str]]:
+    with env.begin() as txn:
+        return decoder.decode(txn.get(key.encode()) or b"[]")
+
+
+# -- parlour ---------------------------------------------------------------------------------
+
+
+def _seed(store: LmdbStore, conversations: int) -> list[str]:
+    """One stored turn for each conversation (the cold case restores them)."""
+    with ConversationService(store, cleanup_interval_s=0) as service:
+        ids = []
+        for i in range(conversations):
+            thinker = BasicThinker(_user(i), retain_duration=_NO_RETENTION)
+            ids.append(thinker.mint_conversation_id())
+            context = service.obtain_conversation(None, thinker).get()
+            context.add_user_message(text(i, -1))
+            context.add_message(IncomingMessage(f"Answer: {text(i, -1)!r}."))
+            service.save_conversation(context, thinker)
+            service.release(thinker)
+    return ids
+
+
+def _user(index: int) -> str:
+    return f"user-{index % 16}"
+
+
+_NO_RETENTION = dt.timedelta(0)
+
+
+def run_service(
+    data_dir: Path, shape: Shape, sync: bool, progress: Progress | None
+) -> tuple[Measured, float]:
+    """The bare service path; returns it and the restore rate (conversations/s, cold)."""
+    with LmdbStore(data_dir, sync=sync) as store:
+        ids = _seed(store, shape.conversations) if shape.cold else None
+        restore = measure_restore(store, ids) if ids is not None else 0.0
+        client = ScriptedClient()
+        with ConversationService(store, MemorySessionCache(), cleanup_interval_s=0) as service:
+            thinkers = [_thinker(i, ids) for i in range(shape.conversations)]
+
+            def one(index: int) -> list[float]:
+                return [
+                    _service_turn(service, client, thinkers[index], index, t)
+                    for t in range(shape.turns)
+                ]
+
+            return _timed(one, shape.conversations, shape.workers, progress), restore
+
+
+def _thinker(index: int, ids: list[str] | None) -> BasicThinker:
+    thinker = BasicThinker(
+        _user(index), output_declaration=OutputSize.STANDARD, depth=Depth.IMMEDIATE
+    )
+    if ids is None:
+        thinker.mint_conversation_id()
+    else:
+        thinker.set_conversation_id(ids[index])
+    return thinker
+
+
+def _service_turn(
+    service: ConversationService, client: ScriptedClient, thinker: BasicThinker, i: int, t: int
+) -> float:
+    start = time.perf_counter()
+    context = service.obtain_conversation(None, thinker).get()
+    try:
+        context.add_user_message(text(i, t))
+        service.save_conversation(context, thinker)
+        response = client.respond(context)
+        context.add_message(IncomingMessage(blocks=response.blocks))
+        service.save_conversation(context, thinker)
+    finally:
+        service.release(thinker)
+    return time.perf_counter() - start
+
+
+def measure_restore(store: LmdbStore, ids: list[str], workers: int = 8) -> float:
+    """Conversations/s a fresh service restores from ``store``: load, decode, actor."""
+    with ConversationService(store, cleanup_interval_s=0, max_live=len(ids) + 1) as service:
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(lambda i: _restore_one(service, ids, i), range(len(ids))))
+        return len(ids) / (time.perf_counter() - start)
+
+
+def _restore_one(service: ConversationService, ids: list[str], i: int) -> None:
+    thinker = BasicThinker(_user(i))
+    thinker.set_conversation_id(ids[i])
+    service.obtain_conversation(None, thinker).get()
+    service.release(thinker)
+
+
+def run_agent(data_dir: Path, shape: Shape, sync: bool, progress: Progress | None) -> Measured:
+    with LmdbStore(data_dir, sync=sync) as store:
+        ids = _seed(store, shape.conversations) if shape.cold else None
+        with ConversationService(store, MemorySessionCache(), cleanup_interval_s=0) as service:
+            agent = Agent(ScriptedClient(), output=OutputSize.STANDARD, depth=Depth.IMMEDIATE)
+            chats = [
+                agent.chat(
+                    service, user_id=_user(i), conversation_id=None if ids is None else ids[i]
+                )
+                for i in range(shape.conversations)
+            ]
+
+            def one(index: int) -> list[float]:
+                latencies = []
+                for turn in range(shape.turns):
+                    start = time.perf_counter()
+                    chats[index].send(text(index, turn))
+                    latencies.append(time.perf_counter() - start)
+                return latencies
+
+            return _timed(one, shape.conversations, shape.workers, progress)
+
+
+class CaseResult(msgspec.Struct, frozen=True):
+    """Every path of one case, measured in one run."""
+
+    name: str
+    shape: Shape
+    floor: Measured
+    service: Measured
+    agent: Measured
+    restore_per_s: float
+
+
+def run_case(name: str, shape: Shape, sync: bool, progress: Progress | None = None) -> CaseResult:
+    """Floor, service and agent paths of ``shape``, each on a fresh LMDB directory."""
+    with tempfile.TemporaryDirectory() as tmp:
+        floor = run_floor(Path(tmp) / "floor", shape, sync, progress)
+        service, restore = run_service(Path(tmp) / "service", shape, sync, progress)
+        agent = run_agent(Path(tmp) / "agent", shape, sync, progress)
+    return CaseResult(name, shape, floor, service, agent, restore)
