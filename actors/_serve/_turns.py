@@ -102,7 +102,7 @@ class LocalTurns:
 
     def usage(self, conversation_id: str, snapshot: ConversationPersistenceSnapshot) -> list[Any]:
         """This agent's ledger of the conversation (what it ran in this process)."""
-        return list(self.agent.ledger(conversation_id).entries())
+        return self.agent.ledger(conversation_id).entries()
 
 
 class ClusterTurns:
@@ -159,7 +159,7 @@ class ClusterTurns:
 
     def usage(self, conversation_id: str, snapshot: ConversationPersistenceSnapshot) -> list[Any]:
         """The ledger saved with the conversation (the shard's agent keeps the live one)."""
-        return list(decode_entries(snapshot.usage))
+        return decode_entries(snapshot.usage)
 
 
 def _unless_lost(exc: TurnError) -> None:
