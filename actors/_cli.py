@@ -84,7 +84,7 @@ def _job_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     serve.add_argument("--user", default="me", help="the user a new token is for")
     serve.add_argument("--new-token", action="store_true", help="issue a token for --user")
     serve.add_argument("--cluster", metavar="NAME", help="run the turns on this Ray cluster")
-    serve.add_argument("--shards", type=int, default=2, help="--cluster: its shard count")
+    serve.add_argument("--shards", type=int, help="--cluster: how many shards it routes")
     serve.add_argument("--agent", metavar="MODULE:FUNCTION", help="--cluster: the agent factory")
     serve.add_argument("--store", metavar="DSN", help="--cluster: the PostgreSQL store")
     serve.add_argument("--address", default="auto", help="--cluster: the Ray cluster")
@@ -97,8 +97,8 @@ def _serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _run.run_serve(
             args.data_dir, args.model, args.host, args.port, args.user, args.new_token
         )
-    if not (args.agent and args.store):
-        parser.error("serve --cluster needs --agent MODULE:FUNCTION and --store DSN")
+    if not (args.shards and args.agent and args.store):
+        parser.error("serve --cluster needs --shards N, --agent MODULE:FUNCTION and --store DSN")
     config = _run.ClusterConfig(args.cluster, args.shards, args.agent, args.store, args.address)
     return _run.run_serve_cluster(
         config, args.data_dir, args.host, args.port, args.user, args.new_token

@@ -156,8 +156,8 @@ def run_serve_cluster(
     with store:
         try:
             app = cluster_asgi_app(cluster, store, tokens=tokens)
-        except ParlourError as exc:  # the shards could not build the agent
-            print(exc, file=sys.stderr)
+        except ParlourError as exc:  # the shards could not start
+            print(f"The cluster's shards did not start: {_why(exc)}", file=sys.stderr)
             return 1
         listener = _listen(host, port)
         url = f"http://{host}:{listener.getsockname()[1]}/"
@@ -165,6 +165,13 @@ def run_serve_cluster(
         print(_banner(url, made, where, app.state.ctx.turns.spec.id), flush=True)
         serve_forever(app, listener)
     return 0
+
+
+def _why(exc: BaseException) -> str:
+    """The last line of what the shard raised (Ray's report of a failed shard constructor
+    ends with it), or ``exc`` itself."""
+    lines = str(exc.__cause__ or exc).strip().splitlines()
+    return lines[-1].strip() if lines else type(exc).__name__
 
 
 def _banner(url: str, made: str | None, where: Path | str, model: str) -> str:

@@ -9,6 +9,7 @@ ledger to show.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -86,8 +87,6 @@ class LocalTurns:
     async def join_running(self, conversation_id: str, user_id: str) -> AsyncIterator[AgentEvent]:
         """The turn some owner runs on the conversation; nothing when none does (asked off
         the loop: it is an actor round trip)."""
-        import asyncio
-
         owner = await asyncio.to_thread(self.service.owning_thinker, conversation_id, user_id)
         if owner is None:
             return

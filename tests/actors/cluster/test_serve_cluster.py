@@ -22,7 +22,7 @@ import uvicorn
 
 from parlour.actors._cli import main
 from parlour.actors._serve import cluster_asgi_app
-from parlour.actors._serve._run import _Server
+from parlour.actors._serve._run import ClusterConfig, _Server, run_serve_cluster
 from parlour.actors.cluster import AgentCluster, ShardStatus
 from parlour.runtime.blocks import TextBlock
 from parlour.stores import PostgresStore
@@ -276,13 +276,30 @@ def test_a_foreign_token_is_refused_on_every_conversation_route_and_learns_nothi
     assert stored_user_texts(postgres_conninfo, cid) == ["secret plans"]
 
 
-def test_serve_cluster_without_its_agent_or_store_is_a_usage_error(
-    capsys: pytest.CaptureFixture[str],
+@pytest.mark.parametrize(
+    "flags",
+    [["--shards", "2"], ["--shards", "2", "--agent", AGENT], ["--agent", AGENT, "--store", "x"]],
+)
+def test_serve_cluster_without_its_shards_agent_or_store_is_a_usage_error(
+    flags: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exited:
-        main(["serve", "--cluster", "chat", "--shards", "2"])
+        main(["serve", "--cluster", "chat", *flags])
     assert exited.value.code == 2
-    assert "--agent MODULE:FUNCTION and --store DSN" in capsys.readouterr().err
+    assert "needs --shards N, --agent MODULE:FUNCTION and --store DSN" in capsys.readouterr().err
+
+
+def test_serve_cluster_whose_agent_factory_fails_in_the_shards_says_why_and_exits_1(
+    ray_cluster: Any, postgres_conninfo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = "cluster_agents:not_an_agent"
+    config = ClusterConfig("serve-bad-agent", 1, bad, postgres_conninfo)
+    try:
+        assert run_serve_cluster(config, tmp_path, "127.0.0.1", 0) == 1
+    finally:
+        AgentCluster(config.name, shards=1, agent=bad, store=postgres_conninfo).shutdown()
+    err = capsys.readouterr().err
+    assert "did not start" in err and f"Agent factory '{bad}' returned object." in err
 
 
 def test_parlour_serve_cluster_as_a_process_serves_a_turn_and_exits_cleanly_on_sigterm(
