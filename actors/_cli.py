@@ -90,6 +90,26 @@ def _job_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     serve.add_argument("--port", type=int, default=8000, help="the port (0: any free one)")
     serve.add_argument("--user", default="me", help="the user a new token is for")
     serve.add_argument("--new-token", action="store_true", help="issue a token for --user")
+    serve.add_argument("--cluster", metavar="NAME", help="run the turns on this Ray cluster")
+    serve.add_argument("--shards", type=int, help="--cluster: how many shards it routes")
+    serve.add_argument("--agent", metavar="MODULE:FUNCTION", help="--cluster: the agent factory")
+    serve.add_argument("--store", metavar="DSN", help="--cluster: the PostgreSQL store")
+    serve.add_argument("--address", default="auto", help="--cluster: the Ray cluster")
+
+
+def _serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from parlour.actors._serve import _run  # needs the serve extra
+
+    if args.cluster is None:
+        return _run.run_serve(
+            args.data_dir, args.model, args.host, args.port, args.user, args.new_token
+        )
+    if not (args.shards and args.agent and args.store):
+        parser.error("serve --cluster needs --shards N, --agent MODULE:FUNCTION and --store DSN")
+    config = _run.ClusterConfig(args.cluster, args.shards, args.agent, args.store, args.address)
+    return _run.run_serve_cluster(
+        config, args.data_dir, args.host, args.port, args.user, args.new_token
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -108,9 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         return run_demo(args.data_dir, args.conversations, args.workers)
     if args.command == "serve":
-        from parlour.actors._serve._run import run_serve  # needs the serve extra
-
-        return run_serve(args.data_dir, args.model, args.host, args.port, args.user, args.new_token)
+        return _serve(parser, args)
     if args.command == "cluster":
         return run_cluster(args)
     if args.command == "bench" and args.case is not None:

@@ -16,8 +16,10 @@ if TYPE_CHECKING:
 
     from parlour.actors._agent import Agent
     from parlour.actors._service import ConversationService
+    from parlour.actors.cluster import AgentCluster
+    from parlour.stores import PersistentStore
 
-__all__ = ["TokenBook", "asgi_app"]
+__all__ = ["TokenBook", "asgi_app", "cluster_asgi_app"]
 
 
 def asgi_app(
@@ -54,6 +56,47 @@ def asgi_app(
     return build_app(
         agent,
         service,
+        tokens=tokens,
+        max_body_bytes=max_body_bytes,
+        max_text_chars=max_text_chars,
+        page_limit=page_limit,
+    )
+
+
+def cluster_asgi_app(
+    cluster: AgentCluster,
+    store: PersistentStore,
+    *,
+    tokens: TokenBook | Mapping[str, str],
+    max_body_bytes: int = 64 * 1024,
+    max_text_chars: int = 32_000,
+    page_limit: int = 100,
+) -> Starlette:
+    """The same chat API and inspector page, its turns run on ``cluster``'s shards.
+
+    Each turn runs on its conversation's shard and its events stream back; offers, joins
+    and cancels go to that shard too. The app reads conversations (lists, views, exports,
+    versions) from ``store`` directly: open it on the cluster's database (this process
+    only reads it). Close the app as ``asgi_app``'s; ``store`` and the cluster stay the
+    caller's.
+
+    Args:
+        cluster: the cluster (``ray.init`` has run in this process).
+        store: the cluster's shared store, for reads.
+        tokens, max_body_bytes, max_text_chars, page_limit: as ``asgi_app``'s.
+
+    Raises:
+        ValueError: a token or user id is empty.
+        ShardLostError: the first shard did not answer for the model's spec.
+        ImportError: the ``serve`` extra (starlette) is not installed.
+
+    Thread-safety: as ``asgi_app``'s; the cluster's calls are made off the loop or awaited.
+    """
+    from parlour.actors._serve._app import build_cluster_app
+
+    return build_cluster_app(
+        cluster,
+        store,
         tokens=tokens,
         max_body_bytes=max_body_bytes,
         max_text_chars=max_text_chars,

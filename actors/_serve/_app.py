@@ -13,7 +13,7 @@ import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -35,11 +35,15 @@ from parlour.actors._serve._http import (
     user_of,
 )
 from parlour.actors._serve._tokens import TokenBook
+from parlour.actors._serve._turns import ClusterTurns, LocalTurns, Turns
 from parlour.actors._service import ConversationService
 from parlour.runtime.errors import IllegalStateError
 from parlour.stores import PersistentStore
 
-__all__ = ["build_app"]
+if TYPE_CHECKING:
+    from parlour.actors.cluster import AgentCluster
+
+__all__ = ["build_app", "build_cluster_app"]
 
 STATIC = Path(__file__).parent / "static"
 _ASSETS = {"app.js": "text/javascript", "app.css": "text/css"}
@@ -49,7 +53,7 @@ _COOKIE_AGE_S = 30 * 24 * 3600
 
 @dataclass(frozen=True)
 class _Ctx:
-    agent: Agent
+    turns: Turns
     host: ChatHost
     store: PersistentStore
     tokens: TokenBook
@@ -71,11 +75,34 @@ def build_app(
     """See ``parlour.actors.asgi_app``."""
     if service.store is None:
         raise ValueError("The HTTP API needs a service with a persistent store.")
+    limits = (max_body_bytes, max_text_chars, page_limit)
+    return _build(LocalTurns(agent, service), service.store, tokens, limits)
+
+
+def build_cluster_app(
+    cluster: AgentCluster,
+    store: PersistentStore,
+    *,
+    tokens: TokenBook | Mapping[str, str],
+    max_body_bytes: int = 64 * 1024,
+    max_text_chars: int = 32_000,
+    page_limit: int = 100,
+) -> Starlette:
+    """See ``parlour.actors._serve.cluster_asgi_app``."""
+    limits = (max_body_bytes, max_text_chars, page_limit)
+    return _build(ClusterTurns(cluster), store, tokens, limits)
+
+
+def _build(
+    turns: Turns,
+    store: PersistentStore,
+    tokens: TokenBook | Mapping[str, str],
+    limits: tuple[int, int, int],
+) -> Starlette:
     book = tokens if isinstance(tokens, TokenBook) else TokenBook(tokens)
-    host = ChatHost(agent, service)
-    store = service.store
+    host = ChatHost(turns)
     history = views.keeps_history(store)
-    ctx = _Ctx(agent, host, store, book, max_body_bytes, max_text_chars, page_limit, history)
+    ctx = _Ctx(turns, host, store, book, *limits, history)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -190,7 +217,7 @@ async def _logout(request: Request) -> Response:
 async def _me(request: Request) -> Response:
     ctx = _ctx(request)
     user_id = user_of(request, ctx.tokens)
-    spec = ctx.agent.client.spec
+    spec = ctx.turns.spec
     return JSONResponse(
         {"user_id": user_id, "model": spec.id, "window_tokens": spec.max_context_tokens}
     )
@@ -230,12 +257,12 @@ async def _create(request: Request) -> Response:
 
 async def _read(request: Request) -> Response:
     ctx, user_id, cid = await _mine(request)
-    spec = ctx.agent.client.spec
+    spec = ctx.turns.spec
     snapshot = await asyncio.to_thread(views.load_mine, ctx.store, cid, user_id)
     if snapshot is None:
         view = views.empty_view(cid, spec)
     else:
-        usage = ctx.agent.ledger(cid).entries()
+        usage = ctx.turns.usage(cid, snapshot)
         view = await asyncio.to_thread(views.conversation_view, snapshot, spec, usage)
     view["running"] = ctx.host.running(user_id, cid)
     view["versions_supported"] = ctx.keeps_history
@@ -248,7 +275,7 @@ async def _delete(request: Request) -> Response:
         raise ApiError(409, f"Conversation {cid} has a running turn; cancel it first.")
     if not ctx.host.is_fresh(user_id, cid):
         try:
-            await asyncio.to_thread(ctx.host.service.remove_conversation, cid, user_id)
+            await asyncio.to_thread(ctx.turns.remove, cid, user_id)
         except IllegalStateError:
             raise ApiError(409, f"Conversation {cid} is in use; try again shortly.") from None
     ctx.host.forget(user_id, cid)
@@ -290,7 +317,7 @@ async def _version(request: Request) -> Response:
         raise ApiError(501, str(exc)) from None
     if snapshot is None:
         raise _missing(cid)
-    spec = ctx.agent.client.spec
+    spec = ctx.turns.spec
     return JSONResponse(await asyncio.to_thread(views.conversation_view, snapshot, spec, []))
 
 

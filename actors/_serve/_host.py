@@ -5,7 +5,8 @@ A send while a turn runs is offered to that turn (``service.offer``); refused (t
 closed its inbox, or has not obtained the lease yet) or with a turn already waiting, it
 becomes a turn of its own, queued behind the others in arrival order. Each turn runs as its
 own task, so a client that goes away mid-turn does not cancel it; ``cancel`` does, through
-``service.force_release``.
+``force_release``. Where the turns run (this process, or a cluster's shards) is the
+``Turns`` the host is given.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from typing import Literal
 
 from loguru import logger
 
-from parlour.actors._agent import Agent, Chat
+from parlour.actors._agent import Agent
 from parlour.actors._events import TurnCancelledError
 from parlour.actors._serve._feed import TurnFeed, WireEvent, wire_event
-from parlour.actors._service import ConversationService
+from parlour.actors._serve._turns import HostedChat, LocalTurns, Turns
 from parlour.runtime.errors import ParlourError
 
 __all__ = ["ChatHost", "ShuttingDownError"]
@@ -37,7 +38,7 @@ class ShuttingDownError(RuntimeError):
 class _Slot:
     """One conversation's chat, its running or latest turn, and the turns waiting."""
 
-    def __init__(self, chat: Chat) -> None:
+    def __init__(self, chat: HostedChat) -> None:
         self.chat = chat
         self.lock = asyncio.Lock()
         self.sending = asyncio.Lock()
@@ -69,23 +70,32 @@ class ChatHost:
     """The agent's chats on one event loop, for the HTTP API.
 
     Args:
-        agent: the agent every conversation talks to.
-        service: the conversation service the agent's chats run on.
+        turns: where the turns run (``LocalTurns``: an agent on a service here;
+            ``ClusterTurns``: a cluster's shards).
+        max_slots: how many conversations' slots are kept before idle ones are dropped.
 
     Thread-safety: none; every method runs on the server's event loop.
     """
 
-    def __init__(
-        self, agent: Agent, service: ConversationService, max_slots: int = MAX_SLOTS
-    ) -> None:
-        self.agent = agent
+    def __init__(self, turns: Turns, max_slots: int = MAX_SLOTS) -> None:
+        self.turns = turns
         self.max_slots = max_slots
-        self.service = service
         self.closing = False
         self._slots: dict[str, tuple[str, _Slot]] = {}
         self._fresh: dict[str, dict[str, None]] = {}
         self._tasks: set[asyncio.Task[object]] = set()
         self._closed: asyncio.Event | None = None
+
+    @property
+    def agent(self) -> Agent:
+        """The local agent.
+
+        Raises:
+            AttributeError: the turns run on a cluster, whose agents live in its shards.
+        """
+        if not isinstance(self.turns, LocalTurns):
+            raise AttributeError("The turns run on a cluster; its agents live in its shards.")
+        return self.turns.agent
 
     # -- conversations --------------------------------------------------------------------
 
@@ -97,7 +107,7 @@ class ChatHost:
         """
         self._refuse_if_closing()
         self._prune()
-        chat = self.agent.chat(self.service, user_id=user_id)
+        chat = self.turns.chat(user_id)
         self._slots[chat.conversation_id] = (user_id, _Slot(chat))
         self._fresh.setdefault(user_id, {})[chat.conversation_id] = None
         return chat.conversation_id
@@ -131,7 +141,7 @@ class ChatHost:
         slot = self._mine(user_id, conversation_id)
         if slot is None:
             self._prune()
-            chat = self.agent.chat(self.service, user_id=user_id, conversation_id=conversation_id)
+            chat = self.turns.chat(user_id, conversation_id)
             slot = _Slot(chat)
             self._slots[conversation_id] = (user_id, slot)
         return slot
@@ -169,7 +179,7 @@ class ChatHost:
             running = slot.running
             if running is not None and running.started and not slot.waiting:
                 start = len(running.events)
-                offer = self.service.offer  # asks the conversation's actor: off the loop
+                offer = self.turns.offer  # asks the conversation's actor: off the loop
                 if await asyncio.to_thread(offer, conversation_id, user_id, text):
                     return "offered", running, start
             return self._start(slot, conversation_id, text)
@@ -202,7 +212,7 @@ class ChatHost:
         if len(self._slots) > self.max_slots:
             self._prune(room=0)
 
-    async def _drive(self, chat: Chat, feed: TurnFeed) -> None:
+    async def _drive(self, chat: HostedChat, feed: TurnFeed) -> None:
         if self.closing:
             feed.push({"type": "error", "message": "The server is shutting down."})
             return
@@ -246,19 +256,13 @@ class ChatHost:
                 seen = slot.turns
                 async for batch in feed.follow():
                     yield batch
-            elif await self._owned_elsewhere(conversation_id, user_id):
-                async for agent_event in self.service.join(conversation_id, user_id):
+            else:
+                async for agent_event in self.turns.join_running(conversation_id, user_id):
                     yield [wire_event(agent_event)]  # a turn this host did not start
             if once or self.closing:
                 return
             if slot.turns == seen and not await self._next_turn(slot):
                 yield [{"type": "ping"}]
-
-    async def _owned_elsewhere(self, conversation_id: str, user_id: str) -> bool:
-        """Whether some owner holds the conversation (asked off the loop: it is an actor
-        round trip); only then can ``service.join`` find a turn to follow."""
-        owner = await asyncio.to_thread(self.service.owning_thinker, conversation_id, user_id)
-        return owner is not None
 
     async def _next_turn(self, slot: _Slot) -> bool:
         with contextlib.suppress(TimeoutError):
@@ -273,7 +277,7 @@ class ChatHost:
         if slot is None or slot.running is None:
             return False
         try:
-            owner = await asyncio.to_thread(self.service.force_release, conversation_id, user_id)
+            owner = await asyncio.to_thread(self.turns.force_release, conversation_id, user_id)
         except (ValueError, PermissionError):
             owner = None
         if owner is None and slot.task is not None:  # not holding the lease yet

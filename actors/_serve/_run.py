@@ -1,6 +1,9 @@
 """``parlour serve``: the app on uvicorn, on the embedded defaults (LMDB in a directory, the
 scripted model unless a real one is named), with a token made on first run.
 
+``parlour serve --cluster NAME`` runs the same app over a Ray cluster of agent shards (the
+``cluster`` extra): turns run on the shards, the inspector reads the shared PostgreSQL store.
+
 SIGTERM (or Ctrl-C) stops accepting, cancels running turns at their next boundary (after
 its save), ends the event streams, waits for the turns, and exits.
 """
@@ -9,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -19,15 +24,23 @@ from typing import Any
 import uvicorn
 
 from parlour.actors._agent import Agent
-from parlour.actors._serve import asgi_app
+from parlour.actors._serve import asgi_app, cluster_asgi_app
 from parlour.actors._serve._host import ChatHost
 from parlour.actors._serve._tokens import TokenBook
 from parlour.actors._service import ConversationService
 from parlour.actors._workload import get_current_time
 from parlour.runtime import Depth, OutputSize, client_for
+from parlour.runtime.errors import ParlourError
 from parlour.stores import LmdbStore, MemorySessionCache
 
-__all__ = ["run_serve", "serve_agent", "serve_forever", "tokens_for"]
+__all__ = [
+    "ClusterConfig",
+    "run_serve",
+    "run_serve_cluster",
+    "serve_agent",
+    "serve_forever",
+    "tokens_for",
+]
 
 OBJECTIVE = "You are a helpful assistant. Answer briefly; use tools when they help."
 GRACE_S = 30.0
@@ -92,8 +105,77 @@ def run_serve(
     return 0
 
 
-def _banner(url: str, made: str | None, data_dir: Path, model: str) -> str:
-    head = f"parlour serve: {model}, conversations in {data_dir}"
+@dataclass(frozen=True)
+class ClusterConfig:
+    """``parlour serve --cluster``'s cluster: its name, shard count, agent factory
+    (``module:function``), the shared store's PostgreSQL connection string, the Ray
+    address and namespace."""
+
+    name: str
+    shards: int
+    agent: str
+    store: str
+    address: str = "auto"
+    namespace: str = "parlour"
+
+
+def run_serve_cluster(
+    config: ClusterConfig,
+    data_dir: Path,
+    host: str,
+    port: int,
+    user: str = "me",
+    new_token: bool = False,
+) -> int:
+    """Serve ``config``'s cluster until SIGTERM or Ctrl-C (its shards are made or found by
+    name; they outlive this process). Tokens are kept in ``data_dir``. Returns the exit
+    status: 1 on a bad token file, shard count or agent factory, 2 without Ray."""
+    try:
+        import ray
+
+        from parlour.actors.cluster import AgentCluster
+        from parlour.stores import PostgresStore
+    except ImportError:
+        print("serving a cluster needs Ray: pip install 'parlour[cluster]'", file=sys.stderr)
+        return 2
+    try:
+        tokens, made = tokens_for(data_dir / "tokens.json", user, new_token)
+        if not ray.is_initialized():
+            ray.init(config.address, namespace=config.namespace, logging_level=logging.ERROR)
+        cluster = AgentCluster(
+            config.name,
+            shards=config.shards,
+            agent=config.agent,
+            store=config.store,
+            namespace=config.namespace,
+        )
+        store = PostgresStore(config.store)
+    except (ValueError, ImportError) as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    with store:
+        try:
+            app = cluster_asgi_app(cluster, store, tokens=tokens)
+        except ParlourError as exc:  # the shards could not start
+            print(f"The cluster's shards did not start: {_why(exc)}", file=sys.stderr)
+            return 1
+        listener = _listen(host, port)
+        url = f"http://{host}:{listener.getsockname()[1]}/"
+        where = f"cluster {config.name} ({config.shards} shards)"
+        print(_banner(url, made, where, app.state.ctx.turns.spec.id), flush=True)
+        serve_forever(app, listener)
+    return 0
+
+
+def _why(exc: BaseException) -> str:
+    """The last line of what the shard raised (Ray's report of a failed shard constructor
+    ends with it), or ``exc`` itself."""
+    lines = str(exc.__cause__ or exc).strip().splitlines()
+    return lines[-1].strip() if lines else type(exc).__name__
+
+
+def _banner(url: str, made: str | None, where: Path | str, model: str) -> str:
+    head = f"parlour serve: {model}, conversations in {where}"
     if made is not None:
         return f"{head}\nopen {url}#token={made}\n(the token is shown once; keep the URL)"
     return f"{head}\nopen {url} and sign in with your token (new one: --new-token)"

@@ -18,6 +18,7 @@ import msgspec
 from parlour.actors import AgentEvent, Reply, TurnDone, TurnError
 from parlour.actors.cluster._routing import shard_for, shard_names
 from parlour.actors.cluster._shard import ShardHost, ShardStatus
+from parlour.runtime import ModelSpec
 
 __all__ = ["AgentCluster", "ClusterChat", "ShardDown", "ShardLostError", "shard_statuses"]
 
@@ -206,6 +207,15 @@ class AgentCluster:
         owner: str | None = self._call("force_release", conversation_id, user_id)
         return owner
 
+    def remove_conversation(self, conversation_id: str, user_id: str) -> None:
+        """As ``ConversationService.remove_conversation``, on the conversation's shard.
+
+        Raises:
+            PermissionError: it belongs to another user.
+            IllegalStateError: a turn owns it right now.
+        """
+        self._call("remove_conversation", conversation_id, user_id)
+
     def _call(self, method: str, conversation_id: str, *args: Any) -> Any:
         import ray
 
@@ -214,6 +224,15 @@ class AgentCluster:
             return ray.get(getattr(self._handles[shard], method).remote(conversation_id, *args))
 
     # -- operations -------------------------------------------------------------------------
+
+    def model_spec(self) -> ModelSpec:
+        """The spec of the model the shards' agent talks to (asked of the first shard)."""
+        import ray
+
+        shard = self.shards[0]
+        with _translated(shard, None):
+            spec: ModelSpec = ray.get(self._handles[shard].model_spec.remote())
+        return spec
 
     def status(self, timeout_s: float = 10.0) -> list[ShardStatus | ShardDown]:
         """Every shard's status, or why it did not answer within ``timeout_s``."""

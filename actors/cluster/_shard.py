@@ -27,6 +27,7 @@ from parlour.actors import (
     Reply,
     TurnDone,
 )
+from parlour.runtime import ModelSpec
 from parlour.runtime.errors import StaleVersionError
 from parlour.runtime.snapshots import MessageSnapshot
 from parlour.stores import PersistentStore
@@ -232,7 +233,15 @@ class ShardHost:
         """As ``ConversationService.force_release``."""
         return self.service.force_release(conversation_id, user_id)
 
+    def remove_conversation(self, conversation_id: str, user_id: str) -> None:
+        """As ``ConversationService.remove_conversation``."""
+        self.service.remove_conversation(conversation_id, user_id)
+
     # -- operations -----------------------------------------------------------------------
+
+    def model_spec(self) -> ModelSpec:
+        """The spec of the model this shard's agent talks to."""
+        return self.agent.client.spec
 
     def status(self, node: str = "") -> ShardStatus:
         stats = self.service.get_stats()
