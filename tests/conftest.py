@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pykka
 import pytest
+from loguru import logger
 
 pytest.register_assert_rewrite("parlour.stores.testing")  # the shipped store suite
 
@@ -21,6 +22,15 @@ from tests.runtime.providers._sent_bodies import SentBodies  # noqa: E402
 def _stop_all_actors() -> Iterator[None]:
     yield
     pykka.ActorRegistry.stop_all()
+
+
+@pytest.fixture(autouse=True)
+def _library_logging_after_each_test() -> Iterator[None]:
+    """A test that runs the CLI leaves its stderr sink behind; drop it, so a thread of a later
+    test never logs into a captured stream that is closed."""
+    yield
+    logger.remove()
+    logger.disable("parlour")
 
 
 @pytest.fixture
