@@ -20,7 +20,6 @@ import msgspec
 
 from parlour.runtime.errors import (
     ConversationNotFoundError,
-    CorruptSnapshotError,
     IllegalStateError,
     StaleVersionError,
 )
@@ -37,7 +36,6 @@ from parlour.stores._protocols import ConversationSummary
 from parlour.stores._records import (
     Header,
     MessagePlan,
-    decode_record,
     encode_body,
     header_encoder,
     message_key,
@@ -292,15 +290,7 @@ class LmdbStore(LmdbHistory):
             head = self._head(txn, key, conversation_id, user_id)
             if head is None:
                 return None
-            body = txn.get(key, db=self._dbs.bodies)
-            if body is None:  # a head without a body: only a damaged file can do this
-                raise CorruptSnapshotError(f"Stored conversation {conversation_id} has no body.")
-            messages = _reads.messages_of(txn, self._dbs, key, head.message_count)
-            snapshot = decode_record(
-                conversation_id, head.user_id, head.message_count, body, messages
-            )
-            snapshot.stored_version = head.version
-            return snapshot
+            return _reads.record_of(txn, self._dbs, key, conversation_id, head)
 
         return self._view(read)
 

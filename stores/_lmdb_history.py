@@ -191,12 +191,7 @@ def _undecodable(txn: Any, dbs: Databases) -> list[tuple[str, str]]:
         key = bytes(item)
         cid = key.decode(errors="replace")
         try:
-            head = decode_header(cid, raw)
-            body = txn.get(key, db=dbs.bodies)
-            if body is None:
-                raise CorruptSnapshotError(f"Stored conversation {cid} has no body.")
-            messages = _reads.messages_of(txn, dbs, key, head.message_count)
-            decode_record(cid, head.user_id, head.message_count, body, messages)
+            _reads.record_of(txn, dbs, key, cid, decode_header(cid, raw))
         except CorruptSnapshotError as exc:
             found.append((cid, str(exc)))
     return found

@@ -8,10 +8,11 @@ from typing import Any
 from loguru import logger
 
 from parlour.runtime.errors import CorruptSnapshotError
+from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from parlour.stores._ids import ORDER_PREFIX_BYTES, check_owner, order_bytes
 from parlour.stores._layout import Databases, QuarantinedRecord, quarantine_decoder
 from parlour.stores._protocols import ConversationSummary
-from parlour.stores._records import Header, decode_header, message_prefix
+from parlour.stores._records import Header, decode_header, decode_record, message_prefix
 
 
 def owned_head(txn: Any, dbs: Databases, key: bytes, cid: str, user_id: str) -> Header | None:
@@ -41,6 +42,24 @@ def messages_of(txn: Any, dbs: Databases, key: bytes, count: int) -> list[memory
             break
         found.append(value)
     return found
+
+
+def record_of(
+    txn: Any, dbs: Databases, key: bytes, cid: str, head: Header
+) -> ConversationPersistenceSnapshot:
+    """The current record of ``cid`` reassembled (body and messages), stamped with its
+    version: the one read behind ``load`` and the ``undecodable`` scan.
+
+    Raises:
+        CorruptSnapshotError: the body is missing or any record does not decode.
+    """
+    body = txn.get(key, db=dbs.bodies)
+    if body is None:  # a head without a body: only a damaged file can do this
+        raise CorruptSnapshotError(f"Stored conversation {cid} has no body.")
+    messages = messages_of(txn, dbs, key, head.message_count)
+    snapshot = decode_record(cid, head.user_id, head.message_count, body, messages)
+    snapshot.stored_version = head.version
+    return snapshot
 
 
 def listing(
