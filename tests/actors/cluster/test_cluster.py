@@ -19,9 +19,11 @@ from parlour.actors.cluster import (
     shard_for,
     shard_names,
 )
-from parlour.runtime.blocks import TextBlock, ToolResultBlock, ToolUseBlock
+from parlour.runtime.blocks import ToolResultBlock, ToolUseBlock
 from parlour.runtime.errors import StaleVersionError
 from parlour.stores import PostgresStore
+
+from ..agent_helpers import user_texts as texts_of
 
 pytestmark = pytest.mark.cluster
 
@@ -48,13 +50,7 @@ def user_texts(conninfo: str, cid: str, user: str) -> list[str]:
     with PostgresStore(conninfo) as store:
         snapshot = store.load(cid, user)
     assert snapshot is not None
-    return [
-        b.text
-        for m in snapshot.messages
-        if m.role == "user"
-        for b in m.blocks
-        if isinstance(b, TextBlock)
-    ]
+    return texts_of(snapshot)
 
 
 def test_turns_on_many_conversations_run_across_shards_and_every_one_is_stored(

@@ -24,8 +24,9 @@ from parlour.actors._cli import main
 from parlour.actors._serve import cluster_asgi_app
 from parlour.actors._serve._run import ClusterConfig, _Server, run_serve_cluster
 from parlour.actors.cluster import AgentCluster, ShardStatus
-from parlour.runtime.blocks import TextBlock
 from parlour.stores import PostgresStore
+
+from ..agent_helpers import user_texts as texts_of
 
 pytestmark = pytest.mark.cluster
 
@@ -116,13 +117,7 @@ def stored_user_texts(conninfo: str, cid: str, user: str = "alice") -> list[str]
     with PostgresStore(conninfo) as store:
         snapshot = store.load(cid, user)
     assert snapshot is not None
-    return [
-        b.text
-        for m in snapshot.messages
-        if m.role == "user"
-        for b in m.blocks
-        if isinstance(b, TextBlock)
-    ]
+    return texts_of(snapshot)
 
 
 def shard_turns(cluster: AgentCluster) -> dict[str, int]:

@@ -10,8 +10,9 @@ import pytest
 
 from parlour.actors import TurnDone
 from parlour.actors.cluster import ShardHost, load_factory
-from parlour.runtime.blocks import TextBlock
 from parlour.stores import PostgresStore
+
+from ..agent_helpers import user_texts as texts_of
 
 
 @pytest.fixture
@@ -24,13 +25,7 @@ def host(postgres_conninfo: str) -> Iterator[ShardHost]:
 def user_texts(store: PostgresStore, cid: str, user: str) -> list[str]:
     snapshot = store.load(cid, user)
     assert snapshot is not None
-    return [
-        b.text
-        for m in snapshot.messages
-        if m.role == "user"
-        for b in m.blocks
-        if isinstance(b, TextBlock)
-    ]
+    return texts_of(snapshot)
 
 
 def test_a_new_conversation_is_created_then_resumed_and_stored_in_order(

@@ -11,10 +11,10 @@ import httpx2
 from starlette.applications import Starlette
 
 from parlour.actors import ConversationService
-from parlour.runtime.blocks import TextBlock, ToolResultBlock, ToolUseBlock
-from parlour.runtime.snapshots import ConversationPersistenceSnapshot
+from parlour.runtime.blocks import ToolResultBlock, ToolUseBlock
 from parlour.stores import LmdbStore
 
+from ..agent_helpers import user_texts
 from .serve_helpers import ALICE, BOB, HOLD, Gate, LiveServer, create, sse_events
 
 JSON = {**ALICE, "accept": "application/json"}
@@ -28,16 +28,6 @@ def until(events: Iterator[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
         if event["type"] == kind:
             return seen
     raise AssertionError(f"the stream ended before a {kind} event: {seen}")
-
-
-def user_texts(snapshot: ConversationPersistenceSnapshot) -> list[str]:
-    return [
-        b.text
-        for m in snapshot.messages
-        if m.role == "user"
-        for b in m.blocks
-        if isinstance(b, TextBlock)
-    ]
 
 
 def stored_roles_and_results(store: LmdbStore, cid: str) -> tuple[list[str], bool]:
