@@ -51,16 +51,13 @@ def asgi_app(
 
     Thread-safety: the app runs on one event loop; its turns run on the agent's async path.
     """
-    from parlour.actors._serve._app import build_app
+    from parlour.actors._serve._app import build
+    from parlour.actors._serve._turns import LocalTurns
 
-    return build_app(
-        agent,
-        service,
-        tokens=tokens,
-        max_body_bytes=max_body_bytes,
-        max_text_chars=max_text_chars,
-        page_limit=page_limit,
-    )
+    if service.store is None:
+        raise ValueError("The HTTP API needs a service with a persistent store.")
+    limits = (max_body_bytes, max_text_chars, page_limit)
+    return build(LocalTurns(agent, service), service.store, tokens, limits)
 
 
 def cluster_asgi_app(
@@ -92,13 +89,7 @@ def cluster_asgi_app(
 
     Thread-safety: as ``asgi_app``'s; the cluster's calls are made off the loop or awaited.
     """
-    from parlour.actors._serve._app import build_cluster_app
+    from parlour.actors._serve._app import build
+    from parlour.actors._serve._turns import ClusterTurns
 
-    return build_cluster_app(
-        cluster,
-        store,
-        tokens=tokens,
-        max_body_bytes=max_body_bytes,
-        max_text_chars=max_text_chars,
-        page_limit=page_limit,
-    )
+    return build(ClusterTurns(cluster), store, tokens, (max_body_bytes, max_text_chars, page_limit))

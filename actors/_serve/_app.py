@@ -21,7 +21,6 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from parlour.actors._agent import Agent
 from parlour.actors._serve import _views as views
 from parlour.actors._serve._host import ChatHost, ShuttingDownError
 from parlour.actors._serve._http import (
@@ -35,15 +34,14 @@ from parlour.actors._serve._http import (
     user_of,
 )
 from parlour.actors._serve._tokens import TokenBook
-from parlour.actors._serve._turns import ClusterTurns, LocalTurns, Turns
-from parlour.actors._service import ConversationService
+from parlour.actors._serve._turns import Turns
 from parlour.runtime.errors import IllegalStateError
 from parlour.stores import PersistentStore
 
 if TYPE_CHECKING:
-    from parlour.actors.cluster import AgentCluster
+    pass
 
-__all__ = ["build_app", "build_cluster_app"]
+__all__ = ["build"]
 
 STATIC = Path(__file__).parent / "static"
 _ASSETS = {"app.js": "text/javascript", "app.css": "text/css"}
@@ -63,42 +61,15 @@ class _Ctx:
     keeps_history: bool
 
 
-def build_app(
-    agent: Agent,
-    service: ConversationService,
-    *,
-    tokens: TokenBook | Mapping[str, str],
-    max_body_bytes: int = 64 * 1024,
-    max_text_chars: int = 32_000,
-    page_limit: int = 100,
-) -> Starlette:
-    """See ``parlour.actors.asgi_app``."""
-    if service.store is None:
-        raise ValueError("The HTTP API needs a service with a persistent store.")
-    limits = (max_body_bytes, max_text_chars, page_limit)
-    return _build(LocalTurns(agent, service), service.store, tokens, limits)
-
-
-def build_cluster_app(
-    cluster: AgentCluster,
-    store: PersistentStore,
-    *,
-    tokens: TokenBook | Mapping[str, str],
-    max_body_bytes: int = 64 * 1024,
-    max_text_chars: int = 32_000,
-    page_limit: int = 100,
-) -> Starlette:
-    """See ``parlour.actors._serve.cluster_asgi_app``."""
-    limits = (max_body_bytes, max_text_chars, page_limit)
-    return _build(ClusterTurns(cluster), store, tokens, limits)
-
-
-def _build(
+def build(
     turns: Turns,
     store: PersistentStore,
     tokens: TokenBook | Mapping[str, str],
     limits: tuple[int, int, int],
 ) -> Starlette:
+    """The app over ``turns`` (local or on a cluster), reading ``store``; ``limits`` are
+    (max body bytes, max text characters, page limit). ``asgi_app`` and
+    ``cluster_asgi_app`` are its public faces."""
     book = tokens if isinstance(tokens, TokenBook) else TokenBook(tokens)
     host = ChatHost(turns)
     history = views.keeps_history(store)
