@@ -92,16 +92,15 @@ def run_serve(
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 1
-    with LmdbStore(data_dir) as store:
-        service = ConversationService(store, MemorySessionCache())
-        try:
-            app = asgi_app(agent, service, tokens=tokens)
-            listener = _listen(host, port)
-            url = f"http://{host}:{listener.getsockname()[1]}/"
-            print(_banner(url, made, data_dir, agent.client.model_id), flush=True)
-            serve_forever(app, listener)
-        finally:
-            service.stop()
+    with (
+        LmdbStore(data_dir) as store,
+        ConversationService(store, MemorySessionCache()) as service,
+    ):
+        app = asgi_app(agent, service, tokens=tokens)
+        listener = _listen(host, port)
+        url = f"http://{host}:{listener.getsockname()[1]}/"
+        print(_banner(url, made, data_dir, agent.client.model_id), flush=True)
+        serve_forever(app, listener)
     return 0
 
 
