@@ -35,12 +35,11 @@ from parlour.actors._messages import (
     ReleaseForJob,
     Retiring,
     StopIfIdle,
-    foreign,
     timeout_error,
 )
 from parlour.actors._reply import LightActor
 from parlour.runtime import Clock, ConversationContext
-from parlour.runtime.errors import ConversationUnavailableError
+from parlour.runtime.errors import ConversationUnavailableError, not_owned
 
 
 class ConversationActor(LightActor):
@@ -101,7 +100,7 @@ class ConversationActor(LightActor):
             return Retiring()
         user = self.context.user_id
         if user is not None and user != request.owner.user_id:
-            raise foreign(self.conversation_id, request.owner.user_id)
+            raise not_owned(self.conversation_id, request.owner.user_id)
         if self.owner is None or self.owner.job_id == request.owner.job_id:
             return Granted(self._grant(request))
         if request.delivery is None:

@@ -312,8 +312,3 @@ def timeout_error(
         f"Timed out after {round(timeout_s * 1000)}ms waiting for conversation "
         f"{conversation_id} (owned by {owner_job or 'nobody'})"
     )
-
-
-def foreign(conversation_id: str, user_id: str) -> PermissionError:
-    """The one refusal a foreign user gets, whatever state the conversation is in."""
-    return PermissionError(f"User {user_id} does not own conversation {conversation_id}")

@@ -32,15 +32,11 @@ from parlour.actors._messages import (
     ReleaseAllForJob,
     Released,
     Sweep,
-    foreign,
 )
 from parlour.actors._supervisor import Mirror, Seams, Supervisor
 from parlour.actors._thinker import Thinker
 from parlour.runtime import Clock, ConversationContext, SystemClock
-from parlour.runtime.errors import (
-    IllegalStateError,
-    StaleVersionError,
-)
+from parlour.runtime.errors import IllegalStateError, StaleVersionError, not_owned
 from parlour.runtime.snapshots import MessageSnapshot
 from parlour.stores import PersistentStore, SessionStore
 
@@ -264,7 +260,7 @@ class ConversationService(Activations, Lifecycle):
         except pykka.ActorDeadError:
             return None
         if holder.user_id is not None and holder.user_id != user_id:
-            raise foreign(conversation_id, user_id)
+            raise not_owned(conversation_id, user_id)
         return holder
 
     def get_stats(self) -> ServiceStats:

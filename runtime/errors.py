@@ -18,8 +18,9 @@ Exception
 └── ConversationNotFoundError (LookupError)   an update for a record that does not exist
 ```
 
-Bad arguments raise ``ValueError``; another user's conversation raises ``PermissionError``;
-surface a store has not built raises ``NotImplementedError``.
+Bad arguments raise ``ValueError``; another user's conversation raises ``PermissionError``
+(always the one ``not_owned`` builds, from the service and every store alike); surface a
+store has not built raises ``NotImplementedError``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ __all__ = [
     "RetryableLLMError",
     "StaleVersionError",
     "UncorrectableLLMError",
+    "not_owned",
 ]
 
 
@@ -153,3 +155,9 @@ class StaleVersionError(ParlourError):
             f"Conversation {conversation_id} was saved at version {found} since this copy "
             f"loaded version {expected}; the save was refused. Obtain it again to go on."
         )
+
+
+def not_owned(conversation_id: str, user_id: str) -> PermissionError:
+    """The one refusal of another user's conversation, from every store and the service
+    alike: it says the id is taken and nothing more, whatever state the conversation is in."""
+    return PermissionError(f"User {user_id} does not own conversation {conversation_id}")

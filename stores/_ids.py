@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from parlour.runtime.errors import not_owned
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 
 MAX_KEY_BYTES = 511  # LMDB's key limit (and its limit on a sorted duplicate's value)
@@ -87,12 +88,7 @@ def check_owner(owner: str, conversation_id: str, user_id: str) -> None:
         PermissionError: ``owner`` is not ``user_id``.
     """
     if owner != user_id:
-        raise foreign(conversation_id, user_id)
-
-
-def foreign(conversation_id: str, user_id: str) -> PermissionError:
-    """The refusal every store gives another user: it says the id is taken, nothing more."""
-    return PermissionError(f"User {user_id} does not own conversation {conversation_id}")
+        raise not_owned(conversation_id, user_id)
 
 
 def order_of(updated_at: dt.datetime, conversation_id: str) -> tuple[int, str]:

@@ -18,10 +18,11 @@ from parlour.runtime.errors import (
     ConversationNotFoundError,
     IllegalStateError,
     StaleVersionError,
+    not_owned,
 )
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot, MessageSnapshot
 from parlour.stores import _pg_sql as sql
-from parlour.stores._ids import foreign, require_id, user_key
+from parlour.stores._ids import require_id, user_key
 from parlour.stores._memory import notify_deleted
 from parlour.stores._pg_schema import migrate
 from parlour.stores._pg_support import (
@@ -119,7 +120,7 @@ class PostgresStore:
         params["title"] = snapshot.title
         version = self._fetch_version(sql.CREATE, params)
         if version is None:
-            raise foreign(cid, user_id)
+            raise not_owned(cid, user_id)
         self._remember(cid, version, snapshot.messages)
         return version
 
@@ -197,7 +198,7 @@ class PostgresStore:
                 "The save was refused rather than resurrect it."
             )
         if head[0] != user_id:
-            return foreign(cid, user_id)
+            return not_owned(cid, user_id)
         return StaleVersionError(cid, expected, head[1])
 
     def delete(self, conversation_id: str, user_id: str) -> bool:
@@ -211,7 +212,7 @@ class PostgresStore:
         cid = checked(conversation_id, user_id)
         if self._fetch_version(sql.DELETE, {"cid": cid, "user": user_id}) is None:
             if self._owner(cid) is not None:
-                raise foreign(cid, user_id)
+                raise not_owned(cid, user_id)
             return False
         with self._lock:
             self._known.pop(cid, None)
@@ -279,7 +280,7 @@ class PostgresStore:
         cid = checked(conversation_id, user_id)
         rows = self._fetch_all(sql.HISTORY, {"cid": cid, "user": user_id})
         if rows and rows[0][0] != user_id:
-            raise foreign(cid, user_id)
+            raise not_owned(cid, user_id)
         return [
             ConversationVersion(version=r[1], saved_at=r[2].astimezone(dt.UTC))
             for r in rows
@@ -297,7 +298,7 @@ class PostgresStore:
         if head is None:
             return None
         if head[0] != user_id:
-            raise foreign(conversation_id, user_id)
+            raise not_owned(conversation_id, user_id)
         return head[1]
 
     def exists(self, conversation_id: str, user_id: str) -> bool:
@@ -358,7 +359,7 @@ class PostgresStore:
             return None
         owner, version, count, body, messages = rows[0]
         if owner != user_id:
-            raise foreign(cid, user_id)
+            raise not_owned(cid, user_id)
         if body is None:
             return None
         return decode_row(cid, owner, version, body, messages, count)

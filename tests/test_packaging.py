@@ -243,6 +243,7 @@ PINNED = {
         "RetryableLLMError",
         "StaleVersionError",
         "UncorrectableLLMError",
+        "not_owned",
     ],
     "parlour.runtime.models": [],
     "parlour.runtime.providers": [
