@@ -8,6 +8,7 @@ made, never by ``parlour.actors``.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -97,8 +98,11 @@ def shard_statuses(
 
 
 @contextmanager
-def _translated(shard: str, conversation_id: str | None) -> Iterator[None]:
-    """A shard's own exception re-raised as itself; a lost shard as ``ShardLostError``."""
+def _translated(
+    shard: str, conversation_id: str | None, lost: set[str] | None = None
+) -> Iterator[None]:
+    """A shard's own exception re-raised as itself; a lost shard as ``ShardLostError``
+    (and its name added to ``lost``)."""
     from ray import exceptions
 
     try:
@@ -109,6 +113,8 @@ def _translated(shard: str, conversation_id: str | None) -> Iterator[None]:
             raise cause from None
         raise
     except (exceptions.RayActorError, exceptions.ObjectLostError) as err:
+        if lost is not None:
+            lost.add(shard)
         raise ShardLostError(shard, conversation_id, type(err).__name__) from err
 
 
@@ -126,6 +132,8 @@ class AgentCluster:
         max_restarts: how often Ray restarts a dead shard (-1: always).
         num_cpus: the CPUs each shard reserves for placement.
         conversation_timeout_s: how long a turn waits for a busy conversation.
+        restart_timeout_s: after a shard was lost, how long the next call to it waits for
+            Ray to restart it (then the call goes ahead and reports what it finds).
 
     Raises:
         ValueError: ``shards`` is below 1.
@@ -145,8 +153,11 @@ class AgentCluster:
         max_restarts: int = -1,
         num_cpus: float = 0.0,
         conversation_timeout_s: float = 30.0,
+        restart_timeout_s: float = 60.0,
     ) -> None:
         self.name = name
+        self.restart_timeout_s = restart_timeout_s
+        self._lost: set[str] = set()  # shards that failed a call and may be restarting
         self.namespace = namespace
         self.shards = shard_names(name, shards)
         options = {
@@ -176,6 +187,39 @@ class AgentCluster:
         """The Ray actor handle of a shard."""
         return self._handles[shard]
 
+    def translated(self, shard: str, conversation_id: str | None) -> Any:
+        """The context that turns a shard's failures into ``ShardLostError`` and notes the
+        loss, so the next call to that shard waits for its restart first."""
+        return _translated(shard, conversation_id, self._lost)
+
+    def ready(self, shard: str) -> Any:
+        """The handle of ``shard``; after the shard was lost, once it answers again (or
+        ``restart_timeout_s`` passed), so a call after a loss is not refused only because
+        Ray is still restarting the shard."""
+        import ray
+
+        if shard in self._lost:
+            try:
+                ray.get(self._restarted(shard), timeout=self.restart_timeout_s)
+                self._lost.discard(shard)
+            except Exception:  # still down: the call that follows reports it
+                pass
+        return self._handles[shard]
+
+    async def aready(self, shard: str) -> Any:
+        """``ready`` from asyncio, never blocking the loop."""
+        if shard in self._lost:
+            try:
+                await asyncio.wait_for(self._restarted(shard), self.restart_timeout_s)
+                self._lost.discard(shard)
+            except Exception:  # still down: the call that follows reports it
+                pass
+        return self._handles[shard]
+
+    def _restarted(self, shard: str) -> Any:
+        # status is idempotent, so Ray may retry it through a restart (a turn never is)
+        return self._handles[shard].status.options(max_task_retries=-1).remote()
+
     def chat(self, *, user_id: str, conversation_id: str | None = None) -> ClusterChat:
         """A chat for ``user_id``: a new durable conversation (its id minted here, so it can
         be routed before it exists), or the stored one named by ``conversation_id``."""
@@ -189,8 +233,8 @@ class AgentCluster:
         """Follow the running turn on ``conversation_id`` from any process, as
         ``ConversationService.join``: it ends at once for an idle or another user's one."""
         shard = self.shard_of(conversation_id)
-        with _translated(shard, conversation_id):
-            async for ref in self._handles[shard].join.remote(conversation_id, user_id):
+        with self.translated(shard, conversation_id):
+            async for ref in (await self.aready(shard)).join.remote(conversation_id, user_id):
                 yield await ref
 
     def offer(self, conversation_id: str, user_id: str, text: str) -> bool:
@@ -220,8 +264,8 @@ class AgentCluster:
         import ray
 
         shard = self.shard_of(conversation_id)
-        with _translated(shard, conversation_id):
-            return ray.get(getattr(self._handles[shard], method).remote(conversation_id, *args))
+        with self.translated(shard, conversation_id):
+            return ray.get(getattr(self.ready(shard), method).remote(conversation_id, *args))
 
     # -- operations -------------------------------------------------------------------------
 
@@ -230,8 +274,8 @@ class AgentCluster:
         import ray
 
         shard = self.shards[0]
-        with _translated(shard, None):
-            spec: ModelSpec = ray.get(self._handles[shard].model_spec.remote())
+        with self.translated(shard, None):
+            spec: ModelSpec = ray.get(self.ready(shard).model_spec.remote())
         return spec
 
     def status(self, timeout_s: float = 10.0) -> list[ShardStatus | ShardDown]:
@@ -264,18 +308,16 @@ class ClusterChat:
     def shard(self) -> str:
         return self.cluster.shard_of(self.conversation_id)
 
-    def _remote(self, method: str, text: str) -> tuple[str, Any]:
-        shard = self.shard
-        handle = self.cluster.handle(shard)
-        args = (self.user_id, self.conversation_id, text, self._new)
-        return shard, getattr(handle, method).remote(*args)
+    def _remote(self, method: str, text: str, handle: Any) -> Any:
+        return getattr(handle, method).remote(self.user_id, self.conversation_id, text, self._new)
 
     def send(self, text: str) -> Reply:
         """One whole turn on the conversation's shard; blocks until it ends."""
         import ray
 
-        shard, ref = self._remote("send", text)
-        with _translated(shard, self.conversation_id):
+        shard = self.shard
+        ref = self._remote("send", text, self.cluster.ready(shard))
+        with self.cluster.translated(shard, self.conversation_id):
             reply: Reply = ray.get(ref)
         self._new = False
         return reply
@@ -285,10 +327,11 @@ class ClusterChat:
         ``TurnDone``. Closing the iterator early cancels the turn on the shard."""
         import ray
 
-        shard, refs = self._remote("stream", text)
+        shard = self.shard
+        refs = self._remote("stream", text, self.cluster.ready(shard))
         finished = False
         try:
-            with _translated(shard, self.conversation_id):
+            with self.cluster.translated(shard, self.conversation_id):
                 for ref in refs:
                     event: AgentEvent = ray.get(ref)
                     finished = isinstance(event, TurnDone)
@@ -300,8 +343,9 @@ class ClusterChat:
 
     async def asend(self, text: str) -> Reply:
         """``send`` from asyncio, never blocking the loop."""
-        shard, ref = self._remote("send", text)
-        with _translated(shard, self.conversation_id):
+        shard = self.shard
+        ref = self._remote("send", text, await self.cluster.aready(shard))
+        with self.cluster.translated(shard, self.conversation_id):
             reply: Reply = await ref
         self._new = False
         return reply
@@ -310,10 +354,11 @@ class ClusterChat:
         """``stream`` from asyncio, never blocking the loop."""
         import ray
 
-        shard, refs = self._remote("stream", text)
+        shard = self.shard
+        refs = self._remote("stream", text, await self.cluster.aready(shard))
         finished = False
         try:
-            with _translated(shard, self.conversation_id):
+            with self.cluster.translated(shard, self.conversation_id):
                 async for ref in refs:
                     event: AgentEvent = await ref
                     finished = isinstance(event, TurnDone)
