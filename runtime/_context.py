@@ -166,8 +166,7 @@ class ConversationContext:
         Raises:
             ValueError: ``text`` holds a lone surrogate (the message names where).
         """
-        message = OutgoingMessage(text, [TextBlock(text=text)], **flags)
-        self.messages.append(message)
+        self.messages.append(message := OutgoingMessage(text, [TextBlock(text=text)], **flags))
         return message
 
     def first_user_utterance(self) -> str | None:
@@ -268,6 +267,8 @@ class ConversationContext:
         scan = renderer.walk(self.messages)
         pending = self._palette.pending(head.head_tools(), scan.announced)
         if head.frozen:
+            if scan.uses_notation or pending:  # only then may a companion be missing
+                renderer.note_companions(self.messages)
             for blocks in stream_additions(head, scan, pending):
                 self._append(scan, renderer, blocks)
         else:
@@ -287,8 +288,7 @@ class ConversationContext:
         )
 
     def _append(self, scan: Scan, renderer: Renderer, blocks: list[ContentBlock]) -> None:
-        message = OutgoingMessage(blocks=blocks, app_authored=True)
-        self.messages.append(message)
+        self.messages.append(message := OutgoingMessage(blocks=blocks, app_authored=True))
         scan.turns.append(renderer.turn(message))
 
     # -- the pipeline, bound to this conversation's registry ----------------------------------

@@ -29,6 +29,11 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+# the memo slots: derived from the message, so writing one is no change to it
+_MEMOS = frozenset({"_snapshot", "_turn"})
+_UNSET = object()
+
+
 class StoredBlocks(list[ContentBlock]):
     """Blocks decoded from a stored record: the decoder already proved them storable (typed
     fields, no lone surrogate, values within the nesting cap), so a message given them
@@ -192,15 +197,21 @@ class Message:
             init(self, name, value)
 
     def __setattr__(self, name: str, value: object) -> None:
-        # any change forgets the memoized snapshot (see snapshots.MessageSnapshot.of); the
-        # block list reports its own in-place changes
+        # a change forgets the memoized snapshot and turn (see snapshots.MessageSnapshot.of
+        # and _render.py); re-setting the very value a field holds changes nothing, so it
+        # keeps them. The block list reports its own in-place changes.
         if name == "blocks":
             value = _Blocks(self, value, checked=type(value) is StoredBlocks)  # type: ignore[arg-type]
-        elif name in _FIELD_TYPES:
-            self._check_field(name, value)
+        elif name in _MEMOS:
+            object.__setattr__(self, name, value)
+            return
+        else:
+            if name in _FIELD_TYPES:
+                self._check_field(name, value)
+            if getattr(self, name, _UNSET) is value:
+                return
         object.__setattr__(self, name, value)
-        if name not in ("_snapshot", "_turn"):
-            self._forget()
+        self._forget()
 
     def _check_field(self, name: str, value: object) -> None:
         """Refuse a role or flag the stored form could not read back (``1`` for a bool
@@ -266,6 +277,7 @@ class OutgoingMessage(Message):
     """A message to the model (the user channel), optionally with a response handler."""
 
     __slots__ = ("response_handler",)
+    response_handler: ResponseHandler | None
 
     def __init__(
         self,
@@ -277,13 +289,14 @@ class OutgoingMessage(Message):
         **flags: Any,
     ) -> None:
         super().__init__(role, content, blocks, **flags)
-        self.response_handler = response_handler
+        object.__setattr__(self, "response_handler", response_handler)  # nothing to forget
 
 
 class IncomingMessage(Message):
     """A message from the model (the assistant channel)."""
 
     __slots__ = ("response_handler",)
+    response_handler: ResponseHandler | None
 
     def __init__(
         self,
@@ -295,7 +308,7 @@ class IncomingMessage(Message):
         **flags: Any,
     ) -> None:
         super().__init__(role, content, blocks, **flags)
-        self.response_handler = response_handler
+        object.__setattr__(self, "response_handler", response_handler)  # nothing to forget
 
     def is_dehydrated(self) -> bool:
         """True for a restored message that has no handler to read its answer yet."""

@@ -94,7 +94,7 @@ class MessageSnapshot(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
         if memo is not None:
             return memo  # type: ignore[no-any-return]  # only this method sets it
         snapshot = cls._build(m)
-        m._snapshot = snapshot
+        object.__setattr__(m, "_snapshot", snapshot)  # a memo, no change: nothing to forget
         return snapshot
 
     @classmethod
@@ -122,7 +122,7 @@ class MessageSnapshot(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
         reviving changed no block (a typed PojoBlock does not equal its stored dict)."""
         message = self._message(handler)
         if all(a is b for a, b in zip(message.blocks, self.blocks, strict=True)):
-            message._snapshot = self
+            object.__setattr__(message, "_snapshot", self)
         return message
 
     def _message(self, handler: ResponseHandler | None) -> Message:

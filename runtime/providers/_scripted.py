@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from itertools import repeat
+from operator import attrgetter, is_
 from typing import Any
 
 import msgspec
 
-from parlour.runtime._prepared import PreparedConversation
+from parlour.runtime._prepared import PreparedConversation, of_kind
 from parlour.runtime._roles import Depth, OutputSize, TurnRole
 from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from parlour.runtime.models._budget import OutputDeclaration
@@ -103,7 +105,7 @@ class ScriptedClient(LLMClient):
             text = f"The tools answered: {said}."
             return _response([TextBlock(text=text)], prepared, model_id)
         text = " ".join(b.text for b in last.blocks if isinstance(b, TextBlock)).strip()
-        turn = sum(1 for t in prepared.turns if t.role is TurnRole.ASSISTANT) + 1
+        turn = _answered(prepared) + 1
         for tool in prepared.all_tool_definitions():
             if tool.name in text:
                 call = ToolUseBlock(id=f"toolu_{turn:04d}_1", name=tool.name, input_json="{}")
@@ -131,7 +133,7 @@ def scripted_tool_calls(
                 f"A scripted reply calls {', '.join(unknown)}, which the conversation never "
                 f"announced (it has: {', '.join(sorted(announced)) or 'no tools'})."
             )
-        turn = sum(1 for t in prepared.turns if t.role is TurnRole.ASSISTANT) + 1
+        turn = _answered(prepared) + 1
         blocks: list[ContentBlock] = [TextBlock(text=text)] if text else []
         blocks += [
             ToolUseBlock(id=f"toolu_{turn:04d}_{n}", name=name, input_json=json.dumps(arguments))
@@ -140,6 +142,14 @@ def scripted_tool_calls(
         return _response(blocks, prepared, SCRIPTED_SPEC.id, StopReason.TOOL_USE)
 
     return reply
+
+
+def _answered(prepared: PreparedConversation) -> int:
+    """How many assistant turns ``prepared`` holds (counted at C speed)."""
+    return sum(map(is_, map(_ROLE, prepared.turns), repeat(TurnRole.ASSISTANT)))
+
+
+_ROLE, _TEXT = attrgetter("role"), attrgetter("text")
 
 
 def _renamed(spec: ModelSpec, model_id: str) -> ModelSpec:
@@ -153,9 +163,8 @@ def _response(
     stop: StopReason = StopReason.END_TURN,
 ) -> LLMResponse:
     # a rough usage figure (about four characters a token), cheap on a long conversation
-    chars_in = len(prepared.system_text) + sum(
-        len(b.text) for t in prepared.turns for b in t.blocks if isinstance(b, TextBlock)
-    )
+    texts = map(_TEXT, of_kind(prepared.all_blocks(), TextBlock))
+    chars_in = len(prepared.system_text) + sum(map(len, texts))
     tokens_out = sum(len(b.text) for b in blocks if isinstance(b, TextBlock)) // 4
     return LLMResponse(
         model_id=model_id,
