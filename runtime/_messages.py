@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Iterable
 from typing import Any, Self, SupportsIndex
@@ -32,6 +33,21 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
 # the memo slots: derived from the message, so writing one is no change to it
 _MEMOS = frozenset({"_snapshot", "_turn"})
 _UNSET = object()
+
+# Every change to a message after its construction takes the next stamp and stores it in
+# _last_change. A stamp is stored once (the counter is atomic under the GIL, the store is
+# one item assignment), so _last_change never again holds a stamp read before a change.
+_CHANGES = itertools.count(1)
+_last_change = [0]
+
+
+def last_change() -> int:
+    """The stamp of the latest change to any message (construction and memos are none).
+
+    Reading the same stamp again, on the thread that owns a conversation, proves that no
+    message changed in between (see ``_settled.py``). Thread-safe.
+    """
+    return _last_change[0]
 
 
 class StoredBlocks(list[ContentBlock]):
@@ -234,9 +250,11 @@ class Message:
         check_text(content, where)
 
     def _forget(self) -> None:
-        """Drop what was derived from this message (its snapshot and its turn)."""
+        """Drop what was derived from this message (its snapshot and its turn), and move
+        the change stamp."""
         object.__setattr__(self, "_snapshot", None)
         object.__setattr__(self, "_turn", None)
+        _last_change[0] = next(_CHANGES)
 
     @property
     def raw_content(self) -> str:
@@ -329,6 +347,14 @@ class IncomingMessage(Message):
                 "call rehydrate(handler) first."
             )
         return self.response_handler.parse(self.raw_content)
+
+
+def title_of(messages: Iterable[Message], untitled: str) -> str:
+    """The first utterance, cut at 50 characters, or ``untitled``."""
+    utterance = first_user_utterance(messages)
+    if utterance is None:
+        return untitled
+    return utterance if len(utterance) <= 50 else utterance[:50] + "..."
 
 
 def first_user_utterance(messages: Iterable[Message]) -> str | None:

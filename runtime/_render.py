@@ -20,9 +20,10 @@ from operator import attrgetter, not_
 
 import msgspec
 
-from parlour.runtime._messages import Message, OutgoingMessage
+from parlour.runtime._messages import Message, OutgoingMessage, last_change
 from parlour.runtime._prepared import Turn
 from parlour.runtime._roles import TurnRole
+from parlour.runtime._settled import Settled
 from parlour.runtime.artifacts._registry import ArtifactRegistry
 from parlour.runtime.artifacts._serializer import write_summarized_with_refs
 from parlour.runtime.artifacts._summarizers import Summarizer
@@ -88,24 +89,33 @@ class Renderer:
         self._instructions: dict[int, TextBlock | None] = {}
         self.scan = Scan()
 
-    def walk(self, messages: Sequence[Message]) -> Scan:
+    def walk(self, messages: list[Message], settled: Settled[Turn | None] | None = None) -> Scan:
         """Map each message to a turn, in order, and note what reconciliation needs (the
         framework companions only when asked: ``note_companions``).
 
-        The memoized turns are gathered at C speed; a memoized turn adds nothing to the
-        scan (no definition, no pipeline, no instructions), so only the messages without
-        one (new, changed, or depending on more than themselves) take the full path, in
-        message order. A render of a long conversation costs a pointer read per settled
-        message.
+        A memoized turn adds nothing to the scan (no definition, no pipeline, no
+        instructions), so only the messages without one (new, changed, or depending on
+        more than themselves) take the full path, in message order. With ``settled`` (the
+        conversation's, kept from its previous render) the memos of the settled messages
+        are not even read again, so a render costs the same however long the history.
 
         Raises:
             UncorrectableLLMError: a message's role is not user or assistant.
         """
-        turns = list(map(_MEMO, messages))
-        if not all(turns):
-            fresh = self._fresh_turn
-            for at in compress(range(len(turns)), map(not_, turns)):
-                turns[at] = fresh(messages[at])
+        stamp = last_change()
+        settled = Settled() if settled is None else settled
+        known = settled.settled(messages, stamp)
+        tail = list(map(_MEMO, messages[known:]))
+        gaps = settled.gaps if known else []  # the settled turns that are not pure
+        gaps = gaps + [known + at for at in compress(range(len(tail)), map(not_, tail))]
+        turns = settled.values[:known] + tail
+        for at in gaps:  # ascending: the order in which the scan notes what it meets
+            turns[at] = self._fresh_turn(messages[at])
+        impure = [at for at in gaps if messages[at]._turn is None]
+        kept = list(turns)
+        for at in impure:
+            kept[at] = None
+        settled.keep(messages, kept, stamp, impure)
         self.scan.turns = turns
         return self.scan
 

@@ -7,6 +7,8 @@ re-setting the value a field already holds).
 
 from __future__ import annotations
 
+import threading
+
 import msgspec
 import pytest
 from hypothesis import given, settings
@@ -21,6 +23,7 @@ from parlour.runtime import (
     OutgoingMessage,
     ThinkingResponseHandler,
 )
+from parlour.runtime._messages import last_change
 from parlour.runtime._render import Renderer
 from parlour.runtime.blocks import ContentBlock, PojoBlock, TextBlock, ToolDefinitionBlock
 from parlour.runtime.snapshots import MessageSnapshot
@@ -170,3 +173,106 @@ def test_property_a_walk_builds_only_what_has_no_memo_in_message_order(
     assert list(again.announced) == list(first.announced)
     settled = [m for m in messages if m._turn is not None]
     assert all(t is m._turn for t, m in zip(again.turns, messages, strict=True) if m in settled)
+
+
+# -- settled messages: what a render and a save keep for the next one -------------------------
+
+
+def test_a_change_to_a_settled_message_reaches_the_next_render_and_save() -> None:
+    c = ConversationContext("settled-1")
+    for text in ("one", "two", "three"):
+        c.add_user_message(text)
+        c.add_message(IncomingMessage(text.upper()))
+        c.to_snapshot(), c.prepare_messages_for_llm(GenericContentFormatter())
+    c.messages[0].blocks.append(TextBlock(text="and more"))
+    c.messages[3].cache = True
+    saved = c.to_snapshot().messages
+    turns = c.prepare_messages_for_llm(GenericContentFormatter()).turns
+    assert [b.text for b in saved[0].blocks] == ["one", "and more"]  # type: ignore[union-attr]
+    assert turns[0].blocks == saved[0].blocks and turns[3].cache and saved[3].cache
+
+
+def test_a_shortened_or_replaced_message_list_is_read_afresh() -> None:
+    c = ConversationContext("settled-2")
+    for text in ("one", "two", "three"):
+        c.add_user_message(text)
+    c.to_snapshot(), c.prepare_messages_for_llm(GenericContentFormatter())
+    del c.messages[0]
+    assert [m.raw_content for m in c.to_snapshot().messages] == ["two", "three"]
+    c.messages = [OutgoingMessage("four", [TextBlock(text="four")]), *c.messages]
+    turns = c.prepare_messages_for_llm(GenericContentFormatter()).turns
+    assert [t.blocks[0].text for t in turns] == ["four", "two", "three"]  # type: ignore[union-attr]
+
+
+def test_every_change_takes_a_stamp_no_reader_saw_before_it_even_across_threads() -> None:
+    workers, rounds = 4, 500
+    start = threading.Barrier(workers + 1)
+
+    def churn() -> None:
+        m = OutgoingMessage("x", [TextBlock(text="x")])
+        start.wait()
+        for i in range(rounds):
+            m.cache = bool(i % 2)
+
+    threads = [threading.Thread(target=churn) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    mine = OutgoingMessage("y", [TextBlock(text="y")])
+    start.wait()
+    stale = []
+    for _ in range(rounds):
+        before = last_change()
+        mine.cache = not mine.cache
+        stale.append(last_change() == before)
+    for t in threads:
+        t.join()
+    assert not any(stale)
+
+
+SETTLED_BLOCKS = st.lists(BLOCKS.filter(lambda b: not isinstance(b, PojoBlock)), max_size=2)
+
+
+class SettledMachine(RuleBasedStateMachine):
+    """Any changes to a conversation's messages and list between renders and saves: each
+    save and render equals one that keeps nothing from before."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = ConversationContext("settled-m")
+
+    @rule(blocks=SETTLED_BLOCKS, asks=st.booleans(), incoming=st.booleans())
+    def add(self, blocks: list[ContentBlock], asks: bool, incoming: bool) -> None:
+        handler = HANDLER if asks else None
+        kind = IncomingMessage if incoming else OutgoingMessage
+        self.c.add_message(kind("said", blocks, response_handler=handler))
+
+    @rule(at=st.integers(0, 9), block=BLOCKS, flag=FLAGS, value=st.booleans())
+    def change(self, at: int, block: ContentBlock, flag: str, value: bool) -> None:
+        if self.c.messages:
+            m = self.c.messages[at % len(self.c.messages)]
+            m.blocks.append(block)
+            setattr(m, flag, value)
+
+    @rule(at=st.integers(0, 9))
+    def drop(self, at: int) -> None:
+        if self.c.messages:
+            del self.c.messages[at % len(self.c.messages)]
+
+    @rule()
+    def replace_list(self) -> None:
+        self.c.messages = list(reversed(self.c.messages))
+
+    @invariant()
+    def a_save_keeps_nothing_stale(self) -> None:
+        saved = self.c.to_snapshot().messages
+        assert saved == [MessageSnapshot._build(m) for m in self.c.messages]
+
+    @invariant()
+    def a_render_keeps_nothing_stale(self) -> None:
+        turns = self.c.prepare_messages_for_llm(GenericContentFormatter()).turns
+        fresh = Renderer(self.c._to_llm_block, native_tools=False, thinking_active=False)
+        assert turns == [fresh._fresh_turn(m) for m in self.c.messages]
+
+
+TestSettledMachine = SettledMachine.TestCase
+TestSettledMachine.settings = settings(max_examples=60, stateful_step_count=15, deadline=None)
