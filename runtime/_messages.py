@@ -198,19 +198,21 @@ class Message:
             self._check_field("role", role)
         init(self, "role", role)
         init(self, "blocks", _Blocks(self, blocks, checked=type(blocks) is StoredBlocks))
-        if content is not None:
+        if content is not None and (type(content) is not str or not content.isascii()):
             self._check_content(content)
         init(self, "_raw_content", content)  # set here only
-        flags = {
-            "compactable": compactable,
-            "app_authored": app_authored,
-            "cache": cache,
-            "requested_output_tokens": requested_output_tokens,
-        }
-        for name, value in flags.items():
-            if type(value) not in _FIELD_TYPES[name]:
-                self._check_field(name, value)
-            init(self, name, value)
+        if type(compactable) is not bool:
+            self._check_field("compactable", compactable)
+        if type(app_authored) is not bool:
+            self._check_field("app_authored", app_authored)
+        if type(cache) is not bool:
+            self._check_field("cache", cache)
+        if requested_output_tokens is not None and type(requested_output_tokens) is not int:
+            self._check_field("requested_output_tokens", requested_output_tokens)
+        init(self, "compactable", compactable)
+        init(self, "app_authored", app_authored)
+        init(self, "cache", cache)
+        init(self, "requested_output_tokens", requested_output_tokens)
 
     def __setattr__(self, name: str, value: object) -> None:
         # a change forgets the memoized snapshot and turn (see snapshots.MessageSnapshot.of
