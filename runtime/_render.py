@@ -105,17 +105,16 @@ class Renderer:
         stamp = last_change()
         settled = Settled() if settled is None else settled
         known = settled.settled(messages, stamp)
+        kept = settled.values[:known]  # a memo per settled message, None for an impure one
+        impure = settled.gaps if known else []  # still impure: nothing of them changed
         tail = list(map(_MEMO, messages[known:]))
-        gaps = settled.gaps if known else []  # the settled turns that are not pure
-        gaps = gaps + [known + at for at in compress(range(len(tail)), map(not_, tail))]
-        turns = settled.values[:known] + tail
-        for at in gaps:  # ascending: the order in which the scan notes what it meets
+        new = [known + at for at in compress(range(len(tail)), map(not_, tail))]
+        turns = kept + tail
+        for at in impure + new:  # ascending: the order in which the scan notes them
             turns[at] = self._fresh_turn(messages[at])
-        impure = [at for at in gaps if messages[at]._turn is None]
-        kept = list(turns)
-        for at in impure:
-            kept[at] = None
-        settled.keep(messages, kept, stamp, impure)
+        if known < len(messages) or not known:
+            impure = impure + [at for at in new if messages[at]._turn is None]
+            settled.keep(messages, kept + list(map(_MEMO, messages[known:])), stamp, impure)
         self.scan.turns = turns
         return self.scan
 
