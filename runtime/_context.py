@@ -23,6 +23,7 @@ from parlour.runtime._messages import (
     OutgoingMessage,
     carried_inputs,
     first_user_utterance,
+    title_of,
 )
 from parlour.runtime._objective import ObjectiveMap
 from parlour.runtime._palette import DeclaredTool, Palette
@@ -30,6 +31,7 @@ from parlour.runtime._prepared import PreparedConversation, Turn
 from parlour.runtime._reconcile import companions_to_find, reconcile_head, stream_additions
 from parlour.runtime._render import Renderer, Scan, render_slot, to_llm_block
 from parlour.runtime._roles import Depth, Grade, Input, OutputSize, TurnRole
+from parlour.runtime._settled import Settled
 from parlour.runtime.artifacts._registry import ArtifactRegistry
 from parlour.runtime.artifacts._serializer import build_registry_section
 from parlour.runtime.artifacts._summarizers import Summarizer, TruncatingSummarizer
@@ -98,6 +100,8 @@ class ConversationContext:
         self.summarizer: Summarizer = TruncatingSummarizer()
         self._objective = ObjectiveMap(self._render_slot)
         self._palette = Palette()
+        self._settled_turns: Settled[Turn | None] = Settled()
+        self._settled_snapshots: Settled[snapshots.MessageSnapshot] = Settled()
 
     @property
     def stored(self) -> bool:
@@ -166,8 +170,7 @@ class ConversationContext:
         Raises:
             ValueError: ``text`` holds a lone surrogate (the message names where).
         """
-        message = OutgoingMessage(text, [TextBlock(text=text)], **flags)
-        self.messages.append(message)
+        self.messages.append(message := OutgoingMessage(text, [TextBlock(text=text)], **flags))
         return message
 
     def first_user_utterance(self) -> str | None:
@@ -177,14 +180,10 @@ class ConversationContext:
     @property
     def title(self) -> str:
         """The first utterance, cut at 50 characters, or "Untitled Conversation"."""
-        utterance = self.first_user_utterance()
-        if utterance is None:
-            return UNTITLED
-        return utterance if len(utterance) <= 50 else utterance[:50] + "..."
+        return title_of(self.messages, UNTITLED)
 
     def carried_inputs(self) -> set[Input]:
-        """The inputs beyond text the outgoing messages carry anywhere in the history: an
-        image as ``Input.IMAGES``, a file as ``Input.DOCUMENTS``."""
+        """What outgoing messages carry anywhere: ``Input.IMAGES``, ``Input.DOCUMENTS``."""
         return carried_inputs(self.messages)
 
     # -- skills -----------------------------------------------------------------------------
@@ -265,9 +264,11 @@ class ConversationContext:
         # to_llm_block is the pipeline seam: every block of every turn goes through it
         head = self._objective
         renderer = Renderer(self._to_llm_block, native, thinking_active, companions_to_find(head))
-        scan = renderer.walk(self.messages)
+        scan = renderer.walk(self.messages, self._settled_turns)
         pending = self._palette.pending(head.head_tools(), scan.announced)
         if head.frozen:
+            if scan.uses_notation or pending:  # only then may a companion be missing
+                renderer.note_companions(self.messages)
             for blocks in stream_additions(head, scan, pending):
                 self._append(scan, renderer, blocks)
         else:
@@ -287,8 +288,7 @@ class ConversationContext:
         )
 
     def _append(self, scan: Scan, renderer: Renderer, blocks: list[ContentBlock]) -> None:
-        message = OutgoingMessage(blocks=blocks, app_authored=True)
-        self.messages.append(message)
+        self.messages.append(message := OutgoingMessage(blocks=blocks, app_authored=True))
         scan.turns.append(renderer.turn(message))
 
     # -- the pipeline, bound to this conversation's registry ----------------------------------

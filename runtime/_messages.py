@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Iterable
 from typing import Any, Self, SupportsIndex
@@ -27,6 +28,26 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "cache": (bool,),
     "requested_output_tokens": (int, type(None)),
 }
+
+
+# the memo slots: derived from the message, so writing one is no change to it
+_MEMOS = frozenset({"_snapshot", "_turn"})
+_UNSET = object()
+
+# Every change to a message after its construction takes the next stamp and stores it in
+# _last_change. A stamp is stored once (the counter is atomic under the GIL, the store is
+# one item assignment), so _last_change never again holds a stamp read before a change.
+_CHANGES = itertools.count(1)
+_last_change = [0]
+
+
+def last_change() -> int:
+    """The stamp of the latest change to any message (construction and memos are none).
+
+    Reading the same stamp again, on the thread that owns a conversation, proves that no
+    message changed in between (see ``_settled.py``). Thread-safe.
+    """
+    return _last_change[0]
 
 
 class StoredBlocks(list[ContentBlock]):
@@ -177,30 +198,38 @@ class Message:
             self._check_field("role", role)
         init(self, "role", role)
         init(self, "blocks", _Blocks(self, blocks, checked=type(blocks) is StoredBlocks))
-        if content is not None:
+        if content is not None and (type(content) is not str or not content.isascii()):
             self._check_content(content)
         init(self, "_raw_content", content)  # set here only
-        flags = {
-            "compactable": compactable,
-            "app_authored": app_authored,
-            "cache": cache,
-            "requested_output_tokens": requested_output_tokens,
-        }
-        for name, value in flags.items():
-            if type(value) not in _FIELD_TYPES[name]:
-                self._check_field(name, value)
-            init(self, name, value)
+        if type(compactable) is not bool:
+            self._check_field("compactable", compactable)
+        if type(app_authored) is not bool:
+            self._check_field("app_authored", app_authored)
+        if type(cache) is not bool:
+            self._check_field("cache", cache)
+        if requested_output_tokens is not None and type(requested_output_tokens) is not int:
+            self._check_field("requested_output_tokens", requested_output_tokens)
+        init(self, "compactable", compactable)
+        init(self, "app_authored", app_authored)
+        init(self, "cache", cache)
+        init(self, "requested_output_tokens", requested_output_tokens)
 
     def __setattr__(self, name: str, value: object) -> None:
-        # any change forgets the memoized snapshot (see snapshots.MessageSnapshot.of); the
-        # block list reports its own in-place changes
+        # a change forgets the memoized snapshot and turn (see snapshots.MessageSnapshot.of
+        # and _render.py); re-setting the very value a field holds changes nothing, so it
+        # keeps them. The block list reports its own in-place changes.
         if name == "blocks":
             value = _Blocks(self, value, checked=type(value) is StoredBlocks)  # type: ignore[arg-type]
-        elif name in _FIELD_TYPES:
-            self._check_field(name, value)
+        elif name in _MEMOS:
+            object.__setattr__(self, name, value)
+            return
+        else:
+            if name in _FIELD_TYPES:
+                self._check_field(name, value)
+            if getattr(self, name, _UNSET) is value:
+                return
         object.__setattr__(self, name, value)
-        if name not in ("_snapshot", "_turn"):
-            self._forget()
+        self._forget()
 
     def _check_field(self, name: str, value: object) -> None:
         """Refuse a role or flag the stored form could not read back (``1`` for a bool
@@ -223,9 +252,11 @@ class Message:
         check_text(content, where)
 
     def _forget(self) -> None:
-        """Drop what was derived from this message (its snapshot and its turn)."""
+        """Drop what was derived from this message (its snapshot and its turn), and move
+        the change stamp."""
         object.__setattr__(self, "_snapshot", None)
         object.__setattr__(self, "_turn", None)
+        _last_change[0] = next(_CHANGES)
 
     @property
     def raw_content(self) -> str:
@@ -266,6 +297,7 @@ class OutgoingMessage(Message):
     """A message to the model (the user channel), optionally with a response handler."""
 
     __slots__ = ("response_handler",)
+    response_handler: ResponseHandler | None
 
     def __init__(
         self,
@@ -277,13 +309,14 @@ class OutgoingMessage(Message):
         **flags: Any,
     ) -> None:
         super().__init__(role, content, blocks, **flags)
-        self.response_handler = response_handler
+        object.__setattr__(self, "response_handler", response_handler)  # nothing to forget
 
 
 class IncomingMessage(Message):
     """A message from the model (the assistant channel)."""
 
     __slots__ = ("response_handler",)
+    response_handler: ResponseHandler | None
 
     def __init__(
         self,
@@ -295,7 +328,7 @@ class IncomingMessage(Message):
         **flags: Any,
     ) -> None:
         super().__init__(role, content, blocks, **flags)
-        self.response_handler = response_handler
+        object.__setattr__(self, "response_handler", response_handler)  # nothing to forget
 
     def is_dehydrated(self) -> bool:
         """True for a restored message that has no handler to read its answer yet."""
@@ -316,6 +349,14 @@ class IncomingMessage(Message):
                 "call rehydrate(handler) first."
             )
         return self.response_handler.parse(self.raw_content)
+
+
+def title_of(messages: Iterable[Message], untitled: str) -> str:
+    """The first utterance, cut at 50 characters, or ``untitled``."""
+    utterance = first_user_utterance(messages)
+    if utterance is None:
+        return untitled
+    return utterance if len(utterance) <= 50 else utterance[:50] + "..."
 
 
 def first_user_utterance(messages: Iterable[Message]) -> str | None:

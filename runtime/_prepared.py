@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from itertools import chain, compress
+from operator import attrgetter
+from typing import TypeVar
+
 import msgspec
 
 from parlour.runtime._roles import TurnRole
 from parlour.runtime.blocks import ContentBlock, SkillBlock, ToolDefinitionBlock
+
+_B = TypeVar("_B")
 
 
 class Turn(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,8 +46,26 @@ class PreparedConversation(msgspec.Struct, frozen=True, kw_only=True):
         A later announcement of the same name wins.
         """
         by_name = {d.name: d for d in self.tool_definitions}
-        for turn in self.turns:
-            for block in turn.blocks:
-                if isinstance(block, ToolDefinitionBlock):
-                    by_name[block.name] = block
+        for block in of_kind(self.all_blocks(), ToolDefinitionBlock):
+            by_name[block.name] = block
         return list(by_name.values())
+
+    def all_blocks(self) -> list[ContentBlock]:
+        """Every block of every turn, in order (a fresh list, gathered at C speed)."""
+        return list(chain.from_iterable(map(_BLOCKS, self.turns)))
+
+
+def of_kind(blocks: list[ContentBlock], kind: type[_B]) -> Iterator[_B]:
+    """The blocks that are instances of ``kind``, in order.
+
+    Each block's class is looked up once at C speed and ``isinstance`` asked only of the
+    few distinct classes, so a long conversation costs no Python step per block.
+    """
+    classes = list(map(type, blocks))
+    wanted = {cls for cls in set(classes) if issubclass(cls, kind)}
+    if not wanted:
+        return iter(())
+    return compress(blocks, map(wanted.__contains__, classes))  # type: ignore[arg-type]
+
+
+_BLOCKS = attrgetter("blocks")

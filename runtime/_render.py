@@ -14,13 +14,16 @@ many renders came before it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from itertools import compress
+from operator import attrgetter, not_
 
 import msgspec
 
-from parlour.runtime._messages import Message, OutgoingMessage
+from parlour.runtime._messages import Message, OutgoingMessage, last_change
 from parlour.runtime._prepared import Turn
 from parlour.runtime._roles import TurnRole
+from parlour.runtime._settled import Settled
 from parlour.runtime.artifacts._registry import ArtifactRegistry
 from parlour.runtime.artifacts._serializer import write_summarized_with_refs
 from parlour.runtime.artifacts._summarizers import Summarizer
@@ -41,6 +44,7 @@ _ROLES = {"user": TurnRole.USER, "assistant": TurnRole.ASSISTANT}
 # the block kinds a render must look at; a message holding none of them is copied as it is
 _NOTABLE = frozenset({PojoBlock, ToolDefinitionBlock})
 _json = msgspec.json.Encoder()
+_MEMO = attrgetter("_turn")  # a message's memoized Turn, or None
 
 
 class Scan:
@@ -85,26 +89,50 @@ class Renderer:
         self._instructions: dict[int, TextBlock | None] = {}
         self.scan = Scan()
 
-    def walk(self, messages: Iterable[Message]) -> Scan:
-        """Map each message to a turn, in order, and note what reconciliation needs.
+    def walk(self, messages: list[Message], settled: Settled[Turn | None] | None = None) -> Scan:
+        """Map each message to a turn, in order, and note what reconciliation needs (the
+        framework companions only when asked: ``note_companions``).
+
+        A memoized turn adds nothing to the scan (no definition, no pipeline, no
+        instructions), so only the messages without one (new, changed, or depending on
+        more than themselves) take the full path, in message order. With ``settled`` (the
+        conversation's, kept from its previous render) the memos of the settled messages
+        are not even read again, so a render costs the same however long the history.
 
         Raises:
             UncorrectableLLMError: a message's role is not user or assistant.
         """
-        append, turn = self.scan.turns.append, self.turn
-        for message in messages:
-            append(turn(message))
+        stamp = last_change()
+        settled = Settled() if settled is None else settled
+        known = settled.settled(messages, stamp)
+        kept = settled.values[:known]  # a memo per settled message, None for an impure one
+        impure = settled.gaps if known else []  # still impure: nothing of them changed
+        tail = list(map(_MEMO, messages[known:]))
+        new = [known + at for at in compress(range(len(tail)), map(not_, tail))]
+        turns = kept + tail
+        for at in impure + new:  # ascending: the order in which the scan notes them
+            turns[at] = self._fresh_turn(messages[at])
+        if known < len(messages) or not known:
+            impure = impure + [at for at in new if messages[at]._turn is None]
+            settled.keep(messages, kept + list(map(_MEMO, messages[known:])), stamp, impure)
+        self.scan.turns = turns
         return self.scan
+
+    def note_companions(self, messages: Sequence[Message]) -> None:
+        """Note which framework companions the app-authored outgoing messages already say,
+        in the turns ``walk`` built for ``messages`` (reconciliation asks only when it may
+        have a companion to add)."""
+        if not self._companions:
+            return
+        for message, turn in zip(messages, self.scan.turns, strict=True):
+            if message.app_authored and isinstance(message, OutgoingMessage):
+                self._note_companions(turn.blocks)
 
     def turn(self, message: Message) -> Turn:
         """The turn of one message; the message itself is never modified (a turn that
         depends on nothing but the message is memoized on it until it changes)."""
         memo: Turn | None = message._turn
-        if memo is None:
-            return self._fresh_turn(message)
-        if self._companions and message.app_authored and isinstance(message, OutgoingMessage):
-            self._note_companions(memo.blocks)
-        return memo
+        return self._fresh_turn(message) if memo is None else memo
 
     def _fresh_turn(self, message: Message) -> Turn:
         role = _ROLES.get(message.role) or TurnRole.of(message.role)
@@ -118,15 +146,12 @@ class Renderer:
         else:
             out = self._convert(message)
             pure = False
-        if isinstance(message, OutgoingMessage):
-            if message.response_handler is not None:
-                self._add_instructions(message, out)
-                pure = False
-            if self._companions and message.app_authored:
-                self._note_companions(out)
+        if isinstance(message, OutgoingMessage) and message.response_handler is not None:
+            self._add_instructions(message, out)
+            pure = False
         turn = Turn(role=role, blocks=out, cache=message.cache)
         if pure:
-            message._turn = turn
+            object.__setattr__(message, "_turn", turn)  # a memo, no change: nothing to forget
         return turn
 
     def _convert(self, message: Message) -> list[ContentBlock]:

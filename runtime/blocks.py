@@ -223,6 +223,9 @@ def plainly_storable(block: object) -> bool:
     """True when ``block`` is a content block whose text is all ASCII and whose other fields
     have their declared types: the common case, proven without building any message.
     False only means "look closer" (``check_block`` decides)."""
+    if type(block) is TextBlock:  # the most common block: one field, checked inline
+        text = block.text
+        return type(text) is str and text.isascii()
     fields = _FIELDS.get(type(block))
     if fields is None or type(block) is PojoBlock:
         return False

@@ -16,8 +16,15 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import msgspec
 
 from parlour.runtime._handlers import ResponseHandler
-from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage, StoredBlocks
+from parlour.runtime._messages import (
+    IncomingMessage,
+    Message,
+    OutgoingMessage,
+    StoredBlocks,
+    last_change,
+)
 from parlour.runtime._roles import Depth, Grade, OutputSize
+from parlour.runtime._settled import Settled
 from parlour.runtime._validation import MAX_NESTING, nesting_depth
 from parlour.runtime.artifacts._serializer import registry_entries, restore_registry
 from parlour.runtime.blocks import (
@@ -94,7 +101,7 @@ class MessageSnapshot(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
         if memo is not None:
             return memo  # type: ignore[no-any-return]  # only this method sets it
         snapshot = cls._build(m)
-        m._snapshot = snapshot
+        object.__setattr__(m, "_snapshot", snapshot)  # a memo, no change: nothing to forget
         return snapshot
 
     @classmethod
@@ -122,7 +129,7 @@ class MessageSnapshot(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
         reviving changed no block (a typed PojoBlock does not equal its stored dict)."""
         message = self._message(handler)
         if all(a is b for a, b in zip(message.blocks, self.blocks, strict=True)):
-            message._snapshot = self
+            object.__setattr__(message, "_snapshot", self)
         return message
 
     def _message(self, handler: ResponseHandler | None) -> Message:
@@ -187,8 +194,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
                 ObjectiveSlot(key=k, block=v) for k, v in context.get_main_objective().items()
             ],
             declared_tools=context.declared_tool_definitions(),
-            # memoized snapshots first: one attribute read per unchanged message
-            messages=[m._snapshot or MessageSnapshot.of(m) for m in context.messages],
+            messages=_message_snapshots(context.messages, context._settled_snapshots),
             grade=context.grade,
             depth=context.depth,
             output_declaration=context.output_declaration,
@@ -241,6 +247,19 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
             (f"tool:{b.name}" if isinstance(b, ToolDefinitionBlock) else f"objective-{i}", b)
             for i, b in enumerate(self.legacy_objective)
         ]
+
+
+def _message_snapshots(
+    messages: list[Message], settled: Settled[MessageSnapshot]
+) -> list[MessageSnapshot]:
+    """Each message's snapshot (a fresh list): the settled ones as the previous save kept
+    them, then the memoized snapshots of the rest (one attribute read per unchanged one)."""
+    stamp = last_change()
+    known = settled.settled(messages, stamp)
+    snapshots = settled.values[:known]
+    snapshots += [m._snapshot or MessageSnapshot.of(m) for m in messages[known:]]
+    settled.keep(messages, snapshots, stamp)
+    return list(snapshots)
 
 
 def _without_orphan_results(messages: list[MessageSnapshot]) -> list[MessageSnapshot]:

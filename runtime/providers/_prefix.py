@@ -10,50 +10,63 @@ is part of the system text, and a late tool is a new turn at the end, so the pre
 The previous call's last turn is not compared: response instructions ride it at render and
 leave it afterwards, by design.
 
-A slot keeps the rendered value itself rather than a hash of it: blocks are frozen and shared
-between renders, so comparing is mostly identity checks, and the check does not grow into
-re-encoding the whole conversation on every call.
+A record keeps the rendered values themselves rather than hashes of them: turns are
+memoized on their messages and shared between renders, so the check is one comparison of
+two lists of the same objects (identity first, at C speed) and does not grow into
+re-encoding the whole conversation on every call; only a prefix that did change is walked
+to name the slot.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import NamedTuple
 
 from loguru import logger
 
-from parlour.runtime._prepared import PreparedConversation
-
-# (kind, what names it, the rendered value): the name is spelled out only for a divergence
-Slot = tuple[str, object, object]
+from parlour.runtime._prepared import PreparedConversation, Turn
+from parlour.runtime.blocks import ToolDefinitionBlock
 
 
-def prefix_slots(prepared: PreparedConversation, native_tools: bool = False) -> list[Slot]:
-    """The slots of ``prepared``'s prefix, in wire order (see the module docstring)."""
-    slots: list[Slot] = []
-    if native_tools:
-        slots.append(("tools", None, prepared.all_tool_definitions()))
-    slots.append(("system", None, prepared.system_text))
-    slots += [("turn", turn.role, turn.blocks) for turn in prepared.turns]
-    return slots
+class Prefix(NamedTuple):
+    """One call's cacheable prefix: the tools array sent (None for a text dialect), the
+    system text, and the turns."""
+
+    tools: list[ToolDefinitionBlock] | None
+    system: str
+    turns: list[Turn]
+
+    @classmethod
+    def of(cls, prepared: PreparedConversation, native_tools: bool = False) -> Prefix:
+        tools = prepared.all_tool_definitions() if native_tools else None
+        return cls(tools, prepared.system_text, list(prepared.turns))  # a copy: it is kept
 
 
-def _name(slots: list[Slot], at: int) -> str:
-    kind, key, _ = slots[at]
-    if kind != "turn":
-        return kind
-    first_turn = next(i for i, slot in enumerate(slots) if slot[0] == "turn")
-    return f"turn {at - first_turn + 1} ({getattr(key, 'value', key)})"
-
-
-def first_divergence(previous: list[Slot], current: list[Slot]) -> str | None:
+def first_divergence(previous: Prefix, current: Prefix) -> str | None:
     """The name of the first slot of ``previous`` (its last turn excluded) that ``current``
-    does not repeat, or None when the prefix held."""
-    stable = len(previous) - 1 if previous and previous[-1][0] == "turn" else len(previous)
-    for at in range(stable):
+    does not repeat (``tools``, ``system``, ``turn N (role)``, a turn gone with
+    `` (dropped)``), or None when the prefix held."""
+    if previous.tools is not None and current.tools != previous.tools:
+        return "tools"
+    if previous.tools is None and current.tools is not None:
+        return "system"  # the slots no longer line up from the first one
+    if current.system != previous.system:
+        return "system"
+    stable = max(len(previous.turns) - 1, 0)
+    if previous.turns[:stable] == current.turns[:stable]:  # mostly the very same Turns
+        return None
+    return _diverged_turn(previous.turns[:stable], current.turns)
+
+
+def _diverged_turn(previous: list[Turn], current: list[Turn]) -> str | None:
+    """The first of ``previous`` that ``current`` does not repeat (its role and blocks: the
+    cache flag is no content), or None."""
+    for at, turn in enumerate(previous):
+        name = f"turn {at + 1} ({turn.role.value})"
         if at >= len(current):
-            return f"{_name(previous, at)} (dropped)"
-        if current[at] != previous[at]:
-            return _name(previous, at)
+            return f"{name} (dropped)"
+        if current[at].role is not turn.role or current[at].blocks != turn.blocks:
+            return name
     return None
 
 
@@ -67,7 +80,7 @@ class PrefixMonitor:
 
     def __init__(self, capacity: int = 4096) -> None:
         self._capacity = capacity
-        self._records: OrderedDict[str, list[Slot]] = OrderedDict()
+        self._records: OrderedDict[str, Prefix] = OrderedDict()
 
     def check(
         self,
@@ -80,7 +93,7 @@ class PrefixMonitor:
         (``tools``, ``system``, or ``turn N (role)``)."""
         if conversation_id is None:
             return None
-        current = prefix_slots(prepared, native_tools)
+        current = Prefix.of(prepared, native_tools)
         previous = self._records.pop(conversation_id, None)
         self._records[conversation_id] = current
         while len(self._records) > self._capacity:

@@ -8,15 +8,21 @@ budgets, truncation and refusals behave exactly as they do on the wire.
 from __future__ import annotations
 
 import json
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
 
-from parlour.runtime._prepared import PreparedConversation
+from parlour.runtime._prepared import PreparedConversation, Turn
 from parlour.runtime._roles import Depth, OutputSize, TurnRole
-from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from parlour.runtime.blocks import (
+    ContentBlock,
+    TextBlock,
+    ToolDefinitionBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from parlour.runtime.models._budget import OutputDeclaration
 from parlour.runtime.models._catalog_data import DEFAULT_SPECS
 from parlour.runtime.models._spec import ModelSpec
@@ -66,6 +72,7 @@ class ScriptedClient(LLMClient):
         super().__init__(spec, depth=depth, output_declaration=output_declaration)
         self._replies: deque[Reply] = deque(replies)
         self.requests = requests
+        self._tallies = _Tallies()
 
     def _send(self, request: WireRequest) -> LLMResponse:
         if self.requests is not None:
@@ -74,9 +81,10 @@ class ScriptedClient(LLMClient):
         try:
             reply = self._replies.popleft()
         except IndexError:
-            return self._default(prepared, request.spec.id)
+            return self._default(request)
         if isinstance(reply, str):
-            return _response([TextBlock(text=reply)], prepared, request.spec.id)
+            tally = self._tallies.of(request.conversation_id, prepared.turns)
+            return _response([TextBlock(text=reply)], prepared, tally, request.spec.id)
         if isinstance(reply, LLMResponse):
             return reply
         return reply(prepared)
@@ -93,24 +101,26 @@ class ScriptedClient(LLMClient):
                 yield word if at == 0 else " " + word
         yield response
 
-    def _default(self, prepared: PreparedConversation, model_id: str) -> LLMResponse:
+    def _default(self, request: WireRequest) -> LLMResponse:
+        prepared, model_id = request.prepared, request.spec.id
+        tally = self._tallies.of(request.conversation_id, prepared.turns)
         last = prepared.turns[-1] if prepared.turns else None
         if last is None or last.role is not TurnRole.USER:
-            return _response([TextBlock(text="How can I help?")], prepared, model_id)
+            return _response([TextBlock(text="How can I help?")], prepared, tally, model_id)
         results = [b for b in last.blocks if isinstance(b, ToolResultBlock)]
         if results:
             said = "; ".join(f"{r.tool_use_id} returned {r.content}" for r in results)
             text = f"The tools answered: {said}."
-            return _response([TextBlock(text=text)], prepared, model_id)
+            return _response([TextBlock(text=text)], prepared, tally, model_id)
         text = " ".join(b.text for b in last.blocks if isinstance(b, TextBlock)).strip()
-        turn = sum(1 for t in prepared.turns if t.role is TurnRole.ASSISTANT) + 1
-        for tool in prepared.all_tool_definitions():
+        turn = tally.answered + 1
+        for tool in tally.tools(prepared):
             if tool.name in text:
                 call = ToolUseBlock(id=f"toolu_{turn:04d}_1", name=tool.name, input_json="{}")
                 blocks: list[ContentBlock] = [TextBlock(text=f"Calling {tool.name}."), call]
-                return _response(blocks, prepared, model_id, StopReason.TOOL_USE)
+                return _response(blocks, prepared, tally, model_id, StopReason.TOOL_USE)
         answer = f"Answer {turn}: you said {text!r}."
-        return _response([TextBlock(text=answer)], prepared, model_id)
+        return _response([TextBlock(text=answer)], prepared, tally, model_id)
 
 
 def scripted_tool_calls(
@@ -131,15 +141,84 @@ def scripted_tool_calls(
                 f"A scripted reply calls {', '.join(unknown)}, which the conversation never "
                 f"announced (it has: {', '.join(sorted(announced)) or 'no tools'})."
             )
-        turn = sum(1 for t in prepared.turns if t.role is TurnRole.ASSISTANT) + 1
+        tally = _NONE.extended(prepared.turns)
+        turn = tally.answered + 1
         blocks: list[ContentBlock] = [TextBlock(text=text)] if text else []
         blocks += [
             ToolUseBlock(id=f"toolu_{turn:04d}_{n}", name=name, input_json=json.dumps(arguments))
             for n, (name, arguments) in enumerate(calls, start=1)
         ]
-        return _response(blocks, prepared, SCRIPTED_SPEC.id, StopReason.TOOL_USE)
+        return _response(blocks, prepared, tally, SCRIPTED_SPEC.id, StopReason.TOOL_USE)
 
     return reply
+
+
+class _Tally:
+    """What the default policy reads of a conversation's turns, counted once: the assistant
+    turns, the characters of text, and the tools announced in the stream (each at its first
+    place, with its last definition). Immutable once built: ``extended`` makes a new one."""
+
+    __slots__ = ("announced", "answered", "chars", "turns")
+
+    def __init__(
+        self,
+        turns: list[Turn],
+        answered: int,
+        chars: int,
+        announced: dict[str, ToolDefinitionBlock],
+    ) -> None:
+        self.turns, self.answered, self.chars, self.announced = turns, answered, chars, announced
+
+    def extended(self, turns: Sequence[Turn]) -> _Tally:
+        """This tally with ``turns`` counted after the ones it holds."""
+        answered, chars, announced = self.answered, self.chars, dict(self.announced)
+        for turn in turns:
+            answered += turn.role is TurnRole.ASSISTANT
+            for block in turn.blocks:
+                if isinstance(block, TextBlock):
+                    chars += len(block.text)
+                elif isinstance(block, ToolDefinitionBlock):
+                    announced[block.name] = block
+        return _Tally([*self.turns, *turns], answered, chars, announced)
+
+    def tools(self, prepared: PreparedConversation) -> list[ToolDefinitionBlock]:
+        """``prepared.all_tool_definitions()``: the head's palette, then the stream's."""
+        by_name = {d.name: d for d in prepared.tool_definitions}
+        by_name.update(self.announced)
+        return list(by_name.values())
+
+
+_NONE = _Tally([], 0, 0, {})
+
+
+class _Tallies:
+    """Per conversation, the tally of the previous call's settled turns (all but its last,
+    which may carry instructions or the registry section), bounded to the ``capacity``
+    most recent conversations. A call whose turns start with those counts only the rest,
+    so the default policy costs the same on the hundredth turn as on the first.
+
+    Thread-safety: as ``PrefixMonitor``: each conversation's record is written by its
+    owner only, and the map is touched by single dict operations.
+    """
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self._capacity = capacity
+        self._records: OrderedDict[str, _Tally] = OrderedDict()
+
+    def of(self, conversation_id: str | None, turns: list[Turn]) -> _Tally:
+        """The tally of ``turns``, counting again only what the previous call did not."""
+        if conversation_id is None:
+            return _NONE.extended(turns)
+        previous = self._records.pop(conversation_id, None)
+        settled = turns[:-1]
+        if previous is not None and previous.turns == settled[: len(previous.turns)]:
+            base = previous.extended(settled[len(previous.turns) :])  # same Turns: identity
+        else:
+            base = _NONE.extended(settled)
+        self._records[conversation_id] = base
+        while len(self._records) > self._capacity:
+            self._records.popitem(last=False)
+        return base.extended(turns[-1:])
 
 
 def _renamed(spec: ModelSpec, model_id: str) -> ModelSpec:
@@ -149,13 +228,12 @@ def _renamed(spec: ModelSpec, model_id: str) -> ModelSpec:
 def _response(
     blocks: list[ContentBlock],
     prepared: PreparedConversation,
+    tally: _Tally,
     model_id: str,
     stop: StopReason = StopReason.END_TURN,
 ) -> LLMResponse:
     # a rough usage figure (about four characters a token), cheap on a long conversation
-    chars_in = len(prepared.system_text) + sum(
-        len(b.text) for t in prepared.turns for b in t.blocks if isinstance(b, TextBlock)
-    )
+    chars_in = len(prepared.system_text) + tally.chars
     tokens_out = sum(len(b.text) for b in blocks if isinstance(b, TextBlock)) // 4
     return LLMResponse(
         model_id=model_id,

@@ -6,11 +6,22 @@ import json
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from loguru import logger
 
-from parlour.runtime import ConversationContext, Depth, LLMClient, LocalTokenCounter, TokenCounter
+from parlour.runtime import (
+    ConversationContext,
+    Depth,
+    LLMClient,
+    LocalTokenCounter,
+    TokenCounter,
+    Turn,
+    TurnRole,
+)
 from parlour.runtime.blocks import TextBlock, ToolDefinitionBlock
 from parlour.runtime.providers import AnthropicClient, BedrockClient, OpenAIClient
+from parlour.runtime.providers._prefix import Prefix, first_divergence
 from parlour.runtime.testing import (
     ConverseStreamMock,
     MockProvider,
@@ -138,3 +149,61 @@ def test_a_late_tool_on_a_text_dialect_keeps_the_prefix(warnings: list[str]) -> 
     client.stream(c).get_final_response()
     assert warnings == []
     assert "late: arrives after the freeze" in json.dumps(stream.bodies[-1]["messages"][-1])
+
+
+# -- the check against a slot-by-slot model ---------------------------------------------------
+
+_TEXTS = [TextBlock(text="a"), TextBlock(text="b")]
+_TURNS = [
+    Turn(role=TurnRole.USER, blocks=[_TEXTS[0]]),
+    Turn(role=TurnRole.ASSISTANT, blocks=[_TEXTS[1]]),
+    Turn(role=TurnRole.USER, blocks=[_TEXTS[1]]),
+    Turn(role=TurnRole.USER, blocks=[_TEXTS[0]], cache=True),  # the first, cached
+    Turn(role=TurnRole.USER, blocks=[TextBlock(text="a")]),  # the first again, a copy
+]
+_TOOLS = [
+    ToolDefinitionBlock(name="t", description="d"),
+    ToolDefinitionBlock(name="u", description="e"),
+]
+
+
+def _model_divergence(previous: Prefix, current: Prefix) -> str | None:
+    """The first differing slot of ``previous`` (its last turn excluded), slot by slot."""
+
+    def slots(p: Prefix) -> list[tuple[str, object]]:
+        head: list[tuple[str, object]] = [("tools", p.tools)] if p.tools is not None else []
+        head.append(("system", p.system))
+        turns = [
+            (f"turn {i + 1} ({t.role.value})", (t.role, t.blocks)) for i, t in enumerate(p.turns)
+        ]
+        return head + turns
+
+    before, now = slots(previous), slots(current)
+    stable = len(before) - 1 if previous.turns else len(before)
+    for at in range(stable):
+        if at >= len(now):
+            return f"{before[at][0]} (dropped)"
+        if now[at] != before[at]:
+            return before[at][0]
+    return None
+
+
+_PREFIXES = st.builds(
+    Prefix,
+    st.none() | st.lists(st.sampled_from(_TOOLS), max_size=2),
+    st.sampled_from(["", "Be kind."]),
+    st.lists(st.sampled_from(_TURNS), max_size=5),
+)
+
+
+@given(_PREFIXES, _PREFIXES)
+def test_property_the_check_names_the_first_slot_a_model_of_the_slots_names(
+    previous: Prefix, current: Prefix
+) -> None:
+    assert first_divergence(previous, current) == _model_divergence(previous, current)
+
+
+@given(_PREFIXES, st.lists(st.sampled_from(_TURNS), max_size=3))
+def test_property_a_prefix_that_only_grows_holds(previous: Prefix, added: list[Turn]) -> None:
+    grown = Prefix(previous.tools, previous.system, [*previous.turns, *added])
+    assert first_divergence(previous, grown) is None

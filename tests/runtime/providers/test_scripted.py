@@ -6,17 +6,22 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from parlour.runtime import (
     ConversationContext,
     Depth,
     OutgoingMessage,
     StopReason,
+    Turn,
+    TurnRole,
 )
 from parlour.runtime import blocks as b
-from parlour.runtime.blocks import ToolDefinitionBlock, ToolResultBlock, ToolUseBlock
+from parlour.runtime.blocks import ContentBlock, ToolDefinitionBlock, ToolResultBlock, ToolUseBlock
 from parlour.runtime.errors import UncorrectableLLMError
 from parlour.runtime.providers import AnthropicClient
+from parlour.runtime.providers._scripted import _Tallies, _Tally
 from parlour.runtime.testing import ScriptedClient, fake_spec, scripted_tool_calls
 
 SEARCH = ToolDefinitionBlock(name="search", description="Searches", schema_json="{}")
@@ -102,3 +107,47 @@ def test_the_scripted_client_calls_a_named_tool_then_reports_its_result() -> Non
     assert second.stop_reason is StopReason.END_TURN and "12:00" in second.text
     assert second.end_time is not None and second.start_time is not None
     assert ScriptedClient(["scripted answer"]).respond(c).text == "scripted answer"
+
+
+# -- the default policy's counts, kept per conversation ---------------------------------------
+
+_TEXTS = [b.TextBlock(text="hello"), b.TextBlock(text="a longer line of text")]
+_ANNOUNCED = [SEARCH, ToolDefinitionBlock(name="search", description="Searches better")]
+_SHAPES: list[list[ContentBlock]] = [[_TEXTS[0]], [_TEXTS[1], _ANNOUNCED[0]], [_ANNOUNCED[1]], []]
+_POOL = [Turn(role=role, blocks=blocks) for role in TurnRole for blocks in _SHAPES]
+_EDITS = st.lists(
+    st.tuples(st.sampled_from(["grow", "edit", "drop", "again"]), st.sampled_from(_POOL)),
+    min_size=1,
+    max_size=10,
+)
+
+
+@given(_EDITS)
+def test_property_the_kept_counts_equal_counts_made_afresh_after_any_edit(
+    edits: list[tuple[str, Turn]],
+) -> None:
+    tallies, turns = _Tallies(), list[Turn]()
+    for edit, turn in edits:
+        if edit == "grow":
+            turns = [*turns, turn]
+        elif edit == "edit" and turns:
+            turns = [turn, *turns[1:]]
+        elif edit == "drop":
+            turns = turns[1:]
+        kept, afresh = tallies.of("c", turns), _Tally([], 0, 0, {}).extended(turns)
+        assert (kept.answered, kept.chars) == (afresh.answered, afresh.chars)
+        assert list(kept.announced.items()) == list(afresh.announced.items())
+
+
+def test_a_rewritten_history_is_counted_again_in_the_usage_and_the_turn_number() -> None:
+    c = ConversationContext("s-5")
+    kept = ScriptedClient()
+    for text in ("one", "two", "three"):
+        c.add_user_message(text)
+        c.add_message(kept.respond(c).to_message())
+    c.messages[1:5] = []  # one answer left
+    c.messages[0].blocks = [b.TextBlock(text="a much longer first question than before")]
+    c.add_user_message("four")
+    answer, afresh = kept.respond(c), ScriptedClient().respond(c)
+    assert answer.usage == afresh.usage and answer.text == afresh.text
+    assert answer.text.startswith("Answer 2:")
