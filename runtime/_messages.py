@@ -139,6 +139,7 @@ class Message:
     __slots__ = (
         "_raw_content",
         "_snapshot",
+        "_tokens",
         "_turn",
         "app_authored",
         "blocks",
@@ -148,6 +149,7 @@ class Message:
         "role",
     )
     _snapshot: Any
+    _tokens: Any
     _turn: Any
     _raw_content: str | None
     role: str
@@ -173,6 +175,7 @@ class Message:
         init = object.__setattr__
         init(self, "_snapshot", None)  # a MessageSnapshot, memoized by snapshots.py
         init(self, "_turn", None)  # a Turn, memoized by the render (_render.py)
+        init(self, "_tokens", None)  # a token count, memoized by models._tokens
         if type(role) is not str or not role.isascii():
             self._check_field("role", role)
         init(self, "role", role)
@@ -199,7 +202,7 @@ class Message:
         elif name in _FIELD_TYPES:
             self._check_field(name, value)
         object.__setattr__(self, name, value)
-        if name not in ("_snapshot", "_turn"):
+        if name not in ("_snapshot", "_turn", "_tokens"):
             self._forget()
 
     def _check_field(self, name: str, value: object) -> None:
@@ -223,9 +226,10 @@ class Message:
         check_text(content, where)
 
     def _forget(self) -> None:
-        """Drop what was derived from this message (its snapshot and its turn)."""
+        """Drop what was derived from this message (its snapshot, its turn, its count)."""
         object.__setattr__(self, "_snapshot", None)
         object.__setattr__(self, "_turn", None)
+        object.__setattr__(self, "_tokens", None)
 
     @property
     def raw_content(self) -> str:
