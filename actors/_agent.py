@@ -159,8 +159,9 @@ class Agent:
 
     def window(self, context: ConversationContext) -> Compact | None:
         """The compaction before the next model call of ``context`` (its owner's thread),
-        or None when compaction is off or the seat declares no reserve yet (the model call
-        then refuses or binds it, as without compaction)."""
+        or None when compaction is off, the seat declares no reserve yet (the model call
+        then refuses or binds it, as without compaction), or a bound that encodes nothing
+        proves the conversation fits (``ContextWindowManager.surely_fits``)."""
         if not self.compaction:
             return None
         spec = context.get_model() if context.is_model_resolved() else self.client.spec
@@ -168,7 +169,10 @@ class Agent:
             reserve = context.output_reserve(spec)
         except UncorrectableLLMError:
             return None
-        return Compact(context, self._window(spec), reserve)
+        manager = self._window(spec)
+        if manager.surely_fits(context, reserve):
+            return None  # far below the window: nothing to measure, nothing to climb
+        return Compact(context, manager, reserve)
 
     def window_comfort(self) -> int | None:
         """The seat's comfort window override (None: the catalog entry's or the default)."""
