@@ -39,6 +39,7 @@ class TurnState:
         self._partial: list[str] = []
         self._followers: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[Any]]] = []
         self._offers: list[str] = []
+        self._source: object = None  # the model call whose deltas publish_text takes
         self._closed = False
         self._ended = False
 
@@ -54,6 +55,32 @@ class TurnState:
             followers = list(self._followers)
         for loop, queue in followers:
             _post(loop, queue, event)
+
+    def stream_from(self, source: object) -> None:
+        """From now on ``publish_text`` takes the deltas of ``source`` (one model call)."""
+        with self._lock:
+            self._source = source
+
+    def stop_stream(self, source: object) -> None:
+        """``source``'s later deltas are refused (its call was abandoned or is done)."""
+        with self._lock:
+            if self._source is source:
+                self._source = None
+
+    def publish_text(self, text: str, source: object) -> bool:
+        """``publish(TextDelta(text=text))`` for the streaming ``source``, with no event
+        built while nobody follows; False (nothing published) once it was stopped."""
+        with self._lock:
+            if self._source is not source:
+                return False
+            self._partial.append(text)
+            if not self._followers:
+                return True
+            followers = list(self._followers)
+        event = TextDelta(text=text)
+        for loop, queue in followers:
+            _post(loop, queue, event)
+        return True
 
     def commit_text(self) -> None:
         """The current model call finished: its text is no longer discarded by a restart."""
