@@ -197,14 +197,27 @@ class EncodingCounter:
         return total
 
     def count_messages(self, messages: Iterable[Message], render: BlockText) -> int:
-        """``count_message`` summed over ``messages``."""
-        count = self.count_message
-        return sum(count(m, render) for m in messages)
+        """``count_message`` summed over ``messages`` (a memo hit inline: the check runs
+        before every model call, over the whole history)."""
+        epoch, total = self._epoch, 0
+        for m in messages:
+            memo = m._tokens
+            if memo is not None and memo[0] is epoch and memo[2]:
+                total += memo[1]
+            else:
+                total += self.count_message(m, render)
+        return total
 
     def bound_messages(self, messages: Iterable[Message], render: BlockText) -> int:
         """``bound_message`` summed over ``messages``: at least ``count_messages``."""
-        bound = self.bound_message
-        return sum(bound(m, render) for m in messages)
+        epoch, total = self._epoch, 0
+        for m in messages:
+            memo = m._tokens
+            if memo is not None and memo[0] is epoch:
+                total += memo[1]
+            else:
+                total += self.bound_message(m, render)
+        return total
 
     @staticmethod
     def _sum(
