@@ -183,9 +183,9 @@ class ThreadedCall:
         self.queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._abandoned = False
         self.deadline = time.monotonic() + plan.model_timeout_s
-        self._on_text = self._queued if deltas else self._published
-        if not deltas:
-            plan.state.stream_from(self)  # the state's lock orders a delta and the abandon
+        self._on_text, self._token = (
+            (self._queued, None) if deltas else plan.state.text_sink(Abandoned)
+        )
         model_workers().submit(self._run)
 
     def _run(self) -> None:  # in the worker
@@ -199,10 +199,6 @@ class ThreadedCall:
         if self._abandoned:
             raise Abandoned()
         self.queue.put(text)
-
-    def _published(self, text: str) -> None:  # in the worker
-        if not self.plan.state.publish_text(text, self):
-            raise Abandoned()
 
     def wake(self) -> None:
         """From any thread: make the waiting turn look at its cancellation now."""
@@ -230,7 +226,8 @@ class ThreadedCall:
                     yield event
         finally:
             self._abandoned = True  # a no-op once the call is done
-            self.plan.state.stop_stream(self)
+            if self._token is not None:
+                self.plan.state.stop_stream(self._token)
 
     def _next(self) -> object:
         try:

@@ -39,7 +39,7 @@ class TurnState:
         self._partial: list[str] = []
         self._followers: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[Any]]] = []
         self._offers: list[str] = []
-        self._source: object = None  # the model call whose deltas publish_text takes
+        self._source: object = None  # the token of the call whose deltas text_sink takes
         self._closed = False
         self._ended = False
 
@@ -56,31 +56,35 @@ class TurnState:
         for loop, queue in followers:
             _post(loop, queue, event)
 
-    def stream_from(self, source: object) -> None:
-        """From now on ``publish_text`` takes the deltas of ``source`` (one model call)."""
-        with self._lock:
-            self._source = source
+    def text_sink(self, refused: type[Exception]) -> tuple[Callable[[str], None], object]:
+        """A model call's delta callback: each delta goes to the text so far and to every
+        follower (no event built while nobody follows), until ``stop_stream`` with the
+        returned token; a later delta raises ``refused`` and publishes nothing. The
+        state's lock orders each delta against the stop."""
+        token = object()
+        lock, partial = self._lock, self._partial
+        with lock:
+            self._source = token
 
-    def stop_stream(self, source: object) -> None:
-        """``source``'s later deltas are refused (its call was abandoned or is done)."""
+        def on_text(text: str) -> None:
+            with lock:
+                if self._source is not token:
+                    raise refused()
+                partial.append(text)
+                if not self._followers:
+                    return
+                followers = list(self._followers)
+            event = TextDelta(text=text)
+            for loop, queue in followers:
+                _post(loop, queue, event)
+
+        return on_text, token
+
+    def stop_stream(self, token: object) -> None:
+        """The deltas of ``token``'s call are refused from now on (abandoned or done)."""
         with self._lock:
-            if self._source is source:
+            if self._source is token:
                 self._source = None
-
-    def publish_text(self, text: str, source: object) -> bool:
-        """``publish(TextDelta(text=text))`` for the streaming ``source``, with no event
-        built while nobody follows; False (nothing published) once it was stopped."""
-        with self._lock:
-            if self._source is not source:
-                return False
-            self._partial.append(text)
-            if not self._followers:
-                return True
-            followers = list(self._followers)
-        event = TextDelta(text=text)
-        for loop, queue in followers:
-            _post(loop, queue, event)
-        return True
 
     def commit_text(self) -> None:
         """The current model call finished: its text is no longer discarded by a restart."""
