@@ -24,7 +24,7 @@ from parlour.actors._effects import Compact, RetryPolicy
 from parlour.actors._events import AgentEvent, Reply, TurnDone
 from parlour.actors._joiners import AgentThinker
 from parlour.actors._ledger import LedgerEntry, UsageLedger, decode_entries
-from parlour.actors._otel import span
+from parlour.actors._otel import span_on, tracer
 from parlour.actors._service import ConversationService
 from parlour.actors._tools import ToolBox
 from parlour.actors._turn import TurnPlan, turn_steps
@@ -159,8 +159,9 @@ class Agent:
 
     def window(self, context: ConversationContext) -> Compact | None:
         """The compaction before the next model call of ``context`` (its owner's thread),
-        or None when compaction is off or the seat declares no reserve yet (the model call
-        then refuses or binds it, as without compaction)."""
+        or None when compaction is off, the seat declares no reserve yet (the model call
+        then refuses or binds it, as without compaction), or a bound that encodes nothing
+        proves the conversation fits (``ContextWindowManager.surely_fits``)."""
         if not self.compaction:
             return None
         spec = context.get_model() if context.is_model_resolved() else self.client.spec
@@ -168,7 +169,10 @@ class Agent:
             reserve = context.output_reserve(spec)
         except UncorrectableLLMError:
             return None
-        return Compact(context, self._window(spec), reserve)
+        manager = self._window(spec)
+        if manager.surely_fits(context, reserve):
+            return None  # far below the window: nothing to measure, nothing to climb
+        return Compact(context, manager, reserve)
 
     def window_comfort(self) -> int | None:
         """The seat's comfort window override (None: the catalog entry's or the default)."""
@@ -261,8 +265,7 @@ class Chat:
             RetryableLLMError, UncorrectableLLMError: the model failed it (after the save).
             IllegalStateError: a turn is already running on this chat.
         """
-        events = self.stream(text, attachments)
-        for event in events:
+        for event in self._events(text, attachments, deltas=False):
             if isinstance(event, TurnDone):
                 return event.reply
         raise AssertionError("a turn's events end with TurnDone")  # pragma: no cover
@@ -272,9 +275,17 @@ class Chat:
     ) -> Generator[AgentEvent, None, None]:
         """One whole turn as its events, ending with ``TurnDone``; raises what ``send``
         raises. Closing the iterator early cancels the turn (saved and released first)."""
-        plan = self._begin()
+        return self._events(text, attachments, deltas=True)
+
+    def _events(
+        self, text: str, attachments: Sequence[ContentBlock], *, deltas: bool
+    ) -> Generator[AgentEvent, None, None]:
+        """The turn's events; without ``deltas`` no ``TextDelta`` is yielded (joiners
+        still get them), for a caller that reads only the reply."""
+        plan = self._begin(deltas)
         try:
-            with span("parlour.turn", **{"parlour.conversation_id": self.conversation_id}):
+            cid = self.conversation_id
+            with span_on(plan.tracer, "parlour.turn", **{"parlour.conversation_id": cid}):
                 reply = yield from drive(turn_steps(plan, text, attachments), plan, self.service)
             yield self._done(plan, reply)
         finally:
@@ -316,7 +327,8 @@ class Chat:
     ) -> Reply:
         plan = self._begin()
         try:
-            with span("parlour.turn", **{"parlour.conversation_id": self.conversation_id}):
+            cid = self.conversation_id
+            with span_on(plan.tracer, "parlour.turn", **{"parlour.conversation_id": cid}):
                 steps = turn_steps(plan, text, attachments)
                 reply = await drive_async(steps, plan, self.service, emit)
             self._done(plan, reply)
@@ -326,7 +338,7 @@ class Chat:
 
     # -- the turn's frame -----------------------------------------------------------------------
 
-    def _begin(self) -> TurnPlan:
+    def _begin(self, deltas: bool = True) -> TurnPlan:
         if not self._busy.acquire(blocking=False):
             raise IllegalStateError(
                 f"A turn is already running on conversation {self.conversation_id}; wait for "
@@ -349,6 +361,8 @@ class Chat:
             before_model_call=agent.before_model_call,
             window=agent.window,
             handler=agent.handler,
+            deltas=deltas,
+            tracer=tracer(),
         )
 
     def _done(self, plan: TurnPlan, reply: Reply) -> TurnDone:

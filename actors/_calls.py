@@ -1,9 +1,9 @@
 """The model call's plumbing shared by both drivers: the process-wide pools, the
-per-provider caps, and the sync path's model call in a pool thread (``ThreadedCall``),
+per-provider caps, and the sync path's model call in a model worker (``ThreadedCall``),
 which the turn waits for with the model timeout as its deadline.
 
-Thread-safety: pools and caps are created under one lock and shared by every turn; a
-``ThreadedCall`` belongs to one turn (its ``wake`` may be called from any thread).
+Thread-safety: pools, workers and caps are created under one lock and shared by every
+turn; a ``ThreadedCall`` belongs to one turn (its ``wake`` may be called from any thread).
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ import concurrent.futures as cf
 import queue
 import threading
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
+
+from loguru import logger
 
 from parlour.actors._events import AgentEvent, TextDelta, TurnCancelledError
 from parlour.actors._tools import prestarted_pool
@@ -22,11 +24,13 @@ from parlour.runtime import ConversationContext, LLMClient, LLMResponse
 from parlour.runtime.errors import RetryableLLMError
 
 __all__ = [
+    "MODEL_WORKERS",
     "POOL_SIZES",
     "Abandoned",
     "ThreadedCall",
     "acquire_cap",
     "cancelled_error",
+    "model_workers",
     "pool",
     "provider_cap",
     "set_provider_concurrency",
@@ -34,7 +38,8 @@ __all__ = [
     "timed_out",
 ]
 
-POOL_SIZES = {"model": 64, "save": 8, "obtain": 32}
+POOL_SIZES = {"save": 8, "obtain": 32}
+MODEL_WORKERS = 64
 DEFAULT_PROVIDER_CONCURRENCY = 64
 
 _pools: dict[str, cf.ThreadPoolExecutor] = {}
@@ -43,18 +48,58 @@ _guard = threading.Lock()
 
 
 def pool(kind: str) -> cf.ThreadPoolExecutor:
-    """The process-wide pool of ``kind`` (``model``, ``save``, ``obtain``), started on
-    first use with all its threads."""
+    """The process-wide pool of ``kind`` (``save``, ``obtain``), started on first use with
+    all its threads."""
     with _guard:
         if kind not in _pools:
             _pools[kind] = prestarted_pool(POOL_SIZES[kind], f"parlour-{kind}")
         return _pools[kind]
 
 
+class Workers:
+    """A fixed set of daemon threads, all started up front, running submitted calls in
+    arrival order. Lighter than an executor (no future, no lock per submit): the sync
+    path's model calls report through their own queue.
+
+    Thread-safety: ``submit`` from any thread; a call reports its own outcome, and one
+    that raises anyway is logged, its thread kept alive.
+    """
+
+    def __init__(self, count: int, name: str) -> None:
+        self._calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        for n in range(count):
+            threading.Thread(target=self._serve, name=f"{name}_{n}", daemon=True).start()
+
+    def submit(self, call: Callable[[], None]) -> None:
+        self._calls.put(call)
+
+    def _serve(self) -> None:
+        while True:
+            call = self._calls.get()
+            try:
+                call()
+            except Exception:  # pragma: no cover - a call reports its own errors
+                logger.exception("a model worker's call raised; the worker goes on")
+            del call
+
+
+_model_workers: Workers | None = None
+
+
+def model_workers() -> Workers:
+    """The process's model workers (``MODEL_WORKERS`` threads), started on first use."""
+    global _model_workers
+    with _guard:
+        if _model_workers is None:
+            _model_workers = Workers(MODEL_WORKERS, "parlour-model")
+        return _model_workers
+
+
 def start_pools() -> None:
-    """Start every pool's threads now (once per process); idempotent."""
+    """Start every pool's threads and the model workers now (once per process); idempotent."""
     for kind in POOL_SIZES:
         pool(kind)
+    model_workers()
 
 
 def set_provider_concurrency(provider: str, limit: int) -> None:
@@ -122,34 +167,51 @@ _WAKE = object()
 
 
 class ThreadedCall:
-    """One model call of the sync path, made in a model-pool thread: its text deltas come
-    back through a queue to the turn's thread, which waits at most the model timeout (the
-    call is then abandoned: it stops at its next delta, its answer is dropped) and wakes
-    at once when the turn is force-released."""
+    """One model call of the sync path, made by a model worker, while the turn's thread
+    waits at most the model timeout (the call is then abandoned: it stops at its next
+    delta, its answer is dropped) and wakes at once when the turn is force-released.
 
-    def __init__(self, plan: TurnPlan, context: ConversationContext) -> None:
+    With ``deltas`` the text deltas come back through the call's queue, and ``events``
+    yields each as a ``TextDelta``. Without (a caller that reads only the reply), the
+    worker hands each delta straight to the turn's broadcast, for joiners, and the turn's
+    thread wakes once, for the answer: no thread switch per delta. Either way no delta
+    of an abandoned call is published.
+    """
+
+    def __init__(self, plan: TurnPlan, context: ConversationContext, *, deltas: bool) -> None:
         self.plan, self.context = plan, context
         self.queue: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self.abandoned = threading.Event()
+        self._abandoned = False
         self.deadline = time.monotonic() + plan.model_timeout_s
-        pool("model").submit(self._run)
+        self._on_text, self._token = (
+            (self._queued, None) if deltas else plan.state.text_sink(Abandoned)
+        )
+        model_workers().submit(self._run)
 
-    def _run(self) -> None:  # in the pool thread
-        def on_text(text: str) -> None:
-            if self.abandoned.is_set():
-                raise Abandoned()
-            self.queue.put(text)
-
+    def _run(self) -> None:  # in the worker
         try:
-            self.queue.put(_Done(self.plan.client.respond(self.context, on_text=on_text), None))
+            response = self.plan.client.respond(self.context, on_text=self._on_text)
+            self.queue.put(_Done(response, None))
         except BaseException as exc:
             self.queue.put(_Done(None, exc))
+
+    def _queued(self, text: str) -> None:  # in the worker
+        if self._abandoned:
+            raise Abandoned()
+        self.queue.put(text)
 
     def wake(self) -> None:
         """From any thread: make the waiting turn look at its cancellation now."""
         self.queue.put(_WAKE)
 
     def events(self) -> Generator[AgentEvent, None, LLMResponse]:
+        """The call's text deltas (with ``deltas``), then its response.
+
+        Raises:
+            RetryableLLMError: no answer within the model timeout.
+            TurnCancelledError: the turn was force-released while it waited.
+            Exception: what the model call raised.
+        """
         try:
             while True:
                 item = self._next()
@@ -163,7 +225,9 @@ class ThreadedCall:
                     self.plan.state.publish(event)
                     yield event
         finally:
-            self.abandoned.set()  # a no-op once the call is done
+            self._abandoned = True  # a no-op once the call is done
+            if self._token is not None:
+                self.plan.state.stop_stream(self._token)
 
     def _next(self) -> object:
         try:

@@ -1,9 +1,10 @@
 """The two drivers of a turn's effects: in the calling thread, and on an event loop.
 
 ``drive`` performs each effect of ``turn_steps`` in the calling thread and yields the
-turn's events as they happen; the model call itself runs in the model pool and hands its
-text deltas to the waiting turn, which waits at most ``model_timeout_s`` and wakes at once
-on a force release. ``drive_async`` performs them without blocking the event loop: saves
+turn's events as they happen; the model call itself runs on a model worker and hands its
+text deltas to the waiting turn (or, when the turn's caller reads only the reply, straight
+to the turn's followers), which waits at most ``model_timeout_s`` and wakes at once on a
+force release. ``drive_async`` performs them without blocking the event loop: saves
 (the LMDB commit) in a bounded pool, the model call through ``client.arespond`` (the SDKs'
 async clients on the loop, the scripted model inline, boto3 on a worker thread), async
 tools on the loop, the obtain through ``ConversationService.obtain_async`` (its grant
@@ -24,7 +25,6 @@ from typing import Any, cast
 from loguru import logger
 
 from parlour.actors._calls import (
-    POOL_SIZES,
     Abandoned,
     ThreadedCall,
     acquire_cap,
@@ -32,11 +32,12 @@ from parlour.actors._calls import (
     pool,
     provider_cap,
     set_provider_concurrency,
+    start_pools,
     timed_out,
 )
 from parlour.actors._effects import CallModel, Compact, Obtain, Pause, Release, RunTools, Save
 from parlour.actors._events import AgentEvent, Event, Reply, TextDelta
-from parlour.actors._otel import model_attributes, span
+from parlour.actors._otel import model_attributes, span_on
 from parlour.actors._service import ConversationService
 from parlour.actors._tools import run_calls, run_calls_async, tool_pool
 from parlour.actors._turn import Steps, TurnPlan
@@ -47,7 +48,8 @@ __all__ = ["drive", "drive_async", "set_provider_concurrency"]
 
 def _model_span(plan: TurnPlan) -> Any:
     spec = plan.client.spec
-    return span(
+    return span_on(
+        plan.tracer,
         "chat " + spec.id,
         **{"gen_ai.operation.name": "chat", "gen_ai.system": spec.provider},
         **{"gen_ai.request.model": spec.id},
@@ -78,8 +80,10 @@ def drive(
                 event = cast(AgentEvent, item)
                 plan.state.publish(event)
                 yield event
+            elif type(item) is CallModel:
+                value = yield from _stream_model(plan, item.context)
             else:
-                value = yield from _perform(item, plan, service)
+                value = _perform(item, plan, service)
         except GeneratorExit:
             _finish_quietly(steps, plan, service, cancelled_error(plan))
             raise
@@ -87,28 +91,46 @@ def drive(
             error = exc
 
 
-def _perform(
-    effect: Any, plan: TurnPlan, service: ConversationService
-) -> Generator[AgentEvent, None, Any]:
-    thinker = plan.thinker
-    match effect:
-        case Obtain():
-            return service.obtain_conversation(None, thinker).get()
-        case Save(context=context):
-            with span("parlour.save", **{"parlour.conversation_id": thinker.conversation_id}):
-                service.save_conversation(context, thinker)
-        case Compact(context=context, manager=manager, reserve=reserve):
-            return manager.fit(context, reserve)
-        case CallModel(context=context):
-            return (yield from _stream_model(plan, context))
-        case RunTools(calls=calls):
-            with span("parlour.tools", **{"parlour.tool_calls": len(calls)}):
-                return run_calls(plan.tools, calls, plan.tool_timeout_s)
-        case Pause(seconds=seconds):
-            plan.sleep(seconds)
-        case Release():
-            service.release(thinker)
-    return None
+def _perform(effect: Any, plan: TurnPlan, service: ConversationService) -> Any:
+    """Perform every effect but the model call (which streams: ``_stream_model``)."""
+    return _PERFORM[type(effect)](effect, plan, service)
+
+
+def _obtain(effect: Obtain, plan: TurnPlan, service: ConversationService) -> Any:
+    return service.obtain_conversation(None, plan.thinker).get()
+
+
+def _save(effect: Save, plan: TurnPlan, service: ConversationService) -> None:
+    cid = plan.thinker.conversation_id
+    with span_on(plan.tracer, "parlour.save", **{"parlour.conversation_id": cid}):
+        service.save_conversation(effect.context, plan.thinker)
+
+
+def _compact(effect: Compact, plan: TurnPlan, service: ConversationService) -> Any:
+    return effect.manager.fit(effect.context, effect.reserve)
+
+
+def _run_tools(effect: RunTools, plan: TurnPlan, service: ConversationService) -> Any:
+    with span_on(plan.tracer, "parlour.tools", **{"parlour.tool_calls": len(effect.calls)}):
+        return run_calls(plan.tools, effect.calls, plan.tool_timeout_s)
+
+
+def _pause(effect: Pause, plan: TurnPlan, service: ConversationService) -> None:
+    plan.sleep(effect.seconds)
+
+
+def _release(effect: Release, plan: TurnPlan, service: ConversationService) -> None:
+    service.release(plan.thinker)
+
+
+_PERFORM: dict[type, Callable[[Any, TurnPlan, ConversationService], Any]] = {
+    Obtain: _obtain,
+    Save: _save,
+    Compact: _compact,
+    RunTools: _run_tools,
+    Pause: _pause,
+    Release: _release,
+}
 
 
 def _stream_model(
@@ -117,7 +139,7 @@ def _stream_model(
     if plan.before_model_call is not None:
         plan.before_model_call(context, plan.ledger)
     with provider_cap(plan.client), _model_span(plan) as current:
-        call = ThreadedCall(plan, context)
+        call = ThreadedCall(plan, context, deltas=plan.deltas)
         plan.thinker.set_cancel_hook(call.wake)
         response = yield from call.events()
         model_attributes(current, response)
@@ -146,8 +168,7 @@ def _finish_quietly(
             error = why
         else:
             try:
-                for _ in _perform(item, plan, service):
-                    pass
+                _perform(item, plan, service)
             except BaseException as exc:
                 error = exc
 
@@ -228,14 +249,15 @@ class _AsyncTurn:
             case Obtain():
                 return await service.obtain_async(None, thinker)
             case Save(context=context):
-                with span("parlour.save", **{"parlour.conversation_id": thinker.conversation_id}):
+                cid = thinker.conversation_id
+                with span_on(plan.tracer, "parlour.save", **{"parlour.conversation_id": cid}):
                     await self._shielded(service.save_conversation, context, thinker)
             case Compact(context=context, manager=manager, reserve=reserve):
                 return await manager.afit(context, reserve)
             case CallModel(context=context):
                 return await self._call_model(context)
             case RunTools(calls=calls):
-                with span("parlour.tools", **{"parlour.tool_calls": len(calls)}):
+                with span_on(plan.tracer, "parlour.tools", **{"parlour.tool_calls": len(calls)}):
                     return await run_calls_async(plan.tools, calls, plan.tool_timeout_s)
             case Pause(seconds=seconds):
                 await plan.async_sleep(seconds)
@@ -316,8 +338,7 @@ async def drive_async(
     task does the same and re-raises ``CancelledError``; either way after the boundary save
     and the release.
     """
-    for kind in POOL_SIZES:  # the first turn starts them, before any load builds up
-        pool(kind)
+    start_pools()  # the first turn starts them, before any load builds up
     tool_pool()
     turn = _AsyncTurn(steps, plan, service, emit)
     plan.thinker.set_cancel_hook(turn.force)

@@ -39,6 +39,7 @@ class TurnState:
         self._partial: list[str] = []
         self._followers: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[Any]]] = []
         self._offers: list[str] = []
+        self._source: object = None  # the token of the call whose deltas text_sink takes
         self._closed = False
         self._ended = False
 
@@ -54,6 +55,36 @@ class TurnState:
             followers = list(self._followers)
         for loop, queue in followers:
             _post(loop, queue, event)
+
+    def text_sink(self, refused: type[Exception]) -> tuple[Callable[[str], None], object]:
+        """A model call's delta callback: each delta goes to the text so far and to every
+        follower (no event built while nobody follows), until ``stop_stream`` with the
+        returned token; a later delta raises ``refused`` and publishes nothing. The
+        state's lock orders each delta against the stop."""
+        token = object()
+        lock, partial = self._lock, self._partial
+        with lock:
+            self._source = token
+
+        def on_text(text: str) -> None:
+            with lock:
+                if self._source is not token:
+                    raise refused()
+                partial.append(text)
+                if not self._followers:
+                    return
+                followers = list(self._followers)
+            event = TextDelta(text=text)
+            for loop, queue in followers:
+                _post(loop, queue, event)
+
+        return on_text, token
+
+    def stop_stream(self, token: object) -> None:
+        """The deltas of ``token``'s call are refused from now on (abandoned or done)."""
+        with self._lock:
+            if self._source is token:
+                self._source = None
 
     def commit_text(self) -> None:
         """The current model call finished: its text is no longer discarded by a restart."""

@@ -7,8 +7,8 @@ spans carry the GenAI semantic-convention attributes, cache tokens included.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import contextlib
+from contextlib import AbstractContextManager
 from typing import Any
 
 from parlour.runtime import LLMResponse
@@ -20,11 +20,13 @@ except ImportError:  # the extra is not installed: spans are no-ops
     trace = None  # type: ignore[assignment]
 
 _cached: tuple[Any, Any] = (None, None)  # (provider, its tracer)
+_OFF = contextlib.nullcontext(None)  # the span of a turn with no tracer: reusable, free
 
 
-def _tracer() -> Any:
+def tracer() -> Any:
     """parlour's tracer from the configured provider; None while none is configured (the
-    API's default proxy records nothing, so the hot path skips it entirely)."""
+    API's default proxy records nothing, so the hot path skips it entirely). A turn looks
+    it up once, at its start (the API reads the environment on every look-up)."""
     global _cached
     if trace is None:
         return None
@@ -36,18 +38,20 @@ def _tracer() -> Any:
     return _cached[1]
 
 
-__all__ = ["compaction_event", "model_attributes", "span"]
+__all__ = ["compaction_event", "model_attributes", "span", "span_on", "tracer"]
 
 
-@contextmanager
-def span(name: str, **attributes: Any) -> Iterator[Any]:
-    """A span named ``name`` (None without OpenTelemetry); attributes set on it at once."""
-    tracer = _tracer()
-    if tracer is None:
-        yield None
-        return
-    with tracer.start_as_current_span(name, attributes=attributes) as current:
-        yield current
+def span(name: str, **attributes: Any) -> AbstractContextManager[Any]:
+    """A span named ``name`` on the tracer now (None without one); attributes set on it at
+    once."""
+    return span_on(tracer(), name, **attributes)
+
+
+def span_on(current_tracer: Any, name: str, **attributes: Any) -> AbstractContextManager[Any]:
+    """``span`` on a tracer looked up earlier (``tracer()``); a no-op context for None."""
+    if current_tracer is None:
+        return _OFF
+    return current_tracer.start_as_current_span(name, attributes=attributes)  # type: ignore[no-any-return]
 
 
 def model_attributes(current: Any, response: LLMResponse) -> None:

@@ -94,6 +94,8 @@ class TurnPlan:
     before_model_call: Callable[[ConversationContext, UsageLedger], None] | None = None
     window: Callable[[ConversationContext], Compact | None] | None = None
     handler: ResponseHandler | None = None
+    deltas: bool = True  # the driver's caller reads text deltas (False: only the reply)
+    tracer: Any = None  # the OpenTelemetry tracer, looked up once per turn (None: no spans)
     added: list[Message] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
 
@@ -127,7 +129,7 @@ def turn_steps(plan: TurnPlan, text: str, attachments: Sequence[ContentBlock] = 
 
 def _prepare(context: ConversationContext, plan: TurnPlan) -> None:
     plan.ledger.seed(context)
-    if plan.objective and OBJECTIVE_KEY not in context.get_main_objective():
+    if plan.objective and not context.has_main_objective(OBJECTIVE_KEY):
         context.put_main_objective(OBJECTIVE_KEY, plan.objective)
     context.add_tools(plan.tools.declarations())  # add-only: a fresh chat has them too
 

@@ -13,7 +13,7 @@ output budgets this class delegates to.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from parlour.runtime import snapshots
@@ -45,7 +45,7 @@ from parlour.runtime.blocks import (
 )
 from parlour.runtime.models import _budget
 from parlour.runtime.models._budget import ModelBinding
-from parlour.runtime.models._tokens import counter_for
+from parlour.runtime.models._tokens import spec_counter, utf8_bound
 
 if TYPE_CHECKING:
     from parlour.runtime._handlers import ResponseHandler
@@ -306,29 +306,29 @@ class ConversationContext:
 
         The objective and the registry are counted on the strings a render would send;
         messages on their raw content plus fixed per-image and per-file costs; the response
-        instructions are not counted. ``spec.encoding`` (if any) names the tokenizer.
-
-        Raises:
-            ValueError: ``spec`` is None.
+        instructions are not counted. ``spec.encoding`` (if any) names the tokenizer. Every
+        piece and message is memoized, so a warm count encodes only what is new. Raises
+        ``ValueError`` when ``spec`` is None.
         """
-        if spec is None:
-            raise ValueError("get_total_tokens needs the model spec whose tokenizer counts")
-        counter = counter_for(getattr(spec, "encoding", None))
-        system_text = "\n\n".join(
-            [
-                *(render_text(skill) for skill in self._palette.skills()),
-                self._objective.system_text(False),
-            ]
-        )
+        counter = spec_counter(spec)
+        return self._tally(counter.count, counter.count_messages(self.messages, self._weighed))
 
-        def render(block: ContentBlock) -> str:
-            if isinstance(block, ToolDefinitionBlock):
-                return render_tool_text(block)
-            return self._render_slot(block)
+    def get_token_bound(self, spec: object) -> int:
+        """At least ``get_total_tokens(spec)``, encoding nothing: each message's memoized
+        count, else its UTF-8 length (see ``models._tokens``). Raises as it does."""
+        counter = spec_counter(spec)
+        return self._tally(utf8_bound, counter.bound_messages(self.messages, self._weighed))
 
-        messages = sum(counter.count_message(m, render) for m in self.messages)
+    def _tally(self, count: Callable[[str], int], messages: int) -> int:
+        skills = [render_text(skill) for skill in self._palette.skills()]
+        system_text = "\n\n".join([*skills, self._objective.system_text(False)])
         section = build_registry_section(self.artifact_registry, self.summarizer)
-        return counter.count(system_text) + messages + counter.count(section)
+        return count(system_text) + messages + count(section)
+
+    def _weighed(self, block: ContentBlock) -> str:
+        if isinstance(block, ToolDefinitionBlock):
+            return render_tool_text(block)
+        return self._render_slot(block)
 
     # -- persistence ------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
 
 
 # the memo slots: derived from the message, so writing one is no change to it
-_MEMOS = frozenset({"_snapshot", "_turn"})
+_MEMOS = frozenset({"_snapshot", "_turn", "_tokens"})
 _UNSET = object()
 
 # Every change to a message after its construction takes the next stamp and stores it in
@@ -160,6 +160,7 @@ class Message:
     __slots__ = (
         "_raw_content",
         "_snapshot",
+        "_tokens",
         "_turn",
         "app_authored",
         "blocks",
@@ -169,6 +170,7 @@ class Message:
         "role",
     )
     _snapshot: Any
+    _tokens: Any
     _turn: Any
     _raw_content: str | None
     role: str
@@ -194,6 +196,7 @@ class Message:
         init = object.__setattr__
         init(self, "_snapshot", None)  # a MessageSnapshot, memoized by snapshots.py
         init(self, "_turn", None)  # a Turn, memoized by the render (_render.py)
+        init(self, "_tokens", None)  # a token count, memoized by models._tokens
         if type(role) is not str or not role.isascii():
             self._check_field("role", role)
         init(self, "role", role)
@@ -252,10 +255,11 @@ class Message:
         check_text(content, where)
 
     def _forget(self) -> None:
-        """Drop what was derived from this message (its snapshot and its turn), and move
-        the change stamp."""
+        """Drop what was derived from this message (its snapshot, its turn, its token
+        count), and move the change stamp."""
         object.__setattr__(self, "_snapshot", None)
         object.__setattr__(self, "_turn", None)
+        object.__setattr__(self, "_tokens", None)
         _last_change[0] = next(_CHANGES)
 
     @property

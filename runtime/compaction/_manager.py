@@ -123,7 +123,27 @@ class ContextWindowManager:
         """Whether the conversation is compactable and measures above the trigger."""
         if not conversation.is_compactable():
             return False
-        return self.measure(conversation) > self.trigger_tokens()
+        trigger = self.trigger_tokens()
+        return (
+            not self._bounded_under(conversation, trigger) and self.measure(conversation) > trigger
+        )
+
+    def surely_fits(self, conversation: ConversationContext, reserve: int | None = None) -> bool:
+        """True when a cheap upper bound of the measure (the local estimate's, which encodes
+        nothing new) is under both the trigger and the absolute limit: ``fit`` would then
+        climb no rung and raise nothing. False means only that ``fit`` must measure.
+
+        Raises:
+            UncorrectableLLMError: as ``absolute_limit``.
+        """
+        limit = min(self.trigger_tokens(), self.absolute_limit(conversation, reserve))
+        return self._bounded_under(conversation, limit)
+
+    def _bounded_under(self, conversation: ConversationContext, limit: float) -> bool:
+        counter = self._counter
+        if not isinstance(counter, LocalTokenCounter):
+            return False  # another counter's measure has no bound here
+        return counter.bound_tokens(conversation) <= limit
 
     # -- the ladder -----------------------------------------------------------------------------
 

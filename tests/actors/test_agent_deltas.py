@@ -1,0 +1,125 @@
+"""Text deltas of a turn driven by ``send`` (whose caller reads only the reply): joiners still
+get each one live and in order, and a force release stops the model's stream at its next
+delta with nothing published after it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from parlour.actors import (
+    Agent,
+    AgentEvent,
+    ConversationService,
+    TextDelta,
+    TurnCancelledError,
+    TurnDone,
+)
+from parlour.actors._joiners import AgentThinker
+from parlour.runtime import Depth, LLMResponse, OutputSize, ScriptedClient
+from parlour.runtime.blocks import TextBlock
+from parlour.runtime.providers import WireRequest
+
+
+class HeldStream(ScriptedClient):
+    """Streams ``words`` one delta each, holding after the first until ``go`` is set;
+    ``delivered`` lists the deltas the caller's callback accepted."""
+
+    def __init__(self, words: list[str]) -> None:
+        super().__init__()
+        self.words = words
+        self.held, self.go, self.finished = threading.Event(), threading.Event(), threading.Event()
+        self.delivered: list[str] = []
+
+    def respond(self, *args: Any, **kwargs: Any) -> LLMResponse:
+        try:
+            return super().respond(*args, **kwargs)
+        finally:
+            self.finished.set()
+
+    def _stream(self, request: WireRequest) -> Iterator[str | LLMResponse]:
+        yield self.words[0]
+        self.delivered.append(self.words[0])
+        self.held.set()
+        assert self.go.wait(10)
+        for word in self.words[1:]:
+            yield word
+            self.delivered.append(word)
+        yield LLMResponse(model_id="scripted", blocks=[TextBlock(text="".join(self.words))])
+
+
+def _agent(client: ScriptedClient) -> Agent:
+    return Agent(client, output=OutputSize.STANDARD, depth=Depth.IMMEDIATE)
+
+
+def _follow(service: ConversationService, cid: str) -> tuple[asyncio.Queue[Any], Any]:
+    thinker = service.owning_thinker(cid, "alice")
+    assert isinstance(thinker, AgentThinker) and thinker.turn is not None
+    queue = thinker.turn.follow()
+    assert queue is not None
+    return queue, thinker.turn
+
+
+async def _drain(queue: asyncio.Queue[Any]) -> list[AgentEvent]:
+    events: list[AgentEvent] = []
+    while isinstance(event := await queue.get(), TextDelta | TurnDone):
+        events.append(event)
+    return events
+
+
+def test_a_joiner_of_a_sent_turn_gets_every_text_delta_live_and_in_order(
+    service: ConversationService,
+) -> None:
+    client = HeldStream(["One", " two", " three", " four."])
+    chat = _agent(client).chat(service, user_id="alice")
+    outcome: dict[str, Any] = {}
+    turn = threading.Thread(target=lambda: outcome.setdefault("reply", chat.send("Go")))
+    turn.start()
+    assert client.held.wait(10)
+
+    async def follow() -> list[AgentEvent]:
+        queue, _ = _follow(service, chat.conversation_id)
+        client.go.set()
+        return await _drain(queue)
+
+    events = asyncio.run(follow())
+    turn.join(10)
+    # the text so far, then each later delta as it came, then the end of the turn
+    texts = [e.text for e in events if isinstance(e, TextDelta)]
+    assert texts == ["One", " two", " three", " four."]
+    assert isinstance(events[-1], TurnDone) and events[-1].reply == outcome["reply"]
+    assert outcome["reply"].text == "One two three four."
+
+
+def test_force_release_stops_a_sent_turns_stream_at_its_next_delta(
+    service: ConversationService,
+) -> None:
+    client = HeldStream(["First", " second", " third."])
+    chat = _agent(client).chat(service, user_id="alice")
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            chat.send("Go")
+        except BaseException as exc:
+            outcome.append(exc)
+
+    turn = threading.Thread(target=run)
+    turn.start()
+    assert client.held.wait(10)
+
+    async def follow() -> list[AgentEvent]:
+        queue, _ = _follow(service, chat.conversation_id)
+        assert service.force_release(chat.conversation_id, "alice") is not None
+        turn.join(10)  # the turn ended at once, its stream still held
+        client.go.set()
+        assert client.finished.wait(10)
+        return await _drain(queue)
+
+    events = asyncio.run(follow())
+    assert not turn.is_alive() and isinstance(outcome[0], TurnCancelledError)
+    assert client.delivered == ["First"]  # the delta after the release was refused
+    assert events == [TextDelta(text="First")]  # nothing published after the release
+    assert service.owning_thinker(chat.conversation_id, "alice") is None
