@@ -59,7 +59,9 @@ class LmdbStore(LmdbHistory):
     Args:
         path: the directory (a writer creates it if missing; a reader requires it).
         map_size: the initial map size in bytes; the map grows on demand when it fills.
-        sync: fsync each commit (durable). False trades durability for speed.
+        sync: fsync each commit (durable). False trades durability for speed: a killed
+            process loses nothing committed, an OS crash can lose commits and, the map being
+            written in place, damage the file.
         max_batch: most writes one group commit takes.
         remembered: how many conversations' written messages the store remembers, to
             write only what changed.
@@ -137,6 +139,9 @@ class LmdbStore(LmdbHistory):
                 max_readers=1024,
                 readonly=self.readonly,
                 create=not self.readonly,
+                # pages written in place: half the CPU of a write (no copy, no write(2) per
+                # page); it rules out nested transactions (see _group_commit)
+                writemap=not self.readonly,
             )
         except lmdb.Error as exc:  # LMDB allows one environment per directory per process
             if "already open" not in str(exc):
@@ -213,7 +218,7 @@ class LmdbStore(LmdbHistory):
         body: bytes,
         plan: MessagePlan,
     ) -> None:
-        """Write a conversation inside its nested transaction: header, owner index, body,
+        """Write a conversation inside its save's write: header, owner index, body,
         the changed messages, and the removal of messages past the new end."""
         known = None if old is None else self._book.known(cid)  # a new record: every message
         if plan.base is not known:  # another write landed since planning
