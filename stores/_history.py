@@ -18,6 +18,7 @@ saves wrote plus a few full copies.
 from __future__ import annotations
 
 import datetime as dt
+import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -33,7 +34,7 @@ PRUNE_EVERY = 64  # a save whose version is a multiple of this prunes its conver
 CHECKPOINT, DELTA = b"C", b"D"
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)
-_message_encoder = msgspec.json.Encoder()
+_CHAIN = struct.Struct(">4Q")  # the chain record: four big-endian 8-byte integers
 
 
 class Payload(msgspec.Struct, array_like=True):
@@ -94,34 +95,22 @@ def record(
     wrote, or a checkpoint of every message when the chain calls for one."""
     raw = txn.get(key, db=dbs.chains)
     last, chain, chain_bytes, base = (
-        (0, 0, 0, 0)
-        if raw is None
-        else (int.from_bytes(bytes(raw)[i : i + 8], "big") for i in range(0, 32, 8))
+        (0, 0, 0, 0) if raw is None or len(raw) != _CHAIN.size else _CHAIN.unpack(raw)
     )
     size = plan.size
     full = len(plan.writes) == len(plan.messages)
     if full or last != version - 1 or chain >= MAX_CHAIN or chain_bytes + size > base:
-        writes = plan.writes if full else _every_message(plan)
+        # the messages as this save left them: the stored bytes, none encoded again
+        count = len(plan.messages)
+        writes = plan.writes if full else list(enumerate(_raw_messages(txn, dbs, key, count)))
         size = sum(len(data) for _, data in writes)
         payload = Payload(body, len(plan.messages), writes)
         txn.put(version_key(key, version), _record(CHECKPOINT, saved_at, payload), db=dbs.versions)
-        _put_chain(txn, dbs, key, (version, 0, 0, size))
+        txn.put(key, _CHAIN.pack(version, 0, 0, size), db=dbs.chains)
         return
     payload = Payload(body, len(plan.messages), plan.writes)
     txn.put(version_key(key, version), _record(DELTA, saved_at, payload), db=dbs.versions)
-    _put_chain(txn, dbs, key, (version, chain + 1, chain_bytes + size, base))
-
-
-def _every_message(plan: MessagePlan) -> list[tuple[int, bytes]]:
-    written = dict(plan.writes)
-    return [
-        (i, written[i] if i in written else _message_encoder.encode(m))
-        for i, m in enumerate(plan.messages)
-    ]
-
-
-def _put_chain(txn: Any, dbs: Databases, key: bytes, fields: tuple[int, int, int, int]) -> None:
-    txn.put(key, b"".join(n.to_bytes(8, "big") for n in fields), db=dbs.chains)
+    txn.put(key, _CHAIN.pack(version, chain + 1, chain_bytes + size, base), db=dbs.chains)
 
 
 def seed(txn: Any, dbs: Databases, key: bytes, version: int, saved_at: dt.datetime) -> None:
@@ -133,16 +122,17 @@ def seed(txn: Any, dbs: Databases, key: bytes, version: int, saved_at: dt.dateti
     messages = _raw_messages(txn, dbs, key)
     payload = Payload(bytes(body), len(messages), list(enumerate(messages)))
     txn.put(version_key(key, version), _record(CHECKPOINT, saved_at, payload), db=dbs.versions)
-    _put_chain(txn, dbs, key, (version, 0, 0, sum(len(m) for m in messages)))
+    txn.put(key, _CHAIN.pack(version, 0, 0, sum(len(m) for m in messages)), db=dbs.chains)
 
 
-def _raw_messages(txn: Any, dbs: Databases, key: bytes) -> list[bytes]:
+def _raw_messages(txn: Any, dbs: Databases, key: bytes, limit: int | None = None) -> list[bytes]:
+    """The stored message records of ``key`` (at most ``limit``), in order."""
     prefix = message_prefix(key)
     cursor = txn.cursor(db=dbs.messages)
     found: list[bytes] = []
     if cursor.set_range(prefix):
         for item_key, value in cursor:
-            if not bytes(item_key).startswith(prefix):
+            if len(found) == limit or not bytes(item_key).startswith(prefix):
                 break
             found.append(bytes(value))
     return found

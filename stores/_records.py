@@ -116,7 +116,7 @@ def decode_record(
 
 class MessagePlan(NamedTuple):
     """Which messages a save writes, already encoded: ``writes`` holds (index, bytes) for
-    every message whose stored bytes would change.
+    every message whose stored bytes would change, ``size`` their total length.
 
     ``base`` is what the store believed was written when the plan was made; a plan whose
     base is no longer current is made again under the commit lock.
@@ -125,10 +125,7 @@ class MessagePlan(NamedTuple):
     base: list[MessageSnapshot] | None
     writes: list[tuple[int, bytes]]
     messages: list[MessageSnapshot]
-
-    @property
-    def size(self) -> int:
-        return sum(len(data) for _, data in self.writes)
+    size: int
 
 
 def plan_messages(
@@ -144,20 +141,33 @@ def plan_messages(
     message is always written.
     """
     if base is None:
-        return MessagePlan(None, _encode_from(messages, 0), messages)
-    common = min(len(base), len(messages))
-    if all(map(operator.is_, base, messages)):  # the usual turn: nothing before the end changed
-        start = common
+        writes = _encode_from(messages, 0)
     else:
-        start = operator.indexOf(map(operator.is_, base, messages), False)
-    writes = [
-        (index, data)
-        for index, data in _encode_from(messages[:common], start)
-        if base[index] is not messages[index] and data != _message_encoder.encode(base[index])
-    ]
-    writes += _encode_from(messages, common)
-    return MessagePlan(base, writes, messages)
+        common = min(len(base), len(messages))
+        # the usual turn: nothing before the end changed
+        same = all(map(operator.is_, base, messages))
+        writes = [] if same else _changed(base, messages, common)
+        writes += _encode_from(messages, common)
+    return MessagePlan(base, writes, messages, sum(len(data) for _, data in writes))
+
+
+def _changed(
+    base: list[MessageSnapshot], messages: list[MessageSnapshot], common: int
+) -> list[tuple[int, bytes]]:
+    """The messages among the first ``common`` that are not the base's very objects and
+    whose encoded bytes differ from the base's."""
+    encode = _message_encoder.encode
+    start = operator.indexOf(map(operator.is_, base, messages), False)
+    writes = []
+    for index in range(start, common):
+        message = messages[index]
+        if base[index] is not message:
+            data = encode(message)
+            if data != encode(base[index]):
+                writes.append((index, data))
+    return writes
 
 
 def _encode_from(messages: list[MessageSnapshot], start: int) -> list[tuple[int, bytes]]:
-    return [(i, _message_encoder.encode(messages[i])) for i in range(start, len(messages))]
+    encode = _message_encoder.encode
+    return [(i, encode(messages[i])) for i in range(start, len(messages))]
