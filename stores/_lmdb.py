@@ -348,16 +348,20 @@ class LmdbStore(LmdbHistory):
     def _view(self, read: Callable[[Any], T]) -> T:
         """Run ``read`` in a read transaction. A map grown by the writer (in another
         process) is adopted and the read retried."""
+        gate = self._gate
         while True:
+            gate.enter()  # not the context manager: every read comes here (~1 µs less)
             try:
-                with self._gate.shared():
-                    if self._closed:
-                        raise IllegalStateError(f"LmdbStore at {self.path} is closed.")
-                    with self._env.begin(buffers=True) as txn:
-                        return read(txn)
+                if self._closed:
+                    raise IllegalStateError(f"LmdbStore at {self.path} is closed.")
+                with self._env.begin(buffers=True) as txn:
+                    return read(txn)
             except lmdb.MapResizedError:
-                with self._gate.exclusive():
-                    self._env.set_mapsize(0)
+                pass  # adopted below, outside the shared hold, then read again
+            finally:
+                gate.leave()
+            with gate.exclusive():
+                self._env.set_mapsize(0)
 
     # -- group commit -----------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from typing import Annotated, NamedTuple
 
 import msgspec
 
+from parlour.runtime.blocks import PojoBlock
 from parlour.runtime.errors import CorruptSnapshotError
 from parlour.runtime.snapshots import (
     ConversationPersistenceSnapshot,
@@ -51,6 +52,7 @@ header_encoder = msgspec.json.Encoder()
 header_decoder = msgspec.json.Decoder(Header)
 legacy_header_decoder = msgspec.json.Decoder(LegacyHeader)
 _message_encoder = msgspec.json.Encoder()
+_message_decoder = msgspec.json.Decoder(MessageSnapshot)
 
 
 def decode_header(conversation_id: str, raw: bytes | memoryview) -> Header:
@@ -110,8 +112,29 @@ def decode_record(
         raise CorruptSnapshotError(
             f"Stored conversation {conversation_id} has {len(messages)} of its {count} messages."
         )
-    snapshot.messages = [decode_message_snapshot(m, conversation_id) for m in messages]
+    snapshot.messages = _decode_messages(conversation_id, messages)
     return snapshot
+
+
+def _decode_messages(
+    conversation_id: str, messages: Sequence[bytes | memoryview]
+) -> list[MessageSnapshot]:
+    """Every message decoded, as ``decode_message_snapshot`` decodes it, at half its cost:
+    the plain decoder first; when any record does not decode, or a message holds a
+    ``PojoBlock`` (whose value must pass the nesting check), all go through
+    ``decode_message_snapshot``, which raises exactly what it raises.
+
+    Raises:
+        CorruptSnapshotError: a record does not decode or nests too deeply.
+    """
+    decode = _message_decoder.decode
+    try:
+        decoded = [decode(m) for m in messages]
+    except (msgspec.DecodeError, RecursionError):
+        decoded = None
+    if decoded is None or any(isinstance(b, PojoBlock) for m in decoded for b in m.blocks):
+        return [decode_message_snapshot(m, conversation_id) for m in messages]
+    return decoded
 
 
 class MessagePlan(NamedTuple):
