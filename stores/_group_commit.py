@@ -1,10 +1,10 @@
 """The group commit behind ``LmdbStore``: many writers, one transaction, one fsync.
 
-A writer queues its write and tries the commit lock; whoever holds it (the leader) applies
-every queued write in one write transaction, then commits and only then answers each
-writer. A writer that finds the lock taken waits on its
-own slot, never on the lock: the leader's answer wakes it, so a writer whose batch is
-already durable returns without touching the lock. After releasing the lock a leader wakes
+A writer that finds the commit lock free takes it and leads at once: its own write, then any
+queued ones, in one write transaction, committed before any writer is answered. A writer
+that finds the lock taken queues its write and waits on its own slot, never on the lock:
+the leader's answer wakes it, so a writer whose batch is already durable returns without
+touching the lock. After releasing the lock a leader wakes
 one writer still waiting, which tries to lead the next batch.
 
 A write that raises leaves nothing and only its caller gets the error; the rest of the batch
@@ -17,7 +17,6 @@ applied again without it.
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import threading
 from collections import deque
@@ -60,24 +59,43 @@ class CommitHooks(Protocol):
         ...
 
 
-class Slot:
-    """One writer's answer, and the lock it waits on (held until it is woken).
+class Done:
+    """One writer's answer, as ``concurrent.futures.Future`` gives it (``done``,
+    ``set_result``, ``set_exception``, ``result``) at a fraction of the cost."""
 
-    It answers like a ``concurrent.futures.Future`` (``done``, ``set_result``,
-    ``set_exception``) at a fraction of the cost: no condition variable. A wake with no
-    answer yet means "the commit lock was released: try to lead"."""
-
-    __slots__ = ("_error", "_signal", "_value", "answered")
+    __slots__ = ("_error", "_value", "answered")
 
     def __init__(self) -> None:
-        self._signal = threading.Lock()
-        self._signal.acquire()
         self.answered = False
         self._value: Any = None
         self._error: BaseException | None = None
 
     def done(self) -> bool:
         return self.answered
+
+    def set_result(self, value: Any) -> None:
+        self._value, self.answered = value, True
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error, self.answered = error, True
+
+    def result(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+class Slot(Done):
+    """The answer of a writer that waits for it, and the lock it waits on (held until it is
+    woken): no condition variable. A wake with no answer yet means "the commit lock was
+    released: try to lead"."""
+
+    __slots__ = ("_signal",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._signal = threading.Lock()
+        self._signal.acquire()
 
     def set_result(self, value: Any) -> None:
         self._value, self.answered = value, True
@@ -88,19 +106,16 @@ class Slot:
         self.wake()
 
     def wake(self) -> None:
-        with contextlib.suppress(RuntimeError):  # already woken: once is enough
+        try:  # noqa: SIM105 (contextlib.suppress builds a context manager per wake)
             self._signal.release()
+        except RuntimeError:  # already woken: once is enough
+            pass
 
     def wait(self) -> None:
         self._signal.acquire()
 
-    def result(self) -> Any:
-        if self._error is not None:
-            raise self._error
-        return self._value
 
-
-Answer = Any  # a Slot, or anything with Future's done/set_result/set_exception
+Answer = Any  # a Done or Slot, or anything with Future's done/set_result/set_exception
 Entry = tuple[Write, Answer, int]
 
 
@@ -132,6 +147,13 @@ class GroupCommit:
         """
         if self._closing:
             raise self._closed_error()
+        if self._lock.acquire(blocking=False):  # no commit under way: lead, unqueued
+            done = Done()
+            try:
+                self._run([(write, done, size), *self._drain(self._max_batch - 1)])
+            finally:
+                self._release()
+            return done.result()
         slot = Slot()
         self._queue.put((write, slot, size))
         while not slot.answered:
@@ -139,7 +161,7 @@ class GroupCommit:
             if self._lock.acquire(blocking=False):
                 try:
                     if not slot.answered:
-                        self._run(self._drain())
+                        self._run(self._drain(self._max_batch))
                 finally:
                     self._release()
             else:
@@ -161,7 +183,7 @@ class GroupCommit:
         self._lock.acquire()
         try:
             self._closing = True
-            while batch := self._drain():
+            while batch := self._drain(self._max_batch):
                 self._apply(batch)
             finish()
             self._finished = True
@@ -171,9 +193,9 @@ class GroupCommit:
     def _closed_error(self) -> IllegalStateError:
         return IllegalStateError(f"LmdbStore at {self._where} is closed; nothing was written.")
 
-    def _drain(self) -> list[Entry]:
+    def _drain(self, most: int) -> list[Entry]:
         batch: list[Entry] = []
-        while len(batch) < self._max_batch:
+        while len(batch) < most:
             try:
                 batch.append(self._queue.get_nowait())
             except queue.Empty:

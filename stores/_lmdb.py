@@ -223,9 +223,7 @@ class LmdbStore(LmdbHistory):
         known = None if old is None else self._book.known(cid)  # a new record: every message
         if plan.base is not known:  # another write landed since planning
             plan = plan_messages(known, plan.messages)
-        if old is not None:
-            _layout.unindex(txn, self._dbs, old, key)
-        _layout.index(txn, self._dbs, head, key)
+        _layout.reindex(txn, self._dbs, old, head, key)
         txn.put(key, header_encoder.encode(head), db=self._dbs.heads)
         txn.put(key, body, db=self._dbs.bodies)
         for index, data in plan.writes:
