@@ -221,17 +221,19 @@ class LmdbStore(LmdbHistory):
         """Write a conversation inside its save's write: header, owner index, body,
         the changed messages, and the removal of messages past the new end."""
         known = None if old is None else self._book.known(cid)  # a new record: every message
-        if plan.base is not known:  # another write landed since planning
-            plan = plan_messages(known, plan.messages)
+        base = None if known is None else known[0]
+        if plan.base is not base:  # another write landed since planning
+            plan = plan_messages(base, plan.messages)
         _layout.reindex(txn, self._dbs, old, head, key)
         txn.put(key, header_encoder.encode(head), db=self._dbs.heads)
-        txn.put(key, body, db=self._dbs.bodies)
+        if known is None or body != known[1]:  # the usual turn leaves the body as it was
+            txn.put(key, body, db=self._dbs.bodies)
         for index, data in plan.writes:
             txn.put(message_key(key, index), data, db=self._dbs.messages)
         for index in range(len(plan.messages), 0 if old is None else old.message_count):
             txn.delete(message_key(key, index), db=self._dbs.messages)
         self._record(txn, key, head, body, plan)
-        self._book.note(cid, plan.messages)  # last: a write that raised never gets here
+        self._book.note(cid, plan.messages, body)  # last: a write that raised never gets here
 
     def delete(self, conversation_id: str, user_id: str) -> bool:
         key = conversation_key(conversation_id)

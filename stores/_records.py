@@ -83,8 +83,10 @@ def message_prefix(key: bytes) -> bytes:
 
 
 def encode_body(snapshot: ConversationPersistenceSnapshot) -> bytes:
-    """The snapshot without its messages (they are stored one record each)."""
-    return encode_snapshot(msgspec.structs.replace(snapshot, messages=[]))
+    """The snapshot without its messages (they are stored one record each) and without its
+    ``stored_version`` (every read stamps the record's own), so that a save that changed
+    nothing else writes the body it already has: the same bytes, which a store may skip."""
+    return encode_snapshot(msgspec.structs.replace(snapshot, messages=[], stored_version=0))
 
 
 def decode_record(
