@@ -6,10 +6,12 @@ and a msgpack ``Payload``: the body, the message count, and the messages written
 bytes): every message for a checkpoint, the changed ones for a delta. Reading version N
 starts at the newest checkpoint at or before N and replays the deltas after it.
 
-``chains`` (id -> four 8-byte integers: last recorded version, deltas since the checkpoint,
-their bytes, the checkpoint's bytes) decides when a save is a checkpoint: when its delta
-would make the chain longer than ``MAX_CHAIN`` records or its messages heavier than the
-checkpoint's, or when the previous version is not recorded. So a read replays at most
+The chain (deltas since the checkpoint, their bytes, the checkpoint's bytes), kept in the
+conversation's header as its version left it, decides when a save is a checkpoint: when its
+delta would make the chain longer than ``MAX_CHAIN`` records or its messages heavier than
+the checkpoint's, or when the previous version was not recorded with a chain. (Stores
+written before kept it in ``chains``, id -> four 8-byte integers; the code reads it no
+more, and drops it with the history.) So a read replays at most
 ``MAX_CHAIN`` deltas and about twice a full copy's message bytes (a read uses only the last
 record's body), and a conversation's history costs about what its
 saves wrote plus a few full copies.
@@ -18,13 +20,12 @@ saves wrote plus a few full copies.
 from __future__ import annotations
 
 import datetime as dt
-import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
-from parlour.stores._records import MessagePlan, message_prefix
+from parlour.stores._records import Chain, MessagePlan, message_prefix
 
 if TYPE_CHECKING:
     from parlour.stores._layout import Databases
@@ -34,7 +35,6 @@ PRUNE_EVERY = 64  # a save whose version is a multiple of this prunes its conver
 CHECKPOINT, DELTA = b"C", b"D"
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)
-_CHAIN = struct.Struct(">4Q")  # the chain record: four big-endian 8-byte integers
 
 
 class Payload(msgspec.Struct, array_like=True):
@@ -90,27 +90,24 @@ def record(
     saved_at: dt.datetime,
     body: bytes,
     plan: MessagePlan,
-) -> None:
+    chain: Chain | None,
+) -> Chain:
     """Record the save that wrote ``body`` and ``plan`` as ``version``: a delta of what it
-    wrote, or a checkpoint of every message when the chain calls for one."""
-    raw = txn.get(key, db=dbs.chains)
-    last, chain, chain_bytes, base = (
-        (0, 0, 0, 0) if raw is None or len(raw) != _CHAIN.size else _CHAIN.unpack(raw)
-    )
+    wrote, or a checkpoint of every message when the chain calls for one. ``chain`` is what
+    the previous version left (None: it was not recorded with one). Returns the chain this
+    version leaves, for its header."""
     size = plan.size
     full = len(plan.writes) == len(plan.messages)
-    if full or last != version - 1 or chain >= MAX_CHAIN or chain_bytes + size > base:
+    if chain is None or full or chain[0] >= MAX_CHAIN or chain[1] + size > chain[2]:
         # the messages as this save left them: the stored bytes, none encoded again
         count = len(plan.messages)
         writes = plan.writes if full else list(enumerate(_raw_messages(txn, dbs, key, count)))
-        size = sum(len(data) for _, data in writes)
-        payload = Payload(body, len(plan.messages), writes)
+        payload = Payload(body, count, writes)
         txn.put(version_key(key, version), _record(CHECKPOINT, saved_at, payload), db=dbs.versions)
-        txn.put(key, _CHAIN.pack(version, 0, 0, size), db=dbs.chains)
-        return
+        return (0, 0, sum(len(data) for _, data in writes))
     payload = Payload(body, len(plan.messages), plan.writes)
     txn.put(version_key(key, version), _record(DELTA, saved_at, payload), db=dbs.versions)
-    txn.put(key, _CHAIN.pack(version, chain + 1, chain_bytes + size, base), db=dbs.chains)
+    return (chain[0] + 1, chain[1] + size, chain[2])
 
 
 def seed(txn: Any, dbs: Databases, key: bytes, version: int, saved_at: dt.datetime) -> None:
@@ -122,7 +119,6 @@ def seed(txn: Any, dbs: Databases, key: bytes, version: int, saved_at: dt.dateti
     messages = _raw_messages(txn, dbs, key)
     payload = Payload(bytes(body), len(messages), list(enumerate(messages)))
     txn.put(version_key(key, version), _record(CHECKPOINT, saved_at, payload), db=dbs.versions)
-    txn.put(key, _CHAIN.pack(version, 0, 0, sum(len(m) for m in messages)), db=dbs.chains)
 
 
 def _raw_messages(txn: Any, dbs: Databases, key: bytes, limit: int | None = None) -> list[bytes]:

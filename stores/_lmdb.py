@@ -59,9 +59,8 @@ class LmdbStore(LmdbHistory):
     Args:
         path: the directory (a writer creates it if missing; a reader requires it).
         map_size: the initial map size in bytes; the map grows on demand when it fills.
-        sync: fsync each commit (durable). False trades durability for speed: a killed
-            process loses nothing committed, an OS crash can lose commits and, the map being
-            written in place, damage the file.
+        sync: fsync each commit (durable). False trades durability for speed: an OS crash
+            (not a killed process) can lose commits and, the map written in place, the file.
         max_batch: most writes one group commit takes.
         remembered: how many conversations' written messages the store remembers, to
             write only what changed.
@@ -139,9 +138,7 @@ class LmdbStore(LmdbHistory):
                 max_readers=1024,
                 readonly=self.readonly,
                 create=not self.readonly,
-                # pages written in place: half the CPU of a write (no copy, no write(2) per
-                # page); it rules out nested transactions (see _group_commit)
-                writemap=not self.readonly,
+                writemap=not self.readonly,  # half a write's CPU; no nesting (_group_commit)
             )
         except lmdb.Error as exc:  # LMDB allows one environment per directory per process
             if "already open" not in str(exc):
@@ -218,21 +215,23 @@ class LmdbStore(LmdbHistory):
         body: bytes,
         plan: MessagePlan,
     ) -> None:
-        """Write a conversation inside its save's write: header, owner index, body,
-        the changed messages, and the removal of messages past the new end."""
+        """Write a conversation inside its save's write: owner index, body (when it
+        changed), the changed messages, the removal of messages past the new end, the
+        version record, and the header (last: it carries the history's chain)."""
         known = None if old is None else self._book.known(cid)  # a new record: every message
         base = None if known is None else known[0]
         if plan.base is not base:  # another write landed since planning
             plan = plan_messages(base, plan.messages)
         _layout.reindex(txn, self._dbs, old, head, key)
-        txn.put(key, header_encoder.encode(head), db=self._dbs.heads)
         if known is None or body != known[1]:  # the usual turn leaves the body as it was
             txn.put(key, body, db=self._dbs.bodies)
         for index, data in plan.writes:
             txn.put(message_key(key, index), data, db=self._dbs.messages)
         for index in range(len(plan.messages), 0 if old is None else old.message_count):
             txn.delete(message_key(key, index), db=self._dbs.messages)
-        self._record(txn, key, head, body, plan)
+        chain = self._record(txn, key, old, head, body, plan)  # after the messages: it reads them
+        head = head if chain == head.history else msgspec.structs.replace(head, history=chain)
+        txn.put(key, header_encoder.encode(head), db=self._dbs.heads)
         self._book.note(cid, plan.messages, body)  # last: a write that raised never gets here
 
     def delete(self, conversation_id: str, user_id: str) -> bool:

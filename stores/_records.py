@@ -24,10 +24,14 @@ from parlour.runtime.snapshots import (
     encode_snapshot,
 )
 
+Chain = tuple[int, int, int]  # deltas since the last checkpoint, their bytes, the checkpoint's
+
 
 class Header(msgspec.Struct, frozen=True, kw_only=True):
     """The per-conversation record read on every write: owner, title, times, message count,
-    and the fencing version advanced by every save."""
+    the fencing version advanced by every save, and the version history's chain as that
+    version left it (None: that version was not recorded with one, so the next is a
+    checkpoint; a parlour that predates the field ignores it and drops it on rewrite)."""
 
     user_id: Annotated[str, msgspec.Meta(min_length=1)]
     title: str
@@ -35,6 +39,7 @@ class Header(msgspec.Struct, frozen=True, kw_only=True):
     updated_at: dt.datetime
     message_count: Annotated[int, msgspec.Meta(ge=0)] = 0
     version: Annotated[int, msgspec.Meta(ge=1)] = 1
+    history: Chain | None = None
 
 
 class LegacyHeader(msgspec.Struct, frozen=True, kw_only=True):
