@@ -11,10 +11,9 @@ conversation's header as its version left it, decides when a save is a checkpoin
 delta would make the chain longer than ``MAX_CHAIN`` records or its messages heavier than
 the checkpoint's, or when the previous version was not recorded with a chain. (Stores
 written before kept it in ``chains``, id -> four 8-byte integers; the code reads it no
-more, and drops it with the history.) So a read replays at most
-``MAX_CHAIN`` deltas and about twice a full copy's message bytes (a read uses only the last
-record's body), and a conversation's history costs about what its
-saves wrote plus a few full copies.
+more, and drops it with the history.) So a read replays at most ``MAX_CHAIN`` deltas and
+about twice a full copy's message bytes (a read uses only the last record's body), and a
+conversation's history costs about what its saves wrote plus a few full copies.
 """
 
 from __future__ import annotations

@@ -47,7 +47,8 @@ class Databases(NamedTuple):
     heads, bodies, messages: a conversation's records (see ``_records``); owners: user id ->
     sorted duplicates of (order, conversation id), the owner index; tombstones: a deleted
     id -> the last version it had; meta: the layout version; quarantine: damaged records;
-    versions, chains: the version history (see ``_history``).
+    versions: the version history (see ``_history``); chains: where stores written before
+    kept the history's chain (the header holds it now), only dropped.
     """
 
     heads: Any

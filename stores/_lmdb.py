@@ -62,8 +62,8 @@ class LmdbStore(LmdbHistory):
         sync: fsync each commit (durable). False trades durability for speed: an OS crash
             (not a killed process) can lose commits and, the map written in place, the file.
         max_batch: most writes one group commit takes.
-        remembered: how many conversations' written messages the store remembers, to
-            write only what changed.
+        remembered: how many conversations' written messages and bodies the store
+            remembers, to write only what changed.
         readonly: open for reading only, beside the directory's writer (in this or another
             process); every write raises ``IllegalStateError``.
         history: keep every save as a version (``get_version_history``, ``load_version``).
