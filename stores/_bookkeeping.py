@@ -17,6 +17,8 @@ from loguru import logger
 from parlour.runtime.snapshots import MessageSnapshot
 from parlour.stores._lock import ReadGate
 
+Written = tuple[list[MessageSnapshot], bytes]  # a conversation's messages and body, as written
+
 
 class Bookkeeping:
     """The ``CommitHooks`` of one store: transactions, map growth, the written-messages
@@ -27,24 +29,27 @@ class Bookkeeping:
         self._gate = gate
         self._path = path
         self._remembered = remembered
-        # by identity; the last committed write of each conversation's messages
-        self._written: OrderedDict[str, list[MessageSnapshot]] = OrderedDict()
-        self._pending: dict[str, list[MessageSnapshot] | None] = {}  # this batch's writes
+        # the last committed write of each conversation: its messages (by identity) and body
+        self._written: OrderedDict[str, Written] = OrderedDict()
+        self._pending: dict[str, Written | None] = {}  # this batch's writes
         self._psize: int | None = None
+        self._unchecked = 0  # bytes that batches may add before the map is measured again
 
     def last_written(self, cid: str) -> list[MessageSnapshot] | None:
         """What the last committed write of ``cid`` held (None when not remembered)."""
-        return self._written.get(cid)
+        written = self._written.get(cid)
+        return None if written is None else written[0]
 
-    def known(self, cid: str) -> list[MessageSnapshot] | None:
-        """What the store has written of ``cid``'s messages, this batch included."""
+    def known(self, cid: str) -> Written | None:
+        """What the store has written of ``cid`` (messages and body), this batch included."""
         if cid in self._pending:
             return self._pending[cid]
         return self._written.get(cid)
 
-    def note(self, cid: str, messages: list[MessageSnapshot] | None) -> None:
-        """A write in this batch wrote ``messages`` (None: removed the conversation)."""
-        self._pending[cid] = messages
+    def note(self, cid: str, messages: list[MessageSnapshot] | None, body: bytes = b"") -> None:
+        """A write in this batch wrote ``messages`` and ``body`` (None: removed the
+        conversation)."""
+        self._pending[cid] = None if messages is None else (messages, body)
 
     def begin(self, write: bool, parent: Any) -> Any:
         return self._env().begin(write=write, parent=parent)
@@ -54,11 +59,11 @@ class Bookkeeping:
 
     def committed(self) -> None:
         """What the commit wrote becomes what the store knows it has written."""
-        for cid, messages in self._pending.items():
-            if messages is None:
+        for cid, written in self._pending.items():
+            if written is None:
                 self._written.pop(cid, None)
             else:
-                self._written[cid] = messages
+                self._written[cid] = written
                 self._written.move_to_end(cid)
         while len(self._written) > self._remembered:
             self._written.popitem(last=False)
@@ -68,15 +73,25 @@ class Bookkeeping:
         """A commit that failed wrote nothing; trust nothing, the next saves write in full."""
         self._written.clear()
         self._pending.clear()
+        self._unchecked = 0
 
     def make_room(self, incoming: int) -> None:
         """Grow the map before a batch could fill it. LMDB running out of map while other
         threads hold read transactions hung here (py-lmdb 2.x and 3.0), so a full map must
-        stay the rare fallback, not the way growth is discovered."""
+        stay the rare fallback, not the way growth is discovered.
+
+        The map is measured (``env.info()``, about 1 µs) only when the batches since the
+        last measure could have used the room it left: each is allowed four times its bytes
+        and a MiB of pages."""
+        self._unchecked -= 4 * incoming + (1 << 20)
+        if self._unchecked >= 0:
+            return
         info = self._env().info()
         used, size = (info["last_pgno"] + 1) * self._page_size(), info["map_size"]
         if used + 4 * incoming + (1 << 20) > size // 2:
             self.grow(max(2 * size, 2 * (used + 4 * incoming + (1 << 20))))
+            return  # measured again before the next batch
+        self._unchecked = size // 2 - used - 4 * incoming - (1 << 20)
 
     def used_bytes(self) -> int:
         return int((self._env().info()["last_pgno"] + 1) * self._page_size())
@@ -94,3 +109,4 @@ class Bookkeeping:
         logger.info("growing the LMDB map at {} to {} bytes", self._path, size)
         with self._gate.exclusive():
             env.set_mapsize(size)
+        self._unchecked = 0

@@ -1,20 +1,22 @@
 """The group commit behind ``LmdbStore``: many writers, one transaction, one fsync.
 
-A writer queues its write and tries the commit lock; whoever holds it (the leader) applies
-every queued write in one write transaction, each inside its own nested transaction, then
-commits and only then answers each writer. A writer that finds the lock taken waits on its
-own slot, never on the lock: the leader's answer wakes it, so a writer whose batch is
-already durable returns without touching the lock. After releasing the lock a leader wakes
+A writer that finds the commit lock free takes it and leads at once: its own write, then any
+queued ones, in one write transaction, committed before any writer is answered. A writer
+that finds the lock taken queues its write and waits on its own slot, never on the lock:
+the leader's answer wakes it, so a writer whose batch is already durable returns without
+touching the lock. After releasing the lock a leader wakes
 one writer still waiting, which tries to lead the next batch.
 
-A write that raises rolls back alone (its nested transaction is aborted, or the whole one
-when it is alone in its batch) and only its caller gets the error; the rest of the batch
-commits.
+A write that raises leaves nothing and only its caller gets the error; the rest of the batch
+commits. LMDB's nested transactions would roll one write back alone, but they cannot be had
+with a writable memory map (``writemap``, which halves the cost of a write), so: a write
+that raised before writing anything (a refusal: a stale version, another owner) is simply
+left out; one that raised after writing has the whole transaction aborted and the batch
+applied again without it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import threading
 from collections import deque
@@ -26,14 +28,14 @@ from loguru import logger
 
 from parlour.runtime.errors import IllegalStateError
 
-Write = Callable[[Any], Any]  # applied inside the writer's own nested transaction
+Write = Callable[[Any], Any]  # applied inside the batch's write transaction
 
 
 class CommitHooks(Protocol):
     """What the store does around a batch; every hook runs under the commit lock."""
 
     def begin(self, write: bool, parent: Any) -> Any:
-        """Open a write transaction (a nested one when ``parent`` is given)."""
+        """Open a write transaction (``parent`` is always None: no nesting)."""
         ...
 
     def make_room(self, incoming: int) -> None:
@@ -57,24 +59,43 @@ class CommitHooks(Protocol):
         ...
 
 
-class Slot:
-    """One writer's answer, and the lock it waits on (held until it is woken).
+class Done:
+    """One writer's answer, as ``concurrent.futures.Future`` gives it (``done``,
+    ``set_result``, ``set_exception``, ``result``) at a fraction of the cost."""
 
-    It answers like a ``concurrent.futures.Future`` (``done``, ``set_result``,
-    ``set_exception``) at a fraction of the cost: no condition variable. A wake with no
-    answer yet means "the commit lock was released: try to lead"."""
-
-    __slots__ = ("_error", "_signal", "_value", "answered")
+    __slots__ = ("_error", "_value", "answered")
 
     def __init__(self) -> None:
-        self._signal = threading.Lock()
-        self._signal.acquire()
         self.answered = False
         self._value: Any = None
         self._error: BaseException | None = None
 
     def done(self) -> bool:
         return self.answered
+
+    def set_result(self, value: Any) -> None:
+        self._value, self.answered = value, True
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error, self.answered = error, True
+
+    def result(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+class Slot(Done):
+    """The answer of a writer that waits for it, and the lock it waits on (held until it is
+    woken): no condition variable. A wake with no answer yet means "the commit lock was
+    released: try to lead"."""
+
+    __slots__ = ("_signal",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._signal = threading.Lock()
+        self._signal.acquire()
 
     def set_result(self, value: Any) -> None:
         self._value, self.answered = value, True
@@ -85,19 +106,16 @@ class Slot:
         self.wake()
 
     def wake(self) -> None:
-        with contextlib.suppress(RuntimeError):  # already woken: once is enough
+        try:  # noqa: SIM105 (contextlib.suppress builds a context manager per wake)
             self._signal.release()
+        except RuntimeError:  # already woken: once is enough
+            pass
 
     def wait(self) -> None:
         self._signal.acquire()
 
-    def result(self) -> Any:
-        if self._error is not None:
-            raise self._error
-        return self._value
 
-
-Answer = Any  # a Slot, or anything with Future's done/set_result/set_exception
+Answer = Any  # a Done or Slot, or anything with Future's done/set_result/set_exception
 Entry = tuple[Write, Answer, int]
 
 
@@ -125,10 +143,17 @@ class GroupCommit:
 
         Raises:
             IllegalStateError: the store is closed (nothing was written).
-            Exception: whatever ``write`` raised; its nested transaction was rolled back.
+            Exception: whatever ``write`` raised; nothing of it was written.
         """
         if self._closing:
             raise self._closed_error()
+        if self._lock.acquire(blocking=False):  # no commit under way: lead, unqueued
+            done = Done()
+            try:
+                self._run([(write, done, size), *self._drain(self._max_batch - 1)])
+            finally:
+                self._release()
+            return done.result()
         slot = Slot()
         self._queue.put((write, slot, size))
         while not slot.answered:
@@ -136,7 +161,7 @@ class GroupCommit:
             if self._lock.acquire(blocking=False):
                 try:
                     if not slot.answered:
-                        self._run(self._drain())
+                        self._run(self._drain(self._max_batch))
                 finally:
                     self._release()
             else:
@@ -158,7 +183,7 @@ class GroupCommit:
         self._lock.acquire()
         try:
             self._closing = True
-            while batch := self._drain():
+            while batch := self._drain(self._max_batch):
                 self._apply(batch)
             finish()
             self._finished = True
@@ -168,9 +193,9 @@ class GroupCommit:
     def _closed_error(self) -> IllegalStateError:
         return IllegalStateError(f"LmdbStore at {self._where} is closed; nothing was written.")
 
-    def _drain(self) -> list[Entry]:
+    def _drain(self, most: int) -> list[Entry]:
         batch: list[Entry] = []
-        while len(batch) < self._max_batch:
+        while len(batch) < most:
             try:
                 batch.append(self._queue.get_nowait())
             except queue.Empty:
@@ -202,30 +227,84 @@ class GroupCommit:
             else:
                 done.set_exception(value)
 
-    def _commit(self, writes: list[Write]) -> list[tuple[bool, Any]]:
-        """Apply every write in one transaction, each nested; a full map aborts the batch,
-        grows the map and applies it again."""
+    def _commit(self, writes: list[Write]) -> list[Outcome]:
+        """Apply every write in one transaction and commit it. A full map aborts the batch,
+        grows the map and applies it again; so does a write that raised after writing
+        (without it: it keeps its error)."""
+        failed: dict[int, Exception] = {}
         while True:
             self._hooks.attempt()
+            txn = self._hooks.begin(True, None)
             try:
-                if len(writes) == 1:
-                    return [self._apply_one(self._hooks.begin(True, None), writes[0])]
-                with self._hooks.begin(True, None) as txn:
-                    return [self._apply_one(self._hooks.begin(True, txn), w) for w in writes]
+                outcomes = self._attempt(txn, writes, failed)
+                if outcomes is not None and any(ok for ok, _ in outcomes):
+                    txn.commit()
+                    return outcomes
             except lmdb.MapFullError:
+                txn.abort()
                 self._hooks.grow()
+                continue
+            except BaseException:
+                txn.abort()
+                raise
+            txn.abort()  # a write raised after writing (applied again without it), or none kept
+            if outcomes is not None:
+                return outcomes
 
-    def _apply_one(self, txn: Any, write: Write) -> tuple[bool, Any]:
-        """Apply ``write`` in ``txn``, its own: a nested transaction in a batch of several,
-        the whole transaction in a batch of one (a nested one would cost ~3 µs for
-        nothing). A write that raises has ``txn`` aborted: nothing of it remains."""
-        try:
-            value = write(txn)
-        except lmdb.MapFullError:
-            txn.abort()
-            raise
-        except Exception as exc:  # the caller gets it; the batch goes on without this write
-            txn.abort()
-            return False, exc
-        txn.commit()
-        return True, value
+    def _attempt(
+        self, txn: Any, writes: list[Write], failed: dict[int, Exception]
+    ) -> list[Outcome] | None:
+        """Apply ``writes`` in ``txn``, skipping those in ``failed``. A write that raises
+        before writing anything keeps its error and the others go on; one that raises after
+        writing joins ``failed`` and the answer is None: ``txn`` holds part of it."""
+        if len(writes) == 1:  # alone: nothing else to keep, so no tracking
+            try:
+                return [(True, writes[0](txn))]
+            except lmdb.MapFullError:
+                raise
+            except Exception as exc:  # the caller gets it; the whole transaction is aborted
+                return [(False, exc)]
+        outcomes: list[Outcome] = []
+        for index, write in enumerate(writes):
+            if index in failed:
+                outcomes.append((False, failed[index]))
+                continue
+            tracked = _Tracked(txn)
+            try:
+                outcomes.append((True, write(tracked)))
+            except lmdb.MapFullError:
+                raise
+            except Exception as exc:  # the caller gets it; the batch goes on without it
+                failed[index] = exc
+                if tracked.touched:
+                    return None
+                outcomes.append((False, exc))
+        return outcomes
+
+
+Outcome = tuple[bool, Any]  # (True, what the write returned) or (False, what it raised)
+
+
+class _Tracked:
+    """A write transaction as one write of a batch sees it: ``get`` goes straight through;
+    ``touched`` is set by the first call that may write (``put``, ``delete``, and anything
+    else, a cursor included, through ``__getattr__``)."""
+
+    __slots__ = ("_txn", "get", "touched")
+
+    def __init__(self, txn: Any) -> None:
+        self._txn = txn
+        self.get = txn.get
+        self.touched = False
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        self.touched = True
+        return self._txn.put(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any:
+        self.touched = True
+        return self._txn.delete(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        self.touched = True
+        return getattr(self._txn, name)

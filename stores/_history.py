@@ -6,13 +6,14 @@ and a msgpack ``Payload``: the body, the message count, and the messages written
 bytes): every message for a checkpoint, the changed ones for a delta. Reading version N
 starts at the newest checkpoint at or before N and replays the deltas after it.
 
-``chains`` (id -> four 8-byte integers: last recorded version, deltas since the checkpoint,
-their bytes, the checkpoint's bytes) decides when a save is a checkpoint: when its delta
-would make the chain longer than ``MAX_CHAIN`` records or its messages heavier than the
-checkpoint's, or when the previous version is not recorded. So a read replays at most
-``MAX_CHAIN`` deltas and about twice a full copy's message bytes (a read uses only the last
-record's body), and a conversation's history costs about what its
-saves wrote plus a few full copies.
+The chain (deltas since the checkpoint, their bytes, the checkpoint's bytes), kept in the
+conversation's header as its version left it, decides when a save is a checkpoint: when its
+delta would make the chain longer than ``MAX_CHAIN`` records or its messages heavier than
+the checkpoint's, or when the previous version was not recorded with a chain. (Stores
+written before kept it in ``chains``, id -> four 8-byte integers; the code reads it no
+more, and drops it with the history.) So a read replays at most ``MAX_CHAIN`` deltas and
+about twice a full copy's message bytes (a read uses only the last record's body), and a
+conversation's history costs about what its saves wrote plus a few full copies.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
-from parlour.stores._records import MessagePlan, message_prefix
+from parlour.stores._records import Chain, MessagePlan, message_prefix
 
 if TYPE_CHECKING:
     from parlour.stores._layout import Databases
@@ -33,7 +34,6 @@ PRUNE_EVERY = 64  # a save whose version is a multiple of this prunes its conver
 CHECKPOINT, DELTA = b"C", b"D"
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)
-_message_encoder = msgspec.json.Encoder()
 
 
 class Payload(msgspec.Struct, array_like=True):
@@ -89,39 +89,24 @@ def record(
     saved_at: dt.datetime,
     body: bytes,
     plan: MessagePlan,
-) -> None:
+    chain: Chain | None,
+) -> Chain:
     """Record the save that wrote ``body`` and ``plan`` as ``version``: a delta of what it
-    wrote, or a checkpoint of every message when the chain calls for one."""
-    raw = txn.get(key, db=dbs.chains)
-    last, chain, chain_bytes, base = (
-        (0, 0, 0, 0)
-        if raw is None
-        else (int.from_bytes(bytes(raw)[i : i + 8], "big") for i in range(0, 32, 8))
-    )
+    wrote, or a checkpoint of every message when the chain calls for one. ``chain`` is what
+    the previous version left (None: it was not recorded with one). Returns the chain this
+    version leaves, for its header."""
     size = plan.size
     full = len(plan.writes) == len(plan.messages)
-    if full or last != version - 1 or chain >= MAX_CHAIN or chain_bytes + size > base:
-        writes = plan.writes if full else _every_message(plan)
-        size = sum(len(data) for _, data in writes)
-        payload = Payload(body, len(plan.messages), writes)
+    if chain is None or full or chain[0] >= MAX_CHAIN or chain[1] + size > chain[2]:
+        # the messages as this save left them: the stored bytes, none encoded again
+        count = len(plan.messages)
+        writes = plan.writes if full else list(enumerate(_raw_messages(txn, dbs, key, count)))
+        payload = Payload(body, count, writes)
         txn.put(version_key(key, version), _record(CHECKPOINT, saved_at, payload), db=dbs.versions)
-        _put_chain(txn, dbs, key, (version, 0, 0, size))
-        return
+        return (0, 0, sum(len(data) for _, data in writes))
     payload = Payload(body, len(plan.messages), plan.writes)
     txn.put(version_key(key, version), _record(DELTA, saved_at, payload), db=dbs.versions)
-    _put_chain(txn, dbs, key, (version, chain + 1, chain_bytes + size, base))
-
-
-def _every_message(plan: MessagePlan) -> list[tuple[int, bytes]]:
-    written = dict(plan.writes)
-    return [
-        (i, written[i] if i in written else _message_encoder.encode(m))
-        for i, m in enumerate(plan.messages)
-    ]
-
-
-def _put_chain(txn: Any, dbs: Databases, key: bytes, fields: tuple[int, int, int, int]) -> None:
-    txn.put(key, b"".join(n.to_bytes(8, "big") for n in fields), db=dbs.chains)
+    return (chain[0] + 1, chain[1] + size, chain[2])
 
 
 def seed(txn: Any, dbs: Databases, key: bytes, version: int, saved_at: dt.datetime) -> None:
@@ -133,16 +118,16 @@ def seed(txn: Any, dbs: Databases, key: bytes, version: int, saved_at: dt.dateti
     messages = _raw_messages(txn, dbs, key)
     payload = Payload(bytes(body), len(messages), list(enumerate(messages)))
     txn.put(version_key(key, version), _record(CHECKPOINT, saved_at, payload), db=dbs.versions)
-    _put_chain(txn, dbs, key, (version, 0, 0, sum(len(m) for m in messages)))
 
 
-def _raw_messages(txn: Any, dbs: Databases, key: bytes) -> list[bytes]:
+def _raw_messages(txn: Any, dbs: Databases, key: bytes, limit: int | None = None) -> list[bytes]:
+    """The stored message records of ``key`` (at most ``limit``), in order."""
     prefix = message_prefix(key)
     cursor = txn.cursor(db=dbs.messages)
     found: list[bytes] = []
     if cursor.set_range(prefix):
         for item_key, value in cursor:
-            if not bytes(item_key).startswith(prefix):
+            if len(found) == limit or not bytes(item_key).startswith(prefix):
                 break
             found.append(bytes(value))
     return found

@@ -38,6 +38,20 @@ def _encoded(kind: str, value: object, limit: int, why: str) -> bytes:
     return data
 
 
+_CHECKED_MOST = 8192  # how many valid ids of each kind are remembered, already encoded
+_conversation_keys: dict[str, bytes] = {}
+_user_keys: dict[str, bytes] = {}
+
+
+def _remembered(checked: dict[str, bytes], value: str, key: bytes) -> bytes:
+    """Remember ``value``'s key; the memory is dropped whole when full (a dict operation
+    each: safe from any thread)."""
+    if len(checked) >= _CHECKED_MOST:
+        checked.clear()
+    checked[value] = key
+    return key
+
+
 def conversation_key(conversation_id: str) -> bytes:
     """The validated UTF-8 key of a conversation id.
 
@@ -46,8 +60,11 @@ def conversation_key(conversation_id: str) -> bytes:
             ``MAX_ID_BYTES`` (502) bytes of UTF-8, so that its message keys would not fit
             LMDB's 511-byte key limit.
     """
+    if type(conversation_id) is str and (key := _conversation_keys.get(conversation_id)):
+        return key  # checked before: a valid id's key never changes
     why = f"LMDB's {MAX_KEY_BYTES}-byte key limit, less the suffix of its message keys"
-    return _encoded("conversation id", conversation_id, MAX_ID_BYTES, why)
+    key = _encoded("conversation id", conversation_id, MAX_ID_BYTES, why)
+    return _remembered(_conversation_keys, conversation_id, key)
 
 
 def user_key(user_id: str) -> bytes:
@@ -57,7 +74,10 @@ def user_key(user_id: str) -> bytes:
         ValueError: the id is empty, holds a NUL or a lone surrogate, or is longer than
             LMDB's 511-byte key limit.
     """
-    return _encoded("user id", user_id, MAX_KEY_BYTES, "LMDB's key limit")
+    if type(user_id) is str and (key := _user_keys.get(user_id)):
+        return key
+    key = _encoded("user id", user_id, MAX_KEY_BYTES, "LMDB's key limit")
+    return _remembered(_user_keys, user_id, key)
 
 
 def require_id(snapshot: ConversationPersistenceSnapshot, user_id: str) -> bytes:

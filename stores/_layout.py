@@ -47,7 +47,8 @@ class Databases(NamedTuple):
     heads, bodies, messages: a conversation's records (see ``_records``); owners: user id ->
     sorted duplicates of (order, conversation id), the owner index; tombstones: a deleted
     id -> the last version it had; meta: the layout version; quarantine: damaged records;
-    versions, chains: the version history (see ``_history``).
+    versions: the version history (see ``_history``); chains: where stores written before
+    kept the history's chain (the header holds it now), only dropped.
     """
 
     heads: Any
@@ -158,6 +159,17 @@ def seed_history(txn: Any, dbs: Databases, path: Path) -> None:
 
 def index(txn: Any, dbs: Databases, head: Header, key: bytes) -> None:
     txn.put(head.user_id.encode(), order_bytes(head.updated_at, key), db=dbs.owners)
+
+
+def reindex(txn: Any, dbs: Databases, old: Header | None, head: Header, key: bytes) -> None:
+    """Move ``key``'s owner-index entry from ``old`` (None: a new record) to ``head``; nothing
+    to do when the update time, all the entry holds besides the id, did not change."""
+    if old is not None and old.updated_at == head.updated_at and old.user_id == head.user_id:
+        return
+    owner = head.user_id.encode()
+    if old is not None:
+        txn.delete(old.user_id.encode(), order_bytes(old.updated_at, key), db=dbs.owners)
+    txn.put(owner, order_bytes(head.updated_at, key), db=dbs.owners)
 
 
 def unindex(txn: Any, dbs: Databases, head: Header, key: bytes) -> None:

@@ -59,10 +59,11 @@ class LmdbStore(LmdbHistory):
     Args:
         path: the directory (a writer creates it if missing; a reader requires it).
         map_size: the initial map size in bytes; the map grows on demand when it fills.
-        sync: fsync each commit (durable). False trades durability for speed.
+        sync: fsync each commit (durable). False trades durability for speed: an OS crash
+            (not a killed process) can lose commits and, the map written in place, the file.
         max_batch: most writes one group commit takes.
-        remembered: how many conversations' written messages the store remembers, to
-            write only what changed.
+        remembered: how many conversations' written messages and bodies the store
+            remembers, to write only what changed.
         readonly: open for reading only, beside the directory's writer (in this or another
             process); every write raises ``IllegalStateError``.
         history: keep every save as a version (``get_version_history``, ``load_version``).
@@ -137,6 +138,7 @@ class LmdbStore(LmdbHistory):
                 max_readers=1024,
                 readonly=self.readonly,
                 create=not self.readonly,
+                writemap=not self.readonly,  # half a write's CPU; no nesting (_group_commit)
             )
         except lmdb.Error as exc:  # LMDB allows one environment per directory per process
             if "already open" not in str(exc):
@@ -213,22 +215,24 @@ class LmdbStore(LmdbHistory):
         body: bytes,
         plan: MessagePlan,
     ) -> None:
-        """Write a conversation inside its nested transaction: header, owner index, body,
-        the changed messages, and the removal of messages past the new end."""
+        """Write a conversation inside its save's write: owner index, body (when it
+        changed), the changed messages, the removal of messages past the new end, the
+        version record, and the header (last: it carries the history's chain)."""
         known = None if old is None else self._book.known(cid)  # a new record: every message
-        if plan.base is not known:  # another write landed since planning
-            plan = plan_messages(known, plan.messages)
-        if old is not None:
-            _layout.unindex(txn, self._dbs, old, key)
-        _layout.index(txn, self._dbs, head, key)
-        txn.put(key, header_encoder.encode(head), db=self._dbs.heads)
-        txn.put(key, body, db=self._dbs.bodies)
+        base = None if known is None else known[0]
+        if plan.base is not base:  # another write landed since planning
+            plan = plan_messages(base, plan.messages)
+        _layout.reindex(txn, self._dbs, old, head, key)
+        if known is None or body != known[1]:  # the usual turn leaves the body as it was
+            txn.put(key, body, db=self._dbs.bodies)
         for index, data in plan.writes:
             txn.put(message_key(key, index), data, db=self._dbs.messages)
         for index in range(len(plan.messages), 0 if old is None else old.message_count):
             txn.delete(message_key(key, index), db=self._dbs.messages)
-        self._record(txn, key, head, body, plan)
-        self._book.note(cid, plan.messages)  # last: a write that raised never gets here
+        chain = self._record(txn, key, old, head, body, plan)  # after the messages: it reads them
+        head = head if chain == head.history else msgspec.structs.replace(head, history=chain)
+        txn.put(key, header_encoder.encode(head), db=self._dbs.heads)
+        self._book.note(cid, plan.messages, body)  # last: a write that raised never gets here
 
     def delete(self, conversation_id: str, user_id: str) -> bool:
         key = conversation_key(conversation_id)
@@ -343,16 +347,20 @@ class LmdbStore(LmdbHistory):
     def _view(self, read: Callable[[Any], T]) -> T:
         """Run ``read`` in a read transaction. A map grown by the writer (in another
         process) is adopted and the read retried."""
+        gate = self._gate
         while True:
+            gate.enter()  # not the context manager: every read comes here (~1 µs less)
             try:
-                with self._gate.shared():
-                    if self._closed:
-                        raise IllegalStateError(f"LmdbStore at {self.path} is closed.")
-                    with self._env.begin(buffers=True) as txn:
-                        return read(txn)
+                if self._closed:
+                    raise IllegalStateError(f"LmdbStore at {self.path} is closed.")
+                with self._env.begin(buffers=True) as txn:
+                    return read(txn)
             except lmdb.MapResizedError:
-                with self._gate.exclusive():
-                    self._env.set_mapsize(0)
+                pass  # adopted below, outside the shared hold, then read again
+            finally:
+                gate.leave()
+            with gate.exclusive():
+                self._env.set_mapsize(0)
 
     # -- group commit -----------------------------------------------------------------------
 

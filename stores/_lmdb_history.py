@@ -20,6 +20,7 @@ from parlour.stores._layout import Databases, QuarantinedRecord
 from parlour.stores._lock import ReadGate
 from parlour.stores._protocols import ConversationVersion
 from parlour.stores._records import (
+    Chain,
     Header,
     MessagePlan,
     decode_header,
@@ -61,14 +62,21 @@ class LmdbHistory:
 
         return self._view(lambda txn: _reads.quarantined(txn, self._dbs, prefix))
 
-    def _record(self, txn: Any, key: bytes, head: Header, body: bytes, plan: MessagePlan) -> None:
+    def _record(
+        self, txn: Any, key: bytes, old: Header | None, head: Header, body: bytes, plan: MessagePlan
+    ) -> Chain | None:
         """Record a save as a version (in the save's own transaction); every
-        ``PRUNE_EVERY``-th version of a conversation also prunes it."""
+        ``PRUNE_EVERY``-th version of a conversation also prunes it. Returns the chain for
+        the save's header (None: history is off)."""
         if self._retention is None:
-            return
-        _history.record(txn, self._dbs, key, head.version, head.updated_at, body, plan)
+            return None
+        previous = None if old is None else old.history
+        chain = _history.record(
+            txn, self._dbs, key, head.version, head.updated_at, body, plan, previous
+        )
         if head.version % _history.PRUNE_EVERY == 0:
             _history.prune(txn, self._dbs, key, self._retention)
+        return chain
 
     def get_version_history(self, conversation_id: str, user_id: str) -> list[ConversationVersion]:
         """The kept versions of the conversation, most recent first; empty when there is no
@@ -209,4 +217,4 @@ def _as_of(
 
 
 def _conversation_keys(txn: Any, dbs: Databases) -> list[bytes]:
-    return [bytes(k) for k in txn.cursor(db=dbs.chains).iternext(values=False)]
+    return [bytes(k) for k in txn.cursor(db=dbs.heads).iternext(values=False)]

@@ -3,6 +3,7 @@ messages by one cursor range, a user's listing from the owner index, the damaged
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from loguru import logger
@@ -12,7 +13,13 @@ from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from parlour.stores._ids import ORDER_PREFIX_BYTES, check_owner, order_bytes
 from parlour.stores._layout import Databases, QuarantinedRecord, quarantine_decoder
 from parlour.stores._protocols import ConversationSummary
-from parlour.stores._records import Header, decode_header, decode_record, message_prefix
+from parlour.stores._records import (
+    Header,
+    decode_header,
+    decode_record,
+    message_key,
+    message_prefix,
+)
 
 
 def owned_head(txn: Any, dbs: Databases, key: bytes, cid: str, user_id: str) -> Header | None:
@@ -31,10 +38,22 @@ def owned_head(txn: Any, dbs: Databases, key: bytes, cid: str, user_id: str) -> 
 
 
 def messages_of(txn: Any, dbs: Databases, key: bytes, count: int) -> list[memoryview]:
-    """Up to ``count`` message records of ``key``, in order (fewer when some are missing)."""
+    """Up to ``count`` message records of ``key``, in order (fewer when some are missing).
+
+    The usual record reads as one run from message 0: when the ``count``-th record of the
+    run is message ``count - 1``, the run holds exactly messages 0 to ``count - 1`` (keys
+    are unique and sorted), so no key before it needs checking."""
+    cursor = txn.cursor(db=dbs.messages)
+    if count and cursor.set_key(message_key(key, 0)):
+        found = list(itertools.islice(cursor.iternext(keys=False), count))
+        if len(found) == count and cursor.key() == message_key(key, count - 1):
+            return found
+    return _scanned(cursor, key, count)
+
+
+def _scanned(cursor: Any, key: bytes, count: int) -> list[memoryview]:
     prefix = message_prefix(key)
     found: list[memoryview] = []
-    cursor = txn.cursor(db=dbs.messages)
     if not cursor.set_range(prefix):
         return found
     for item_key, value in cursor:

@@ -14,6 +14,7 @@ from typing import Annotated, NamedTuple
 
 import msgspec
 
+from parlour.runtime.blocks import PojoBlock
 from parlour.runtime.errors import CorruptSnapshotError
 from parlour.runtime.snapshots import (
     ConversationPersistenceSnapshot,
@@ -23,10 +24,14 @@ from parlour.runtime.snapshots import (
     encode_snapshot,
 )
 
+Chain = tuple[int, int, int]  # deltas since the last checkpoint, their bytes, the checkpoint's
+
 
 class Header(msgspec.Struct, frozen=True, kw_only=True):
     """The per-conversation record read on every write: owner, title, times, message count,
-    and the fencing version advanced by every save."""
+    the fencing version advanced by every save, and the version history's chain as that
+    version left it (None: that version was not recorded with one, so the next is a
+    checkpoint; a parlour that predates the field ignores it and drops it on rewrite)."""
 
     user_id: Annotated[str, msgspec.Meta(min_length=1)]
     title: str
@@ -34,6 +39,7 @@ class Header(msgspec.Struct, frozen=True, kw_only=True):
     updated_at: dt.datetime
     message_count: Annotated[int, msgspec.Meta(ge=0)] = 0
     version: Annotated[int, msgspec.Meta(ge=1)] = 1
+    history: Chain | None = None
 
 
 class LegacyHeader(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,6 +57,7 @@ header_encoder = msgspec.json.Encoder()
 header_decoder = msgspec.json.Decoder(Header)
 legacy_header_decoder = msgspec.json.Decoder(LegacyHeader)
 _message_encoder = msgspec.json.Encoder()
+_message_decoder = msgspec.json.Decoder(MessageSnapshot)
 
 
 def decode_header(conversation_id: str, raw: bytes | memoryview) -> Header:
@@ -81,8 +88,10 @@ def message_prefix(key: bytes) -> bytes:
 
 
 def encode_body(snapshot: ConversationPersistenceSnapshot) -> bytes:
-    """The snapshot without its messages (they are stored one record each)."""
-    return encode_snapshot(msgspec.structs.replace(snapshot, messages=[]))
+    """The snapshot without its messages (they are stored one record each) and without its
+    ``stored_version`` (every read stamps the record's own), so that a save that changed
+    nothing else writes the body it already has: the same bytes, which a store may skip."""
+    return encode_snapshot(msgspec.structs.replace(snapshot, messages=[], stored_version=0))
 
 
 def decode_record(
@@ -110,13 +119,34 @@ def decode_record(
         raise CorruptSnapshotError(
             f"Stored conversation {conversation_id} has {len(messages)} of its {count} messages."
         )
-    snapshot.messages = [decode_message_snapshot(m, conversation_id) for m in messages]
+    snapshot.messages = _decode_messages(conversation_id, messages)
     return snapshot
+
+
+def _decode_messages(
+    conversation_id: str, messages: Sequence[bytes | memoryview]
+) -> list[MessageSnapshot]:
+    """Every message decoded, as ``decode_message_snapshot`` decodes it, at half its cost:
+    the plain decoder first; when any record does not decode, or a message holds a
+    ``PojoBlock`` (whose value must pass the nesting check), all go through
+    ``decode_message_snapshot``, which raises exactly what it raises.
+
+    Raises:
+        CorruptSnapshotError: a record does not decode or nests too deeply.
+    """
+    decode = _message_decoder.decode
+    try:
+        decoded = [decode(m) for m in messages]
+    except (msgspec.DecodeError, RecursionError):
+        decoded = None
+    if decoded is None or any(isinstance(b, PojoBlock) for m in decoded for b in m.blocks):
+        return [decode_message_snapshot(m, conversation_id) for m in messages]
+    return decoded
 
 
 class MessagePlan(NamedTuple):
     """Which messages a save writes, already encoded: ``writes`` holds (index, bytes) for
-    every message whose stored bytes would change.
+    every message whose stored bytes would change, ``size`` their total length.
 
     ``base`` is what the store believed was written when the plan was made; a plan whose
     base is no longer current is made again under the commit lock.
@@ -125,10 +155,7 @@ class MessagePlan(NamedTuple):
     base: list[MessageSnapshot] | None
     writes: list[tuple[int, bytes]]
     messages: list[MessageSnapshot]
-
-    @property
-    def size(self) -> int:
-        return sum(len(data) for _, data in self.writes)
+    size: int
 
 
 def plan_messages(
@@ -144,20 +171,33 @@ def plan_messages(
     message is always written.
     """
     if base is None:
-        return MessagePlan(None, _encode_from(messages, 0), messages)
-    common = min(len(base), len(messages))
-    if all(map(operator.is_, base, messages)):  # the usual turn: nothing before the end changed
-        start = common
+        writes = _encode_from(messages, 0)
     else:
-        start = operator.indexOf(map(operator.is_, base, messages), False)
-    writes = [
-        (index, data)
-        for index, data in _encode_from(messages[:common], start)
-        if base[index] is not messages[index] and data != _message_encoder.encode(base[index])
-    ]
-    writes += _encode_from(messages, common)
-    return MessagePlan(base, writes, messages)
+        common = min(len(base), len(messages))
+        # the usual turn: nothing before the end changed
+        same = all(map(operator.is_, base, messages))
+        writes = [] if same else _changed(base, messages, common)
+        writes += _encode_from(messages, common)
+    return MessagePlan(base, writes, messages, sum(len(data) for _, data in writes))
+
+
+def _changed(
+    base: list[MessageSnapshot], messages: list[MessageSnapshot], common: int
+) -> list[tuple[int, bytes]]:
+    """The messages among the first ``common`` that are not the base's very objects and
+    whose encoded bytes differ from the base's."""
+    encode = _message_encoder.encode
+    start = operator.indexOf(map(operator.is_, base, messages), False)
+    writes = []
+    for index in range(start, common):
+        message = messages[index]
+        if base[index] is not message:
+            data = encode(message)
+            if data != encode(base[index]):
+                writes.append((index, data))
+    return writes
 
 
 def _encode_from(messages: list[MessageSnapshot], start: int) -> list[tuple[int, bytes]]:
-    return [(i, _message_encoder.encode(messages[i])) for i in range(start, len(messages))]
+    encode = _message_encoder.encode
+    return [(i, encode(messages[i])) for i in range(start, len(messages))]

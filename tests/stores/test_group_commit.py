@@ -296,3 +296,69 @@ def test_writers_answered_by_another_writers_commit_never_take_the_commit_lock(
     assert lock.taken == 2  # the first batch's leader, then one leader for the other four
     assert hooks.committed_batches == 2
     env.close()
+
+
+def test_a_refusal_in_a_batch_costs_the_others_nothing_and_a_late_failure_one_reapplication(
+    tmp_path: Path,
+) -> None:
+    """A write that raises before writing is left out and the batch goes on in the same
+    transaction; one that raises after writing has the batch applied again without it. Either
+    way every other write is committed, once, in one commit, and the failing ones left
+    nothing."""
+    env = lmdb.open(str(tmp_path), map_size=1 << 22, writemap=True)
+    hooks = _Hooks(env)
+    commits = GroupCommit(hooks, str(tmp_path), max_batch=64)
+    runs: dict[bytes, int] = {}
+
+    def counted(key: bytes) -> Any:
+        def write(txn: Any) -> bytes:
+            runs[key] = runs.get(key, 0) + 1
+            txn.put(key, b"v")
+            return key
+
+        return write
+
+    refusals = []
+
+    def refuse(txn: Any) -> None:
+        refusals.append(txn.get(b"a"))  # it sees the batch's earlier writes
+        raise PermissionError("refused before writing")
+
+    answers = [Future[Any]() for _ in range(4)]
+    writes = (counted(b"a"), refuse, counted(b"b"), _put_then_fail)
+    for write, answer in zip(writes, answers, strict=True):
+        commits._queue.put((write, answer, 0))
+    assert commits.submit(counted(b"c"), 0) == b"c"
+    assert answers[0].result() == b"a" and answers[2].result() == b"b"
+    with pytest.raises(PermissionError, match="refused before writing"):
+        answers[1].result()
+    with pytest.raises(RuntimeError, match="failed part-way"):
+        answers[3].result()
+    # the submitter leads with its own write, c, then a, the refusal, b, the late failure:
+    # the writes before the late failure ran once more without it; the refusal never again
+    assert runs == {b"c": 2, b"a": 2, b"b": 2}
+    assert refusals == [b"v"]
+    assert (hooks.committed_batches, hooks.failed_batches) == (1, 0)
+    with env.begin() as txn:
+        assert [txn.get(k) for k in (b"a", b"b", b"c")] == [b"v"] * 3
+        assert txn.get(b"partial-1") is None and txn.get(b"partial-2") is None
+    env.close()
+
+
+def test_a_batch_whose_every_write_is_refused_commits_nothing(tmp_path: Path) -> None:
+    env = lmdb.open(str(tmp_path), map_size=1 << 22, writemap=True)
+    hooks = _Hooks(env)
+    commits = GroupCommit(hooks, str(tmp_path), max_batch=64)
+    before = env.info()["last_txnid"]
+
+    def refuse(txn: Any) -> None:
+        raise ValueError("refused")
+
+    other: Future[Any] = Future()
+    commits._queue.put((refuse, other, 0))
+    with pytest.raises(ValueError, match="refused"):
+        commits.submit(refuse, 0)
+    with pytest.raises(ValueError, match="refused"):
+        other.result()
+    assert env.info()["last_txnid"] == before  # no transaction was committed
+    env.close()

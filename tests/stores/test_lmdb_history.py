@@ -8,8 +8,10 @@ import itertools
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import lmdb
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -317,3 +319,37 @@ def test_a_damaged_version_record_is_a_corrupt_snapshot_and_the_rest_still_reads
         assert _loaded(store, 1) == saved[1]
         loaded = store.load("c1", "alice")
         assert loaded is not None and encode_snapshot(loaded) == saved[4]
+
+
+def _kinds(store: LmdbStore) -> dict[int, bool]:
+    with store._env.begin() as txn:
+        return {k.version: k.checkpoint for k in _history.kept(txn, store._dbs, b"c1")}
+
+
+def _header(store: LmdbStore) -> dict[str, Any]:
+    with store._env.begin() as txn:
+        decoded: dict[str, Any] = msgspec.json.decode(txn.get(b"c1", db=store._dbs.heads))
+    return decoded
+
+
+def test_the_chain_rides_in_the_header_and_a_header_without_it_makes_a_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """Each save's header carries the chain its version left; a save after a header
+    without one (as an older parlour rewrites it) is a checkpoint although the save wrote
+    one message, and every version still reads exactly."""
+    c = _conversation()
+    for i in range(20):  # a long first record: the deltas stay lighter than its checkpoint
+        c.add_user_message(f"opening {i}")
+    with LmdbStore(tmp_path) as store:
+        saved = _saves(store, c, 3)
+        assert _header(store)["history"][0] == 3  # three deltas since the create
+        header = _header(store)
+        del header["history"]
+        with store._env.begin(write=True) as txn:
+            txn.put(b"c1", msgspec.json.encode(header), db=store._dbs.heads)
+        saved |= _saves(store, c, 2)
+        assert _kinds(store) == {1: True, 2: False, 3: False, 4: False, 5: True, 6: False}
+        assert _header(store)["history"][0] == 1
+        for version, data in saved.items():
+            assert _loaded(store, version) == data
