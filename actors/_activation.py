@@ -168,8 +168,6 @@ class Activations:
         if self._stopping.is_set():
             logger.error("[ConvSvc] Shutting down, dropping request for {}", cid)
             raise shutting_down()
-        if must_exist is None:
-            must_exist = cid != thinker.job_id and not thinker.is_conversation_minted()
         owner = Owner(thinker.job_id, thinker.user_id, thinker.workflow_id, thinker, next(_tokens))
         timeout_s = self.conversation_timeout_s
         request = Acquire(
@@ -185,8 +183,11 @@ class Activations:
             if answer is not None and self._current(cid, ref, request, answer):
                 self._mirror.touch(cid)  # the live cap's LRU, without asking the supervisor
                 return ref, request, answer
+        # Nothing live or parked: restore at once (Spawn forwards to a racing winner).
+        look = ref is not None or cid in self._mirror.parked
         for _ in range(_ATTEMPTS):
-            forwarded = self._supervisor_ask(Forward(cid, request))
+            forwarded = self._supervisor_ask(Forward(cid, request)) if look else None
+            look = True
             restored = forwarded is None
             if restored:
                 forwarded = self._activate(cid, thinker, handler, must_exist, request)
@@ -237,10 +238,12 @@ class Activations:
         cid: str,
         thinker: Thinker,
         handler: ResponseHandler | None,
-        must_exist: bool,
+        must_exist: bool | None,
         request: Acquire,
     ) -> Forwarded | None:
         """Restore (or create), spawn and forward; None when the load may be stale."""
+        if must_exist is None:
+            must_exist = cid != thinker.job_id and not thinker.is_conversation_minted()
         epoch = self._mirror.epoch  # read before the load: see Supervisor
         context = self._restore_or_create(cid, thinker, handler, must_exist)
         if self._seams.after_load is not None:

@@ -33,6 +33,7 @@ from parlour.actors._messages import (
     Release,
     Released,
     ReleaseForJob,
+    Retire,
     Retiring,
     StopIfIdle,
     timeout_error,
@@ -47,8 +48,11 @@ class ConversationActor(LightActor):
 
     The context itself is mutated by the owner in the owner's thread for the length of the
     lease; everything that crosses owners (acquire, release, eviction) goes through here.
-    Its thread is a daemon: a process that forgets ``stop()`` still exits.
+    Its thread is a daemon: a process that forgets ``stop()`` still exits. It is kept out
+    of pykka's global registry: the supervisor is its registry and stops it.
     """
+
+    registered = False
 
     def __init__(
         self, context: ConversationContext, clock: Clock, expires_at: float | None = None
@@ -83,6 +87,8 @@ class ConversationActor(LightActor):
                 return self._release(job_id, 0.0)
             case Doom(reason):
                 return self._doom(reason)
+            case Retire():
+                return self.stop()
             case NotifyIdle(future):
                 return self._notify_idle(future)
         raise TypeError(f"ConversationActor got an unknown message {message!r}")
@@ -115,8 +121,7 @@ class ConversationActor(LightActor):
         self.lease_retain_s = request.retain_s
         self.context.user_id = owner.user_id
         self.context.workflow_id = owner.workflow_id
-        self.expires_at = self.clock.now() + request.retain_s  # safety net while owned
-        return self.context
+        return self.context  # expires_at is read only while unowned: set at release
 
     def _release(self, job_id: str, retain_s: float, released_at: float | None = None) -> Released:
         if self.owner is None or self.owner.job_id != job_id:
@@ -136,6 +141,8 @@ class ConversationActor(LightActor):
 
     def _hand_over(self, released_job: str) -> bool:
         """Grant the first waiter still waiting (FIFO); True when one took the lease."""
+        if not self.waiters:
+            return False
         self._expire_waiters(released_job)
         while self.waiters:
             waiter = self.waiters.popleft()

@@ -175,6 +175,11 @@ class Doom(NamedTuple):
     reason: str
 
 
+class Retire(NamedTuple):
+    """Stop (told by the supervisor once it has unregistered an activation that answered
+    ``Idle``: nothing waits for the stop, the activation already refuses every acquire)."""
+
+
 class NotifyIdle(NamedTuple):
     future: pykka.Future[None]
 

@@ -1,17 +1,28 @@
-"""A pykka future for actor replies without a condition variable.
+"""The lighter pykka actor the package's actors are: ``Reply`` futures, a C inbox, pooled
+threads, and no global registry for the many.
 
 pykka's ``ThreadingFuture`` waits on a ``threading.Condition``: building, entering,
 notifying and waiting on one costs several Python-level lock operations per reply, and a
-turn makes a few replies (the acquire, and on a cold turn the forward, the spawn and a
-parking). ``Reply`` waits on a bare lock, held from creation until the value is set.
+turn makes a few replies (the acquire, and on a cold turn the spawn). ``Reply`` waits on a
+bare lock, held from creation until the value is set.
+
+pykka starts a ``threading.Thread`` per actor; a ``LightActor`` runs its loop on a daemon
+thread of ``_Loops``, which serves the next actor once this one's loop has ended: still one
+thread per live actor, but a restore reuses the thread a parked or evicted actor left.
 """
 
 from __future__ import annotations
 
+import contextvars
+import itertools
+import logging
 import queue
 import sys
 import threading
-from typing import Any
+import uuid
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, ClassVar, Self
 
 import pykka
 
@@ -31,6 +42,14 @@ class Reply(pykka.ThreadingFuture[Any]):
         self._error: ExcInfo | None = None
         self._ready = threading.Lock()
         self._ready.acquire()  # released once, by the setter
+
+    @classmethod
+    def settled(cls, value: Any = None, error: ExcInfo | None = None) -> Self:
+        """A reply set already, built without a lock (``set`` on it raises ``queue.Full``)."""
+        reply = cls.__new__(cls)
+        pykka.Future.__init__(reply)
+        reply._settled, reply._value, reply._error = True, value, error
+        return reply
 
     def get(self, *, timeout: float | None = None) -> Any:
         if not self._settled:
@@ -63,11 +82,130 @@ class Reply(pykka.ThreadingFuture[Any]):
         self._ready.release()
 
 
+class _Loops:
+    """Daemon threads that run actor loops, one after another: a thread whose loop ended
+    waits for the next one (at most ``keep_idle`` wait; any more end).
+
+    Thread-safety: ``run`` from any thread.
+    """
+
+    def __init__(self, keep_idle: int, on_idle: Callable[[], None] | None = None) -> None:
+        self._on_idle = on_idle  # a test seam: called when a thread starts to wait
+        self._loops: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0  # threads waiting for a loop, less the loops queued for them
+        self._keep_idle = keep_idle
+        self._names = itertools.count(1)
+
+    def run(self, loop: Callable[[], None]) -> None:
+        """Run ``loop`` on an idle thread, or on a new one when none is idle."""
+        with self._lock:
+            if self._idle > 0:
+                self._idle -= 1
+                self._loops.put(loop)
+                return
+        name = f"parlour-actor-{next(self._names)}"
+        threading.Thread(target=self._serve, args=(loop,), name=name, daemon=True).start()
+
+    def _serve(self, loop: Callable[[], None]) -> None:
+        while True:
+            contextvars.Context().run(loop)  # each actor starts as on a new thread
+            with self._lock:
+                if self._idle >= self._keep_idle:
+                    return
+                self._idle += 1
+            if self._on_idle is not None:
+                self._on_idle()
+            loop = self._loops.get()
+
+
+_LOOPS = _Loops(keep_idle=256)
+_URN_PREFIX = uuid.uuid4().urn[:-12]  # one random draw per process, a counter per actor
+_urns = itertools.count(1)
+_pykka_log = logging.getLogger("pykka")
+# What pykka's own _handle_receive handles (a stop, the proxy's calls); the rest is ours.
+_PYKKA_MESSAGES = frozenset(
+    {
+        pykka.messages._ActorStop,
+        pykka.messages.ProxyCall,
+        pykka.messages.ProxyGetAttr,
+        pykka.messages.ProxySetAttr,
+    }
+)
+
+
 class LightActor(pykka.ThreadingActor):
     """A threading actor with a C inbox (``queue.SimpleQueue``, no condition variables)
-    and ``Reply`` futures: about half of pykka's cost per message. Its thread is a daemon."""
+    and ``Reply`` futures: about half of pykka's cost per message. Its loop runs on a
+    pooled daemon thread (``_Loops``). With ``registered = False`` it stays out of pykka's
+    global ``ActorRegistry`` (one lock and a list scan per start and stop): whoever starts
+    it is its registry and must stop it (the supervisor, for conversation actors).
+
+    ``launch`` is pykka's ``start`` in two steps, so a message can be answered between
+    construction and launch (``answer_first``)."""
 
     use_daemon_thread = True
+    registered: ClassVar[bool] = True
+
+    def __init__(self, *_args: Any, **_kwargs: Any) -> None:  # pykka's, with a cheap URN
+        self.actor_urn = f"{_URN_PREFIX}{next(_urns) & 0xFFFFFFFFFFFF:012x}"
+        self.actor_inbox = self._create_actor_inbox()
+        self.actor_stopped = threading.Event()
+        self._actor_ref = pykka.ActorRef(self)
+
+    @classmethod
+    def start(cls, *args: Any, **kwargs: Any) -> pykka.ActorRef[Self]:
+        return cls(*args, **kwargs).launch()
+
+    def launch(self) -> pykka.ActorRef[Self]:
+        """Register (when ``registered``) and start the actor's loop; its ref."""
+        if self.registered:
+            pykka.ActorRegistry.register(self.actor_ref)
+        self._start_actor_loop()
+        return self.actor_ref
+
+    def answer_first(self, message: Any) -> Reply:
+        """Handle ``message`` in the calling thread, before ``launch``: nobody else can
+        reach the actor yet, so this is its first message, answered without a thread hop.
+
+        Thread-safety: only by the thread that constructed the actor, before ``launch``.
+        """
+        try:
+            return Reply.settled(self.on_receive(message))
+        except Exception:
+            return Reply.settled(None, sys.exc_info())
+
+    def _handle_receive(self, message: Any) -> Any:
+        """pykka's, with our own messages first: one set lookup instead of four isinstance."""
+        if message.__class__ in _PYKKA_MESSAGES:
+            return super()._handle_receive(message)
+        return self.on_receive(message)
+
+    def _start_actor_loop(self) -> None:
+        _LOOPS.run(self._actor_loop)
+
+    def _stop(self) -> None:  # pykka's, without the registry when unregistered
+        if self.registered:
+            pykka.ActorRegistry.unregister(self.actor_ref)
+        self.actor_stopped.set()
+        try:
+            self.on_stop()
+        except Exception:
+            self._handle_failure(*sys.exc_info())
+
+    def _handle_failure(
+        self,
+        exception_type: type[BaseException] | None,
+        exception_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:  # pykka's, without the registry when unregistered
+        _pykka_log.error(
+            f"Unhandled exception in {self}:",
+            exc_info=(exception_type, exception_value, traceback),  # type: ignore[arg-type]
+        )
+        if self.registered:
+            pykka.ActorRegistry.unregister(self.actor_ref)
+        self.actor_stopped.set()
 
     @staticmethod
     def _create_actor_inbox() -> queue.SimpleQueue[Any]:
