@@ -36,6 +36,7 @@ from parlour.actors._messages import (
     Spawn,
 )
 from parlour.actors._obtain import Obtaining, Waiting, wait_async
+from parlour.actors._reply import ask_nowait
 from parlour.actors._supervisor import Mirror, Seams
 from parlour.actors._thinker import Thinker
 from parlour.runtime import Clock, ConversationContext, ResponseHandler
@@ -179,8 +180,10 @@ class Activations:
         )
         ref = self._live.get(cid)
         if ref is not None:  # the lock-free fast path
-            answer = self._answer(cid, ref.ask(request, block=False))
-            if answer is not None and self._current(cid, ref, request, answer):
+            answer = self._answer(cid, ask_nowait(ref, request))
+            if answer is not None and (
+                not self._shared or self._current(cid, ref, request, answer)
+            ):
                 self._mirror.touch(cid)  # the live cap's LRU, without asking the supervisor
                 return ref, request, answer
         # Nothing live or parked: restore at once (Spawn forwards to a racing winner).

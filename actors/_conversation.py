@@ -33,7 +33,6 @@ from parlour.actors._messages import (
     Release,
     Released,
     ReleaseForJob,
-    Retire,
     Retiring,
     StopIfIdle,
     timeout_error,
@@ -41,6 +40,10 @@ from parlour.actors._messages import (
 from parlour.actors._reply import LightActor
 from parlour.runtime import Clock, ConversationContext
 from parlour.runtime.errors import ConversationUnavailableError, not_owned
+
+_NOT_OWNED = Released(owned=False)  # the answers are immutable: one of each
+_RELEASED = Released(owned=True)
+_RELEASED_TO_EVICT = Released(owned=True, evict=True)
 
 
 class ConversationActor(LightActor):
@@ -81,14 +84,12 @@ class ConversationActor(LightActor):
                 return self.owner
             case QueryHolder():
                 return Holder(self.owner, self.context.user_id)
-            case StopIfIdle(expired_only):
-                return self._stop_if_idle(expired_only)
+            case StopIfIdle(expired_only, stop):
+                return self._stop_if_idle(expired_only, stop)
             case ReleaseForJob(job_id):
                 return self._release(job_id, 0.0)
             case Doom(reason):
                 return self._doom(reason)
-            case Retire():
-                return self.stop()
             case NotifyIdle(future):
                 return self._notify_idle(future)
         raise TypeError(f"ConversationActor got an unknown message {message!r}")
@@ -125,19 +126,20 @@ class ConversationActor(LightActor):
 
     def _release(self, job_id: str, retain_s: float, released_at: float | None = None) -> Released:
         if self.owner is None or self.owner.job_id != job_id:
-            return Released(owned=False)
+            return _NOT_OWNED
         released_job = self.owner.job_id
         self.owner = None
         if self.doomed is not None:
             self.stop()  # already unregistered: nobody may take it over
-            return Released(owned=True)
+            return _RELEASED
         if self._hand_over(released_job):
-            return Released(owned=True)
-        for watcher in self.idle_watchers:
-            watcher.set(None)
-        self.idle_watchers.clear()
+            return _RELEASED
+        if self.idle_watchers:
+            for watcher in self.idle_watchers:
+                watcher.set(None)
+            self.idle_watchers.clear()
         self.expires_at = (self.clock.now() if released_at is None else released_at) + retain_s
-        return Released(owned=True, evict=retain_s <= 0)
+        return _RELEASED if retain_s > 0 else _RELEASED_TO_EVICT
 
     def _hand_over(self, released_job: str) -> bool:
         """Grant the first waiter still waiting (FIFO); True when one took the lease."""
@@ -175,7 +177,7 @@ class ConversationActor(LightActor):
 
     # -- retirement -------------------------------------------------------------------------
 
-    def _stop_if_idle(self, expired_only: bool) -> Idle | Busy:
+    def _stop_if_idle(self, expired_only: bool, stop: bool = False) -> Idle | Busy:
         if self.retiring:
             return Idle(self.context.stored_version)
         self._expire_waiters(self.owner.job_id if self.owner else None)
@@ -184,6 +186,8 @@ class ConversationActor(LightActor):
         if expired_only and self.clock.now() < self.expires_at:
             return Busy()
         self.retiring = True  # from here on, every Acquire is told to look again
+        if stop:
+            self._stop()  # pykka's stop, now: the loop ends after this answer
         return Idle(self.context.stored_version, self.context, self.expires_at)
 
     def _doom(self, reason: str) -> None:
@@ -206,18 +210,18 @@ class ConversationActor(LightActor):
 
     def _end(self) -> None:
         self.retiring = True
-        self._fail_waiters(
-            ConversationUnavailableError(
-                f"Conversation {self.conversation_id} was stopped while waited for."
+        if self.waiters:
+            self._fail_waiters(
+                ConversationUnavailableError(
+                    f"Conversation {self.conversation_id} was stopped while waited for."
+                )
             )
-        )
         for watcher in self.idle_watchers:
             watcher.set(None)
         self.idle_watchers.clear()
 
     def on_stop(self) -> None:
-        self._end()
-        logger.debug("conversation actor {} stopped", self.conversation_id)
+        self._end()  # no log line: a restore-heavy process stops thousands a second
 
     def on_failure(self, *exc_info: Any) -> None:
         """A handler crashed on a told message: fail the waiters at once, never strand them."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextvars
 import itertools
 import logging
+import os
 import queue
 import sys
 import threading
@@ -27,19 +28,25 @@ from typing import Any, ClassVar, Self
 import pykka
 
 ExcInfo = tuple[Any, Any, Any]
+_UNSET = pykka.Future().__dict__["_get_hook_result"]  # pykka's "no hook result yet"
 
 
 class Reply(pykka.ThreadingFuture[Any]):
     """One actor reply: set once (from the actor's thread), got by any number of threads.
 
+    Its unset state lives in class attributes (pykka's ``Future.__init__`` is not run):
+    building one is a lock and two attribute stores.
+
     Thread-safety: ``set``/``set_exception`` once from one thread, ``get`` from any.
     """
 
+    _get_hook: Any = None  # pykka.Future's, unset
+    _get_hook_result: Any = _UNSET
+    _settled = False
+    _value: Any = None
+    _error: ExcInfo | None = None
+
     def __init__(self) -> None:
-        pykka.Future.__init__(self)
-        self._settled = False
-        self._value: Any = None
-        self._error: ExcInfo | None = None
         self._ready = threading.Lock()
         self._ready.acquire()  # released once, by the setter
 
@@ -47,7 +54,6 @@ class Reply(pykka.ThreadingFuture[Any]):
     def settled(cls, value: Any = None, error: ExcInfo | None = None) -> Self:
         """A reply set already, built without a lock (``set`` on it raises ``queue.Full``)."""
         reply = cls.__new__(cls)
-        pykka.Future.__init__(reply)
         reply._settled, reply._value, reply._error = True, value, error
         return reply
 
@@ -82,44 +88,100 @@ class Reply(pykka.ThreadingFuture[Any]):
         self._ready.release()
 
 
+class _Envelope:
+    """What pykka's actor loop reads from an inbox (its ``Envelope``'s two fields)."""
+
+    __slots__ = ("message", "reply_to")
+
+    def __init__(self, message: Any, reply_to: Reply | None = None) -> None:
+        self.message = message
+        self.reply_to = reply_to
+
+
+def ask_nowait(ref: pykka.ActorRef[Any], message: Any) -> Reply:
+    """``ref.ask(message, block=False)`` for a ``LightActor``, without pykka's generic
+    steps; the reply holds ``pykka.ActorDeadError`` when the actor has stopped.
+
+    Thread-safety: any thread."""
+    reply = Reply()
+    if ref.actor_stopped.is_set():
+        dead = pykka.ActorDeadError(f"{ref} not found")
+        reply._settle(None, (pykka.ActorDeadError, dead, None))
+    else:
+        ref.actor_inbox.put(_Envelope(message, reply))  # type: ignore[arg-type]
+    return reply
+
+
+def tell(ref: pykka.ActorRef[Any], message: Any) -> None:
+    """``ref.tell(message)`` for a ``LightActor``, without pykka's generic steps.
+
+    Raises:
+        pykka.ActorDeadError: the actor has stopped.
+    """
+    if ref.actor_stopped.is_set():
+        raise pykka.ActorDeadError(f"{ref} not found")
+    ref.actor_inbox.put(_Envelope(message))  # type: ignore[arg-type]
+
+
 class _Loops:
     """Daemon threads that run actor loops, one after another: a thread whose loop ended
-    waits for the next one (at most ``keep_idle`` wait; any more end).
+    waits for the next one (at most ``keep_idle`` wait; any more end). When none waits, a
+    starter thread starts a new one, so ``run`` never waits for a thread to start (a
+    ``Thread.start`` waits for the new thread to get the GIL and signal: hundreds of µs
+    under load); the loop waits in the queue meanwhile, its inbox filling as usual.
 
-    Thread-safety: ``run`` from any thread.
+    Thread-safety: ``run`` from any thread. A forked child starts over with no threads.
     """
 
-    def __init__(self, keep_idle: int, on_idle: Callable[[], None] | None = None) -> None:
-        self._on_idle = on_idle  # a test seam: called when a thread starts to wait
-        self._loops: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._idle = 0  # threads waiting for a loop, less the loops queued for them
+    def __init__(self, keep_idle: int, on_idle: Callable[[bool], None] | None = None) -> None:
+        self._on_idle = on_idle  # a test seam: called True when a thread waits, False as it ends
         self._keep_idle = keep_idle
         self._names = itertools.count(1)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._loops: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._starts: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0  # threads waiting for a loop, less the loops queued for them
+        self._starter: threading.Thread | None = None
 
     def run(self, loop: Callable[[], None]) -> None:
-        """Run ``loop`` on an idle thread, or on a new one when none is idle."""
+        """Run ``loop`` on a waiting thread, or on a new one when none waits."""
+        self._loops.put(loop)
         with self._lock:
             if self._idle > 0:
                 self._idle -= 1
-                self._loops.put(loop)
                 return
-        name = f"parlour-actor-{next(self._names)}"
-        threading.Thread(target=self._serve, args=(loop,), name=name, daemon=True).start()
+            if self._starter is None:
+                self._starter = self._thread(self._start_threads, "parlour-actor-starter")
+        self._starts.put(None)
 
-    def _serve(self, loop: Callable[[], None]) -> None:
+    def _start_threads(self) -> None:
         while True:
-            contextvars.Context().run(loop)  # each actor starts as on a new thread
+            self._starts.get()
+            self._thread(self._serve, f"parlour-actor-{next(self._names)}")
+
+    @staticmethod
+    def _thread(target: Callable[[], None], name: str) -> threading.Thread:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        return thread
+
+    def _serve(self) -> None:
+        while True:
+            contextvars.Context().run(self._loops.get())  # each as on a thread of its own
             with self._lock:
-                if self._idle >= self._keep_idle:
-                    return
-                self._idle += 1
+                keep = self._idle < self._keep_idle
+                self._idle += keep
             if self._on_idle is not None:
-                self._on_idle()
-            loop = self._loops.get()
+                self._on_idle(keep)
+            if not keep:
+                return
 
 
 _LOOPS = _Loops(keep_idle=256)
+os.register_at_fork(after_in_child=_LOOPS._reset)
 _URN_PREFIX = uuid.uuid4().urn[:-12]  # one random draw per process, a counter per actor
 _urns = itertools.count(1)
 _pykka_log = logging.getLogger("pykka")

@@ -39,7 +39,6 @@ from parlour.actors._messages import (
     Released,
     ReleaseForJob,
     Reload,
-    Retire,
     Spawn,
     StopAll,
     StopIfIdle,
@@ -61,6 +60,8 @@ _SWEEP_SLICE = 64
 # The version recorded when it is unknown (a dead activation) or gone (a deleted record):
 # a restore that loaded before such a retirement always reloads.
 _UNKNOWN = 1 << 62
+_RETIRE = StopIfIdle(expired_only=False, stop=True)
+_RETIRE_EXPIRED = StopIfIdle(expired_only=True, stop=True)
 
 
 class Supervisor(LightActor):
@@ -250,7 +251,7 @@ class Supervisor(LightActor):
                 self._to_back(conversation_id)  # a victim leaves the registry anyway
                 if not used:
                     ref = self.live[conversation_id]
-                    asked.append((conversation_id, ref.ask(StopIfIdle(False), block=False)))
+                    asked.append((conversation_id, ref.ask(_RETIRE, block=False)))
             for conversation_id, reply in asked:
                 self._retire_if_idle(conversation_id, reply, park)
 
@@ -258,7 +259,7 @@ class Supervisor(LightActor):
         ref = self.live.get(conversation_id)
         if ref is None:
             return self._evict_parked(conversation_id, expired_only)
-        reply = ref.ask(StopIfIdle(expired_only), block=False)
+        reply = ref.ask(StopIfIdle(expired_only, stop=True), block=False)
         return self._retire_if_idle(conversation_id, reply, park)
 
     def _evict_parked(self, conversation_id: str, expired_only: bool) -> bool:
@@ -310,7 +311,7 @@ class Supervisor(LightActor):
         for conversation_id in chunk:
             ref = self.live.get(conversation_id)
             if ref is not None:  # a dead one's future holds ActorDeadError
-                asked.append((conversation_id, ref.ask(StopIfIdle(True), block=False)))
+                asked.append((conversation_id, ref.ask(_RETIRE_EXPIRED, block=False)))
         evicted = 0
         for conversation_id, reply in asked:
             try:
@@ -330,10 +331,7 @@ class Supervisor(LightActor):
             return False
         if self.seams.after_idle_answer is not None:
             self.seams.after_idle_answer(conversation_id)
-        ref = self._unregister(conversation_id, answer.stored_version)
-        if ref is not None:  # no wait: it refuses every acquire already
-            with contextlib.suppress(pykka.ActorDeadError):
-                ref.tell(Retire())
+        self._unregister(conversation_id, answer.stored_version)  # it has stopped itself
         if park and answer.context is not None:  # held without a thread until obtained
             self.parked[conversation_id] = (answer.context, answer.expires_at)
         return True

@@ -42,8 +42,8 @@ def _recording(into: list[threading.Thread], done: threading.Event) -> Callable[
 
 
 def test_a_thread_whose_actor_loop_ended_runs_the_next_loop_and_never_two_at_once() -> None:
-    idle = threading.Semaphore(0)
-    loops = _Loops(keep_idle=2, on_idle=idle.release)
+    waiting = threading.Semaphore(0)
+    loops = _Loops(keep_idle=2, on_idle=lambda keep: waiting.release() if keep else None)
     ran: list[threading.Thread] = []
     first_running, first_may_end = threading.Event(), threading.Event()
 
@@ -57,21 +57,22 @@ def test_a_thread_whose_actor_loop_ended_runs_the_next_loop_and_never_two_at_onc
     second_done = threading.Event()
     loops.run(_recording(ran, second_done))
     assert second_done.wait(timeout=5)  # ran while the first still runs: on its own thread
-    assert ran[0] != ran[1]
+    assert ran[0] is not ran[1]
     first_may_end.set()
-    assert idle.acquire(timeout=5) and idle.acquire(timeout=5)  # both threads wait now
+    assert waiting.acquire(timeout=5) and waiting.acquire(timeout=5)  # both threads wait
     third_done = threading.Event()
     loops.run(_recording(ran, third_done))
     assert third_done.wait(timeout=5)
-    assert ran[2] in ran[:2]  # no new thread: one that waited took it
+    assert ran[2] in ran[:2] and all(t.daemon for t in ran)  # no new thread: a waiting one
 
 
 def test_past_its_idle_cap_a_thread_whose_loop_ended_ends_too() -> None:
-    loops = _Loops(keep_idle=0)
+    ended = threading.Event()
+    loops = _Loops(keep_idle=0, on_idle=lambda keep: None if keep else ended.set())
     threads: list[threading.Thread] = []
     started = threading.Event()
     loops.run(_recording(threads, started))
-    assert started.wait(timeout=5)
+    assert started.wait(timeout=5) and ended.wait(timeout=5)
     threads[0].join(timeout=5)
     assert not threads[0].is_alive()
 
