@@ -5,9 +5,11 @@ parking of idle actors a batch at a time past the actor cap."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 import queue
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import pykka
 import pytest
@@ -207,3 +209,76 @@ def test_an_idle_actor_that_answered_idle_to_the_supervisor_is_stopped_without_a
         assert thinker.conversation_id not in service._live
         with pytest.raises(pykka.ActorDeadError):
             ref.ask(StopIfIdle(), block=True)
+
+
+class _CountingRef:
+    """The supervisor's ref, counting what is sent to it (asks and tells alike)."""
+
+    def __init__(self, ref: pykka.ActorRef[Any]) -> None:
+        self.ref = ref
+        self.sent: list[object] = []
+
+    def ask(self, message: object, **kwargs: Any) -> object:
+        self.sent.append(message)
+        return self.ref.ask(message, **kwargs)
+
+    def tell(self, message: object) -> None:
+        self.sent.append(message)
+        self.ref.tell(message)
+
+    def stop(self, **kwargs: Any) -> object:
+        return self.ref.stop(**kwargs)
+
+
+class _RecordingInbox:
+    """An actor's inbox as its ref sees it: records each message's kind, then delivers."""
+
+    def __init__(self, inbox: Any) -> None:
+        self.inbox = inbox
+        self.kinds: list[str] = []
+
+    def put(self, envelope: Any) -> None:
+        self.kinds.append(type(envelope.message).__name__)
+        self.inbox.put(envelope)
+
+    def get(self) -> Any:
+        return self.inbox.get()
+
+    def empty(self) -> bool:
+        return bool(self.inbox.empty())
+
+
+def test_a_warm_lease_never_asks_the_supervisor_and_its_release_is_one_message() -> None:
+    with ConversationService(cleanup_interval_s=0) as service:
+        thinker = BasicThinker("alice", retain_duration=dt.timedelta(minutes=5))
+        thinker.mint_conversation_id()
+        service.obtain_conversation(None, thinker).get(timeout=5)
+        service.release(thinker)
+        counting = _CountingRef(service._supervisor)
+        service._supervisor = counting  # type: ignore[assignment]
+        (ref,) = service._live.values()
+        recording = _RecordingInbox(ref.actor_inbox)
+        ref.actor_inbox = recording  # what the service sends; the actor reads the real one
+        for _ in range(50):
+            context = service.obtain_conversation(None, thinker).get(timeout=5)
+            assert context.conversation_id == thinker.conversation_id
+            service.release(thinker)
+        assert counting.sent == []
+        assert recording.kinds == ["Acquire", "Release"] * 50  # one ask, one tell per lease
+        assert service.get_stats().owned == 0
+
+
+def test_a_forked_child_starts_actors_on_threads_of_its_own() -> None:
+    warm = ConversationActor.start(ConversationContext("parent"), FakeClock())
+    warm.stop(block=True)  # the parent now has a pooled thread waiting
+    pid = os.fork()
+    if pid == 0:  # the child: no thread of the parent's pool exists here
+        code = 1
+        try:
+            ref = ConversationActor.start(ConversationContext("child"), FakeClock())
+            code = 0 if ref.ask(QueryOwner(), block=True, timeout=5) is None else 1
+            ref.stop(block=True, timeout=5)
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
