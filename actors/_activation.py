@@ -36,6 +36,7 @@ from parlour.actors._messages import (
     Spawn,
 )
 from parlour.actors._obtain import Obtaining, Waiting, wait_async
+from parlour.actors._reply import ask_nowait
 from parlour.actors._supervisor import Mirror, Seams
 from parlour.actors._thinker import Thinker
 from parlour.runtime import Clock, ConversationContext, ResponseHandler
@@ -168,8 +169,6 @@ class Activations:
         if self._stopping.is_set():
             logger.error("[ConvSvc] Shutting down, dropping request for {}", cid)
             raise shutting_down()
-        if must_exist is None:
-            must_exist = cid != thinker.job_id and not thinker.is_conversation_minted()
         owner = Owner(thinker.job_id, thinker.user_id, thinker.workflow_id, thinker, next(_tokens))
         timeout_s = self.conversation_timeout_s
         request = Acquire(
@@ -181,12 +180,17 @@ class Activations:
         )
         ref = self._live.get(cid)
         if ref is not None:  # the lock-free fast path
-            answer = self._answer(cid, ref.ask(request, block=False))
-            if answer is not None and self._current(cid, ref, request, answer):
+            answer = self._answer(cid, ask_nowait(ref, request))
+            if answer is not None and (
+                not self._shared or self._current(cid, ref, request, answer)
+            ):
                 self._mirror.touch(cid)  # the live cap's LRU, without asking the supervisor
                 return ref, request, answer
+        # Nothing live or parked: restore at once (Spawn forwards to a racing winner).
+        look = ref is not None or cid in self._mirror.parked
         for _ in range(_ATTEMPTS):
-            forwarded = self._supervisor_ask(Forward(cid, request))
+            forwarded = self._supervisor_ask(Forward(cid, request)) if look else None
+            look = True
             restored = forwarded is None
             if restored:
                 forwarded = self._activate(cid, thinker, handler, must_exist, request)
@@ -237,10 +241,12 @@ class Activations:
         cid: str,
         thinker: Thinker,
         handler: ResponseHandler | None,
-        must_exist: bool,
+        must_exist: bool | None,
         request: Acquire,
     ) -> Forwarded | None:
         """Restore (or create), spawn and forward; None when the load may be stale."""
+        if must_exist is None:
+            must_exist = cid != thinker.job_id and not thinker.is_conversation_minted()
         epoch = self._mirror.epoch  # read before the load: see Supervisor
         context = self._restore_or_create(cid, thinker, handler, must_exist)
         if self._seams.after_load is not None:

@@ -41,14 +41,21 @@ from parlour.actors._reply import LightActor
 from parlour.runtime import Clock, ConversationContext
 from parlour.runtime.errors import ConversationUnavailableError, not_owned
 
+_NOT_OWNED = Released(owned=False)  # the answers are immutable: one of each
+_RELEASED = Released(owned=True)
+_RELEASED_TO_EVICT = Released(owned=True, evict=True)
+
 
 class ConversationActor(LightActor):
     """Holds one ``ConversationContext``; serializes who may touch it.
 
     The context itself is mutated by the owner in the owner's thread for the length of the
     lease; everything that crosses owners (acquire, release, eviction) goes through here.
-    Its thread is a daemon: a process that forgets ``stop()`` still exits.
+    Its thread is a daemon: a process that forgets ``stop()`` still exits. It is kept out
+    of pykka's global registry: the supervisor is its registry and stops it.
     """
+
+    registered = False
 
     def __init__(
         self, context: ConversationContext, clock: Clock, expires_at: float | None = None
@@ -77,8 +84,8 @@ class ConversationActor(LightActor):
                 return self.owner
             case QueryHolder():
                 return Holder(self.owner, self.context.user_id)
-            case StopIfIdle(expired_only):
-                return self._stop_if_idle(expired_only)
+            case StopIfIdle(expired_only, stop):
+                return self._stop_if_idle(expired_only, stop)
             case ReleaseForJob(job_id):
                 return self._release(job_id, 0.0)
             case Doom(reason):
@@ -115,27 +122,29 @@ class ConversationActor(LightActor):
         self.lease_retain_s = request.retain_s
         self.context.user_id = owner.user_id
         self.context.workflow_id = owner.workflow_id
-        self.expires_at = self.clock.now() + request.retain_s  # safety net while owned
-        return self.context
+        return self.context  # expires_at is read only while unowned: set at release
 
     def _release(self, job_id: str, retain_s: float, released_at: float | None = None) -> Released:
         if self.owner is None or self.owner.job_id != job_id:
-            return Released(owned=False)
+            return _NOT_OWNED
         released_job = self.owner.job_id
         self.owner = None
         if self.doomed is not None:
             self.stop()  # already unregistered: nobody may take it over
-            return Released(owned=True)
+            return _RELEASED
         if self._hand_over(released_job):
-            return Released(owned=True)
-        for watcher in self.idle_watchers:
-            watcher.set(None)
-        self.idle_watchers.clear()
+            return _RELEASED
+        if self.idle_watchers:
+            for watcher in self.idle_watchers:
+                watcher.set(None)
+            self.idle_watchers.clear()
         self.expires_at = (self.clock.now() if released_at is None else released_at) + retain_s
-        return Released(owned=True, evict=retain_s <= 0)
+        return _RELEASED if retain_s > 0 else _RELEASED_TO_EVICT
 
     def _hand_over(self, released_job: str) -> bool:
         """Grant the first waiter still waiting (FIFO); True when one took the lease."""
+        if not self.waiters:
+            return False
         self._expire_waiters(released_job)
         while self.waiters:
             waiter = self.waiters.popleft()
@@ -168,7 +177,7 @@ class ConversationActor(LightActor):
 
     # -- retirement -------------------------------------------------------------------------
 
-    def _stop_if_idle(self, expired_only: bool) -> Idle | Busy:
+    def _stop_if_idle(self, expired_only: bool, stop: bool = False) -> Idle | Busy:
         if self.retiring:
             return Idle(self.context.stored_version)
         self._expire_waiters(self.owner.job_id if self.owner else None)
@@ -177,6 +186,8 @@ class ConversationActor(LightActor):
         if expired_only and self.clock.now() < self.expires_at:
             return Busy()
         self.retiring = True  # from here on, every Acquire is told to look again
+        if stop:
+            self._stop()  # pykka's stop, now: the loop ends after this answer
         return Idle(self.context.stored_version, self.context, self.expires_at)
 
     def _doom(self, reason: str) -> None:
@@ -199,18 +210,18 @@ class ConversationActor(LightActor):
 
     def _end(self) -> None:
         self.retiring = True
-        self._fail_waiters(
-            ConversationUnavailableError(
-                f"Conversation {self.conversation_id} was stopped while waited for."
+        if self.waiters:
+            self._fail_waiters(
+                ConversationUnavailableError(
+                    f"Conversation {self.conversation_id} was stopped while waited for."
+                )
             )
-        )
         for watcher in self.idle_watchers:
             watcher.set(None)
         self.idle_watchers.clear()
 
     def on_stop(self) -> None:
-        self._end()
-        logger.debug("conversation actor {} stopped", self.conversation_id)
+        self._end()  # no log line: a restore-heavy process stops thousands a second
 
     def on_failure(self, *exc_info: Any) -> None:
         """A handler crashed on a told message: fail the waiters at once, never strand them."""

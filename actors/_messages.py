@@ -163,9 +163,12 @@ class QueryHolder(NamedTuple):
 class StopIfIdle(NamedTuple):
     """Answer ``Idle`` and from then on refuse every acquire (``Retiring``) when unowned with
     nobody waiting (and, with ``expired_only``, past retention); else ``Busy``. Expired
-    waiters are failed first."""
+    waiters are failed first. With ``stop`` an activation that answers ``Idle`` also stops
+    in the same step (the supervisor unregisters it when it reads the answer; whatever
+    reaches it later finds it dead, which every caller treats as retiring)."""
 
     expired_only: bool = False
+    stop: bool = False
 
 
 class Doom(NamedTuple):

@@ -23,6 +23,7 @@ from parlour.actors._messages import (
     Owner,
     timeout_error,
 )
+from parlour.actors._reply import Reply
 from parlour.runtime import Clock, ConversationContext
 from parlour.runtime.errors import ConversationUnavailableError
 
@@ -81,7 +82,7 @@ class Waiting:
         raise timeout_error(self.conversation_id, self.timeout_s, answer.owner_job)
 
 
-class Obtaining(pykka.ThreadingFuture[ConversationContext]):
+class Obtaining(Reply):
     """The future ``obtain_conversation`` returns.
 
     ``get(timeout)`` waits for the grant; a ``timeout`` shorter than the service's gives the
@@ -90,27 +91,26 @@ class Obtaining(pykka.ThreadingFuture[ConversationContext]):
     ``ConversationUnavailableError``. Thread-safety: ``get`` and ``cancel`` from any thread.
     """
 
+    _waiting: Waiting | None = None  # None: completed at once (``ready``, ``refused``)
+    _delivery: FutureDelivery | None = None
+
     def __init__(self, waiting: Waiting | None = None, delivery: FutureDelivery | None = None):
         super().__init__()
         self._waiting = waiting
         self._delivery = delivery
-        if waiting is not None:  # a completed obtain (the fast path) needs no locks
-            self._lock = threading.Lock()  # one get at a time
-            self._decide = threading.Lock()  # cancel and a completing get: one outcome wins
+        self._lock = threading.Lock()  # one get at a time
+        self._decide = threading.Lock()  # cancel and a completing get: one outcome wins
         self._cancelled = False
         self._outcome: Any = None
 
     @classmethod
     def ready(cls, context: ConversationContext) -> Obtaining:
-        done = cls()
-        done.set(context)
-        return done
+        """Granted at once (the warm path): no lock is made or taken."""
+        return cls.settled(context)
 
     @classmethod
     def refused(cls, exc: BaseException) -> Obtaining:
-        done = cls()
-        done.set_exception((type(exc), exc, None))
-        return done
+        return cls.settled(None, (type(exc), exc, None))
 
     def get(self, *, timeout: float | None = None) -> ConversationContext:
         if self._waiting is None:

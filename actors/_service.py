@@ -33,6 +33,7 @@ from parlour.actors._messages import (
     Released,
     Sweep,
 )
+from parlour.actors._reply import tell
 from parlour.actors._supervisor import Mirror, Seams, Supervisor
 from parlour.actors._thinker import Thinker
 from parlour.runtime import Clock, ConversationContext, SystemClock
@@ -184,7 +185,7 @@ class ConversationService(Activations, Lifecycle):
             return
         try:
             if retain_s > 0:  # nothing to wait for: later messages queue behind it (FIFO)
-                ref.tell(Release(job_id, retain_s, self.clock.now()))
+                tell(ref, Release(job_id, retain_s, self.clock.now()))
                 return
             released: Released = ref.ask(Release(job_id, retain_s), block=True)
         except pykka.ActorDeadError:

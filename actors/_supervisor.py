@@ -60,6 +60,8 @@ _SWEEP_SLICE = 64
 # The version recorded when it is unknown (a dead activation) or gone (a deleted record):
 # a restore that loaded before such a retirement always reloads.
 _UNKNOWN = 1 << 62
+_RETIRE = StopIfIdle(expired_only=False, stop=True)
+_RETIRE_EXPIRED = StopIfIdle(expired_only=True, stop=True)
 
 
 class Supervisor(LightActor):
@@ -79,6 +81,9 @@ class Supervisor(LightActor):
         self.clock = clock
         self.max_live = max_live
         self.max_active = max_live if max_active is None else max(max_active, 1)
+        # Past max_active, this many idle actors are parked at once (asked together), so
+        # the next spawns start without asking anyone.
+        self.park_batch = max(1, self.max_active // 16)
         self.live: OrderedDict[str, ActorRef] = OrderedDict()
         self.parked = mirror.parked
         self.mirror = mirror
@@ -119,7 +124,9 @@ class Supervisor(LightActor):
         ref = self.live.get(conversation_id)
         if ref is None:
             parked = self.parked.pop(conversation_id, None)
-            return None if parked is None else self._attach(conversation_id, *parked)
+            if parked is None:
+                return None
+            return self._launch(conversation_id, self._new_actor(*parked))
         if not ref.is_alive():  # died without telling us: forget it, callers reload
             logger.warning("conversation actor {} died; dropping it", conversation_id)
             self._unregister(conversation_id)
@@ -133,6 +140,8 @@ class Supervisor(LightActor):
         self.placed[conversation_id] = next(self.mirror.ticks)
 
     def _forward(self, conversation_id: str, request: Acquire) -> Forwarded | None:
+        if conversation_id not in self.live and conversation_id in self.parked:
+            return self._attach(conversation_id, *self.parked.pop(conversation_id), request)
         ref = self._lookup(conversation_id)
         if ref is None:
             return None
@@ -153,17 +162,33 @@ class Supervisor(LightActor):
             return Reload()  # retired since the caller loaded, at a newer version
         if len(self.live) + len(self.parked) >= self.max_live:
             self._evict_lru()
-        ref = self._attach(conversation_id, context, None)
-        return Forwarded(ref, ref.ask(request, block=False))
+        return self._attach(conversation_id, context, None, request)
 
     def _attach(
-        self, conversation_id: str, context: ConversationContext, expires_at: float | None
-    ) -> ActorRef:
-        """Start the conversation's activation (parking the least recently used idle one
-        when the actors are at their cap) and register it."""
+        self,
+        conversation_id: str,
+        context: ConversationContext,
+        expires_at: float | None,
+        request: Acquire,
+    ) -> Forwarded:
+        """Start and register the conversation's activation, ``request`` answered as its
+        first message before it is launched and published: before any other message can
+        reach it, and without a hop to its thread."""
+        actor = self._new_actor(context, expires_at)
+        reply = actor.answer_first(request)
+        return Forwarded(self._launch(conversation_id, actor), reply)
+
+    def _new_actor(
+        self, context: ConversationContext, expires_at: float | None
+    ) -> ConversationActor:
+        """An activation not yet launched, parking the least recently used idle ones first
+        when the actors are at their cap."""
         if len(self.live) >= self.max_active:
-            self._shrink(self.max_active, park=True)
-        ref = ConversationActor.start(context, self.clock, expires_at)
+            self._shrink(self.max_active + 1 - self.park_batch, park=True)
+        return ConversationActor(context, self.clock, expires_at)
+
+    def _launch(self, conversation_id: str, actor: ConversationActor) -> ActorRef:
+        ref = actor.launch()
         self.live[conversation_id] = ref
         self.placed[conversation_id] = next(self.mirror.ticks)
         self.mirror.refs[conversation_id] = ref
@@ -194,14 +219,11 @@ class Supervisor(LightActor):
             self._retire(conversation_id, version)
         return ref
 
-    def _forget(self, conversation_id: str, version: int = _UNKNOWN, wait: bool = True) -> bool:
-        """Unregister and stop; ``wait=False`` for one that already agreed to retire (it
-        refuses every acquire from here on, so nothing waits on its stop)."""
-        ref = self._unregister(conversation_id, version)
-        if ref is None:
-            return False
-        ref.stop(block=wait)
-        return True
+    def _forget(self, conversation_id: str) -> None:
+        """Unregister and stop, waiting for the stop."""
+        ref = self._unregister(conversation_id)
+        if ref is not None:
+            ref.stop(block=True)
 
     # -- eviction ---------------------------------------------------------------------------
 
@@ -214,23 +236,30 @@ class Supervisor(LightActor):
         self._shrink(self.max_live - len(self.parked), park=False)
 
     def _shrink(self, limit: int, park: bool) -> None:
-        """Evict (or park) from the front of the LRU until fewer than ``limit`` actors. One
-        touched by a warm obtain since it took its place, or busy, goes to the back
-        instead (each such move is paid for by a use, so the choice of a victim is O(1)
-        amortized); every actor is looked at once at most."""
-        for _ in range(len(self.live)):
-            if len(self.live) < limit:
-                return
-            conversation_id = next(iter(self.live))
-            used = self.mirror.touched.get(conversation_id, 0) > self.placed[conversation_id]
-            if used or not self._evict(conversation_id, expired_only=False, park=park):
-                self._to_back(conversation_id)
+        """Evict (or park) from the front of the LRU until fewer than ``limit`` actors,
+        asking as many victims as are missing at once. One touched by a warm obtain since
+        it took its place goes to the back instead (each such move is paid for by a use,
+        so the choice of a victim is O(1) amortized), and so does a busy one; every actor
+        is looked at once at most."""
+        unseen = len(self.live)
+        while unseen and len(self.live) >= limit:
+            asked: list[tuple[str, pykka.Future[Idle | Busy]]] = []
+            while unseen and len(asked) <= len(self.live) - limit:
+                unseen -= 1
+                conversation_id = next(iter(self.live))
+                used = self.mirror.touched.get(conversation_id, 0) > self.placed[conversation_id]
+                self._to_back(conversation_id)  # a victim leaves the registry anyway
+                if not used:
+                    ref = self.live[conversation_id]
+                    asked.append((conversation_id, ref.ask(_RETIRE, block=False)))
+            for conversation_id, reply in asked:
+                self._retire_if_idle(conversation_id, reply, park)
 
     def _evict(self, conversation_id: str, expired_only: bool, park: bool = False) -> bool:
         ref = self.live.get(conversation_id)
         if ref is None:
             return self._evict_parked(conversation_id, expired_only)
-        reply = ref.ask(StopIfIdle(expired_only), block=False)
+        reply = ref.ask(StopIfIdle(expired_only, stop=True), block=False)
         return self._retire_if_idle(conversation_id, reply, park)
 
     def _evict_parked(self, conversation_id: str, expired_only: bool) -> bool:
@@ -282,7 +311,7 @@ class Supervisor(LightActor):
         for conversation_id in chunk:
             ref = self.live.get(conversation_id)
             if ref is not None:  # a dead one's future holds ActorDeadError
-                asked.append((conversation_id, ref.ask(StopIfIdle(True), block=False)))
+                asked.append((conversation_id, ref.ask(_RETIRE_EXPIRED, block=False)))
         evicted = 0
         for conversation_id, reply in asked:
             try:
@@ -302,7 +331,7 @@ class Supervisor(LightActor):
             return False
         if self.seams.after_idle_answer is not None:
             self.seams.after_idle_answer(conversation_id)
-        self._forget(conversation_id, answer.stored_version, wait=False)
+        self._unregister(conversation_id, answer.stored_version)  # it has stopped itself
         if park and answer.context is not None:  # held without a thread until obtained
             self.parked[conversation_id] = (answer.context, answer.expires_at)
         return True

@@ -1,0 +1,284 @@
+"""The lighter actor under every conversation: pooled threads (still one per live actor),
+kept out of pykka's global registry, a first message answered before launch, and the
+parking of idle actors a batch at a time past the actor cap."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pykka
+import pytest
+
+from parlour.actors import BasicThinker, ConversationService
+from parlour.actors._conversation import ConversationActor
+from parlour.actors._messages import (
+    Acquire,
+    FutureDelivery,
+    Granted,
+    Owner,
+    QueryOwner,
+    Spawn,
+    StopIfIdle,
+)
+from parlour.actors._obtain import Obtaining
+from parlour.actors._reply import Reply, _Loops
+from parlour.runtime import ConversationContext
+from parlour.runtime.testing import FakeClock
+
+
+def _acquire(job: str, user: str = "alice") -> Acquire:
+    return Acquire(Owner(job, user, "wf", None, hash(job)), 10_000.0, 60.0, 30.0, FutureDelivery())
+
+
+def _recording(into: list[threading.Thread], done: threading.Event) -> Callable[[], None]:
+    def loop() -> None:
+        into.append(threading.current_thread())
+        done.set()
+
+    return loop
+
+
+def test_a_thread_whose_actor_loop_ended_runs_the_next_loop_and_never_two_at_once() -> None:
+    waiting = threading.Semaphore(0)
+    loops = _Loops(keep_idle=2, on_idle=lambda keep: waiting.release() if keep else None)
+    ran: list[threading.Thread] = []
+    first_running, first_may_end = threading.Event(), threading.Event()
+
+    def first() -> None:
+        ran.append(threading.current_thread())
+        first_running.set()
+        assert first_may_end.wait(timeout=5)
+
+    loops.run(first)
+    assert first_running.wait(timeout=5)
+    second_done = threading.Event()
+    loops.run(_recording(ran, second_done))
+    assert second_done.wait(timeout=5)  # ran while the first still runs: on its own thread
+    assert ran[0] is not ran[1]
+    first_may_end.set()
+    assert waiting.acquire(timeout=5) and waiting.acquire(timeout=5)  # both threads wait
+    third_done = threading.Event()
+    loops.run(_recording(ran, third_done))
+    assert third_done.wait(timeout=5)
+    assert ran[2] in ran[:2] and all(t.daemon for t in ran)  # no new thread: a waiting one
+
+
+def test_past_its_idle_cap_a_thread_whose_loop_ended_ends_too() -> None:
+    ended = threading.Event()
+    loops = _Loops(keep_idle=0, on_idle=lambda keep: None if keep else ended.set())
+    threads: list[threading.Thread] = []
+    started = threading.Event()
+    loops.run(_recording(threads, started))
+    assert started.wait(timeout=5) and ended.wait(timeout=5)
+    threads[0].join(timeout=5)
+    assert not threads[0].is_alive()
+
+
+def test_each_live_actor_has_a_thread_of_its_own_and_a_daemon() -> None:
+    clock = FakeClock()
+    refs = [ConversationActor.start(ConversationContext(f"c{i}"), clock) for i in range(8)]
+    seen: list[threading.Thread] = []
+    answered = threading.Barrier(len(refs) + 1)
+
+    def record(message: object) -> object:
+        seen.append(threading.current_thread())
+        answered.wait(timeout=5)  # every actor's handler is running at the same time
+        return None
+
+    try:
+        replies = []
+        for ref in refs:
+            actor = ref._actor_weakref()
+            assert actor is not None
+            actor.on_receive = record  # type: ignore[method-assign]
+            replies.append(ref.ask(QueryOwner(), block=False))
+        answered.wait(timeout=5)
+        for reply in replies:
+            reply.get(timeout=5)
+        assert len({t.ident for t in seen}) == len(refs) and all(t.daemon for t in seen)
+    finally:
+        for ref in refs:
+            ref.stop()
+
+
+def test_conversation_actors_stay_out_of_the_global_registry_and_stop_with_the_service() -> None:
+    service = ConversationService(cleanup_interval_s=0)
+    thinkers = []
+    for i in range(5):
+        thinker = BasicThinker(f"user-{i}", retain_duration=dt.timedelta(minutes=5))
+        thinker.mint_conversation_id()
+        service.obtain_conversation(None, thinker).get(timeout=5)
+        service.release(thinker)
+        thinkers.append(thinker)
+    refs = list(service._live.values())
+    assert len(refs) == 5 and all(ref.is_alive() for ref in refs)
+    assert pykka.ActorRegistry.get_by_class(ConversationActor) == []
+    assert [r.actor_urn for r in pykka.ActorRegistry.get_all()] == [service._supervisor.actor_urn]
+    assert len({ref.actor_urn for ref in refs}) == 5  # distinct identities
+    service.stop()
+    assert not any(ref.is_alive() for ref in refs)
+    assert pykka.ActorRegistry.get_all() == []
+
+
+def test_a_stop_of_every_registered_actor_also_stops_every_conversation_actor() -> None:
+    service = ConversationService(cleanup_interval_s=0)
+    thinker = BasicThinker("alice")
+    thinker.mint_conversation_id()
+    service.obtain_conversation(None, thinker).get(timeout=5)
+    service.release(thinker)
+    (ref,) = service._live.values()
+    pykka.ActorRegistry.stop_all()  # what a test teardown or a crash does: the supervisor
+    assert not ref.is_alive()
+
+
+def test_a_spawn_answers_the_first_acquire_before_the_activation_runs_a_message() -> None:
+    service = ConversationService(cleanup_interval_s=0)
+    try:
+        context = ConversationContext("c1", user_id="alice")
+        forwarded = service._supervisor.ask(Spawn(context, 0, _acquire("job-1")), block=True)
+        answer = forwarded.reply.get(timeout=0)  # settled already: no wait for a thread
+        assert isinstance(answer, Granted) and answer.context is context
+        assert forwarded.ref.ask(QueryOwner(), block=True).job_id == "job-1"
+        again = service._supervisor.ask(Spawn(context, 0, _acquire("job-2")), block=True)
+        assert again.ref is forwarded.ref  # live already: forwarded, never a second actor
+        assert not isinstance(again.reply.get(timeout=5), Granted)  # queued behind job-1
+    finally:
+        service.stop()
+
+
+def test_a_first_acquire_of_another_users_context_is_refused_before_launch() -> None:
+    actor = ConversationActor(ConversationContext("c1", user_id="alice"), FakeClock())
+    reply = actor.answer_first(_acquire("job-1", user="mallory"))
+    with pytest.raises(PermissionError, match="mallory"):
+        reply.get(timeout=0)
+    ref = actor.launch()
+    try:
+        assert ref.ask(QueryOwner(), block=True) is None  # nobody was granted
+    finally:
+        ref.stop()
+
+
+def test_a_settled_reply_answers_at_once_and_refuses_a_second_value() -> None:
+    done = Reply.settled("value")
+    assert done.get(timeout=0) == "value"
+    with pytest.raises(queue.Full):
+        done.set("other")
+    assert done.get() == "value"
+    ready = Obtaining.ready(ConversationContext("c1"))
+    assert isinstance(ready, pykka.ThreadingFuture) and not ready.cancel()
+    assert ready.get(timeout=0).conversation_id == "c1"
+
+
+def test_past_the_actor_cap_the_least_recently_used_idle_actors_park_a_batch_at_once() -> None:
+    clock = FakeClock()
+    with ConversationService(cleanup_interval_s=0, clock=clock, max_active=32) as service:
+        thinkers = []
+        for i in range(33):
+            thinker = BasicThinker("alice", retain_duration=dt.timedelta(minutes=5))
+            thinker.mint_conversation_id()
+            context = service.obtain_conversation(None, thinker).get(timeout=5)
+            context.add_user_message(f"c{i}")
+            service.release(thinker)
+            thinkers.append(thinker)
+        first_two = {t.conversation_id for t in thinkers[:2]}
+        assert set(service._mirror.parked) == first_two  # 32 // 16 parked together
+        assert len(service._mirror.refs) == 31
+        for thinker in thinkers[:2]:
+            context = service.obtain_conversation(None, thinker).get(timeout=5)
+            assert [m.raw_content for m in context.messages] == [f"c{thinkers.index(thinker)}"]
+            service.release(thinker)
+        assert len(service._mirror.refs) <= 32 and service.get_stats().total == 33
+
+
+def test_an_idle_actor_that_answered_idle_to_the_supervisor_is_stopped_without_a_wait() -> None:
+    clock = FakeClock()
+    with ConversationService(cleanup_interval_s=0, clock=clock) as service:
+        thinker = BasicThinker("alice", retain_duration=dt.timedelta(seconds=1))
+        thinker.mint_conversation_id()
+        service.obtain_conversation(None, thinker).get(timeout=5)
+        service.release(thinker)
+        (ref,) = service._live.values()
+        clock.advance(2)
+        assert service.sweep_expired() == 1
+        assert ref.actor_stopped.wait(timeout=5)  # it stopped on its own, told once
+        assert thinker.conversation_id not in service._live
+        with pytest.raises(pykka.ActorDeadError):
+            ref.ask(StopIfIdle(), block=True)
+
+
+class _CountingRef:
+    """The supervisor's ref, counting what is sent to it (asks and tells alike)."""
+
+    def __init__(self, ref: pykka.ActorRef[Any]) -> None:
+        self.ref = ref
+        self.sent: list[object] = []
+
+    def ask(self, message: object, **kwargs: Any) -> object:
+        self.sent.append(message)
+        return self.ref.ask(message, **kwargs)
+
+    def tell(self, message: object) -> None:
+        self.sent.append(message)
+        self.ref.tell(message)
+
+    def stop(self, **kwargs: Any) -> object:
+        return self.ref.stop(**kwargs)
+
+
+class _RecordingInbox:
+    """An actor's inbox as its ref sees it: records each message's kind, then delivers."""
+
+    def __init__(self, inbox: Any) -> None:
+        self.inbox = inbox
+        self.kinds: list[str] = []
+
+    def put(self, envelope: Any) -> None:
+        self.kinds.append(type(envelope.message).__name__)
+        self.inbox.put(envelope)
+
+    def get(self) -> Any:
+        return self.inbox.get()
+
+    def empty(self) -> bool:
+        return bool(self.inbox.empty())
+
+
+def test_a_warm_lease_never_asks_the_supervisor_and_its_release_is_one_message() -> None:
+    with ConversationService(cleanup_interval_s=0) as service:
+        thinker = BasicThinker("alice", retain_duration=dt.timedelta(minutes=5))
+        thinker.mint_conversation_id()
+        service.obtain_conversation(None, thinker).get(timeout=5)
+        service.release(thinker)
+        counting = _CountingRef(service._supervisor)
+        service._supervisor = counting  # type: ignore[assignment]
+        (ref,) = service._live.values()
+        recording = _RecordingInbox(ref.actor_inbox)
+        ref.actor_inbox = recording  # what the service sends; the actor reads the real one
+        for _ in range(50):
+            context = service.obtain_conversation(None, thinker).get(timeout=5)
+            assert context.conversation_id == thinker.conversation_id
+            service.release(thinker)
+        assert counting.sent == []
+        assert recording.kinds == ["Acquire", "Release"] * 50  # one ask, one tell per lease
+        assert service.get_stats().owned == 0
+
+
+def test_a_forked_child_starts_actors_on_threads_of_its_own() -> None:
+    warm = ConversationActor.start(ConversationContext("parent"), FakeClock())
+    warm.stop(block=True)  # the parent now has a pooled thread waiting
+    pid = os.fork()
+    if pid == 0:  # the child: no thread of the parent's pool exists here
+        code = 1
+        try:
+            ref = ConversationActor.start(ConversationContext("child"), FakeClock())
+            code = 0 if ref.ask(QueryOwner(), block=True, timeout=5) is None else 1
+            ref.stop(block=True, timeout=5)
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
