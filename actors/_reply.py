@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Any, ClassVar, Self
 
 import pykka
+from loguru import logger
 
 ExcInfo = tuple[Any, Any, Any]
 _UNSET = pykka.Future().__dict__["_get_hook_result"]  # pykka's "no hook result yet"
@@ -160,7 +161,10 @@ class _Loops:
     def _start_threads(self) -> None:
         while True:
             self._starts.get()
-            self._thread(self._serve, f"parlour-actor-{next(self._names)}")
+            try:
+                self._thread(self._serve, f"parlour-actor-{next(self._names)}")
+            except RuntimeError:  # out of threads: the loop waits for one to end
+                logger.exception("could not start a thread for an actor loop")
 
     @staticmethod
     def _thread(target: Callable[[], None], name: str) -> threading.Thread:

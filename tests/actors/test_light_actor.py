@@ -9,6 +9,7 @@ import os
 import queue
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pykka
@@ -27,6 +28,7 @@ from parlour.actors._messages import (
 )
 from parlour.actors._obtain import Obtaining
 from parlour.actors._reply import Reply, _Loops
+from parlour.actors._stress import run_stress
 from parlour.runtime import ConversationContext
 from parlour.runtime.testing import FakeClock
 
@@ -137,7 +139,7 @@ def test_a_stop_of_every_registered_actor_also_stops_every_conversation_actor() 
 
 
 def test_a_spawn_answers_the_first_acquire_before_the_activation_runs_a_message() -> None:
-    service = ConversationService(cleanup_interval_s=0)
+    service = ConversationService(cleanup_interval_s=0, shutdown_grace_s=0.1)  # job-1 keeps it
     try:
         context = ConversationContext("c1", user_id="alice")
         forwarded = service._supervisor.ask(Spawn(context, 0, _acquire("job-1")), block=True)
@@ -282,3 +284,13 @@ def test_a_forked_child_starts_actors_on_threads_of_its_own() -> None:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_the_ownership_stress_parking_two_at_once_never_sees_two_owners_or_loses_a_turn(
+    tmp_path: Path,
+) -> None:
+    report = run_stress(
+        tmp_path / "db", threads=48, conversations=48, turns_per_thread=8, max_active=32
+    )
+    assert report.violations == []
+    assert report.turns == report.acknowledged == 48 * 8
