@@ -1,9 +1,11 @@
-"""Shared pieces of the agent tests: scripted tool-call answers and a stored-state reader."""
+"""Shared pieces of the agent tests: scripted tool-call answers, a stored-state reader and a
+turn sent from a thread of its own."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import threading
+from typing import Any, Protocol
 
 from parlour.actors import ConversationService
 from parlour.runtime import LLMResponse, StopReason, Usage
@@ -57,3 +59,22 @@ def answerable(snapshot: ConversationPersistenceSnapshot) -> bool:
     """Every stored tool call has a result."""
     answered = {r.tool_use_id for r in stored_results(snapshot)}
     return all(c.id in answered for c in stored_calls(snapshot))
+
+
+class Sends(Protocol):
+    def send(self, text: str) -> Any: ...
+
+
+def send_in_thread(chat: Sends, text: str) -> tuple[threading.Thread, list[BaseException]]:
+    """``chat.send(text)`` started on a thread of its own; the list receives what it raised."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            chat.send(text)
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, raised

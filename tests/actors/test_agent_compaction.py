@@ -48,7 +48,7 @@ from parlour.runtime.testing import (
 )
 from parlour.stores import LmdbStore, MemorySessionCache
 
-from .agent_helpers import answerable, calls, stored, user_texts
+from .agent_helpers import answerable, calls, send_in_thread, stored, user_texts
 
 SMALL = fake_spec(max_context_tokens=6_000)  # a small window, to watch compaction work
 REPORT = "The survey site reported readings above the threshold at every station. " * 30
@@ -233,16 +233,7 @@ def test_force_release_ends_a_hung_sync_model_call_at_once(
     chat = Agent(ScriptedClient([hangs]), output=OutputSize.STANDARD, depth=Depth.IMMEDIATE).chat(
         service, user_id="alice"
     )
-    outcome: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            chat.send("Hi")
-        except BaseException as exc:
-            outcome.append(exc)
-
-    worker = threading.Thread(target=run)
-    worker.start()
+    worker, outcome = send_in_thread(chat, "Hi")
     try:
         assert started.wait(10)
         assert service.force_release(chat.conversation_id, "alice") is not None

@@ -22,6 +22,8 @@ from parlour.runtime import Depth, LLMResponse, OutputSize, ScriptedClient
 from parlour.runtime.blocks import TextBlock
 from parlour.runtime.providers import WireRequest
 
+from .agent_helpers import send_in_thread
+
 
 class HeldStream(ScriptedClient):
     """Streams ``words`` one delta each, holding after the first until ``go`` is set;
@@ -98,16 +100,7 @@ def test_force_release_stops_a_sent_turns_stream_at_its_next_delta(
 ) -> None:
     client = HeldStream(["First", " second", " third."])
     chat = _agent(client).chat(service, user_id="alice")
-    outcome: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            chat.send("Go")
-        except BaseException as exc:
-            outcome.append(exc)
-
-    turn = threading.Thread(target=run)
-    turn.start()
+    turn, outcome = send_in_thread(chat, "Go")
     assert client.held.wait(10)
 
     async def follow() -> list[AgentEvent]:

@@ -5,7 +5,6 @@ user refused on every call, and ``parlour cluster status``."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +22,7 @@ from parlour.runtime.blocks import ToolResultBlock, ToolUseBlock
 from parlour.runtime.errors import StaleVersionError
 from parlour.stores import PostgresStore
 
+from ..agent_helpers import send_in_thread
 from ..agent_helpers import user_texts as texts_of
 
 pytestmark = pytest.mark.cluster
@@ -91,16 +91,7 @@ def test_a_shard_killed_mid_turn_fails_it_retryably_and_loses_nothing_acknowledg
     chat.send("second")
     before = cluster.status()[0]
     assert isinstance(before, ShardStatus)
-    failures: list[BaseException] = []
-
-    def cut_off() -> None:
-        try:
-            chat.send("please hold")
-        except BaseException as err:
-            failures.append(err)
-
-    turn = threading.Thread(target=cut_off)
-    turn.start()
+    turn, failures = send_in_thread(chat, "please hold")
     assert ray.get(gate.arrived.remote(), timeout=60) == 1  # the turn is inside its tool
     ray.kill(cluster.handle(chat.shard), no_restart=False)
     turn.join(timeout=60)
@@ -161,16 +152,8 @@ def test_a_zombie_shard_mid_turn_is_refused_by_the_fence_when_the_route_moved_un
         if shard_for(c.conversation_id, grown) == grown[1]
     )
     chat.send("hello")
-    failures: list[BaseException] = []
-
-    def zombie_turn() -> None:
-        try:
-            chat.send("please hold")  # granted and saved on shard 0, then held in its tool
-        except BaseException as err:
-            failures.append(err)
-
-    turn = threading.Thread(target=zombie_turn)
-    turn.start()
+    # granted and saved on shard 0, then held in its tool
+    turn, failures = send_in_thread(chat, "please hold")
     assert ray.get(gate.arrived.remote(), timeout=60) == 1
     new = make_cluster(2)  # the route moves to shard 1 while shard 0 still runs the turn
     moved = new.chat(user_id="alice", conversation_id=chat.conversation_id)
@@ -300,16 +283,7 @@ def test_force_release_through_the_cluster_cancels_the_running_turn_with_its_err
     cluster = make_cluster(2)
     chat = cluster.chat(user_id="alice")
     chat.send("hello")
-    failures: list[BaseException] = []
-
-    def held() -> None:
-        try:
-            chat.send("please hold")
-        except BaseException as err:
-            failures.append(err)
-
-    turn = threading.Thread(target=held)
-    turn.start()
+    turn, failures = send_in_thread(chat, "please hold")
     ray.get(gate.arrived.remote(), timeout=60)
     assert cluster.force_release(chat.conversation_id, "alice") is not None
     turn.join(timeout=60)
