@@ -52,17 +52,16 @@ def run_bench(
 ) -> int:
     """The agent path alone on one shape; prints its table. Returns the exit status."""
     total = conversations * turns
-    with tempfile.TemporaryDirectory() as tmp, _progress(total, "turns") as bar:
-        store = LmdbStore(data_dir or Path(tmp), sync=sync)
-        service = ConversationService(store, MemorySessionCache(), cleanup_interval_s=0)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        _progress(total, "turns") as bar,
+        LmdbStore(data_dir or Path(tmp), sync=sync) as store,
+        ConversationService(store, MemorySessionCache(), cleanup_interval_s=0) as service,
+    ):
         agent = Agent(ScriptedClient(), output=OutputSize.STANDARD, depth=Depth.IMMEDIATE)
         chats = [agent.chat(service, user_id=f"user-{i % 16}") for i in range(conversations)]
         task = bar.task_ids[0]
-        try:
-            stats = drive(chats, text, turns, workers, on_turn=lambda: bar.advance(task))
-        finally:
-            service.stop()
-            store.close()
+        stats = drive(chats, text, turns, workers, on_turn=lambda: bar.advance(task))
     _shape_table(stats, Shape(conversations, turns, workers), sync)
     return 0
 

@@ -42,8 +42,7 @@ def run_chat(
         output=OutputSize.STANDARD,
         depth=Depth.IMMEDIATE,
     )
-    with LmdbStore(data_dir) as store:
-        service = ConversationService(store, MemorySessionCache())
+    with LmdbStore(data_dir) as store, ConversationService(store, MemorySessionCache()) as service:
         try:
             chat = agent.chat(service, user_id=user, conversation_id=resume)
             print(
@@ -53,8 +52,6 @@ def run_chat(
             _loop(chat, stdin or sys.stdin)
         except KeyboardInterrupt:
             print("\ninterrupted")
-        finally:
-            service.stop()
     return 0
 
 

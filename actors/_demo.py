@@ -80,14 +80,10 @@ def run_demo(data_dir: Path, conversations: int = 20, workers: int = 8) -> int:
 def _phase_one(
     agent: Agent, data_dir: Path, conversations: int, workers: int
 ) -> tuple[TurnStats, dict[str, tuple[str, bytes]]]:
-    with LmdbStore(data_dir) as store:
-        service = ConversationService(store, MemorySessionCache())
-        try:
-            chats = [agent.chat(service, user_id=f"user-{i % 4}") for i in range(conversations)]
-            first = drive(chats, _opening, turns=2, workers=workers)
-            saved = {c.conversation_id: (c.user_id, _stored_bytes(service, c)) for c in chats}
-        finally:
-            service.stop()
+    with LmdbStore(data_dir) as store, ConversationService(store, MemorySessionCache()) as service:
+        chats = [agent.chat(service, user_id=f"user-{i % 4}") for i in range(conversations)]
+        first = drive(chats, _opening, turns=2, workers=workers)
+        saved = {c.conversation_id: (c.user_id, _stored_bytes(service, c)) for c in chats}
     print(
         f"  phase 1: {first.turns} turns in {first.seconds:.2f}s "
         f"({first.turns_per_second:,.0f} turns/s), runtime stopped"
@@ -99,24 +95,20 @@ def _phase_two(
     agent: Agent, data_dir: Path, saved: dict[str, tuple[str, bytes]], first: TurnStats
 ) -> list[str]:
     broken = []
-    with LmdbStore(data_dir) as store:
-        service = ConversationService(store, MemorySessionCache())
-        try:
-            start = time.perf_counter()
-            for cid, (user, stored) in saved.items():
-                resumed = agent.chat(service, user_id=user, conversation_id=cid)
-                if _stored_bytes(service, resumed) != stored:
-                    broken.append(cid)
-                resumed.send("One more thing: what did the tool say?")
-            seconds = time.perf_counter() - start
-            print(
-                f"  phase 2: restored {len(saved) - len(broken)}/{len(saved)} intact and "
-                f"resumed each by one turn in {seconds:.2f}s"
-            )
-            cid, (user, _) = next(iter(saved.items()))
-            print(f"\n--- transcript of {cid} ---\n{_transcript(service, cid, user).rstrip()}\n")
-        finally:
-            service.stop()
+    with LmdbStore(data_dir) as store, ConversationService(store, MemorySessionCache()) as service:
+        start = time.perf_counter()
+        for cid, (user, stored) in saved.items():
+            resumed = agent.chat(service, user_id=user, conversation_id=cid)
+            if _stored_bytes(service, resumed) != stored:
+                broken.append(cid)
+            resumed.send("One more thing: what did the tool say?")
+        seconds = time.perf_counter() - start
+        print(
+            f"  phase 2: restored {len(saved) - len(broken)}/{len(saved)} intact and "
+            f"resumed each by one turn in {seconds:.2f}s"
+        )
+        cid, (user, _) = next(iter(saved.items()))
+        print(f"\n--- transcript of {cid} ---\n{_transcript(service, cid, user).rstrip()}\n")
     print(
         f"throughput: {first.turns + len(saved)} turns, {first.turns_per_second:,.0f} turns/s "
         f"concurrent, p50 {first.percentile(0.5) * 1000:.1f} ms, "
@@ -200,15 +192,11 @@ def run_long_demo(data_dir: Path, turns: int = 100, window: int = 8_000) -> int:
     it never compacted or does not restore intact)."""
     agent = long_agent(window, turns)
     print(f"parlour demo --long: {turns} turns on a {window:,}-token model window, offline")
-    with LmdbStore(data_dir) as store:
-        service = ConversationService(store, MemorySessionCache())
-        try:
-            chat = agent.chat(service, user_id="long-user")
-            added = _long_turns(chat, turns)
-            stored = _stored_bytes(service, chat)
-            context = _restore(service, chat)
-        finally:
-            service.stop()
+    with LmdbStore(data_dir) as store, ConversationService(store, MemorySessionCache()) as service:
+        chat = agent.chat(service, user_id="long-user")
+        added = _long_turns(chat, turns)
+        stored = _stored_bytes(service, chat)
+        context = _restore(service, chat)
     return _long_summary(agent, chat, context, stored, added)
 
 
