@@ -164,12 +164,11 @@ def index(txn: Any, dbs: Databases, head: Header, key: bytes) -> None:
 def reindex(txn: Any, dbs: Databases, old: Header | None, head: Header, key: bytes) -> None:
     """Move ``key``'s owner-index entry from ``old`` (None: a new record) to ``head``; nothing
     to do when the update time, all the entry holds besides the id, did not change."""
-    if old is not None and old.updated_at == head.updated_at and old.user_id == head.user_id:
-        return
-    owner = head.user_id.encode()
     if old is not None:
-        txn.delete(old.user_id.encode(), order_bytes(old.updated_at, key), db=dbs.owners)
-    txn.put(owner, order_bytes(head.updated_at, key), db=dbs.owners)
+        if old.updated_at == head.updated_at and old.user_id == head.user_id:
+            return
+        unindex(txn, dbs, old, key)
+    index(txn, dbs, head, key)
 
 
 def unindex(txn: Any, dbs: Databases, head: Header, key: bytes) -> None:
