@@ -1,7 +1,9 @@
 """ConversationActor: one activation of a live conversation, its owner, and its waiters.
 
-Ownership is a lease handed through the mailbox. The actor never blocks its thread: a busy
-conversation queues the acquirer's delivery (FIFO) and completes it at handoff.
+Ownership is a lease handed through the mailbox. The actor has no thread of its own (its
+handlers run in whichever thread is draining its mailbox, usually the sender's) and never
+blocks it: a busy conversation queues the acquirer's delivery (FIFO) and completes it at
+handoff.
 
 Single activation: once the actor has agreed to stop (``StopIfIdle`` answered ``Idle``) or been
 doomed (``Doom``), it is *retiring* and answers every later ``Acquire`` with ``Retiring``,
@@ -50,9 +52,10 @@ class ConversationActor(LightActor):
     """Holds one ``ConversationContext``; serializes who may touch it.
 
     The context itself is mutated by the owner in the owner's thread for the length of the
-    lease; everything that crosses owners (acquire, release, eviction) goes through here.
-    Its thread is a daemon: a process that forgets ``stop()`` still exits. It is kept out
-    of pykka's global registry: the supervisor is its registry and stops it.
+    lease; everything that crosses owners (acquire, release, eviction) goes through here,
+    one message at a time. It holds no thread, so a process that forgets ``stop()`` still
+    exits. It is kept out of pykka's global registry: the supervisor is its registry and
+    stops it.
     """
 
     registered = False

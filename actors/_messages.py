@@ -27,9 +27,9 @@ from parlour.runtime.errors import ConversationUnavailableError
 class Delivery(Protocol):
     """How a conversation actor hands a queued grant (or a failure) to a waiter.
 
-    Both methods run in the actor's thread and never block. ``grant`` answers False when the
-    waiter can no longer take the lease (its event loop is closed); the actor then grants
-    the next waiter instead.
+    Both methods run in the thread draining the actor's mailbox and never block. ``grant``
+    answers False when the waiter can no longer take the lease (its event loop is closed);
+    the actor then grants the next waiter instead.
     """
 
     def prepare(self) -> None:
@@ -238,7 +238,7 @@ class Lookup(NamedTuple):
 
 
 class Forward(NamedTuple):
-    """Send ``request`` to the live activation from the supervisor's thread, so it is in
+    """Send ``request`` to the live activation from the supervisor's handler, so it is in
     the activation's mailbox before any eviction the supervisor asks later: answered
     ``Forwarded``, or None when no activation is live."""
 

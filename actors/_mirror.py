@@ -39,7 +39,7 @@ class Mirror:
 class Seams:
     """Test seams: hooks called between two steps of a race, None in production.
 
-    ``after_idle_answer(cid)`` runs in the supervisor's thread between an actor's "I am
+    ``after_idle_answer(cid)`` runs in the supervisor's handler between an actor's "I am
     idle" answer and its unregistering; ``after_load(cid)`` runs in the obtaining thread
     between the restore's load and its spawn; ``on_look_again(cid)`` runs in the obtaining
     thread when an activation answered ``Retiring``.

@@ -1,32 +1,31 @@
-"""The lighter pykka actor the package's actors are: ``Reply`` futures, a C inbox, pooled
-threads, and no global registry for the many.
+"""The pykka actor the package's actors are: no thread of its own, ``Reply`` futures, and
+no global registry for the many.
+
+A ``LightActor``'s mailbox is drained by whichever thread sends to it while nobody else is
+draining it (a calling-thread dispatcher, as Akka's and Orleans' schedulers run an
+activation on whatever worker has it): an ask to an idle actor is answered in the asker's
+own thread, with no thread switch, and a live actor costs no thread at all. It stays a
+pykka actor (``ActorRef.ask``/``tell``/``stop``/``proxy`` work) whose one mailbox is
+processed by exactly one thread at a time, in FIFO order (see ``Mailbox``).
 
 pykka's ``ThreadingFuture`` waits on a ``threading.Condition``: building, entering,
-notifying and waiting on one costs several Python-level lock operations per reply, and a
-turn makes a few replies (the acquire, and on a cold turn the spawn). ``Reply`` waits on a
-bare lock, held from creation until the value is set.
-
-pykka starts a ``threading.Thread`` per actor; a ``LightActor`` runs its loop on a daemon
-thread of ``_Loops``, which serves the next actor once this one's loop has ended: still one
-thread per live actor, but a restore reuses the thread a parked or evicted actor left.
+notifying and waiting on one costs several Python-level lock operations per reply.
+``Reply`` waits on a bare lock, held from creation until the value is set.
 """
 
 from __future__ import annotations
 
-import contextvars
 import itertools
 import logging
-import os
 import queue
 import sys
 import threading
 import uuid
-from collections.abc import Callable
+from collections import deque
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
 import pykka
-from loguru import logger
 
 ExcInfo = tuple[Any, Any, Any]
 _UNSET = pykka.Future().__dict__["_get_hook_result"]  # pykka's "no hook result yet"
@@ -124,98 +123,159 @@ def tell(ref: pykka.ActorRef[Any], message: Any) -> None:
     ref.actor_inbox.put(_Envelope(message))  # type: ignore[arg-type]
 
 
-class _Loops:
-    """Daemon threads that run actor loops, one after another: a thread whose loop ended
-    waits for the next one (at most ``keep_idle`` wait; any more end). When none waits, a
-    starter thread starts a new one, so ``run`` never waits for a thread to start (a
-    ``Thread.start`` waits for the new thread to get the GIL and signal: hundreds of µs
-    under load); the loop waits in the queue meanwhile, its inbox filling as usual.
-
-    Thread-safety: ``run`` from any thread. A forked child starts over with no threads.
-    """
-
-    def __init__(self, keep_idle: int, on_idle: Callable[[bool], None] | None = None) -> None:
-        self._on_idle = on_idle  # a test seam: called True when a thread waits, False as it ends
-        self._keep_idle = keep_idle
-        self._names = itertools.count(1)
-        self._reset()
-
-    def _reset(self) -> None:
-        self._loops: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._starts: queue.SimpleQueue[None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._idle = 0  # threads waiting for a loop, less the loops queued for them
-        self._starter: threading.Thread | None = None
-
-    def run(self, loop: Callable[[], None]) -> None:
-        """Run ``loop`` on a waiting thread, or on a new one when none waits."""
-        self._loops.put(loop)
-        with self._lock:
-            if self._idle > 0:
-                self._idle -= 1
-                return
-            if self._starter is None:
-                self._starter = self._thread(self._start_threads, "parlour-actor-starter")
-        self._starts.put(None)
-
-    def _start_threads(self) -> None:
-        while True:
-            self._starts.get()
-            try:
-                self._thread(self._serve, f"parlour-actor-{next(self._names)}")
-            except RuntimeError:  # out of threads: the loop waits for one to end
-                logger.exception("could not start a thread for an actor loop")
-
-    @staticmethod
-    def _thread(target: Callable[[], None], name: str) -> threading.Thread:
-        thread = threading.Thread(target=target, name=name, daemon=True)
-        thread.start()
-        return thread
-
-    def _serve(self) -> None:
-        while True:
-            contextvars.Context().run(self._loops.get())  # each as on a thread of its own
-            with self._lock:
-                keep = self._idle < self._keep_idle
-                self._idle += keep
-            if self._on_idle is not None:
-                self._on_idle(keep)
-            if not keep:
-                return
-
-
-_LOOPS = _Loops(keep_idle=256)
-os.register_at_fork(after_in_child=_LOOPS._reset)
 _URN_PREFIX = uuid.uuid4().urn[:-12]  # one random draw per process, a counter per actor
 _urns = itertools.count(1)
 _pykka_log = logging.getLogger("pykka")
+_STOP = pykka.messages._ActorStop
 # What pykka's own _handle_receive handles (a stop, the proxy's calls); the rest is ours.
 _PYKKA_MESSAGES = frozenset(
-    {
-        pykka.messages._ActorStop,
-        pykka.messages.ProxyCall,
-        pykka.messages.ProxyGetAttr,
-        pykka.messages.ProxySetAttr,
-    }
+    {_STOP, pykka.messages.ProxyCall, pykka.messages.ProxyGetAttr, pykka.messages.ProxySetAttr}
 )
 
 
-class LightActor(pykka.ThreadingActor):
-    """A threading actor with a C inbox (``queue.SimpleQueue``, no condition variables)
-    and ``Reply`` futures: about half of pykka's cost per message. Its loop runs on a
-    pooled daemon thread (``_Loops``). With ``registered = False`` it stays out of pykka's
-    global ``ActorRegistry`` (one lock and a list scan per start and stop): whoever starts
-    it is its registry and must stop it (the supervisor, for conversation actors).
+class Mailbox:
+    """A ``LightActor``'s inbox, drained by the threads that put into it.
+
+    ``put`` appends, then, while the queue is not empty and the claim (a bare lock) can be
+    taken without waiting, drains the queue until it is empty and lets the claim go. A
+    sender that finds the claim taken just returns: the thread holding it re-checks the
+    queue after letting the claim go, so a message appended meanwhile is drained by one
+    of them, never stranded. So exactly one thread at a time runs the actor's handlers,
+    in the order the messages were appended (FIFO, and per sender the order it sent), and
+    a handler that sends to its own actor, or to one whose drain is further up its own
+    thread's stack, only appends (no deadlock, no reordering). A handler must never wait
+    for an answer from such an actor: nobody else will drain it.
+
+    The claim is held from construction until ``open`` (the actor's launch): messages sent
+    before queue, and ``on_start`` runs before any of them.
+
+    Once the actor has stopped, the thread draining (or the next to put) answers every
+    queued ask with ``pykka.ActorDeadError`` (a queued stop with None), so no ask is ever
+    left unanswered.
+
+    Thread-safety: ``put`` from any thread, also from the actor's own handlers.
+    """
+
+    __slots__ = ("_actor", "_claim", "_queue")
+
+    def __init__(self, actor: LightActor) -> None:
+        self._actor = actor  # the one strong reference a live actor has: its refs hold this
+        self._queue: deque[Any] = deque()
+        self._claim = threading.Lock()
+        self._claim.acquire()  # until open(): nothing is handled before on_start
+
+    def put(self, envelope: Any, /) -> None:
+        """Append, and drain unless another thread is draining.
+
+        Raises:
+            BaseException: what a handler run by this thread raised that is not an
+                ``Exception`` (``KeyboardInterrupt``): the actor has stopped, every ask
+                still queued is answered ``pykka.ActorDeadError``.
+        """
+        self._queue.append(envelope)
+        self._run()
+
+    def get(self) -> Any:
+        """The oldest queued envelope (pykka's inbox protocol; nothing here reads it).
+
+        Raises:
+            IndexError: the queue is empty.
+        """
+        return self._queue.popleft()
+
+    def empty(self) -> bool:
+        return not self._queue
+
+    def open(self) -> None:
+        """Let the claim go for the first time (the launch), draining what queued."""
+        self._claim.release()
+        self._run()
+
+    def _run(self) -> None:
+        pending, claim = self._queue, self._claim
+        while pending and claim.acquire(blocking=False):
+            try:
+                self._drain()
+            except BaseException:
+                claim.release()
+                self._actor.actor_stopped.set()
+                self.reject()  # what queued while this thread held the claim
+                raise
+            claim.release()
+
+    def _drain(self) -> None:
+        """Handle every queued message, the claim held (pykka's loop body, message by
+        message, with its answers, logs and failure hooks)."""
+        actor, pending = self._actor, self._queue
+        stopped = actor.actor_stopped
+        while pending:
+            if stopped.is_set():
+                self.reject()
+                return
+            envelope = pending.popleft()
+            reply = envelope.reply_to
+            try:
+                response = actor._handle_receive(envelope.message)
+            except Exception:
+                if reply is None:
+                    actor._fail(sys.exc_info())
+                else:
+                    _pykka_log.info(f"Exception returned from {actor} to caller:", exc_info=True)
+                    reply.set_exception()
+            except BaseException:
+                actor._interrupted(reply)
+                raise
+            else:
+                if reply is not None:
+                    reply.set(response)
+
+    def reject(self) -> None:
+        """Answer everything queued as pykka's teardown does (the actor has stopped; safe
+        without the claim: each envelope is popped by one thread)."""
+        pending = self._queue
+        while pending:
+            try:
+                envelope = pending.popleft()
+            except IndexError:
+                return
+            reply = envelope.reply_to
+            if reply is None:
+                continue
+            if envelope.message.__class__ is _STOP:
+                reply.set(None)
+            else:
+                reply.set_exception(exc_info=_dead(self._actor, "stopped before handling"))
+
+
+def _dead(actor: LightActor, what: str) -> ExcInfo:
+    error = pykka.ActorDeadError(f"{actor.actor_ref} {what} the message")
+    return (pykka.ActorDeadError, error, None)
+
+
+class LightActor(pykka.Actor):
+    """A pykka actor with no thread of its own: its ``Mailbox`` is drained by the threads
+    that send to it, its replies are ``Reply`` futures. With ``registered = False`` it
+    stays out of pykka's global ``ActorRegistry`` (one lock and a list scan per start and
+    stop): whoever starts it is its registry and must stop it (the supervisor, for
+    conversation actors). A live actor that nothing references any more is collected.
+
+    Hooks run as pykka's: ``on_start`` before the first message (in the launching thread),
+    ``on_stop`` in the handler that stops it, ``on_failure`` after a told message's handler
+    raised (the actor then stops; an asked one's exception goes to the asker). A handler
+    interrupted by a ``BaseException`` (``KeyboardInterrupt`` in the draining thread)
+    stops this actor only (``on_stop``), its ask and every queued one answered
+    ``pykka.ActorDeadError``; the exception goes on in the thread it was raised in.
+    Handlers run in the sending thread's ``contextvars`` context.
 
     ``launch`` is pykka's ``start`` in two steps, so a message can be answered between
     construction and launch (``answer_first``)."""
 
-    use_daemon_thread = True
     registered: ClassVar[bool] = True
+    actor_inbox: Mailbox
 
     def __init__(self, *_args: Any, **_kwargs: Any) -> None:  # pykka's, with a cheap URN
         self.actor_urn = f"{_URN_PREFIX}{next(_urns) & 0xFFFFFFFFFFFF:012x}"
-        self.actor_inbox = self._create_actor_inbox()
+        self.actor_inbox = Mailbox(self)
         self.actor_stopped = threading.Event()
         self._actor_ref = pykka.ActorRef(self)
 
@@ -224,7 +284,7 @@ class LightActor(pykka.ThreadingActor):
         return cls(*args, **kwargs).launch()
 
     def launch(self) -> pykka.ActorRef[Self]:
-        """Register (when ``registered``) and start the actor's loop; its ref."""
+        """Register (when ``registered``), run ``on_start`` and open the mailbox."""
         if self.registered:
             pykka.ActorRegistry.register(self.actor_ref)
         self._start_actor_loop()
@@ -232,7 +292,7 @@ class LightActor(pykka.ThreadingActor):
 
     def answer_first(self, message: Any) -> Reply:
         """Handle ``message`` in the calling thread, before ``launch``: nobody else can
-        reach the actor yet, so this is its first message, answered without a thread hop.
+        reach the actor yet, so this is its first message.
 
         Thread-safety: only by the thread that constructed the actor, before ``launch``.
         """
@@ -248,7 +308,16 @@ class LightActor(pykka.ThreadingActor):
         return self.on_receive(message)
 
     def _start_actor_loop(self) -> None:
-        _LOOPS.run(self._actor_loop)
+        """``on_start`` in the launching thread, the claim still held, then open."""
+        try:
+            self.on_start()
+        except Exception:
+            self._handle_failure(*sys.exc_info())
+        except BaseException:
+            self.actor_stopped.set()
+            raise
+        finally:
+            self.actor_inbox.open()
 
     def _stop(self) -> None:  # pykka's, without the registry when unregistered
         if self.registered:
@@ -258,6 +327,20 @@ class LightActor(pykka.ThreadingActor):
             self.on_stop()
         except Exception:
             self._handle_failure(*sys.exc_info())
+
+    def _fail(self, exc_info: ExcInfo) -> None:
+        """A told message's handler raised: pykka's failure path (log, stop, on_failure)."""
+        self._handle_failure(*exc_info)
+        try:
+            self.on_failure(*exc_info)
+        except Exception:
+            self._handle_failure(*sys.exc_info())
+
+    def _interrupted(self, reply: Any) -> None:
+        """A ``BaseException`` cut a handler short: stop, answering its ask as dead."""
+        if reply is not None:
+            reply.set_exception(exc_info=_dead(self, "was interrupted handling"))
+        self._stop()
 
     def _handle_failure(
         self,
@@ -274,8 +357,8 @@ class LightActor(pykka.ThreadingActor):
         self.actor_stopped.set()
 
     @staticmethod
-    def _create_actor_inbox() -> queue.SimpleQueue[Any]:
-        return queue.SimpleQueue()
+    def _create_actor_inbox() -> Mailbox:
+        raise NotImplementedError("a LightActor's inbox is a Mailbox of its own")
 
     @staticmethod
     def _create_future() -> pykka.Future[Any]:

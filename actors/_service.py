@@ -64,9 +64,9 @@ class ConversationService(Activations, Lifecycle):
         cleanup_interval_s: how often the retention sweep runs (0 disables the timer).
         max_live: most live conversations (actors and parked ones); past it the least
             recently used idle one is evicted.
-        max_active: most conversation actors (each a thread); past it the least recently
-            used idle one is parked: held without a thread, re-attached to a new actor when
-            next obtained.
+        max_active: most conversation actors (None: ``max_live``); past it the least
+            recently used idle one is parked: held as its bare context, without an actor,
+            re-attached to a new actor when next obtained.
         shutdown_grace_s: how long ``stop`` lets owners finish.
         seams: test hooks between the steps of a race (see ``Seams``).
 
@@ -85,7 +85,7 @@ class ConversationService(Activations, Lifecycle):
         conversation_timeout_s: float = 30.0,
         cleanup_interval_s: float = 300.0,
         max_live: int = 16384,
-        max_active: int = 512,
+        max_active: int | None = None,
         shutdown_grace_s: float = 5.0,
         seams: Seams | None = None,
     ) -> None:

@@ -67,7 +67,10 @@ _RETIRE_EXPIRED = StopIfIdle(expired_only=True, stop=True)
 class Supervisor(LightActor):
     """Owns ``{conversation_id: ActorRef}`` and the parked idle conversations; caps the
     live ones (``max_live``, actors and parked) evicting idle ones LRU first, and the actors
-    (``max_active``, each a thread) parking idle ones LRU first."""
+    (``max_active``) parking idle ones LRU first. Like every ``LightActor`` it has no
+    thread: its handlers run in the thread that is draining its mailbox (a spawn is
+    answered in the restoring caller's own thread; a sweep's slices run in the sweeper's,
+    interleaved with whatever others send meanwhile)."""
 
     def __init__(
         self,
@@ -173,7 +176,7 @@ class Supervisor(LightActor):
     ) -> Forwarded:
         """Start and register the conversation's activation, ``request`` answered as its
         first message before it is launched and published: before any other message can
-        reach it, and without a hop to its thread."""
+        reach it, and without a message."""
         actor = self._new_actor(context, expires_at)
         reply = actor.answer_first(request)
         return Forwarded(self._launch(conversation_id, actor), reply)
@@ -332,7 +335,7 @@ class Supervisor(LightActor):
         if self.seams.after_idle_answer is not None:
             self.seams.after_idle_answer(conversation_id)
         self._unregister(conversation_id, answer.stored_version)  # it has stopped itself
-        if park and answer.context is not None:  # held without a thread until obtained
+        if park and answer.context is not None:  # held without an actor until obtained
             self.parked[conversation_id] = (answer.context, answer.expires_at)
         return True
 

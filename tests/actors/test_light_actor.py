@@ -1,6 +1,6 @@
-"""The lighter actor under every conversation: pooled threads (still one per live actor),
-kept out of pykka's global registry, a first message answered before launch, and the
-parking of idle actors a batch at a time past the actor cap."""
+"""The lighter actor under every conversation: no thread of its own (an idle one answers in
+the asker's thread), kept out of pykka's global registry, a first message answered before
+launch, and the parking of idle actors a batch at a time past the actor cap."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import datetime as dt
 import os
 import queue
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from parlour.actors._messages import (
     StopIfIdle,
 )
 from parlour.actors._obtain import Obtaining
-from parlour.actors._reply import Reply, _Loops
+from parlour.actors._reply import Reply
 from parlour.actors._stress import run_stress
 from parlour.runtime import ConversationContext
 from parlour.runtime.testing import FakeClock
@@ -37,75 +36,28 @@ def _acquire(job: str, user: str = "alice") -> Acquire:
     return Acquire(Owner(job, user, "wf", None, hash(job)), 10_000.0, 60.0, 30.0, FutureDelivery())
 
 
-def _recording(into: list[threading.Thread], done: threading.Event) -> Callable[[], None]:
-    def loop() -> None:
-        into.append(threading.current_thread())
-        done.set()
-
-    return loop
-
-
-def test_a_thread_whose_actor_loop_ended_runs_the_next_loop_and_never_two_at_once() -> None:
-    waiting = threading.Semaphore(0)
-    loops = _Loops(keep_idle=2, on_idle=lambda keep: waiting.release() if keep else None)
-    ran: list[threading.Thread] = []
-    first_running, first_may_end = threading.Event(), threading.Event()
-
-    def first() -> None:
-        ran.append(threading.current_thread())
-        first_running.set()
-        assert first_may_end.wait(timeout=5)
-
-    loops.run(first)
-    assert first_running.wait(timeout=5)
-    second_done = threading.Event()
-    loops.run(_recording(ran, second_done))
-    assert second_done.wait(timeout=5)  # ran while the first still runs: on its own thread
-    assert ran[0] is not ran[1]
-    first_may_end.set()
-    assert waiting.acquire(timeout=5) and waiting.acquire(timeout=5)  # both threads wait
-    third_done = threading.Event()
-    loops.run(_recording(ran, third_done))
-    assert third_done.wait(timeout=5)
-    assert ran[2] in ran[:2] and all(t.daemon for t in ran)  # no new thread: a waiting one
-
-
-def test_past_its_idle_cap_a_thread_whose_loop_ended_ends_too() -> None:
-    ended = threading.Event()
-    loops = _Loops(keep_idle=0, on_idle=lambda keep: None if keep else ended.set())
-    threads: list[threading.Thread] = []
-    started = threading.Event()
-    loops.run(_recording(threads, started))
-    assert started.wait(timeout=5) and ended.wait(timeout=5)
-    threads[0].join(timeout=5)
-    assert not threads[0].is_alive()
-
-
-def test_each_live_actor_has_a_thread_of_its_own_and_a_daemon() -> None:
+def test_live_actors_hold_no_thread_and_an_idle_one_answers_in_the_askers_thread() -> None:
+    before = {t.ident for t in threading.enumerate()}
     clock = FakeClock()
-    refs = [ConversationActor.start(ConversationContext(f"c{i}"), clock) for i in range(8)]
+    refs = [ConversationActor.start(ConversationContext(f"c{i}"), clock) for i in range(64)]
     seen: list[threading.Thread] = []
-    answered = threading.Barrier(len(refs) + 1)
 
     def record(message: object) -> object:
         seen.append(threading.current_thread())
-        answered.wait(timeout=5)  # every actor's handler is running at the same time
         return None
 
     try:
-        replies = []
         for ref in refs:
             actor = ref._actor_weakref()
             assert actor is not None
             actor.on_receive = record  # type: ignore[method-assign]
-            replies.append(ref.ask(QueryOwner(), block=False))
-        answered.wait(timeout=5)
-        for reply in replies:
-            reply.get(timeout=5)
-        assert len({t.ident for t in seen}) == len(refs) and all(t.daemon for t in seen)
+            assert ref.ask(QueryOwner(), block=False).get(timeout=0) is None  # answered already
+        assert {t.ident for t in threading.enumerate()} <= before  # no thread was started
+        assert seen == [threading.current_thread()] * len(refs)
     finally:
         for ref in refs:
             ref.stop()
+    assert all(not ref.is_alive() for ref in refs)
 
 
 def test_conversation_actors_stay_out_of_the_global_registry_and_stop_with_the_service() -> None:
