@@ -46,6 +46,7 @@ from parlour.stores import PersistentStore, SessionStore
 _tokens = itertools.count(1)
 _ATTEMPTS = 16  # an activation retired between lookup and acquire: look again, this often
 ActorRef = pykka.ActorRef[ConversationActor]
+Entered = tuple[ActorRef, Acquire, Granted | Queued]  # the activation, the request, its answer
 
 
 def seconds(value: dt.timedelta | float) -> float:
@@ -56,12 +57,15 @@ def shutting_down() -> IllegalStateError:
     return IllegalStateError("ConversationService is shutting down")
 
 
-def _abandon_entry(done: asyncio.Future[tuple[ActorRef, Acquire, Granted | Queued]]) -> None:
+def _abandon_entry(done: asyncio.Future[Entered | None]) -> None:
     """An async obtain cancelled while its acquire was in flight: give up whatever it got
     (a grant is released, a queued request leaves the queue)."""
     if done.cancelled() or done.exception() is not None:
         return
-    ref, request, _ = done.result()
+    entered = done.result()
+    if entered is None:
+        return
+    ref, request, _ = entered
     with contextlib.suppress(pykka.ActorDeadError):
         ref.tell(GiveUp(request.owner.token, release_if_granted=True))
 
@@ -105,7 +109,9 @@ class Activations:
         cid = conversation_id or thinker.conversation_id
         delivery = FutureDelivery()
         try:
-            ref, request, answer = self._enter(cid, thinker, handler, must_exist, delivery)
+            entered = self._enter(cid, thinker, handler, must_exist, delivery)
+            assert entered is not None  # None only for warm_only
+            ref, request, answer = entered
         except Exception as exc:
             if not isinstance(exc, (ConversationUnavailableError, PermissionError, LookupError)):
                 logger.opt(exception=exc).error("obtain failed for {}", cid)
@@ -123,27 +129,48 @@ class Activations:
         must_exist: bool | None = None,
     ) -> ConversationContext:
         """``obtain_conversation`` for asyncio: the grant completes an asyncio future from
-        the actor's thread (no thread is parked per waiter); the lookup and any store load
-        run in the default executor. Cancelling the task gives the obtain up: it is never
-        granted, and a grant that raced the cancel is released.
+        the releasing thread (no thread is parked per waiter). A live activation is asked
+        on the loop's thread (its handler takes microseconds and never blocks); the
+        supervisor and any store load are reached from the default executor. Cancelling the
+        task gives the obtain up: it is never granted, and a grant that raced the cancel is
+        released.
 
         Raises:
             The same errors ``obtain_conversation``'s future fails with.
         """
         cid = conversation_id or thinker.conversation_id
         delivery = LoopDelivery(asyncio.get_running_loop())
-        entering = asyncio.ensure_future(
-            asyncio.to_thread(self._enter, cid, thinker, handler, must_exist, delivery)
-        )
-        try:
-            ref, request, answer = await asyncio.shield(entering)
-        except asyncio.CancelledError:
-            entering.add_done_callback(_abandon_entry)
-            raise
+        entered = None
+        if cid in self._live and not self._shared:  # warm: the actor answers on this thread
+            entered = self._enter(cid, thinker, handler, must_exist, delivery, True)
+        if entered is None:
+            entered = await self._enter_in_thread(cid, thinker, handler, must_exist, delivery)
+        ref, request, answer = entered
         if isinstance(answer, Granted):
             self._hold(cid, thinker.job_id, answer.context, ref)
             return answer.context
         return await wait_async(self._waiting(ref, cid, request, thinker), delivery)
+
+    async def _enter_in_thread(
+        self,
+        cid: str,
+        thinker: Thinker,
+        handler: ResponseHandler | None,
+        must_exist: bool | None,
+        delivery: Delivery,
+    ) -> Entered:
+        """``_enter`` in the default executor (it may load from the store or wait for the
+        supervisor); a cancelled caller gives up whatever the entry got."""
+        entering = asyncio.ensure_future(
+            asyncio.to_thread(self._enter, cid, thinker, handler, must_exist, delivery)
+        )
+        try:
+            entered = await asyncio.shield(entering)
+        except asyncio.CancelledError:
+            entering.add_done_callback(_abandon_entry)
+            raise
+        assert entered is not None  # None only for warm_only
+        return entered
 
     def _waiting(self, ref: ActorRef, cid: str, request: Acquire, thinker: Thinker) -> Waiting:
         return Waiting(
@@ -163,9 +190,12 @@ class Activations:
         handler: ResponseHandler | None,
         must_exist: bool | None,
         delivery: Delivery,
-    ) -> tuple[ActorRef, Acquire, Granted | Queued]:
+        warm_only: bool = False,
+    ) -> Entered | None:
         """Find or restore the activation and ask it for the lease, looking again while
-        the activations it reaches are retiring or dead."""
+        the activations it reaches are retiring or dead: ``(ref, request, answer)``. With
+        ``warm_only``, only the live activation in the mirror is asked (nothing that can
+        wait for the supervisor or the store), and None stands for "not answered"."""
         if self._stopping.is_set():
             logger.error("[ConvSvc] Shutting down, dropping request for {}", cid)
             raise shutting_down()
@@ -186,6 +216,8 @@ class Activations:
             ):
                 self._mirror.touch(cid)  # the live cap's LRU, without asking the supervisor
                 return ref, request, answer
+        if warm_only:
+            return None
         # Nothing live or parked: restore at once (Spawn forwards to a racing winner).
         look = ref is not None or cid in self._mirror.parked
         for _ in range(_ATTEMPTS):
