@@ -5,6 +5,7 @@ and on an event loop) never grant twice, and the ownership stress on two mailbox
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import threading
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ def _watch_threads(service: ConversationService, cid: str) -> list[threading.Thr
 
 def test_a_warm_obtain_and_its_release_are_handled_in_the_callers_own_thread() -> None:
     with ConversationService(cleanup_interval_s=0) as service:
-        thinker = BasicThinker("alice", retain_duration=60.0)
+        thinker = BasicThinker("alice", retain_duration=dt.timedelta(minutes=1))
         cid = thinker.mint_conversation_id()
         service.obtain_conversation(None, thinker).get(timeout=5)
         service.release(thinker)
@@ -56,7 +57,7 @@ def test_ten_thousand_idle_conversations_hold_no_thread() -> None:
     before = {t.ident for t in threading.enumerate()}
     with ConversationService(cleanup_interval_s=0) as service:
         for n in range(10_000):
-            thinker = BasicThinker(f"user-{n % 7}", retain_duration=600.0)
+            thinker = BasicThinker(f"user-{n % 7}", retain_duration=dt.timedelta(minutes=10))
             thinker.mint_conversation_id()
             service.obtain_conversation(None, thinker).get(timeout=5)
             service.release(thinker)
@@ -109,7 +110,7 @@ def test_on_an_event_loop_a_release_hands_over_and_a_cancelled_waiter_is_never_g
             loop.call_soon_threadsafe(entered.put_nowait, None)
             return answer
 
-        service._enter = signalling  # type: ignore[method-assign]
+        service._enter = signalling  # type: ignore[method-assign,assignment]
         gone, next_in_line = _adopter(cid), _adopter(cid)
         cancelled = asyncio.ensure_future(service.obtain_async(None, gone))
         waiting = asyncio.ensure_future(service.obtain_async(None, next_in_line))
@@ -138,7 +139,7 @@ def _actor(service: ConversationService, cid: str) -> Any:
 
 def test_calls_after_a_stop_reach_no_actor_and_none_waits() -> None:
     service = ConversationService(cleanup_interval_s=0, shutdown_grace_s=0.1)
-    thinker = BasicThinker("alice", retain_duration=60.0)
+    thinker = BasicThinker("alice", retain_duration=dt.timedelta(minutes=1))
     cid = thinker.mint_conversation_id()
     service.obtain_conversation(None, thinker).get(timeout=5)
     service.release(thinker)
