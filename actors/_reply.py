@@ -32,7 +32,7 @@ _UNSET = pykka.Future().__dict__["_get_hook_result"]  # pykka's "no hook result 
 
 
 class Reply(pykka.ThreadingFuture[Any]):
-    """One actor reply: set once (from the actor's thread), got by any number of threads.
+    """One actor reply: set once (by the thread draining the actor), got by any threads.
 
     Its unset state lives in class attributes (pykka's ``Future.__init__`` is not run):
     building one is a lock and two attribute stores.
@@ -89,7 +89,7 @@ class Reply(pykka.ThreadingFuture[Any]):
 
 
 class _Envelope:
-    """What pykka's actor loop reads from an inbox (its ``Envelope``'s two fields)."""
+    """What a mailbox holds: pykka's ``Envelope``'s two fields."""
 
     __slots__ = ("message", "reply_to")
 
