@@ -11,6 +11,8 @@ from typing import Any
 
 import pykka
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from parlour.actors._reply import LightActor, Mailbox, Reply, _Envelope
 
@@ -301,3 +303,59 @@ def test_the_proxy_and_a_blocking_stop_work_on_an_actor_with_no_thread() -> None
     assert proxy.count.get(timeout=0) == 2
     assert ref.stop(block=True, timeout=0) is True
     assert ref.stop(block=True, timeout=0) is False  # already dead
+
+
+def test_an_ask_sent_while_the_actor_stops_is_answered_dead_by_the_stopping_thread() -> None:
+    sent: list[pykka.Future[Any]] = []
+
+    class Stopping(Recorder):
+        def on_stop(self) -> None:  # runs in the stopping thread, its claim held
+            super().on_stop()
+            _in_thread(self.put_an_ask)
+
+        def put_an_ask(self) -> None:  # straight into the mailbox: the ref already says dead
+            reply = Reply()
+            self.actor_inbox.put(_Envelope("during the stop", reply))
+            sent.append(reply)
+
+    ref = Stopping.start()
+    assert ref.stop(block=True, timeout=0) is True
+    with pytest.raises(pykka.ActorDeadError):
+        sent[0].get(timeout=0)  # answered before the stop returned: nobody else drains
+
+
+_PROGRAMS = st.recursive(
+    st.tuples(st.integers(0, 2), st.just(())),
+    lambda inner: st.tuples(st.integers(0, 2), st.lists(inner, max_size=3).map(tuple)),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_PROGRAMS, min_size=1, max_size=4))
+def test_any_tree_of_nested_sends_is_handled_once_each_in_send_order_per_actor(
+    programs: list[Any],
+) -> None:
+    """Each message names the actor it goes to and what its handler sends on: whatever
+    the nesting, every message is handled exactly once, never two handlers of one actor
+    at once, and each actor handles its messages in the order they were sent to it."""
+    sent: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    ids = iter(range(10_000))
+
+    def send(target: int, children: tuple[Any, ...]) -> None:
+        number = next(ids)
+        sent[target].append(number)
+        refs[target].tell((number, children))
+
+    def handler(message: Any) -> None:
+        for target, children in message[1]:
+            send(target, children)
+
+    refs = [Recorder.start(handler) for _ in range(3)]
+    for target, children in programs:
+        send(target, children)
+    for n, ref in enumerate(refs):
+        actor = _actor(ref)
+        assert [number for number, _ in actor.seen] == sent[n]
+        assert actor.overlaps == 0
+        ref.stop()
