@@ -161,7 +161,7 @@ class PostgresStore:
             "user": user_id,
             "now": self._now(),
             "count": len(messages),
-            "body": encode_body(snapshot),
+            "body": encode_body(snapshot, ledger=True),  # its ledger rides in the body
             "start": start,
             "messages": encode_messages(messages[start:]),
         }
