@@ -96,14 +96,13 @@ def message_prefix(key: bytes) -> bytes:
     return key + b"\x00"
 
 
-def encode_body(snapshot: ConversationPersistenceSnapshot, *, ledger: bool = False) -> bytes:
-    """The snapshot without its messages and (unless ``ledger``: a store that keeps the
-    ledger in the body) its usage ledger, which are stored one record each, and without its
-    ``stored_version`` (every read stamps the record's own), so that a save that changed
-    nothing else writes the body it already has: the same bytes, which a store may skip."""
-    usage = snapshot.usage if ledger else []
+def encode_body(snapshot: ConversationPersistenceSnapshot) -> bytes:
+    """The snapshot without its messages and its usage ledger (they are stored one record
+    each) and without its ``stored_version`` (every read stamps the record's own), so that
+    a save that changed nothing else writes the body it already has: the same bytes, which
+    a store may skip."""
     return encode_snapshot(
-        msgspec.structs.replace(snapshot, messages=[], usage=usage, stored_version=0)
+        msgspec.structs.replace(snapshot, messages=[], usage=[], stored_version=0)
     )
 
 

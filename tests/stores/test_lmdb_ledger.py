@@ -326,3 +326,17 @@ def test_the_memory_store_keeps_its_own_ledger_list(tmp_path: Path) -> None:
     loaded.usage.clear()
     again = store.load("c1", "alice")
     assert again is not None and again.usage == [_call(0), _call(1)]
+
+
+def test_a_backup_carries_every_ledger_record_and_version(tmp_path: Path) -> None:
+    c = _with_ledger("c1", "alice", 2)
+    with LmdbStore(tmp_path / "live") as store:
+        c.stored_version = store.create_context(c.to_snapshot(), "alice")
+        c.usage_ledger.append(_call(2))
+        c.stored_version = store.save_context(c.to_snapshot(), "alice")
+        store.backup(tmp_path / "copy")
+    with LmdbStore(tmp_path / "copy", readonly=True) as copy:
+        current = copy.load("c1", "alice")
+        first = copy.load_version("c1", 1, "alice")
+        assert current is not None and current.usage == [_call(0), _call(1), _call(2)]
+        assert first is not None and first.usage == [_call(0), _call(1)]
