@@ -219,6 +219,8 @@ def plan_usage(base: list[dict[str, Any]] | None, usage: list[dict[str, Any]]) -
     wrote: the usual save appends one or two entries and writes only those. A ledger entry
     is recognized by identity, as a message snapshot is: an entry changes by being replaced
     (a new dict), never in place."""
+    if not usage and base is not None and not base:  # the service turn: no ledger at all
+        return Plan(base, [], usage, 0)
     return plan_records(base, usage, usage_encoder.encode)
 
 
@@ -241,8 +243,9 @@ def plan_records(base: list[T] | None, items: list[T], encode: Callable[[T], byt
         # the usual turn: nothing before the end changed
         same = all(map(operator.is_, base, items))
         writes = [] if same else _changed(base, items, common, encode)
-        writes += _encode_from(items, common, encode)
-    return Plan(base, writes, items, sum(len(data) for _, data in writes))
+        if len(items) > common:
+            writes += _encode_from(items, common, encode)
+    return Plan(base, writes, items, sum(len(data) for _, data in writes) if writes else 0)
 
 
 def _changed(
