@@ -25,7 +25,7 @@ from parlour.runtime.errors import (
 )
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from parlour.stores import _history, _layout, _reads
-from parlour.stores._bookkeeping import Bookkeeping, Written
+from parlour.stores._bookkeeping import Bookkeeping
 from parlour.stores._group_commit import GroupCommit, Write
 from parlour.stores._ids import conversation_key, order_bytes, require_id, user_key
 from parlour.stores._layout import Databases
@@ -66,8 +66,8 @@ class LmdbStore(LmdbHistory):
         sync: fsync each commit (durable). False trades durability for speed: an OS crash
             (not a killed process) can lose commits and, the map written in place, the file.
         max_batch: most writes one group commit takes.
-        remembered: how many conversations' written messages and bodies the store
-            remembers, to write only what changed.
+        remembered: how many conversations' written messages, ledgers and bodies the
+            store remembers, to write only what changed.
         readonly: open for reading only, beside the directory's writer (in this or another
             process); every write raises ``IllegalStateError``.
         history: keep every save as a version (``get_version_history``, ``load_version``).
@@ -195,8 +195,8 @@ class LmdbStore(LmdbHistory):
         key = require_id(snapshot, user_id)
         cid, body = str(snapshot.conversation_id), encode_body(snapshot)
         last = self._book.last_written(cid)
-        plan = plan_messages(None if last is None else last.messages, snapshot.messages)
-        usage = plan_usage(None if last is None else last.usage, snapshot.usage)
+        plan = plan_messages(None if last is None else last[0], snapshot.messages)
+        usage = plan_usage(None if last is None else last[2], snapshot.usage)
 
         def write(txn: Any) -> int:
             old = self._head(txn, key, cid, user_id)
@@ -229,16 +229,19 @@ class LmdbStore(LmdbHistory):
         new ends, the version record, and the header (last: it carries the history's
         chain)."""
         known = None if old is None else self._book.known(cid)  # a new record: everything
-        plan, usage = replanned(known, plan, usage)
+        base, ledger = (None, None) if known is None else (known[0], known[2])
+        if plan.base is not base or usage.base is not ledger:  # another write landed since
+            plan, usage = replanned(base, ledger, plan, usage)
         _layout.reindex(txn, self._dbs, old, head, key)
-        if known is None or body != known.body:  # the usual turn leaves the body as it was
+        if known is None or body != known[1]:  # the usual turn leaves the body as it was
             txn.put(key, body, db=self._dbs.bodies)
         write_run(txn, self._dbs.messages, key, plan, 0 if old is None else old.message_count)
-        write_run(txn, self._dbs.usage, key, usage, 0 if old is None else old.usage_count)
+        if usage.writes or (old is not None and old.usage_count):  # no ledger: nothing
+            write_run(txn, self._dbs.usage, key, usage, 0 if old is None else old.usage_count)
         chain = self._record(txn, key, old, head, body, plan, usage)  # it reads the records
         head = head if chain == head.history else msgspec.structs.replace(head, history=chain)
         txn.put(key, header_encoder.encode(head), db=self._dbs.heads)
-        self._book.note(cid, Written(plan.items, body, usage.items))  # never after a raise
+        self._book.note(cid, (plan.items, body, usage.items))  # never after a raise
 
     def delete(self, conversation_id: str, user_id: str) -> bool:
         key = conversation_key(conversation_id)

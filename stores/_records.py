@@ -282,14 +282,14 @@ def advanced(old: Header, now: dt.datetime, message_count: int, usage_count: int
 
 
 def replanned(
-    known: tuple[list[MessageSnapshot], bytes, list[dict[str, Any]]] | None,
+    messages: list[MessageSnapshot] | None,
+    usage: list[dict[str, Any]] | None,
     plan: MessagePlan,
     ledger: UsagePlan,
 ) -> tuple[MessagePlan, UsagePlan]:
     """The plans made again when another write of the conversation landed since they were
-    made: their bases are not the messages and ledger of ``known`` (what the store now
-    knows it wrote: messages, body, ledger; None: nothing)."""
-    messages, usage = (None, None) if known is None else (known[0], known[2])
+    made: their bases are not ``messages`` and ``usage``, what the store now knows it wrote
+    (None: nothing)."""
     if plan.base is not messages:
         plan = plan_messages(messages, plan.items)
     if ledger.base is not usage:
