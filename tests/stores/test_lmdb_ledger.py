@@ -340,3 +340,43 @@ def test_a_backup_carries_every_ledger_record_and_version(tmp_path: Path) -> Non
         first = copy.load_version("c1", 1, "alice")
         assert current is not None and current.usage == [_call(0), _call(1), _call(2)]
         assert first is not None and first.usage == [_call(0), _call(1)]
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=10,
+)
+_mutations = st.one_of(
+    st.binary(max_size=48).map(lambda garbage: lambda raw: garbage),
+    st.integers(0, 200).map(lambda cut: lambda raw: raw[: cut % max(len(raw), 1)]),
+    _json.map(lambda value: lambda raw: msgspec.json.encode(value)),
+    st.integers(1, 3).map(
+        lambda k: lambda raw: b'{"a":' + b"[" * (k * 40) + b"]" * (k * 40) + b"}"
+    ),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2), _mutations)
+def test_any_damaged_ledger_record_either_loads_as_its_bytes_say_or_is_named_corrupt(
+    index: int, mutate: Any
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp)
+        _stored(path)
+        raw = _raw(path, b"usage")[message_key(b"c1", index)]
+        _put(path, b"usage", message_key(b"c1", index), mutate(raw))
+        stored = [_raw(path, b"usage")[message_key(b"c1", i)] for i in range(3)]
+        with LmdbStore(path) as store:
+            try:
+                loaded = store.load("c1", "alice")
+            except CorruptSnapshotError as exc:
+                assert "c1" in str(exc)
+                assert [cid for cid, _ in store.undecodable()] == ["c1"]
+            else:
+                assert loaded is not None and all(isinstance(e, dict) for e in loaded.usage)
+                assert loaded.usage == [msgspec.json.decode(e) for e in stored]
+                assert store.undecodable() == []
+            other = store.load("c2", "bob")
+            assert other is not None and other.usage == [_call(0), _call(1)]
