@@ -50,11 +50,11 @@ NAMES = (
 class Databases(NamedTuple):
     """The named databases of one environment.
 
-    heads, bodies, messages, usage: a conversation's records (see ``_records``); owners: user id ->
-    sorted duplicates of (order, conversation id), the owner index; tombstones: a deleted
-    id -> the last version it had; meta: the layout version; quarantine: damaged records;
-    versions: the version history (see ``_history``); chains: where stores written before
-    kept the history's chain (the header holds it now), only dropped.
+    heads, bodies, messages, usage: a conversation's records (see ``_records``); owners:
+    user id -> sorted duplicates of (order, conversation id), the owner index; tombstones:
+    a deleted id -> the last version it had; meta: the layout version; quarantine: damaged
+    records; versions: the version history (see ``_history``); chains: where stores written
+    before kept the history's chain (the header holds it now), only dropped.
     """
 
     heads: Any
