@@ -7,6 +7,11 @@ Two parts:
   (``context.to_snapshot()`` and ``LmdbStore.save_context``), against the hand-written
   loop: msgspec-encoding the whole message list and putting it in one LMDB record per save.
   Wall µs per save, fsync'd unless ``--no-sync``.
+- ``ledger`` (the agent turn's usage ledger): CPU µs per save of conversations holding 20
+  and 200 ledger entries, each save adding a message and an entry (the snapshot taken
+  outside the timing); then a 200-turn agent conversation (a question saved, then the
+  answer with its model call's entry saved) and the bytes its version records and the
+  whole store take on disk, history on.
 - ``turns`` (the service turn's store calls): ``--conversations`` conversations growing by a
   turn (a question saved, then the answer saved: two saves per turn) for ``--turns`` turns,
   on ``--threads`` threads, synced and unsynced, history on and off. CPU µs per save is the
@@ -17,7 +22,7 @@ Two parts:
   write transaction per save putting the msgspec-encoded whole message list, and one get
   and decode per load.
 
-    python benchmarks/saves.py [--part all|lengths|turns] [--saves 200] [--no-sync]
+    python benchmarks/saves.py [--part all|lengths|ledger|turns] [--saves 200] [--no-sync]
                                [--conversations 200] [--turns 10] [--threads 8]
                                [--repeat 3]
 """
@@ -41,6 +46,7 @@ from parlour.stores import LmdbStore
 
 LENGTHS = (20, 200, 2000)
 LOAD_LENGTHS = (2, 200)
+LEDGER_LENGTHS = (20, 200)
 
 
 def _conversation(messages: int, cid: str = "bench", user: str = "u") -> ConversationContext:
@@ -97,6 +103,79 @@ def lengths(tmp: Path, saves: int, sync: bool) -> None:
         base = baseline_save(tmp / f"b{n}-{sync}", n, saves, sync)
         ours = parlour_save(tmp / f"p{n}-{sync}", n, saves, sync)
         print(f"{n:>9}{base * 1e6:>17.1f}{ours * 1e6:>12.1f}{ours / base:>12.2f}")
+
+
+# -- ledger ------------------------------------------------------------------------------------
+
+
+def _entry(i: int) -> dict[str, object]:
+    """A model call's ledger entry in its plain form, as the agent appends it."""
+    return {
+        "type": "model_call",
+        "model": "claude-sonnet-4-5",
+        "input_tokens": 1200 + i,
+        "output_tokens": 300 + i % 50,
+        "cache_read_tokens": 1024,
+        "cache_write_tokens": 0,
+        "latency_s": 0.8 + i % 7 / 10,
+        "purpose": "answer",
+    }
+
+
+def ledger_saves(path: Path, entries: int, sync: bool) -> float:
+    """CPU µs per save of 50 conversations of 20 messages and ``entries`` ledger entries,
+    each saved 4 times, every save adding a message and an entry."""
+    spent, calls = 0.0, 0
+    with LmdbStore(path, sync=sync) as store:
+        for k in range(50):
+            c = _conversation(20, f"c-{k}")
+            c.usage_ledger = [_entry(i) for i in range(entries)]
+            c.stored_version = store.create_context(c.to_snapshot(), "u")
+            for i in range(4):
+                c.add_user_message(f"follow-up {i}")
+                c.usage_ledger.append(_entry(entries + i))
+                snapshot = c.to_snapshot()
+                start = time.thread_time()
+                c.stored_version = store.save_context(snapshot, "u")
+                spent += time.thread_time() - start
+                calls += 1
+    return spent / calls * 1e6
+
+
+def agent_history_bytes(path: Path, turns: int) -> tuple[int, int]:
+    """The version records' bytes and the store's used bytes after a ``turns``-turn agent
+    conversation (two saves a turn, one ledger entry a turn), history on, every version
+    kept."""
+    with LmdbStore(path, sync=False, keep_versions=None) as store:
+        c = ConversationContext("agent", user_id="u")
+        c.stored_version = store.create_context(c.to_snapshot(), "u")
+        for t in range(turns):
+            c.add_user_message(_question(0, t))
+            c.stored_version = store.save_context(c.to_snapshot(), "u")
+            c.add_message(IncomingMessage(f"Answer: {_question(0, t)!r}."))
+            c.usage_ledger.append(_entry(t))
+            c.stored_version = store.save_context(c.to_snapshot(), "u")
+        used = store.statistics().used_bytes
+    env = lmdb.open(str(path), max_dbs=16, readonly=True, lock=False)
+    with env.begin() as txn:
+        versions = env.open_db(b"versions", txn=txn, create=False)
+        recorded = sum(len(value) for _, value in txn.cursor(db=versions))
+    env.close()
+    return recorded, used
+
+
+def ledger(tmp: Path, args: argparse.Namespace) -> None:
+    print(
+        f"ledger: CPU µs per save, median of {args.repeat}, {'fsync' if args.sync else 'no fsync'}"
+    )
+    for n in LEDGER_LENGTHS:
+        ours = _median(args.repeat, ledger_saves, tmp, n, args.sync)
+        print(f"{'save, ' + str(n) + ' entries':<24}{ours:>10.1f}")
+    recorded, used = agent_history_bytes(Path(tempfile.mkdtemp(dir=tmp)), 200)
+    print(
+        f"200-turn agent conversation: versions {recorded / 1024:.0f} KiB, "
+        f"store {used / 1024:.0f} KiB"
+    )
 
 
 # -- turns -------------------------------------------------------------------------------------
@@ -254,7 +333,7 @@ def turns(tmp: Path, args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("all", "lengths", "turns"), default="all")
+    parser.add_argument("--part", choices=("all", "lengths", "ledger", "turns"), default="all")
     parser.add_argument("--saves", type=int, default=200)
     parser.add_argument("--no-sync", dest="sync", action="store_false")
     parser.add_argument("--conversations", type=int, default=200)
@@ -265,6 +344,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if args.part in ("all", "lengths"):
             lengths(Path(tmp), args.saves, args.sync)
+        if args.part in ("all", "ledger"):
+            ledger(Path(tmp), args)
         if args.part in ("all", "turns"):
             turns(Path(tmp), args)
 

@@ -48,6 +48,7 @@ __all__ = [
     "ObjectiveSlot",
     "decode_message_snapshot",
     "decode_snapshot",
+    "decode_usage_entry",
     "encode_snapshot",
 ]
 
@@ -282,6 +283,7 @@ def _without_orphan_results(messages: list[MessageSnapshot]) -> list[MessageSnap
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(ConversationPersistenceSnapshot)
 _message_decoder = msgspec.json.Decoder(MessageSnapshot)
+_usage_decoder = msgspec.json.Decoder(dict[str, Any])
 _T = TypeVar("_T")
 
 
@@ -318,6 +320,14 @@ def decode_message_snapshot(data: bytes | memoryview, conversation_id: str) -> M
     message = _decode(_message_decoder, data, conversation_id)
     _check_nesting(conversation_id, _pojo_values(message.blocks))
     return message
+
+
+def decode_usage_entry(data: bytes | memoryview, conversation_id: str) -> dict[str, Any]:
+    """Decode one stored usage ledger entry (a plain dict) with ``decode_snapshot``'s
+    guarantees; raises ``CorruptSnapshotError`` as it does."""
+    entry = _decode(_usage_decoder, data, conversation_id)
+    _check_nesting(conversation_id, [("a usage ledger entry", entry)])
+    return entry
 
 
 def _decode(

@@ -1,5 +1,6 @@
-"""What LmdbStore keeps beside its group commit: its memory of the messages it wrote (so a
-save writes only what changed) and the map it writes into (grown before it fills).
+"""What LmdbStore keeps beside its group commit: its memory of the messages, ledger entries
+and body it wrote (so a save writes only what changed) and the map it writes into (grown
+before it fills).
 
 Every method runs under the commit lock, except ``last_written`` (a racy read, checked
 again under the lock by the write that used it).
@@ -17,7 +18,9 @@ from loguru import logger
 from parlour.runtime.snapshots import MessageSnapshot
 from parlour.stores._lock import ReadGate
 
-Written = tuple[list[MessageSnapshot], bytes]  # a conversation's messages and body, as written
+# A conversation as the store last wrote it: its messages and ledger entries (by identity)
+# and its body's bytes. A plain tuple: one is made per save (a NamedTuple costs 5 times more).
+Written = tuple[list[MessageSnapshot], bytes, list[dict[str, Any]]]
 
 
 class Bookkeeping:
@@ -29,27 +32,25 @@ class Bookkeeping:
         self._gate = gate
         self._path = path
         self._remembered = remembered
-        # the last committed write of each conversation: its messages (by identity) and body
+        # the last committed write of each conversation
         self._written: OrderedDict[str, Written] = OrderedDict()
         self._pending: dict[str, Written | None] = {}  # this batch's writes
         self._psize: int | None = None
         self._unchecked = 0  # bytes that batches may add before the map is measured again
 
-    def last_written(self, cid: str) -> list[MessageSnapshot] | None:
+    def last_written(self, cid: str) -> Written | None:
         """What the last committed write of ``cid`` held (None when not remembered)."""
-        written = self._written.get(cid)
-        return None if written is None else written[0]
+        return self._written.get(cid)
 
     def known(self, cid: str) -> Written | None:
-        """What the store has written of ``cid`` (messages and body), this batch included."""
+        """What the store has written of ``cid``, this batch included."""
         if cid in self._pending:
             return self._pending[cid]
         return self._written.get(cid)
 
-    def note(self, cid: str, messages: list[MessageSnapshot] | None, body: bytes = b"") -> None:
-        """A write in this batch wrote ``messages`` and ``body`` (None: removed the
-        conversation)."""
-        self._pending[cid] = None if messages is None else (messages, body)
+    def note(self, cid: str, written: Written | None) -> None:
+        """A write in this batch wrote ``written`` (None: removed the conversation)."""
+        self._pending[cid] = written
 
     def begin(self, write: bool, parent: Any) -> Any:
         return self._env().begin(write=write, parent=parent)

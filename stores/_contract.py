@@ -109,3 +109,27 @@ def run_all(work: list[Callable[[], Any]]) -> None:
         thread.join()
     if errors:
         raise errors[0]
+
+
+def save_ledger_edits(store: PersistentStore) -> dict[int, bytes]:
+    """Create c1 for alice and save it through usage ledger edits (entries appended, the
+    ledger shortened, replaced by equal copies, an entry swapped for one equal to it but in
+    its bytes, emptied); each version's ledger as saved, encoded."""
+    context = ConversationContext("c1", user_id="alice")
+    context.add_user_message("First question")
+    call: dict[str, Any] = {"type": "model_call", "input_tokens": 1}
+    edits: list[Callable[[list[dict[str, Any]]], list[dict[str, Any]]]] = [
+        lambda ledger: [*ledger, call],
+        lambda ledger: [*ledger, {"type": "compaction", "level": "trim"}, {"latency_s": 0.5}],
+        lambda ledger: ledger[:1],
+        lambda ledger: [*(dict(e) for e in ledger), {"type": "model_call", "input_tokens": True}],
+        lambda ledger: [ledger[0], {"type": "model_call", "input_tokens": 1.0}],
+        lambda ledger: [],
+    ]
+    context.stored_version = store.create_context(context.to_snapshot(), "alice")
+    saved = {context.stored_version: msgspec.json.encode(context.usage_ledger)}
+    for edit in edits:
+        context.usage_ledger = edit(context.usage_ledger)
+        context.stored_version = store.save_context(context.to_snapshot(), "alice")
+        saved[context.stored_version] = msgspec.json.encode(context.usage_ledger)
+    return saved

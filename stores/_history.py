@@ -2,9 +2,11 @@
 
 A version record (``versions``: id + NUL + 8-byte version -> record) is a kind byte
 (``C`` checkpoint, ``D`` delta), the save's time (8 bytes, microseconds since the epoch)
-and a msgpack ``Payload``: the body, the message count, and the messages written (index,
-bytes): every message for a checkpoint, the changed ones for a delta. Reading version N
-starts at the newest checkpoint at or before N and replays the deltas after it.
+and a msgpack ``Payload``: the body, the message count, the messages written (index,
+bytes): every message for a checkpoint, the changed ones for a delta, and the same two for
+the usage ledger (absent from records written before layout 4, whose bodies hold their
+ledger). Reading version N starts at the newest checkpoint at or before N and replays the
+deltas after it.
 
 The chain (deltas since the checkpoint, their bytes, the checkpoint's bytes), kept in the
 conversation's header as its version left it, decides when a save is a checkpoint: when its
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
-from parlour.stores._records import Chain, MessagePlan, message_prefix
+from parlour.stores._records import Chain, MessagePlan, UsagePlan, message_prefix
 
 if TYPE_CHECKING:
     from parlour.stores._layout import Databases
@@ -37,11 +39,24 @@ _MICROSECOND = dt.timedelta(microseconds=1)
 
 
 class Payload(msgspec.Struct, array_like=True):
-    """What one version record holds after its kind and time."""
+    """What one version record holds after its kind and time: the body, the message count
+    and the messages written; the ledger's count and the entries written (a count of None:
+    a record from before layout 4, whose body holds the ledger)."""
 
     body: bytes
     count: int
     writes: list[tuple[int, bytes]]
+    usage_count: int | None = None
+    usage: list[tuple[int, bytes]] = msgspec.field(default_factory=list)
+
+
+class State(NamedTuple):
+    """A version as its save left it: the body, the message records, the ledger's records
+    (None: the body holds the ledger, as before layout 4)."""
+
+    body: bytes
+    messages: list[bytes]
+    usage: list[bytes] | None
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -89,24 +104,35 @@ def record(
     saved_at: dt.datetime,
     body: bytes,
     plan: MessagePlan,
+    usage: UsagePlan,
     chain: Chain | None,
 ) -> Chain:
-    """Record the save that wrote ``body`` and ``plan`` as ``version``: a delta of what it
-    wrote, or a checkpoint of every message when the chain calls for one. ``chain`` is what
-    the previous version left (None: it was not recorded with one). Returns the chain this
-    version leaves, for its header."""
-    size = plan.size
-    full = len(plan.writes) == len(plan.messages)
+    """Record the save that wrote ``body``, ``plan`` and ``usage`` as ``version``: a delta
+    of what it wrote, or a checkpoint of every message and ledger entry when the chain
+    calls for one. ``chain`` is what the previous version left (None: it was not recorded
+    with one). Returns the chain this version leaves, for its header."""
+    size = plan.size + usage.size
+    full = len(plan.writes) == len(plan.items) and len(usage.writes) == len(usage.items)
     if chain is None or full or chain[0] >= MAX_CHAIN or chain[1] + size > chain[2]:
-        # the messages as this save left them: the stored bytes, none encoded again
-        count = len(plan.messages)
-        writes = plan.writes if full else list(enumerate(_raw_messages(txn, dbs, key, count)))
-        payload = Payload(body, count, writes)
+        # the records as this save left them: the stored bytes, none encoded again
+        writes = _all_of(txn, dbs.messages, key, plan.writes, len(plan.items))
+        entries = _all_of(txn, dbs.usage, key, usage.writes, len(usage.items))
+        payload = Payload(body, len(plan.items), writes, len(usage.items), entries)
         txn.put(version_key(key, version), _record(CHECKPOINT, saved_at, payload), db=dbs.versions)
-        return (0, 0, sum(len(data) for _, data in writes))
-    payload = Payload(body, len(plan.messages), plan.writes)
+        return (0, 0, sum(len(data) for _, data in writes + entries))
+    payload = Payload(body, len(plan.items), plan.writes, len(usage.items), usage.writes)
     txn.put(version_key(key, version), _record(DELTA, saved_at, payload), db=dbs.versions)
     return (chain[0] + 1, chain[1] + size, chain[2])
+
+
+def _all_of(
+    txn: Any, db: Any, key: bytes, writes: list[tuple[int, bytes]], count: int
+) -> list[tuple[int, bytes]]:
+    """Every one of ``count`` records: the plan's writes when they are all, else the
+    records the save just left (one cursor range)."""
+    if len(writes) == count:
+        return writes
+    return list(enumerate(_raw_records(txn, db, key, count)))
 
 
 def seed(txn: Any, dbs: Databases, key: bytes, version: int, saved_at: dt.datetime) -> None:
@@ -115,15 +141,19 @@ def seed(txn: Any, dbs: Databases, key: bytes, version: int, saved_at: dt.dateti
     body = txn.get(key, db=dbs.bodies)
     if body is None:
         return
-    messages = _raw_messages(txn, dbs, key)
-    payload = Payload(bytes(body), len(messages), list(enumerate(messages)))
+    messages = _raw_records(txn, dbs.messages, key)
+    usage = _raw_records(txn, dbs.usage, key)
+    payload = Payload(
+        bytes(body), len(messages), list(enumerate(messages)), len(usage), list(enumerate(usage))
+    )
     txn.put(version_key(key, version), _record(CHECKPOINT, saved_at, payload), db=dbs.versions)
 
 
-def _raw_messages(txn: Any, dbs: Databases, key: bytes, limit: int | None = None) -> list[bytes]:
-    """The stored message records of ``key`` (at most ``limit``), in order."""
+def _raw_records(txn: Any, db: Any, key: bytes, limit: int | None = None) -> list[bytes]:
+    """The stored message (or ledger) records of ``key`` in ``db`` (at most ``limit``), in
+    order."""
     prefix = message_prefix(key)
-    cursor = txn.cursor(db=dbs.messages)
+    cursor = txn.cursor(db=db)
     found: list[bytes] = []
     if cursor.set_range(prefix):
         for item_key, value in cursor:
@@ -154,20 +184,39 @@ def as_of(txn: Any, dbs: Databases, key: bytes, at: dt.datetime) -> int | None:
     return found[-1] if found else None
 
 
-def state(txn: Any, dbs: Databases, key: bytes, version: int) -> tuple[bytes, list[bytes]] | None:
-    """The body and messages of ``version`` exactly as that save left them, replayed from
-    the newest checkpoint at or before it; None when it is not recorded."""
+def state(txn: Any, dbs: Databases, key: bytes, version: int) -> State | None:
+    """The body, messages and ledger of ``version`` exactly as that save left them,
+    replayed from the newest checkpoint at or before it; None when it is not recorded.
+
+    Raises:
+        KeyError: the chain is broken (no checkpoint, or a ledger delta after a record
+            without its ledger).
+    """
     if txn.get(version_key(key, version), db=dbs.versions) is None:
         return None
-    chain = _chain_to(txn, dbs, key, version)
-    body, messages = b"", list[bytes]()
-    for payload in chain:
+    body, messages, usage = b"", list[bytes](), None
+    for i, payload in enumerate(_chain_to(txn, dbs, key, version)):  # a checkpoint first
         body = payload.body
-        del messages[payload.count :]
-        messages.extend(b"" for _ in range(payload.count - len(messages)))
-        for index, data in payload.writes:
-            messages[index] = data
-    return body, messages
+        _replay(messages, payload.count, payload.writes)
+        if payload.usage_count is None:
+            usage = None  # the body holds the ledger
+        elif i and usage is None:
+            raise KeyError(f"version {version} of {key!r} replays a ledger with no start")
+        else:
+            usage = _replay([] if usage is None else usage, payload.usage_count, payload.usage)
+    return State(body, messages, usage)
+
+
+def _replay(held: list[bytes], count: int, writes: list[tuple[int, bytes]]) -> list[bytes]:
+    """``held`` cut or extended to ``count`` records, then ``writes`` applied (in place).
+
+    Raises:
+        IndexError: a write past ``count`` (a damaged record)."""
+    del held[count:]
+    held.extend(b"" for _ in range(count - len(held)))
+    for index, data in writes:
+        held[index] = data
+    return held
 
 
 def _chain_to(txn: Any, dbs: Databases, key: bytes, version: int) -> list[Payload]:
@@ -240,8 +289,14 @@ def prune(txn: Any, dbs: Databases, key: bytes, retention: Retention) -> int:
 def _materialize(txn: Any, dbs: Databases, key: bytes, item: Kept) -> None:
     held = state(txn, dbs, key, item.version)
     assert held is not None  # listed by kept() in this transaction
-    body, messages = held
-    payload = Payload(body, len(messages), list(enumerate(messages)))
+    usage = held.usage
+    payload = Payload(
+        held.body,
+        len(held.messages),
+        list(enumerate(held.messages)),
+        None if usage is None else len(usage),
+        [] if usage is None else list(enumerate(usage)),
+    )
     txn.put(
         version_key(key, item.version),
         _record(CHECKPOINT, item.saved_at, payload),

@@ -2,7 +2,8 @@
 index, tombstones and quarantine: everything a transaction does besides one record.
 
 Layouts: 1 (no meta database, headers without a version or with versions that restart
-after a delete, no owner index, no tombstones), 2 (no version history) and 3 (this code).
+after a delete, no owner index, no tombstones), 2 (no version history), 3 (the usage
+ledger inside the body) and 4 (this code: the ledger one record per entry).
 """
 
 from __future__ import annotations
@@ -15,18 +16,22 @@ import lmdb
 import msgspec
 from loguru import logger
 
-from parlour.runtime.errors import IllegalStateError
+from parlour.runtime.errors import CorruptSnapshotError, IllegalStateError
+from parlour.runtime.snapshots import decode_snapshot
 from parlour.stores import _history
 from parlour.stores._ids import order_bytes
 from parlour.stores._records import (
     Header,
+    encode_body,
     header_decoder,
     header_encoder,
     legacy_header_decoder,
+    message_key,
     message_prefix,
+    usage_encoder,
 )
 
-LAYOUT = 3
+LAYOUT = 4
 _LAYOUT_KEY = b"layout"
 NAMES = (
     b"heads",
@@ -38,17 +43,18 @@ NAMES = (
     b"quarantine",
     b"versions",
     b"chains",
+    b"usage",
 )
 
 
 class Databases(NamedTuple):
     """The named databases of one environment.
 
-    heads, bodies, messages: a conversation's records (see ``_records``); owners: user id ->
-    sorted duplicates of (order, conversation id), the owner index; tombstones: a deleted
-    id -> the last version it had; meta: the layout version; quarantine: damaged records;
-    versions: the version history (see ``_history``); chains: where stores written before
-    kept the history's chain (the header holds it now), only dropped.
+    heads, bodies, messages, usage: a conversation's records (see ``_records``); owners:
+    user id -> sorted duplicates of (order, conversation id), the owner index; tombstones:
+    a deleted id -> the last version it had; meta: the layout version; quarantine: damaged
+    records; versions: the version history (see ``_history``); chains: where stores written
+    before kept the history's chain (the header holds it now), only dropped.
     """
 
     heads: Any
@@ -60,6 +66,7 @@ class Databases(NamedTuple):
     quarantine: Any
     versions: Any
     chains: Any
+    usage: Any
 
 
 class QuarantinedRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -70,6 +77,7 @@ class QuarantinedRecord(msgspec.Struct, frozen=True, kw_only=True):
     body: bytes | None
     messages: list[bytes]
     quarantined_at: dt.datetime
+    usage: list[bytes] = msgspec.field(default_factory=list)
 
 
 _quarantine_encoder = msgspec.json.Encoder()
@@ -91,7 +99,11 @@ def open_databases(env: Any, path: Path, readonly: bool) -> Databases:
         if layout is None:
             upgrade(txn, dbs, path)
         if layout is None or layout < LAYOUT:
+            split_ledgers(txn, dbs, path)
+        if layout is None or layout < 3:
             seed_history(txn, dbs, path)
+        if layout is None or layout < LAYOUT:
+            txn.put(_LAYOUT_KEY, str(LAYOUT).encode(), db=dbs.meta)
     return dbs
 
 
@@ -134,16 +146,42 @@ def upgrade(txn: Any, dbs: Databases, path: Path) -> None:
         head = Header(**msgspec.structs.asdict(old) | {"version": max(1, old.version)})
         txn.put(key, header_encoder.encode(head), db=dbs.heads)
         index(txn, dbs, head, key)
-    txn.put(_LAYOUT_KEY, str(LAYOUT).encode(), db=dbs.meta)
     if keys:
         logger.info(
             "upgraded the store at {} to layout {} ({} conversations)", path, LAYOUT, len(keys)
         )
 
 
+def split_ledgers(txn: Any, dbs: Databases, path: Path) -> None:
+    """Move each body's usage ledger (layouts 1 to 3 kept it inside) into one record per
+    entry, and count it in the header. The header's history chain is dropped, so the next
+    save records a checkpoint: a ledger delta never follows a record whose body held the
+    ledger. A body or header that does not decode is left as it is (``damaged()`` and
+    ``undecodable()`` find it)."""
+    moved = 0
+    for key, raw in list(txn.cursor(db=dbs.heads)):
+        key = bytes(key)
+        try:
+            head = header_decoder.decode(raw)
+            body = txn.get(key, db=dbs.bodies)
+            snapshot = None if body is None else decode_snapshot(body, key.decode())
+        except (msgspec.DecodeError, RecursionError, CorruptSnapshotError, UnicodeDecodeError):
+            continue
+        if snapshot is not None and snapshot.usage:
+            txn.put(key, encode_body(snapshot), db=dbs.bodies)
+            for i, entry in enumerate(snapshot.usage):
+                txn.put(message_key(key, i), usage_encoder.encode(entry), db=dbs.usage)
+            moved += 1
+        usage_count = 0 if snapshot is None else len(snapshot.usage)
+        head = msgspec.structs.replace(head, history=None, usage_count=usage_count)
+        txn.put(key, header_encoder.encode(head), db=dbs.heads)
+    if moved:
+        logger.info("moved the usage ledgers of {} conversations at {} into records", moved, path)
+
+
 def seed_history(txn: Any, dbs: Databases, path: Path) -> None:
     """Bring a store without version history to this layout: each conversation's current
-    version becomes its first recorded one; then record the layout."""
+    version becomes its first recorded one."""
     count = 0
     for key, raw in list(txn.cursor(db=dbs.heads)):
         try:
@@ -152,7 +190,6 @@ def seed_history(txn: Any, dbs: Databases, path: Path) -> None:
             continue  # damaged: ``damaged()`` finds it, ``quarantine`` moves it
         _history.seed(txn, dbs, bytes(key), head.version, head.updated_at)
         count += 1
-    txn.put(_LAYOUT_KEY, str(LAYOUT).encode(), db=dbs.meta)
     if count:
         logger.info("recorded the current version of {} conversations at {}", count, path)
 
@@ -173,6 +210,20 @@ def reindex(txn: Any, dbs: Databases, old: Header | None, head: Header, key: byt
 
 def unindex(txn: Any, dbs: Databases, head: Header, key: bytes) -> None:
     txn.delete(head.user_id.encode(), order_bytes(head.updated_at, key), db=dbs.owners)
+
+
+def remove(txn: Any, dbs: Databases, key: bytes, head: Header) -> None:
+    """Delete every record of ``key`` (whose header is ``head``) and its history, unindex
+    it and leave a tombstone at its last version."""
+    txn.delete(key, db=dbs.heads)
+    txn.delete(key, db=dbs.bodies)
+    for index in range(head.message_count):
+        txn.delete(message_key(key, index), db=dbs.messages)
+    for index in range(head.usage_count):
+        txn.delete(message_key(key, index), db=dbs.usage)
+    unindex(txn, dbs, head, key)
+    bury(txn, dbs, key, head.version)
+    _history.drop(txn, dbs, key)
 
 
 def last_version(txn: Any, dbs: Databases, key: bytes) -> int:
@@ -197,8 +248,9 @@ def quarantine(txn: Any, dbs: Databases, key: bytes) -> bool:
         conversation_id=key.decode(errors="replace"),
         header=header,
         body=None if body is None else bytes(body),
-        messages=_pop_messages(txn, dbs, key),
+        messages=_pop_records(txn, dbs.messages, key),
         quarantined_at=dt.datetime.now(dt.UTC),
+        usage=_pop_records(txn, dbs.usage, key),
     )
     stamp = (record.quarantined_at - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(
         microseconds=1
@@ -215,17 +267,18 @@ def quarantine(txn: Any, dbs: Databases, key: bytes) -> bool:
     return True
 
 
-def _pop_messages(txn: Any, dbs: Databases, key: bytes) -> list[bytes]:
+def _pop_records(txn: Any, db: Any, key: bytes) -> list[bytes]:
+    """Remove every message (or ledger) record of ``key`` in ``db``; their bytes, in order."""
     prefix = message_prefix(key)
     found: list[tuple[bytes, bytes]] = []
-    cursor = txn.cursor(db=dbs.messages)
+    cursor = txn.cursor(db=db)
     if cursor.set_range(prefix):
         for item_key, value in cursor:
             if not bytes(item_key).startswith(prefix):
                 break
             found.append((bytes(item_key), bytes(value)))
     for item_key, _ in found:
-        txn.delete(item_key, db=dbs.messages)
+        txn.delete(item_key, db=db)
     return [value for _, value in found]
 
 

@@ -36,10 +36,14 @@ from parlour.stores._protocols import ConversationSummary
 from parlour.stores._records import (
     Header,
     MessagePlan,
+    UsagePlan,
+    advanced,
     encode_body,
     header_encoder,
-    message_key,
     plan_messages,
+    plan_usage,
+    replanned,
+    write_run,
 )
 
 T = TypeVar("T")
@@ -62,8 +66,8 @@ class LmdbStore(LmdbHistory):
         sync: fsync each commit (durable). False trades durability for speed: an OS crash
             (not a killed process) can lose commits and, the map written in place, the file.
         max_batch: most writes one group commit takes.
-        remembered: how many conversations' written messages and bodies the store
-            remembers, to write only what changed.
+        remembered: how many conversations' written messages, ledgers and bodies the
+            store remembers, to write only what changed.
         readonly: open for reading only, beside the directory's writer (in this or another
             process); every write raises ``IllegalStateError``.
         history: keep every save as a version (``get_version_history``, ``load_version``).
@@ -161,6 +165,7 @@ class LmdbStore(LmdbHistory):
         key = require_id(snapshot, user_id)
         cid, body = str(snapshot.conversation_id), encode_body(snapshot)
         plan = plan_messages(None, snapshot.messages)  # a create writes every message
+        usage = plan_usage(None, snapshot.usage)
 
         def write(txn: Any) -> int:
             now = self._now()
@@ -173,22 +178,25 @@ class LmdbStore(LmdbHistory):
                     title=snapshot.title,
                     created_at=now,
                     updated_at=now,
-                    message_count=len(plan.messages),
+                    message_count=len(plan.items),
                     version=version,
+                    usage_count=len(usage.items),
                 )
             else:
-                head = _advanced(old, now, len(plan.messages))
-            self._put(txn, key, cid, old, head, body, plan)
+                head = advanced(old, now, len(plan.items), len(usage.items))
+            self._put(txn, key, cid, old, head, body, plan, usage)
             return head.version
 
-        return int(self._submit(write, len(body) + plan.size))
+        return int(self._submit(write, len(body) + plan.size + usage.size))
 
     def save_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
     ) -> int:
         key = require_id(snapshot, user_id)
         cid, body = str(snapshot.conversation_id), encode_body(snapshot)
-        plan = plan_messages(self._book.last_written(cid), snapshot.messages)
+        last = self._book.last_written(cid)
+        plan = plan_messages(None if last is None else last[0], snapshot.messages)
+        usage = plan_usage(None if last is None else last[2], snapshot.usage)
 
         def write(txn: Any) -> int:
             old = self._head(txn, key, cid, user_id)
@@ -199,11 +207,11 @@ class LmdbStore(LmdbHistory):
                 )
             if snapshot.stored_version != old.version:
                 raise StaleVersionError(cid, snapshot.stored_version, old.version)
-            head = _advanced(old, self._now(), len(plan.messages))
-            self._put(txn, key, cid, old, head, body, plan)
+            head = advanced(old, self._now(), len(plan.items), len(usage.items))
+            self._put(txn, key, cid, old, head, body, plan, usage)
             return head.version
 
-        return int(self._submit(write, len(body) + plan.size))
+        return int(self._submit(write, len(body) + plan.size + usage.size))
 
     def _put(
         self,
@@ -214,25 +222,26 @@ class LmdbStore(LmdbHistory):
         head: Header,
         body: bytes,
         plan: MessagePlan,
+        usage: UsagePlan,
     ) -> None:
         """Write a conversation inside its save's write: owner index, body (when it
-        changed), the changed messages, the removal of messages past the new end, the
-        version record, and the header (last: it carries the history's chain)."""
-        known = None if old is None else self._book.known(cid)  # a new record: every message
-        base = None if known is None else known[0]
-        if plan.base is not base:  # another write landed since planning
-            plan = plan_messages(base, plan.messages)
+        changed), the changed messages and ledger entries, the removal of those past the
+        new ends, the version record, and the header (last: it carries the history's
+        chain)."""
+        known = None if old is None else self._book.known(cid)  # a new record: everything
+        base, ledger = (None, None) if known is None else (known[0], known[2])
+        if plan.base is not base or usage.base is not ledger:  # another write landed since
+            plan, usage = replanned(base, ledger, plan, usage)
         _layout.reindex(txn, self._dbs, old, head, key)
         if known is None or body != known[1]:  # the usual turn leaves the body as it was
             txn.put(key, body, db=self._dbs.bodies)
-        for index, data in plan.writes:
-            txn.put(message_key(key, index), data, db=self._dbs.messages)
-        for index in range(len(plan.messages), 0 if old is None else old.message_count):
-            txn.delete(message_key(key, index), db=self._dbs.messages)
-        chain = self._record(txn, key, old, head, body, plan)  # after the messages: it reads them
+        write_run(txn, self._dbs.messages, key, plan, 0 if old is None else old.message_count)
+        if usage.writes or (old is not None and old.usage_count):  # no ledger: nothing
+            write_run(txn, self._dbs.usage, key, usage, 0 if old is None else old.usage_count)
+        chain = self._record(txn, key, old, head, body, plan, usage)  # it reads the records
         head = head if chain == head.history else msgspec.structs.replace(head, history=chain)
         txn.put(key, header_encoder.encode(head), db=self._dbs.heads)
-        self._book.note(cid, plan.messages, body)  # last: a write that raised never gets here
+        self._book.note(cid, (plan.items, body, usage.items))  # never after a raise
 
     def delete(self, conversation_id: str, user_id: str) -> bool:
         key = conversation_key(conversation_id)
@@ -242,13 +251,7 @@ class LmdbStore(LmdbHistory):
             head = self._head(txn, key, conversation_id, user_id)
             if head is None:
                 return False
-            txn.delete(key, db=self._dbs.heads)
-            txn.delete(key, db=self._dbs.bodies)
-            for index in range(head.message_count):
-                txn.delete(message_key(key, index), db=self._dbs.messages)
-            _layout.unindex(txn, self._dbs, head, key)
-            _layout.bury(txn, self._dbs, key, head.version)
-            _history.drop(txn, self._dbs, key)
+            _layout.remove(txn, self._dbs, key, head)
             self._book.note(conversation_id, None)
             return True
 
@@ -390,9 +393,3 @@ class LmdbStore(LmdbHistory):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _advanced(old: Header, now: dt.datetime, message_count: int) -> Header:
-    return msgspec.structs.replace(
-        old, updated_at=now, message_count=message_count, version=old.version + 1
-    )

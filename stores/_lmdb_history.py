@@ -23,6 +23,7 @@ from parlour.stores._records import (
     Chain,
     Header,
     MessagePlan,
+    UsagePlan,
     decode_header,
     decode_record,
     message_prefix,
@@ -63,7 +64,14 @@ class LmdbHistory:
         return self._view(lambda txn: _reads.quarantined(txn, self._dbs, prefix))
 
     def _record(
-        self, txn: Any, key: bytes, old: Header | None, head: Header, body: bytes, plan: MessagePlan
+        self,
+        txn: Any,
+        key: bytes,
+        old: Header | None,
+        head: Header,
+        body: bytes,
+        plan: MessagePlan,
+        usage: UsagePlan,
     ) -> Chain | None:
         """Record a save as a version (in the save's own transaction); every
         ``PRUNE_EVERY``-th version of a conversation also prunes it. Returns the chain for
@@ -72,7 +80,7 @@ class LmdbHistory:
             return None
         previous = None if old is None else old.history
         chain = _history.record(
-            txn, self._dbs, key, head.version, head.updated_at, body, plan, previous
+            txn, self._dbs, key, head.version, head.updated_at, body, plan, usage, previous
         )
         if head.version % _history.PRUNE_EVERY == 0:
             _history.prune(txn, self._dbs, key, self._retention)
@@ -126,7 +134,7 @@ class LmdbHistory:
 
         return self._view(read)
 
-    def _held(self, txn: Any, key: bytes, version: int) -> tuple[bytes, list[bytes]] | None:
+    def _held(self, txn: Any, key: bytes, version: int) -> _history.State | None:
         try:
             return _history.state(txn, self._dbs, key, version)
         except (KeyError, ValueError, IndexError) as exc:  # a broken chain or record: damage
@@ -206,12 +214,13 @@ def _undecodable(txn: Any, dbs: Databases) -> list[tuple[str, str]]:
 
 
 def _as_of(
-    cid: str, head: Header, version: int, held: tuple[bytes, list[bytes]] | None
+    cid: str, head: Header, version: int, held: _history.State | None
 ) -> ConversationPersistenceSnapshot | None:
     if held is None:
         return None
-    body, messages = held
-    snapshot = decode_record(cid, head.user_id, len(messages), body, messages)
+    body, messages, usage = held
+    ledger = None if usage is None else (len(usage), usage)
+    snapshot = decode_record(cid, head.user_id, len(messages), body, messages, ledger)
     snapshot.stored_version = version
     return snapshot
 

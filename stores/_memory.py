@@ -125,8 +125,12 @@ class MemoryStore:
 
     def _store(self, key: str, record: _Record, version: int) -> None:
         # a private copy stamped with its version: the caller's snapshot stays the caller's
+        snapshot = record.snapshot
         record.snapshot = msgspec.structs.replace(
-            record.snapshot, messages=list(record.snapshot.messages), stored_version=version
+            snapshot,
+            messages=list(snapshot.messages),
+            usage=list(snapshot.usage),
+            stored_version=version,
         )
         self._records[key] = record
         self._last_versions[key] = version
@@ -159,7 +163,9 @@ class MemoryStore:
         if existing is None:
             return None
         snapshot = existing.snapshot
-        return msgspec.structs.replace(snapshot, messages=list(snapshot.messages))
+        return msgspec.structs.replace(
+            snapshot, messages=list(snapshot.messages), usage=list(snapshot.usage)
+        )
 
     def version_of(self, conversation_id: str, user_id: str) -> int | None:
         with self._lock:
@@ -235,7 +241,9 @@ class MemoryStore:
         if not kept:
             return None
         snapshot = kept[-1][1].snapshot
-        return msgspec.structs.replace(snapshot, messages=list(snapshot.messages))
+        return msgspec.structs.replace(
+            snapshot, messages=list(snapshot.messages), usage=list(snapshot.usage)
+        )
 
     def add_delete_listener(self, listener: Callable[[str], None]) -> None:
         self._listeners.append(listener)

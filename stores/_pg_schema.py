@@ -6,9 +6,11 @@ The tables live in the first schema of the connection's ``search_path``:
 - ``parlour_conversations``: one row per stored conversation (owner, title, times, fencing
   version), indexed by owner and recency for listing.
 - ``parlour_versions``: one row per kept version of a conversation: when it was saved, the
-  snapshot without its messages, how many messages it had.
+  snapshot without its messages and usage ledger, how many messages and ledger entries it
+  had (the ledger's count NULL: a version saved before layout 2, whose body holds it).
 - ``parlour_messages``: one row per message a save wrote, valid from the version that wrote
   it until (not including) the version that replaced or removed it; NULL while current.
+- ``parlour_usage``: one row per usage ledger entry a save wrote, valid the same way.
 - ``parlour_retired``: the last version of each deleted id, so versions never restart.
 """
 
@@ -21,7 +23,7 @@ from parlour.runtime.errors import IllegalStateError
 if TYPE_CHECKING:
     import psycopg
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # an arbitrary constant: the advisory lock that serializes migrations across processes
 _MIGRATION_LOCK = 0x7061726C6F7572
@@ -69,6 +71,20 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             conversation_id text PRIMARY KEY,
             version bigint NOT NULL
         )""",
+    ),
+    (  # the usage ledger out of the body, one row per entry; old versions keep theirs
+        """CREATE TABLE parlour_usage (
+            conversation_id text NOT NULL
+                REFERENCES parlour_conversations ON DELETE CASCADE,
+            idx integer NOT NULL,
+            from_version bigint NOT NULL,
+            to_version bigint,
+            entry bytea NOT NULL,
+            PRIMARY KEY (conversation_id, from_version, idx)
+        )""",
+        """CREATE INDEX parlour_usage_current
+            ON parlour_usage (conversation_id, idx) WHERE to_version IS NULL""",
+        "ALTER TABLE parlour_versions ADD COLUMN usage_count integer",
     ),
 )
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 # the parts of a write after its conversation row (named ``head``, returning its version)
 _WRITE_TAIL = """
 , kept AS (
-    INSERT INTO parlour_versions (conversation_id, version, saved_at, message_count, body)
-    SELECT %(cid)s, head.version, %(now)s, %(count)s, %(body)b FROM head
+    INSERT INTO parlour_versions
+        (conversation_id, version, saved_at, message_count, body, usage_count)
+    SELECT %(cid)s, head.version, %(now)s, %(count)s, %(body)b, %(ucount)s FROM head
 ), closed AS (
     UPDATE parlour_messages m SET to_version = head.version FROM head
     WHERE m.conversation_id = %(cid)s AND m.to_version IS NULL AND m.idx >= %(start)s
@@ -21,6 +22,13 @@ _WRITE_TAIL = """
     INSERT INTO parlour_messages (conversation_id, idx, from_version, message)
     SELECT %(cid)s, %(start)s + n.ord - 1, head.version, n.message
     FROM head, unnest(%(messages)b::bytea[]) WITH ORDINALITY AS n(message, ord)
+), closed_usage AS (
+    UPDATE parlour_usage u SET to_version = head.version FROM head
+    WHERE u.conversation_id = %(cid)s AND u.to_version IS NULL AND u.idx >= %(ustart)s
+), added_usage AS (
+    INSERT INTO parlour_usage (conversation_id, idx, from_version, entry)
+    SELECT %(cid)s, %(ustart)s + n.ord - 1, head.version, n.entry
+    FROM head, unnest(%(usage)b::bytea[]) WITH ORDINALITY AS n(entry, ord)
 )
 SELECT version FROM head"""
 
@@ -64,25 +72,39 @@ HEAD = "SELECT user_id, version FROM parlour_conversations WHERE conversation_id
 EXISTS = """
 SELECT 1 FROM parlour_conversations WHERE conversation_id = %(cid)s AND user_id = %(user)s"""
 
-# owner, version, message count, body, messages: the last three only for the owner
+# owner, version, message count, body, messages, ledger count, ledger entries: all but the
+# first only for the owner (the entries only when the version counts its ledger)
 _READ = """
 SELECT c.user_id, v.version, v.message_count, v.body,
     CASE WHEN c.user_id = %(user)s THEN ARRAY(
         SELECT m.message FROM parlour_messages m
-        WHERE m.conversation_id = c.conversation_id AND {visible} ORDER BY m.idx) END
+        WHERE m.conversation_id = c.conversation_id AND {visible} ORDER BY m.idx) END,
+    v.usage_count,
+    CASE WHEN v.usage_count > 0 THEN ARRAY(
+        SELECT u.entry FROM parlour_usage u
+        WHERE u.conversation_id = c.conversation_id AND {visible_usage} ORDER BY u.idx) END
 FROM parlour_conversations c
 LEFT JOIN parlour_versions v ON v.conversation_id = c.conversation_id
     AND c.user_id = %(user)s AND v.version = {version}
 WHERE c.conversation_id = %(cid)s"""
 
-LOAD = _READ.format(visible="m.to_version IS NULL", version="c.version")
 
-_AS_OF = "m.from_version <= v.version AND (m.to_version IS NULL OR m.to_version > v.version)"
+def _as_of(row: str) -> str:
+    return (
+        f"{row}.from_version <= v.version"
+        f" AND ({row}.to_version IS NULL OR {row}.to_version > v.version)"
+    )
 
-LOAD_VERSION = _READ.format(visible=_AS_OF, version="%(version)s")
+
+LOAD = _READ.format(
+    visible="m.to_version IS NULL", visible_usage="u.to_version IS NULL", version="c.version"
+)
+
+LOAD_VERSION = _READ.format(visible=_as_of("m"), visible_usage=_as_of("u"), version="%(version)s")
 
 LOAD_AS_OF = _READ.format(
-    visible=_AS_OF,
+    visible=_as_of("m"),
+    visible_usage=_as_of("u"),
     version="""(SELECT max(o.version) FROM parlour_versions o
         WHERE o.conversation_id = c.conversation_id AND o.saved_at <= %(at)s)""",
 )
@@ -107,17 +129,22 @@ WHERE conversation_id = %(cid)s AND user_id = %(user)s"""
 
 # Retention: a version goes when it is past the newest ``keep`` or saved before ``cutoff``
 # (either may be NULL: no such limit); the current version always stays. Then the message
-# rows no kept version can see go: those replaced at or before the oldest kept version.
+# and ledger rows no kept version can see go: those replaced at or before the oldest kept
+# version.
 PRUNE_VERSIONS = """
 DELETE FROM parlour_versions v USING parlour_conversations c
 WHERE v.conversation_id = c.conversation_id AND v.version < c.version
     AND (%(cid)s::text IS NULL OR c.conversation_id = %(cid)s)
     AND (v.version <= c.version - %(keep)s::bigint OR v.saved_at < %(cutoff)s::timestamptz)"""
 
-PRUNE_MESSAGES = """
-DELETE FROM parlour_messages m USING (
+_PRUNE_ROWS = """
+DELETE FROM {table} m USING (
     SELECT conversation_id, min(version) AS oldest FROM parlour_versions
     WHERE %(cid)s::text IS NULL OR conversation_id = %(cid)s
     GROUP BY conversation_id
 ) k
 WHERE m.conversation_id = k.conversation_id AND m.to_version <= k.oldest"""
+
+PRUNE_MESSAGES = _PRUNE_ROWS.format(table="parlour_messages")
+
+PRUNE_USAGE = _PRUNE_ROWS.format(table="parlour_usage")

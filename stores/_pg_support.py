@@ -5,24 +5,41 @@ psycopg is imported only when a pool is opened, so these import without it.
 
 from __future__ import annotations
 
+import operator
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot, MessageSnapshot
 from parlour.stores._ids import conversation_key, user_key
-from parlour.stores._records import decode_record, encode_body
+from parlour.stores._records import decode_record, encode_body, usage_encoder
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
-__all__ = ["checked", "decode_row", "encode_body", "encode_messages", "open_pool", "redacted"]
+__all__ = [
+    "Remembered",
+    "checked",
+    "decode_row",
+    "encode_body",
+    "encode_messages",
+    "encode_usage",
+    "open_pool",
+    "redacted",
+]
 
 _message_encoder = msgspec.json.Encoder()
 
 
 def encode_messages(messages: list[MessageSnapshot]) -> list[bytes]:
     return [_message_encoder.encode(m) for m in messages]
+
+
+def encode_usage(entries: list[dict[str, Any]]) -> list[bytes]:
+    return [usage_encoder.encode(e) for e in entries]
 
 
 def decode_row(
@@ -32,16 +49,74 @@ def decode_row(
     body: bytes,
     messages: list[bytes],
     count: int,
+    usage: tuple[int, list[bytes]] | None,
 ) -> ConversationPersistenceSnapshot:
-    """A stored version reassembled, its identity checked against its row.
+    """A stored version reassembled, its identity checked against its row. ``usage``: the
+    ledger's count and entries (None: the body holds the ledger, as saved before layout 2).
 
     Raises:
-        CorruptSnapshotError: it does not decode, misses messages, or names another
-            conversation or owner.
+        CorruptSnapshotError: it does not decode, misses messages or ledger entries, or
+            names another conversation or owner.
     """
-    snapshot = decode_record(cid, owner, count, body, messages)
+    snapshot = decode_record(cid, owner, count, body, messages, usage)
     snapshot.stored_version = version
     return snapshot
+
+
+class Remembered:
+    """What a store last wrote or read of each conversation, at which version (an LRU of
+    ``size`` conversations): its messages, and its ledger entries when they are rows (None:
+    that version's body held the ledger, so the next save writes every entry). A version
+    number names one state (fencing makes its writer unique and versions never restart),
+    so the memory can only be stale in being absent.
+
+    Thread-safety: every method from any thread (one short lock).
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._known: OrderedDict[
+            str, tuple[int, list[MessageSnapshot], list[dict[str, Any]] | None]
+        ] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def unchanged(self, cid: str, snapshot: ConversationPersistenceSnapshot) -> tuple[int, int]:
+        """How many leading messages and ledger entries the stored version already holds,
+        as far as this store knows."""
+        with self._lock:
+            known = self._known.get(cid)
+        if known is None or known[0] != snapshot.stored_version:
+            return 0, 0
+        usage = 0 if known[2] is None else _common(known[2], snapshot.usage)
+        return _common(known[1], snapshot.messages), usage
+
+    def remember(
+        self,
+        cid: str,
+        version: int,
+        messages: Sequence[MessageSnapshot],
+        usage: Sequence[dict[str, Any]] | None,
+    ) -> None:
+        with self._lock:
+            known = self._known.get(cid)
+            if known is not None and known[0] > version:
+                return  # a newer state is already remembered
+            self._known[cid] = (version, list(messages), None if usage is None else list(usage))
+            self._known.move_to_end(cid)
+            while len(self._known) > self._size:
+                self._known.popitem(last=False)
+
+    def forget(self, cid: str) -> None:
+        with self._lock:
+            self._known.pop(cid, None)
+
+
+def _common(base: list[Any], items: list[Any]) -> int:
+    """How many leading items are the base's very objects."""
+    common = min(len(base), len(items))
+    if all(map(operator.is_, base[:common], items[:common])):
+        return common
+    return list(map(operator.is_, base, items)).index(False)
 
 
 def checked(conversation_id: str, user_id: str) -> str:

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import operator
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from parlour.runtime.errors import (
@@ -20,16 +17,18 @@ from parlour.runtime.errors import (
     StaleVersionError,
     not_owned,
 )
-from parlour.runtime.snapshots import ConversationPersistenceSnapshot, MessageSnapshot
+from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from parlour.stores import _pg_sql as sql
 from parlour.stores._ids import require_id, user_key
 from parlour.stores._memory import notify_deleted
 from parlour.stores._pg_schema import migrate
 from parlour.stores._pg_support import (
+    Remembered,
     checked,
     decode_row,
     encode_body,
     encode_messages,
+    encode_usage,
     open_pool,
     redacted,
 )
@@ -93,10 +92,7 @@ class PostgresStore:
         except BaseException:
             self._pool.close()
             raise
-        # What this store last wrote or read of each conversation, at which version (LRU)
-        self._known: OrderedDict[str, tuple[int, list[MessageSnapshot]]] = OrderedDict()
-        self._remembered = remembered
-        self._lock = threading.Lock()
+        self._known = Remembered(remembered)
         self._listeners: list[Callable[[str], None]] = []
 
     # -- writes -----------------------------------------------------------------------------
@@ -116,12 +112,12 @@ class PostgresStore:
                 user than ``user_id``.
         """
         cid = require_id(snapshot, user_id).decode()
-        params = self._write_params(snapshot, user_id, start=0)
+        params = self._write_params(snapshot, user_id, (0, 0))
         params["title"] = snapshot.title
         version = self._fetch_version(sql.CREATE, params)
         if version is None:
             raise not_owned(cid, user_id)
-        self._remember(cid, version, snapshot.messages)
+        self._known.remember(cid, version, snapshot.messages, snapshot.usage)
         return version
 
     def save_context(
@@ -141,21 +137,24 @@ class PostgresStore:
             StaleVersionError: the record has moved past ``snapshot.stored_version``.
         """
         cid = require_id(snapshot, user_id).decode()
-        params = self._write_params(snapshot, user_id, start=self._unchanged(cid, snapshot))
+        params = self._write_params(snapshot, user_id, self._known.unchanged(cid, snapshot))
         params["expected"] = snapshot.stored_version
         version = self._fetch_version(sql.SAVE, params)
         if version is None:
             raise self._refusal(cid, user_id, snapshot.stored_version)
-        self._remember(cid, version, snapshot.messages)
+        self._known.remember(cid, version, snapshot.messages, snapshot.usage)
         limited = self._keep_versions is not None or self._keep_for is not None
         if limited and version % _PRUNE_EVERY == 0:
             self.prune(cid)
         return version
 
     def _write_params(
-        self, snapshot: ConversationPersistenceSnapshot, user_id: str, start: int
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, starts: tuple[int, int]
     ) -> dict[str, Any]:
-        messages = snapshot.messages
+        """The parameters of a write that keeps the first ``starts`` messages and ledger
+        entries of the stored version and writes the rest."""
+        messages, usage = snapshot.messages, snapshot.usage
+        start, ustart = starts
         return {
             "cid": snapshot.conversation_id,
             "user": user_id,
@@ -164,30 +163,10 @@ class PostgresStore:
             "body": encode_body(snapshot),
             "start": start,
             "messages": encode_messages(messages[start:]),
+            "ucount": len(usage),
+            "ustart": ustart,
+            "usage": encode_usage(usage[ustart:]),
         }
-
-    def _unchanged(self, cid: str, snapshot: ConversationPersistenceSnapshot) -> int:
-        """How many leading messages the stored version already holds, as far as this store
-        knows (a version number names one state: versions are never reused)."""
-        with self._lock:
-            known = self._known.get(cid)
-        if known is None or known[0] != snapshot.stored_version:
-            return 0
-        base, messages = known[1], snapshot.messages
-        common = min(len(base), len(messages))
-        if base[:common] == messages[:common]:  # identity short-circuits: C speed
-            return common
-        return list(map(operator.is_, base, messages)).index(False)
-
-    def _remember(self, cid: str, version: int, messages: Sequence[MessageSnapshot]) -> None:
-        with self._lock:
-            known = self._known.get(cid)
-            if known is not None and known[0] > version:
-                return  # a newer state is already remembered
-            self._known[cid] = (version, list(messages))
-            self._known.move_to_end(cid)
-            while len(self._known) > self._remembered:
-                self._known.popitem(last=False)
 
     def _refusal(self, cid: str, user_id: str, expected: int) -> Exception:
         """Why a conditional save wrote nothing."""
@@ -214,8 +193,7 @@ class PostgresStore:
             if self._owner(cid) is not None:
                 raise not_owned(cid, user_id)
             return False
-        with self._lock:
-            self._known.pop(cid, None)
+        self._known.forget(cid)
         notify_deleted(self._listeners, cid)
         return True
 
@@ -234,6 +212,7 @@ class PostgresStore:
         with self._connection() as conn, conn.transaction():
             removed = conn.execute(sql.PRUNE_VERSIONS, params).rowcount
             conn.execute(sql.PRUNE_MESSAGES, params)
+            conn.execute(sql.PRUNE_USAGE, params)
         return int(removed)
 
     # -- reads ------------------------------------------------------------------------------
@@ -249,9 +228,12 @@ class PostgresStore:
             CorruptSnapshotError: the record does not decode, or names another conversation
                 or owner than its row.
         """
-        snapshot = self._read(sql.LOAD, conversation_id, user_id, {})
-        if snapshot is not None:
-            self._remember(conversation_id, snapshot.stored_version, snapshot.messages)
+        read = self._read(sql.LOAD, conversation_id, user_id, {})
+        if read is None:
+            return None
+        snapshot, rows = read
+        usage = snapshot.usage if rows else None  # a ledger in the body: no rows to extend
+        self._known.remember(conversation_id, snapshot.stored_version, snapshot.messages, usage)
         return snapshot
 
     def load_version(
@@ -267,8 +249,10 @@ class PostgresStore:
             CorruptSnapshotError: the version does not decode.
         """
         if isinstance(version, dt.datetime):
-            return self._read(sql.LOAD_AS_OF, conversation_id, user_id, {"at": version})
-        return self._read(sql.LOAD_VERSION, conversation_id, user_id, {"version": version})
+            read = self._read(sql.LOAD_AS_OF, conversation_id, user_id, {"at": version})
+        else:
+            read = self._read(sql.LOAD_VERSION, conversation_id, user_id, {"version": version})
+        return None if read is None else read[0]
 
     def get_version_history(self, conversation_id: str, user_id: str) -> list[ConversationVersion]:
         """The kept versions, most recent first; empty when there is no such conversation.
@@ -352,17 +336,19 @@ class PostgresStore:
 
     def _read(
         self, query: str, conversation_id: str, user_id: str, extra: dict[str, Any]
-    ) -> ConversationPersistenceSnapshot | None:
+    ) -> tuple[ConversationPersistenceSnapshot, bool] | None:
+        """The version ``query`` selects, and whether its ledger came from ledger rows."""
         cid = checked(conversation_id, user_id)
         rows = self._fetch_all(query, {"cid": cid, "user": user_id, **extra})
         if not rows:
             return None
-        owner, version, count, body, messages = rows[0]
+        owner, version, count, body, messages, ucount, entries = rows[0]
         if owner != user_id:
             raise not_owned(cid, user_id)
         if body is None:
             return None
-        return decode_row(cid, owner, version, body, messages, count)
+        usage = None if ucount is None else (ucount, entries or [])
+        return decode_row(cid, owner, version, body, messages, count, usage), usage is not None
 
     # -- plumbing ---------------------------------------------------------------------------
 

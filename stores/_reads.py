@@ -1,5 +1,6 @@
 """What LmdbStore's read transactions do: the one ownership check, a conversation's
-messages by one cursor range, a user's listing from the owner index, the damaged scan."""
+messages and ledger entries by one cursor range each, a user's listing from the owner
+index, the damaged scan."""
 
 from __future__ import annotations
 
@@ -37,13 +38,14 @@ def owned_head(txn: Any, dbs: Databases, key: bytes, cid: str, user_id: str) -> 
     return head
 
 
-def messages_of(txn: Any, dbs: Databases, key: bytes, count: int) -> list[memoryview]:
-    """Up to ``count`` message records of ``key``, in order (fewer when some are missing).
+def run_of(txn: Any, db: Any, key: bytes, count: int) -> list[memoryview]:
+    """Up to ``count`` message (or ledger) records of ``key`` in ``db``, in order (fewer
+    when some are missing).
 
-    The usual record reads as one run from message 0: when the ``count``-th record of the
-    run is message ``count - 1``, the run holds exactly messages 0 to ``count - 1`` (keys
+    The usual record reads as one run from record 0: when the ``count``-th record of the
+    run is record ``count - 1``, the run holds exactly records 0 to ``count - 1`` (keys
     are unique and sorted), so no key before it needs checking."""
-    cursor = txn.cursor(db=dbs.messages)
+    cursor = txn.cursor(db=db)
     if count and cursor.set_key(message_key(key, 0)):
         found = list(itertools.islice(cursor.iternext(keys=False), count))
         if len(found) == count and cursor.key() == message_key(key, count - 1):
@@ -52,21 +54,26 @@ def messages_of(txn: Any, dbs: Databases, key: bytes, count: int) -> list[memory
 
 
 def _scanned(cursor: Any, key: bytes, count: int) -> list[memoryview]:
-    prefix = message_prefix(key)
+    """The records of ``key`` that are there among indexes 0 to ``count - 1``: a stray
+    record past the end, or under a longer key, is no stand-in for a missing one."""
+    prefix, end = message_prefix(key), message_key(key, count)
+    size = len(end)
     found: list[memoryview] = []
     if not cursor.set_range(prefix):
         return found
     for item_key, value in cursor:
-        if len(found) == count or not bytes(item_key).startswith(prefix):
+        item = bytes(item_key)
+        if len(found) == count or item >= end or not item.startswith(prefix):
             break
-        found.append(value)
+        if len(item) == size:
+            found.append(value)
     return found
 
 
 def record_of(
     txn: Any, dbs: Databases, key: bytes, cid: str, head: Header
 ) -> ConversationPersistenceSnapshot:
-    """The current record of ``cid`` reassembled (body and messages), stamped with its
+    """The current record of ``cid`` reassembled (body, messages, ledger), stamped with its
     version: the one read behind ``load`` and the ``undecodable`` scan.
 
     Raises:
@@ -75,8 +82,10 @@ def record_of(
     body = txn.get(key, db=dbs.bodies)
     if body is None:  # a head without a body: only a damaged file can do this
         raise CorruptSnapshotError(f"Stored conversation {cid} has no body.")
-    messages = messages_of(txn, dbs, key, head.message_count)
-    snapshot = decode_record(cid, head.user_id, head.message_count, body, messages)
+    messages = run_of(txn, dbs.messages, key, head.message_count)
+    count = head.usage_count
+    usage = run_of(txn, dbs.usage, key, count) if count else []
+    snapshot = decode_record(cid, head.user_id, head.message_count, body, messages, (count, usage))
     snapshot.stored_version = head.version
     return snapshot
 

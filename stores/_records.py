@@ -1,16 +1,17 @@
-"""How LmdbStore lays a conversation out: a small header, a body, one record per message.
+"""How LmdbStore lays a conversation out: a small header, a body, one record per message
+and one per usage ledger entry.
 
-A save rewrites the header and the body (the snapshot without its messages) and writes only
-the messages whose bytes changed since the store last wrote this conversation, so its cost
-does not grow with the conversation's length.
+A save rewrites the header and the body (the snapshot without its messages and its ledger)
+and writes only the messages and ledger entries whose bytes changed since the store last
+wrote this conversation, so its cost does not grow with the conversation's length.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import operator
-from collections.abc import Sequence
-from typing import Annotated, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, Generic, NamedTuple, TypeVar
 
 import msgspec
 
@@ -21,17 +22,21 @@ from parlour.runtime.snapshots import (
     MessageSnapshot,
     decode_message_snapshot,
     decode_snapshot,
+    decode_usage_entry,
     encode_snapshot,
 )
+
+T = TypeVar("T")
 
 Chain = tuple[int, int, int]  # deltas since the last checkpoint, their bytes, the checkpoint's
 
 
 class Header(msgspec.Struct, frozen=True, kw_only=True):
     """The per-conversation record read on every write: owner, title, times, message count,
-    the fencing version advanced by every save, and the version history's chain as that
+    the fencing version advanced by every save, the version history's chain as that
     version left it (None: that version was not recorded with one, so the next is a
-    checkpoint; a parlour that predates the field ignores it and drops it on rewrite)."""
+    checkpoint; a parlour that predates the field ignores it and drops it on rewrite), and
+    the usage ledger's entry count."""
 
     user_id: Annotated[str, msgspec.Meta(min_length=1)]
     title: str
@@ -40,6 +45,7 @@ class Header(msgspec.Struct, frozen=True, kw_only=True):
     message_count: Annotated[int, msgspec.Meta(ge=0)] = 0
     version: Annotated[int, msgspec.Meta(ge=1)] = 1
     history: Chain | None = None
+    usage_count: Annotated[int, msgspec.Meta(ge=0)] = 0
 
 
 class LegacyHeader(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,6 +64,8 @@ header_decoder = msgspec.json.Decoder(Header)
 legacy_header_decoder = msgspec.json.Decoder(LegacyHeader)
 _message_encoder = msgspec.json.Encoder()
 _message_decoder = msgspec.json.Decoder(MessageSnapshot)
+usage_encoder = msgspec.json.Encoder()
+_usage_decoder = msgspec.json.Decoder(dict[str, Any])
 
 
 def decode_header(conversation_id: str, raw: bytes | memoryview) -> Header:
@@ -79,7 +87,8 @@ def _reason(exc: BaseException) -> str:
 
 
 def message_key(key: bytes, index: int) -> bytes:
-    """Message ``index`` of conversation ``key``: sorts in order under the conversation."""
+    """Message (or ledger entry) ``index`` of conversation ``key``: sorts in order under the
+    conversation."""
     return key + b"\x00" + index.to_bytes(8, "big")
 
 
@@ -88,10 +97,13 @@ def message_prefix(key: bytes) -> bytes:
 
 
 def encode_body(snapshot: ConversationPersistenceSnapshot) -> bytes:
-    """The snapshot without its messages (they are stored one record each) and without its
-    ``stored_version`` (every read stamps the record's own), so that a save that changed
-    nothing else writes the body it already has: the same bytes, which a store may skip."""
-    return encode_snapshot(msgspec.structs.replace(snapshot, messages=[], stored_version=0))
+    """The snapshot without its messages and its usage ledger (they are stored one record
+    each) and without its ``stored_version`` (every read stamps the record's own), so that
+    a save that changed nothing else writes the body it already has: the same bytes, which
+    a store may skip."""
+    return encode_snapshot(
+        msgspec.structs.replace(snapshot, messages=[], usage=[], stored_version=0)
+    )
 
 
 def decode_record(
@@ -100,14 +112,17 @@ def decode_record(
     count: int,
     body: bytes | memoryview,
     messages: Sequence[bytes | memoryview],
+    usage: tuple[int, Sequence[bytes | memoryview]] | None = None,
 ) -> ConversationPersistenceSnapshot:
-    """Reassemble a snapshot from its body and message records, checking that the body
-    names the conversation and owner its key and header (or row) do, and that all ``count``
-    messages are there. Every store reads through this one function.
+    """Reassemble a snapshot from its body, message and ledger records, checking that the
+    body names the conversation and owner its key and header (or row) do, and that all
+    ``count`` messages are there. ``usage`` is the ledger's expected count and its records
+    (None: the ledger is the body's own, as layouts before 4 stored it). Every store reads
+    through this one function.
 
     Raises:
-        CorruptSnapshotError: a record does not decode, messages are missing, or the body's
-            identity disagrees with the key or the header.
+        CorruptSnapshotError: a record does not decode, messages or ledger entries are
+            missing, or the body's identity disagrees with the key or the header.
     """
     snapshot = decode_snapshot(body, conversation_id)  # a too-deep body: CorruptSnapshotError
     if snapshot.conversation_id != conversation_id or snapshot.user_id not in (None, owner):
@@ -120,7 +135,35 @@ def decode_record(
             f"Stored conversation {conversation_id} has {len(messages)} of its {count} messages."
         )
     snapshot.messages = _decode_messages(conversation_id, messages)
+    if usage is not None:
+        snapshot.usage = _decode_usage(conversation_id, *usage)
     return snapshot
+
+
+def _decode_usage(
+    conversation_id: str, count: int, entries: Sequence[bytes | memoryview]
+) -> list[dict[str, Any]]:
+    """Every ledger entry decoded, as ``decode_usage_entry`` decodes it: the plain decoder
+    first; when any record does not decode, or an entry holds a container (which must pass
+    the nesting check), all go through ``decode_usage_entry``.
+
+    Raises:
+        CorruptSnapshotError: entries are missing, or one does not decode or nests too
+            deeply.
+    """
+    if len(entries) != count:
+        raise CorruptSnapshotError(
+            f"Stored conversation {conversation_id} has {len(entries)} of its {count} usage "
+            "ledger entries."
+        )
+    decode = _usage_decoder.decode
+    try:
+        decoded = [decode(e) for e in entries]
+    except (msgspec.DecodeError, RecursionError):
+        decoded = None
+    if decoded is None or any(isinstance(v, (dict, list)) for e in decoded for v in e.values()):
+        return [decode_usage_entry(e, conversation_id) for e in entries]
+    return decoded
 
 
 def _decode_messages(
@@ -144,60 +187,120 @@ def _decode_messages(
     return decoded
 
 
-class MessagePlan(NamedTuple):
-    """Which messages a save writes, already encoded: ``writes`` holds (index, bytes) for
-    every message whose stored bytes would change, ``size`` their total length.
+class Plan(NamedTuple, Generic[T]):
+    """Which records (messages or ledger entries) a save writes, already encoded: ``writes``
+    holds (index, bytes) for every item whose stored bytes would change, ``size`` their
+    total length.
 
     ``base`` is what the store believed was written when the plan was made; a plan whose
     base is no longer current is made again under the commit lock.
     """
 
-    base: list[MessageSnapshot] | None
+    base: list[T] | None
     writes: list[tuple[int, bytes]]
-    messages: list[MessageSnapshot]
+    items: list[T]
     size: int
+
+
+MessagePlan = Plan[MessageSnapshot]
+UsagePlan = Plan[dict[str, Any]]
 
 
 def plan_messages(
     base: list[MessageSnapshot] | None, messages: list[MessageSnapshot]
 ) -> MessagePlan:
     """Plan to write every message whose encoded bytes differ from what the store last
-    wrote (all of them without a ``base``).
+    wrote (all of them without a ``base``): ``plan_records`` with the message encoder."""
+    return plan_records(base, messages, _message_encoder.encode)
 
-    Memoized message snapshots make unchanged messages the very same objects, so one pass
-    of identity checks (``map(operator.is_, ...)``, about 20 ns a message) finds the first
-    that is not; from there on, a message the store wrote is compared by its encoded bytes,
-    never by ``==`` (which takes ``1`` for ``True``, ``0.0`` for ``-0.0``), so a changed
-    message is always written.
+
+def plan_usage(base: list[dict[str, Any]] | None, usage: list[dict[str, Any]]) -> UsagePlan:
+    """Plan to write every ledger entry whose encoded bytes differ from what the store last
+    wrote: the usual save appends one or two entries and writes only those. A ledger entry
+    is recognized by identity, as a message snapshot is: an entry changes by being replaced
+    (a new dict), never in place."""
+    if not usage and base is not None and not base:  # the service turn: no ledger at all
+        return Plan(base, [], usage, 0)
+    return plan_records(base, usage, usage_encoder.encode)
+
+
+def plan_records(base: list[T] | None, items: list[T], encode: Callable[[T], bytes]) -> Plan[T]:
+    """Plan to write every item whose encoded bytes differ from what the store last wrote
+    (all of them without a ``base``).
+
+    Memoized message snapshots (and ledger entries, appended and never changed) make
+    unchanged items the very same objects, so one pass of identity checks
+    (``map(operator.is_, ...)``, about 20 ns an item) finds the first that is not; from
+    there on, an item the store wrote is compared by its encoded bytes, never by ``==``
+    (which takes ``1`` for ``True``, ``0.0`` for ``-0.0``), so a changed item is always
+    written. A list shorter than the base writes nothing for the missing tail: the store
+    removes it by the counts.
     """
     if base is None:
-        writes = _encode_from(messages, 0)
+        writes = _encode_from(items, 0, encode)
     else:
-        common = min(len(base), len(messages))
+        common = min(len(base), len(items))
         # the usual turn: nothing before the end changed
-        same = all(map(operator.is_, base, messages))
-        writes = [] if same else _changed(base, messages, common)
-        writes += _encode_from(messages, common)
-    return MessagePlan(base, writes, messages, sum(len(data) for _, data in writes))
+        same = all(map(operator.is_, base, items))
+        writes = [] if same else _changed(base, items, common, encode)
+        if len(items) > common:
+            writes += _encode_from(items, common, encode)
+    return Plan(base, writes, items, sum(len(data) for _, data in writes) if writes else 0)
 
 
 def _changed(
-    base: list[MessageSnapshot], messages: list[MessageSnapshot], common: int
+    base: list[T], items: list[T], common: int, encode: Callable[[T], bytes]
 ) -> list[tuple[int, bytes]]:
-    """The messages among the first ``common`` that are not the base's very objects and
-    whose encoded bytes differ from the base's."""
-    encode = _message_encoder.encode
-    start = operator.indexOf(map(operator.is_, base, messages), False)
+    """The items among the first ``common`` that are not the base's very objects and whose
+    encoded bytes differ from the base's."""
+    start = operator.indexOf(map(operator.is_, base, items), False)
     writes = []
     for index in range(start, common):
-        message = messages[index]
-        if base[index] is not message:
-            data = encode(message)
+        item = items[index]
+        if base[index] is not item:
+            data = encode(item)
             if data != encode(base[index]):
                 writes.append((index, data))
     return writes
 
 
-def _encode_from(messages: list[MessageSnapshot], start: int) -> list[tuple[int, bytes]]:
-    encode = _message_encoder.encode
-    return [(i, encode(messages[i])) for i in range(start, len(messages))]
+def _encode_from(
+    items: list[T], start: int, encode: Callable[[T], bytes]
+) -> list[tuple[int, bytes]]:
+    return [(i, encode(items[i])) for i in range(start, len(items))]
+
+
+def advanced(old: Header, now: dt.datetime, message_count: int, usage_count: int) -> Header:
+    """The header of the save after ``old``: the next version, the new counts and time."""
+    return msgspec.structs.replace(
+        old,
+        updated_at=now,
+        message_count=message_count,
+        version=old.version + 1,
+        usage_count=usage_count,
+    )
+
+
+def replanned(
+    messages: list[MessageSnapshot] | None,
+    usage: list[dict[str, Any]] | None,
+    plan: MessagePlan,
+    ledger: UsagePlan,
+) -> tuple[MessagePlan, UsagePlan]:
+    """The plans made again when another write of the conversation landed since they were
+    made: their bases are not ``messages`` and ``usage``, what the store now knows it wrote
+    (None: nothing)."""
+    if plan.base is not messages:
+        plan = plan_messages(messages, plan.items)
+    if ledger.base is not usage:
+        ledger = plan_usage(usage, ledger.items)
+    return plan, ledger
+
+
+def write_run(txn: Any, db: Any, key: bytes, plan: MessagePlan | UsagePlan, old: int) -> None:
+    """Put the plan's writes into ``db`` (messages or ledger entries) and delete the records
+    past its new end, up to ``old``, the count the record had."""
+    for index, data in plan.writes:
+        txn.put(message_key(key, index), data, db=db)
+    for index in range(len(plan.items), old):
+        txn.delete(message_key(key, index), db=db)

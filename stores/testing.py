@@ -21,6 +21,7 @@ import functools
 import threading
 from collections.abc import Callable, Iterator
 
+import msgspec
 import pytest
 
 from parlour.runtime import ConversationContext
@@ -36,6 +37,7 @@ from parlour.stores._contract import (
     raising,
     run_all,
     said,
+    save_ledger_edits,
     snapshot,
     stamped,
 )
@@ -289,6 +291,16 @@ class StoreContract:
             assert store.load_version("c1", entry.saved_at, "alice") == expected
         assert store.load_version("c1", 4, "alice") is None
         assert store.load_version("c1", history[-1].saved_at - dt.timedelta(1), "alice") is None
+
+    def test_the_usage_ledger_of_every_version_loads_back_exactly(
+        self, store: PersistentStore
+    ) -> None:
+        saved = save_ledger_edits(store)
+        for version, ledger in saved.items():
+            kept = store.load_version("c1", version, "alice")
+            assert kept is not None and msgspec.json.encode(kept.usage) == ledger, version
+        current = store.load("c1", "alice")
+        assert current is not None and current.usage == []
 
     def test_a_delete_removes_the_history_with_the_conversation(
         self, store: PersistentStore

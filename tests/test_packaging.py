@@ -296,6 +296,7 @@ PINNED = {
         "ObjectiveSlot",
         "decode_message_snapshot",
         "decode_snapshot",
+        "decode_usage_entry",
         "encode_snapshot",
     ],
     "parlour.runtime.testing": [

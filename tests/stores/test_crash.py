@@ -56,3 +56,55 @@ def test_a_killed_writer_loses_no_acknowledged_save(tmp_path: Path) -> None:
             # every acknowledged turn of this conversation is there, in order
             expected = [f"turn {t}" for t in range(i, acknowledged + 1, 4)]
             assert said[1 : 1 + len(expected)] == expected
+
+
+LEDGER_WRITER = """
+import sys
+from parlour.runtime import ConversationContext
+from parlour.stores import LmdbStore
+
+store = LmdbStore(sys.argv[1])
+conversations = [ConversationContext(f"c{i}", user_id="alice") for i in range(4)]
+for c in conversations:
+    c.stored_version = store.create_context(c.to_snapshot(), "alice")
+turn = 0
+while True:  # one message and one ledger entry a save, each acknowledged after it returned
+    c = conversations[turn % 4]
+    c.add_user_message(f"turn {turn}")
+    c.usage_ledger.append({"type": "model_call", "turn": turn})
+    if turn % 37 == 36:  # now and then a ledger rewritten whole, shorter
+        c.usage_ledger = [dict(e) for e in c.usage_ledger[1:]]
+    c.stored_version = store.save_context(c.to_snapshot(), "alice")
+    print(turn, flush=True)
+    turn += 1
+"""
+
+
+def test_a_writer_killed_mid_save_loses_no_acknowledged_ledger_entry(tmp_path: Path) -> None:
+    acknowledged = -1
+    with subprocess.Popen(
+        [sys.executable, "-c", LEDGER_WRITER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    ) as child:
+        assert child.stdout is not None
+        for line in child.stdout:  # block on the pipe: no sleeping
+            acknowledged = int(line)
+            if acknowledged >= 200:
+                break
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    assert acknowledged >= 200
+    with LmdbStore(tmp_path) as store:
+        assert store.undecodable() == []
+        for i in range(4):
+            snapshot = store.load(f"c{i}", "alice")
+            assert snapshot is not None
+            turns = [int(str(m.raw_content).split()[1]) for m in snapshot.messages]
+            assert turns[: len(range(i, acknowledged + 1, 4))] == list(
+                range(i, acknowledged + 1, 4)
+            )
+            rewrites = sum(1 for t in turns if t % 37 == 36)
+            # the ledger: an entry per saved turn, less the oldest one per rewrite
+            assert [e["turn"] for e in snapshot.usage] == turns[rewrites:]
