@@ -19,12 +19,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Itera
 from typing import Any
 
 from parlour.actors._calls import start_pools
-from parlour.actors._drive import drive, drive_async
+from parlour.actors._drive import drive, drive_async, run
 from parlour.actors._effects import Compact, RetryPolicy
 from parlour.actors._events import AgentEvent, Reply, TurnDone
 from parlour.actors._joiners import AgentThinker
 from parlour.actors._ledger import LedgerEntry, UsageLedger, decode_entries
-from parlour.actors._otel import span_on, tracer
+from parlour.actors._otel import tracer, turn_span
 from parlour.actors._service import ConversationService
 from parlour.actors._tools import ToolBox
 from parlour.actors._turn import TurnPlan, turn_steps
@@ -225,6 +225,7 @@ class Chat:
             self.thinker.mint_conversation_id()
         self.temporary = temporary
         self._busy = threading.Lock()
+        self._ledger = agent.ledger(self.conversation_id)  # its id is fixed from here on
 
     @property
     def conversation_id(self) -> str:
@@ -247,7 +248,7 @@ class Chat:
         Raises:
             PermissionError: the stored conversation belongs to another user.
         """
-        ledger = self.agent.ledger(self.conversation_id)
+        ledger = self._ledger
         store = self.service.store
         if ledger.seeded or self.temporary or store is None:
             return ledger.entries()
@@ -265,10 +266,14 @@ class Chat:
             RetryableLLMError, UncorrectableLLMError: the model failed it (after the save).
             IllegalStateError: a turn is already running on this chat.
         """
-        for event in self._events(text, attachments, deltas=False):
-            if isinstance(event, TurnDone):
-                return event.reply
-        raise AssertionError("a turn's events end with TurnDone")  # pragma: no cover
+        plan = self._begin(deltas=False)
+        try:
+            with turn_span(plan.tracer, self.thinker):
+                reply = run(turn_steps(plan, text, attachments), plan, self.service)
+            self._done(plan, reply)
+            return reply
+        finally:
+            self._end()
 
     def stream(
         self, text: str, attachments: Sequence[ContentBlock] = ()
@@ -284,8 +289,7 @@ class Chat:
         still get them), for a caller that reads only the reply."""
         plan = self._begin(deltas)
         try:
-            cid = self.conversation_id
-            with span_on(plan.tracer, "parlour.turn", **{"parlour.conversation_id": cid}):
+            with turn_span(plan.tracer, self.thinker):
                 reply = yield from drive(turn_steps(plan, text, attachments), plan, self.service)
             yield self._done(plan, reply)
         finally:
@@ -327,8 +331,7 @@ class Chat:
     ) -> Reply:
         plan = self._begin()
         try:
-            cid = self.conversation_id
-            with span_on(plan.tracer, "parlour.turn", **{"parlour.conversation_id": cid}):
+            with turn_span(plan.tracer, self.thinker):
                 steps = turn_steps(plan, text, attachments)
                 reply = await drive_async(steps, plan, self.service, emit)
             self._done(plan, reply)
@@ -350,7 +353,7 @@ class Chat:
             tools=agent.tools,
             thinker=self.thinker,
             state=self.thinker.begin_turn(),
-            ledger=agent.ledger(self.conversation_id),
+            ledger=self._ledger,
             objective=agent.objective,
             max_rounds=agent.max_rounds,
             retry=agent.retry,

@@ -73,6 +73,7 @@ from parlour.runtime.errors import (
 )
 
 OBJECTIVE_KEY = "agent"
+_NONE = Usage()  # a turn's usage before its first call
 
 
 @dataclass(slots=True)
@@ -97,7 +98,15 @@ class TurnPlan:
     deltas: bool = True  # the driver's caller reads text deltas (False: only the reply)
     tracer: Any = None  # the OpenTelemetry tracer, looked up once per turn (None: no spans)
     added: list[Message] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = field(default_factory=lambda: _NONE)  # the turn's calls, summed
+    _save: Save | None = None
+
+    def saving(self, context: ConversationContext) -> Save:
+        """The ``Save`` of ``context`` (one per turn: effects carry data only)."""
+        save = self._save
+        if save is None or save.context is not context:
+            save = self._save = Save(context)
+        return save
 
 
 Steps = Generator[Any, Any, Reply]
@@ -106,14 +115,17 @@ Steps = Generator[Any, Any, Reply]
 # -- the turn -----------------------------------------------------------------------------------
 
 
+_OBTAIN, _RELEASE = Obtain(), Release()  # no fields: one of each serves every turn
+
+
 def turn_steps(plan: TurnPlan, text: str, attachments: Sequence[ContentBlock] = ()) -> Steps:
     """One whole turn (see the module docstring); returns the reply."""
-    context: ConversationContext = yield Obtain()
+    context: ConversationContext = yield _OBTAIN
     abandoned = False  # closed by the garbage collector: a driver bug, nothing can be yielded
     try:
         _prepare(context, plan)
         _add(context, plan, _user_message(text, attachments, plan.handler))
-        yield Save(context)
+        yield plan.saving(context)
         return (yield from _answer_all(context, plan))
     except GeneratorExit:
         abandoned = True
@@ -124,14 +136,15 @@ def turn_steps(plan: TurnPlan, text: str, attachments: Sequence[ContentBlock] = 
     finally:
         plan.state.close()
         if not abandoned:
-            yield Release()
+            yield _RELEASE
 
 
 def _prepare(context: ConversationContext, plan: TurnPlan) -> None:
     plan.ledger.seed(context)
     if plan.objective and not context.has_main_objective(OBJECTIVE_KEY):
         context.put_main_objective(OBJECTIVE_KEY, plan.objective)
-    context.add_tools(plan.tools.declarations())  # add-only: a fresh chat has them too
+    if plan.tools.tools:
+        context.add_tools(plan.tools.declarations())  # add-only: a fresh chat has them too
 
 
 def _user_message(
@@ -180,7 +193,7 @@ def _typed(context: ConversationContext, plan: TurnPlan, reply: Reply) -> Steps:
             app_authored=True,
         ),
     )
-    yield Save(context)
+    yield plan.saving(context)
     reply = yield from _rounds(context, plan)
     try:
         return _parse(plan, reply)
@@ -196,7 +209,7 @@ def _take_offers(context: ConversationContext, plan: TurnPlan, offers: list[str]
     for text in offers:
         _add(context, plan, _user_message(text, (), plan.handler))
         yield OfferAccepted(text=text)
-    yield Save(context)
+    yield plan.saving(context)
     return Reply(text="", usage=plan.usage, messages=[])
 
 
@@ -207,7 +220,7 @@ def _rounds(context: ConversationContext, plan: TurnPlan) -> Steps:
         response = yield from _ask(context, plan)
         calls = response.tool_uses
         _add(context, plan, IncomingMessage(blocks=response.blocks, compactable=bool(calls)))
-        yield Save(context)
+        yield plan.saving(context)
         if not calls:
             return _reply(plan, response, exhausted=False)
         yield from _run_tools(context, plan, calls)
@@ -238,7 +251,9 @@ def _ask(context: ConversationContext, plan: TurnPlan) -> Generator[Any, Any, LL
     """One model answer: retryable errors retried with backoff, a truncation once."""
     attempt, waited, escalated = 0, 0.0, False
     while True:
-        yield from _fit(context, plan)
+        effect = plan.window(context) if plan.window is not None else None
+        if effect is not None:
+            yield from _fit(context, plan, effect)
         try:
             response: LLMResponse = yield CallModel(context)
         except OutputTruncationRetry as exc:
@@ -258,16 +273,15 @@ def _ask(context: ConversationContext, plan: TurnPlan) -> Generator[Any, Any, LL
             continue
         plan.state.commit_text()
         plan.ledger.record_call(context, response)
-        plan.usage = add_usage(plan.usage, response.usage)
+        plan.usage = (
+            response.usage if plan.usage is _NONE else add_usage(plan.usage, response.usage)
+        )
         return response
 
 
-def _fit(context: ConversationContext, plan: TurnPlan) -> Steps:
+def _fit(context: ConversationContext, plan: TurnPlan, effect: Compact) -> Steps:
     """Compact the conversation when it outgrew its window; the change is saved with the
     next boundary's save. Raises ``ContextOverflowError`` when it cannot fit."""
-    effect = plan.window(context) if plan.window is not None else None
-    if effect is None:
-        return Reply(text="", usage=plan.usage, messages=[])
     report: FitReport = yield effect
     if report.steps:
         levels = [level.value for level in report.levels]
@@ -296,7 +310,7 @@ def _run_tools(context: ConversationContext, plan: TurnPlan, calls: list[ToolUse
             call_id=r.tool_use_id, name=names[r.tool_use_id], content=r.content, is_error=r.is_error
         )
     _add(context, plan, OutgoingMessage(blocks=results, compactable=True))
-    yield Save(context)
+    yield plan.saving(context)
     return Reply(text="", usage=plan.usage, messages=[])
 
 
@@ -338,7 +352,7 @@ def _end_abnormally(context: ConversationContext, plan: TurnPlan, exc: BaseExcep
     for text in plan.state.close():
         _add(context, plan, _user_message(text, (), plan.handler))
     try:
-        yield Save(context)
+        yield plan.saving(context)
     except Exception as save_exc:
         logger.opt(exception=save_exc).error(
             "the boundary save of failed turn on {} failed", context.conversation_id
