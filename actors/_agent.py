@@ -158,20 +158,23 @@ class Agent:
             return self._ledgers.setdefault(conversation_id, UsageLedger())
 
     def window(self, context: ConversationContext) -> Compact | None:
-        """The compaction before the next model call of ``context`` (its owner's thread),
-        or None when compaction is off, the seat declares no reserve yet (the model call
-        then refuses or binds it, as without compaction), or a bound that encodes nothing
-        proves the conversation fits (``ContextWindowManager.surely_fits``)."""
+        """The compaction before the next model call of ``context`` (its owner's thread), or None:
+        compaction off, a bound that encodes nothing proving it fits
+        (``ContextWindowManager.surely_fits``, first with the largest reserve any seat has, the
+        model's ceiling: no budget resolved far below the window), or no reserve declared yet
+        (the model call then refuses or binds the seat, as without compaction)."""
         if not self.compaction:
             return None
         spec = context.get_model() if context.is_model_resolved() else self.client.spec
+        manager = self._window(spec)
+        if manager.surely_fits(context, spec.max_output_tokens):
+            return None  # far below the window: nothing to measure, nothing to climb
         try:
             reserve = context.output_reserve(spec)
         except UncorrectableLLMError:
             return None
-        manager = self._window(spec)
         if manager.surely_fits(context, reserve):
-            return None  # far below the window: nothing to measure, nothing to climb
+            return None
         return Compact(context, manager, reserve)
 
     def window_comfort(self) -> int | None:
@@ -248,10 +251,9 @@ class Chat:
         Raises:
             PermissionError: the stored conversation belongs to another user.
         """
-        ledger = self._ledger
         store = self.service.store
-        if ledger.seeded or self.temporary or store is None:
-            return ledger.entries()
+        if self._ledger.seeded or self.temporary or store is None:
+            return self._ledger.entries()
         snapshot = store.load(self.conversation_id, self.user_id)
         return decode_entries(snapshot.usage) if snapshot is not None else []
 
@@ -347,26 +349,8 @@ class Chat:
                 f"A turn is already running on conversation {self.conversation_id}; wait for "
                 "it to end, or offer the message to it with service.offer."
             )
-        agent = self.agent
-        return TurnPlan(
-            client=agent.client,
-            tools=agent.tools,
-            thinker=self.thinker,
-            state=self.thinker.begin_turn(),
-            ledger=self._ledger,
-            objective=agent.objective,
-            max_rounds=agent.max_rounds,
-            retry=agent.retry,
-            tool_timeout_s=agent.tool_timeout_s,
-            model_timeout_s=agent.model_timeout_s,
-            sleep=agent.sleep,
-            async_sleep=agent.async_sleep,
-            before_model_call=agent.before_model_call,
-            window=agent.window,
-            handler=agent.handler,
-            deltas=deltas,
-            tracer=tracer(),
-        )
+        thinker = self.thinker
+        return TurnPlan(self.agent, thinker, thinker.begin_turn(), self._ledger, deltas, tracer())
 
     def _done(self, plan: TurnPlan, reply: Reply) -> TurnDone:
         done = TurnDone(reply=reply)
@@ -387,13 +371,12 @@ def _default_compactor(client: LLMClient) -> ContextCompactor:
     model = summary_model(client.spec)
 
     def complete(prompt: str) -> Any:
-        return client.respond(ConversationContext.single_turn(model, prompt, _SUMMARY_TOKENS))
+        return client.respond(ConversationContext.single_turn(model, prompt, _SUMMARY))
 
     async def acomplete(prompt: str) -> Any:
-        single = ConversationContext.single_turn(model, prompt, _SUMMARY_TOKENS)
-        return await client.arespond(single)
+        return await client.arespond(ConversationContext.single_turn(model, prompt, _SUMMARY))
 
     return LLMContextCompactor(complete, acomplete=acomplete, model_id=model.id)
 
 
-_SUMMARY_TOKENS = 2_000
+_SUMMARY = 2_000  # a summary call's output backstop

@@ -20,10 +20,7 @@ raises. The lease is always released.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -76,30 +73,67 @@ OBJECTIVE_KEY = "agent"
 _NONE = Usage()  # a turn's usage before its first call
 
 
-@dataclass(slots=True)
 class TurnPlan:
-    """Everything one turn needs; built by ``Chat`` for each turn."""
+    """Everything one turn needs: the agent's settings (read from ``seat``, anything with
+    the ``Agent``'s attributes of these names), the chat's thinker and ledger, and the
+    turn's own state; made by ``Chat`` for each turn (by hand, no keyword binding: it is
+    on every turn's path)."""
 
+    __slots__ = (
+        "_save",
+        "added",
+        "async_sleep",
+        "before_model_call",
+        "client",
+        "deltas",
+        "handler",
+        "ledger",
+        "max_rounds",
+        "model_timeout_s",
+        "objective",
+        "retry",
+        "sleep",
+        "state",
+        "thinker",
+        "tool_timeout_s",
+        "tools",
+        "tracer",
+        "usage",
+        "window",
+    )
     client: LLMClient
     tools: ToolBox
-    thinker: AgentThinker
-    state: TurnState
-    ledger: UsageLedger
     objective: str | None
     max_rounds: int
     retry: RetryPolicy
     tool_timeout_s: float
     model_timeout_s: float
-    sleep: Callable[[float], None] = time.sleep
-    async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
-    before_model_call: Callable[[ConversationContext, UsageLedger], None] | None = None
-    window: Callable[[ConversationContext], Compact | None] | None = None
-    handler: ResponseHandler | None = None
-    deltas: bool = True  # the driver's caller reads text deltas (False: only the reply)
-    tracer: Any = None  # the OpenTelemetry tracer, looked up once per turn (None: no spans)
-    added: list[Message] = field(default_factory=list)
-    usage: Usage = field(default_factory=lambda: _NONE)  # the turn's calls, summed
-    _save: Save | None = None
+    sleep: Callable[[float], None]
+    async_sleep: Callable[[float], Awaitable[None]]
+    before_model_call: Callable[[ConversationContext, UsageLedger], None] | None
+    window: Callable[[ConversationContext], Compact | None] | None
+    handler: ResponseHandler | None
+
+    def __init__(
+        self,
+        seat: Any,
+        thinker: AgentThinker,
+        state: TurnState,
+        ledger: UsageLedger,
+        deltas: bool,  # the driver's caller reads text deltas (False: only the reply)
+        tracer: Any,  # the OpenTelemetry tracer, looked up once per turn (None: no spans)
+    ) -> None:
+        self.client, self.tools, self.objective = seat.client, seat.tools, seat.objective
+        self.max_rounds, self.retry = seat.max_rounds, seat.retry
+        self.tool_timeout_s, self.model_timeout_s = seat.tool_timeout_s, seat.model_timeout_s
+        self.sleep, self.async_sleep = seat.sleep, seat.async_sleep
+        self.before_model_call, self.window = seat.before_model_call, seat.window
+        self.handler = seat.handler
+        self.thinker, self.state, self.ledger = thinker, state, ledger
+        self.deltas, self.tracer = deltas, tracer
+        self.added: list[Message] = []
+        self.usage: Usage = _NONE  # the turn's calls, summed
+        self._save: Save | None = None
 
     def saving(self, context: ConversationContext) -> Save:
         """The ``Save`` of ``context`` (one per turn: effects carry data only)."""

@@ -119,9 +119,9 @@ def model_workers() -> Workers:
         return _model_workers
 
 
-def _forget_workers() -> None:  # in a forked child
-    global _model_workers
-    _model_workers = None
+def _forget_workers() -> None:  # in a forked child: no parent thread, no lock it held
+    global _model_workers, _guard
+    _model_workers, _guard = None, threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_workers)
