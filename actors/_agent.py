@@ -19,12 +19,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Itera
 from typing import Any
 
 from parlour.actors._calls import start_pools
-from parlour.actors._drive import drive, drive_async
+from parlour.actors._drive import drive, drive_async, run
 from parlour.actors._effects import Compact, RetryPolicy
 from parlour.actors._events import AgentEvent, Reply, TurnDone
 from parlour.actors._joiners import AgentThinker
 from parlour.actors._ledger import LedgerEntry, UsageLedger, decode_entries
-from parlour.actors._otel import span_on, tracer
+from parlour.actors._otel import tracer, turn_span
 from parlour.actors._service import ConversationService
 from parlour.actors._tools import ToolBox
 from parlour.actors._turn import TurnPlan, turn_steps
@@ -158,20 +158,23 @@ class Agent:
             return self._ledgers.setdefault(conversation_id, UsageLedger())
 
     def window(self, context: ConversationContext) -> Compact | None:
-        """The compaction before the next model call of ``context`` (its owner's thread),
-        or None when compaction is off, the seat declares no reserve yet (the model call
-        then refuses or binds it, as without compaction), or a bound that encodes nothing
-        proves the conversation fits (``ContextWindowManager.surely_fits``)."""
+        """The compaction before the next model call of ``context`` (its owner's thread), or None:
+        compaction off, a bound that encodes nothing proving it fits
+        (``ContextWindowManager.surely_fits``, first with the largest reserve any seat has, the
+        model's ceiling: no budget resolved far below the window), or no reserve declared yet
+        (the model call then refuses or binds the seat, as without compaction)."""
         if not self.compaction:
             return None
         spec = context.get_model() if context.is_model_resolved() else self.client.spec
+        manager = self._window(spec)
+        if manager.surely_fits(context, spec.max_output_tokens):
+            return None  # far below the window: nothing to measure, nothing to climb
         try:
             reserve = context.output_reserve(spec)
         except UncorrectableLLMError:
             return None
-        manager = self._window(spec)
         if manager.surely_fits(context, reserve):
-            return None  # far below the window: nothing to measure, nothing to climb
+            return None
         return Compact(context, manager, reserve)
 
     def window_comfort(self) -> int | None:
@@ -225,6 +228,7 @@ class Chat:
             self.thinker.mint_conversation_id()
         self.temporary = temporary
         self._busy = threading.Lock()
+        self._ledger = agent.ledger(self.conversation_id)  # its id is fixed from here on
 
     @property
     def conversation_id(self) -> str:
@@ -247,10 +251,9 @@ class Chat:
         Raises:
             PermissionError: the stored conversation belongs to another user.
         """
-        ledger = self.agent.ledger(self.conversation_id)
         store = self.service.store
-        if ledger.seeded or self.temporary or store is None:
-            return ledger.entries()
+        if self._ledger.seeded or self.temporary or store is None:
+            return self._ledger.entries()
         snapshot = store.load(self.conversation_id, self.user_id)
         return decode_entries(snapshot.usage) if snapshot is not None else []
 
@@ -265,10 +268,14 @@ class Chat:
             RetryableLLMError, UncorrectableLLMError: the model failed it (after the save).
             IllegalStateError: a turn is already running on this chat.
         """
-        for event in self._events(text, attachments, deltas=False):
-            if isinstance(event, TurnDone):
-                return event.reply
-        raise AssertionError("a turn's events end with TurnDone")  # pragma: no cover
+        plan = self._begin(deltas=False)
+        try:
+            with turn_span(plan.tracer, self.thinker):
+                reply = run(turn_steps(plan, text, attachments), plan, self.service)
+            self._done(plan, reply)
+            return reply
+        finally:
+            self._end()
 
     def stream(
         self, text: str, attachments: Sequence[ContentBlock] = ()
@@ -284,8 +291,7 @@ class Chat:
         still get them), for a caller that reads only the reply."""
         plan = self._begin(deltas)
         try:
-            cid = self.conversation_id
-            with span_on(plan.tracer, "parlour.turn", **{"parlour.conversation_id": cid}):
+            with turn_span(plan.tracer, self.thinker):
                 reply = yield from drive(turn_steps(plan, text, attachments), plan, self.service)
             yield self._done(plan, reply)
         finally:
@@ -327,8 +333,7 @@ class Chat:
     ) -> Reply:
         plan = self._begin()
         try:
-            cid = self.conversation_id
-            with span_on(plan.tracer, "parlour.turn", **{"parlour.conversation_id": cid}):
+            with turn_span(plan.tracer, self.thinker):
                 steps = turn_steps(plan, text, attachments)
                 reply = await drive_async(steps, plan, self.service, emit)
             self._done(plan, reply)
@@ -344,26 +349,8 @@ class Chat:
                 f"A turn is already running on conversation {self.conversation_id}; wait for "
                 "it to end, or offer the message to it with service.offer."
             )
-        agent = self.agent
-        return TurnPlan(
-            client=agent.client,
-            tools=agent.tools,
-            thinker=self.thinker,
-            state=self.thinker.begin_turn(),
-            ledger=agent.ledger(self.conversation_id),
-            objective=agent.objective,
-            max_rounds=agent.max_rounds,
-            retry=agent.retry,
-            tool_timeout_s=agent.tool_timeout_s,
-            model_timeout_s=agent.model_timeout_s,
-            sleep=agent.sleep,
-            async_sleep=agent.async_sleep,
-            before_model_call=agent.before_model_call,
-            window=agent.window,
-            handler=agent.handler,
-            deltas=deltas,
-            tracer=tracer(),
-        )
+        thinker = self.thinker
+        return TurnPlan(self.agent, thinker, thinker.begin_turn(), self._ledger, deltas, tracer())
 
     def _done(self, plan: TurnPlan, reply: Reply) -> TurnDone:
         done = TurnDone(reply=reply)
@@ -384,13 +371,12 @@ def _default_compactor(client: LLMClient) -> ContextCompactor:
     model = summary_model(client.spec)
 
     def complete(prompt: str) -> Any:
-        return client.respond(ConversationContext.single_turn(model, prompt, _SUMMARY_TOKENS))
+        return client.respond(ConversationContext.single_turn(model, prompt, _SUMMARY))
 
     async def acomplete(prompt: str) -> Any:
-        single = ConversationContext.single_turn(model, prompt, _SUMMARY_TOKENS)
-        return await client.arespond(single)
+        return await client.arespond(ConversationContext.single_turn(model, prompt, _SUMMARY))
 
     return LLMContextCompactor(complete, acomplete=acomplete, model_id=model.id)
 
 
-_SUMMARY_TOKENS = 2_000
+_SUMMARY = 2_000  # a summary call's output backstop

@@ -1,6 +1,7 @@
 """The model call's plumbing shared by both drivers: the process-wide pools, the
-per-provider caps, and the sync path's model call in a model worker (``ThreadedCall``),
-which the turn waits for with the model timeout as its deadline.
+per-provider caps, and the sync path's model call in a model worker (``ThreadedCall``,
+made by ``call_model`` and ``stream_model``), which the turn waits for with the model
+timeout as its deadline.
 
 Thread-safety: pools, workers and caps are created under one lock and shared by every
 turn; a ``ThreadedCall`` belongs to one turn (its ``wake`` may be called from any thread).
@@ -13,13 +14,14 @@ import concurrent.futures as cf
 import queue
 import threading
 import time
-from collections.abc import Callable, Generator
-
-from loguru import logger
+from collections.abc import Generator
+from typing import Any
 
 from parlour.actors._events import AgentEvent, TextDelta, TurnCancelledError
+from parlour.actors._otel import OFF, model_attributes, span_on
 from parlour.actors._tools import prestarted_pool
 from parlour.actors._turn import TurnPlan
+from parlour.actors._workers import MODEL_WORKERS, Raised, model_workers
 from parlour.runtime import ConversationContext, LLMClient, LLMResponse
 from parlour.runtime.errors import RetryableLLMError
 
@@ -27,23 +29,26 @@ __all__ = [
     "MODEL_WORKERS",
     "POOL_SIZES",
     "Abandoned",
+    "Cap",
     "ThreadedCall",
     "acquire_cap",
+    "call_model",
     "cancelled_error",
+    "model_span",
     "model_workers",
     "pool",
     "provider_cap",
     "set_provider_concurrency",
     "start_pools",
+    "stream_model",
     "timed_out",
 ]
 
 POOL_SIZES = {"save": 8, "obtain": 32}
-MODEL_WORKERS = 64
 DEFAULT_PROVIDER_CONCURRENCY = 64
 
 _pools: dict[str, cf.ThreadPoolExecutor] = {}
-_caps: dict[str, threading.BoundedSemaphore] = {}
+_caps: dict[str, queue.SimpleQueue[None]] = {}
 _guard = threading.Lock()
 
 
@@ -56,45 +61,6 @@ def pool(kind: str) -> cf.ThreadPoolExecutor:
         return _pools[kind]
 
 
-class Workers:
-    """A fixed set of daemon threads, all started up front, running submitted calls in
-    arrival order. Lighter than an executor (no future, no lock per submit): the sync
-    path's model calls report through their own queue.
-
-    Thread-safety: ``submit`` from any thread; a call reports its own outcome, and one
-    that raises anyway is logged, its thread kept alive.
-    """
-
-    def __init__(self, count: int, name: str) -> None:
-        self._calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        for n in range(count):
-            threading.Thread(target=self._serve, name=f"{name}_{n}", daemon=True).start()
-
-    def submit(self, call: Callable[[], None]) -> None:
-        self._calls.put(call)
-
-    def _serve(self) -> None:
-        while True:
-            call = self._calls.get()
-            try:
-                call()
-            except Exception:  # pragma: no cover - a call reports its own errors
-                logger.exception("a model worker's call raised; the worker goes on")
-            del call
-
-
-_model_workers: Workers | None = None
-
-
-def model_workers() -> Workers:
-    """The process's model workers (``MODEL_WORKERS`` threads), started on first use."""
-    global _model_workers
-    with _guard:
-        if _model_workers is None:
-            _model_workers = Workers(MODEL_WORKERS, "parlour-model")
-        return _model_workers
-
-
 def start_pools() -> None:
     """Start every pool's threads and the model workers now (once per process); idempotent."""
     for kind in POOL_SIZES:
@@ -102,8 +68,21 @@ def start_pools() -> None:
     model_workers()
 
 
+Cap = queue.SimpleQueue
+"""A provider's cap: a ``queue.SimpleQueue`` holding one ``None`` per free slot; ``get``
+takes a slot (waiting for one), ``put(None)`` gives it back (two C calls per model call)."""
+
+
+def _new_cap(limit: int) -> Cap[None]:
+    cap: Cap[None] = queue.SimpleQueue()
+    for _ in range(limit):
+        cap.put(None)
+    return cap
+
+
 def set_provider_concurrency(provider: str, limit: int) -> None:
-    """Cap the model calls in flight to ``provider`` across every chat of the process.
+    """Cap the model calls in flight to ``provider`` across every chat of the process
+    (calls already in flight give their slots back to the cap they took them from).
 
     Raises:
         ValueError: ``limit`` is below 1.
@@ -111,32 +90,35 @@ def set_provider_concurrency(provider: str, limit: int) -> None:
     if limit < 1:
         raise ValueError(f"The concurrency cap of {provider} must be at least 1, not {limit}.")
     with _guard:
-        _caps[provider] = threading.BoundedSemaphore(limit)
+        _caps[provider] = _new_cap(limit)
 
 
-def provider_cap(client: LLMClient) -> threading.BoundedSemaphore:
+def provider_cap(client: LLMClient) -> Cap[None]:
     """The cap of the client's provider (``DEFAULT_PROVIDER_CONCURRENCY`` unless set)."""
     provider = client.spec.provider
-    with _guard:
-        if provider not in _caps:
-            _caps[provider] = threading.BoundedSemaphore(DEFAULT_PROVIDER_CONCURRENCY)
-        return _caps[provider]
+    cap = _caps.get(provider)
+    if cap is None:
+        with _guard:
+            cap = _caps.setdefault(provider, _new_cap(DEFAULT_PROVIDER_CONCURRENCY))
+    return cap
 
 
 class Abandoned(Exception):
     """Raised inside a model call whose turn stopped listening, to end the call early."""
 
 
-async def acquire_cap(cap: threading.BoundedSemaphore) -> None:
+async def acquire_cap(cap: Cap[None]) -> None:
     """Take a provider's cap from the loop without blocking it (a full cap is waited for
     in a pool thread; a cancelled wait gives the slot back once it arrives)."""
-    if cap.acquire(blocking=False):
-        return
-    waiting = asyncio.get_running_loop().run_in_executor(pool("obtain"), cap.acquire)
+    try:
+        return cap.get_nowait()
+    except queue.Empty:
+        pass
+    waiting = asyncio.get_running_loop().run_in_executor(pool("obtain"), cap.get)
     try:
         await asyncio.shield(waiting)
     except asyncio.CancelledError:
-        waiting.add_done_callback(lambda f: cap.release())
+        waiting.add_done_callback(lambda f: cap.put(None))
         raise
 
 
@@ -156,13 +138,6 @@ def cancelled_error(plan: TurnPlan) -> TurnCancelledError:
     )
 
 
-class _Done:
-    __slots__ = ("error", "response")
-
-    def __init__(self, response: LLMResponse | None, error: BaseException | None) -> None:
-        self.response, self.error = response, error
-
-
 _WAKE = object()
 
 
@@ -171,29 +146,31 @@ class ThreadedCall:
     waits at most the model timeout (the call is then abandoned: it stops at its next
     delta, its answer is dropped) and wakes at once when the turn is force-released.
 
-    With ``deltas`` the text deltas come back through the call's queue, and ``events``
-    yields each as a ``TextDelta``. Without (a caller that reads only the reply), the
+    The call is handed to the worker as the turn's thread starts waiting, with nothing
+    between the two, so the worker finds the interpreter free when it wakes. With
+    ``deltas`` the text deltas come back through the call's queue, and ``events`` yields
+    each as a ``TextDelta``. Without (a caller that reads only the reply: ``result``), the
     worker hands each delta straight to the turn's broadcast, for joiners, and the turn's
     thread wakes once, for the answer: no thread switch per delta. Either way no delta
     of an abandoned call is published.
     """
 
+    __slots__ = ("_abandoned", "_on_text", "_token", "context", "deadline", "plan", "queue")
+
     def __init__(self, plan: TurnPlan, context: ConversationContext, *, deltas: bool) -> None:
         self.plan, self.context = plan, context
         self.queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._abandoned = False
-        self.deadline = time.monotonic() + plan.model_timeout_s
+        self.deadline = 0.0
         self._on_text, self._token = (
             (self._queued, None) if deltas else plan.state.text_sink(Abandoned)
         )
-        model_workers().submit(self._run)
 
-    def _run(self) -> None:  # in the worker
+    def _run(self) -> object:  # in the worker
         try:
-            response = self.plan.client.respond(self.context, on_text=self._on_text)
-            self.queue.put(_Done(response, None))
+            return self.plan.client.respond(self.context, on_text=self._on_text)
         except BaseException as exc:
-            self.queue.put(_Done(None, exc))
+            return Raised(exc)
 
     def _queued(self, text: str) -> None:  # in the worker
         if self._abandoned:
@@ -204,8 +181,8 @@ class ThreadedCall:
         """From any thread: make the waiting turn look at its cancellation now."""
         self.queue.put(_WAKE)
 
-    def events(self) -> Generator[AgentEvent, None, LLMResponse]:
-        """The call's text deltas (with ``deltas``), then its response.
+    def result(self) -> LLMResponse:
+        """Make the call and wait for its response (a call made without ``deltas``).
 
         Raises:
             RetryableLLMError: no answer within the model timeout.
@@ -213,27 +190,118 @@ class ThreadedCall:
             Exception: what the model call raised.
         """
         try:
+            item = self._start()
             while True:
+                if type(item) is Raised:
+                    raise item.error
+                if item is not _WAKE and not isinstance(item, str):
+                    return item  # type: ignore[return-value]
                 item = self._next()
-                if isinstance(item, _Done):
-                    if item.error is not None:
-                        raise item.error
-                    assert item.response is not None
-                    return item.response
-                if isinstance(item, str):
-                    event = TextDelta(text=item)
-                    self.plan.state.publish(event)
-                    yield event
         finally:
             self._abandoned = True  # a no-op once the call is done
             if self._token is not None:
                 self.plan.state.stop_stream(self._token)
+
+    def events(self) -> Generator[AgentEvent, None, LLMResponse]:
+        """Make the call: its text deltas (with ``deltas``), then its response.
+
+        Raises:
+            The same as ``result``.
+        """
+        try:
+            item = self._start()
+            while True:
+                if type(item) is Raised:
+                    raise item.error
+                if isinstance(item, str):
+                    event = TextDelta(text=item)
+                    self.plan.state.publish(event)
+                    yield event
+                elif item is not _WAKE:
+                    return item  # type: ignore[return-value]
+                item = self._next()
+        finally:
+            self._abandoned = True
+            if self._token is not None:
+                self.plan.state.stop_stream(self._token)
+
+    def _start(self) -> object:
+        """Hand the call to a worker and wait for its first word."""
+        plan = self.plan
+        if plan.thinker.cancelled is not None:
+            raise cancelled_error(plan)
+        timeout = plan.model_timeout_s
+        self.deadline = time.monotonic() + timeout
+        model_workers().submit(self._run, self.queue)
+        try:
+            item = self.queue.get(timeout=timeout)
+        except queue.Empty:
+            raise timed_out(plan, self.context) from None
+        return self._checked(item)
 
     def _next(self) -> object:
         try:
             item = self.queue.get(timeout=max(self.deadline - time.monotonic(), 0.0))
         except queue.Empty:
             raise timed_out(self.plan, self.context) from None
-        if self.plan.thinker.cancelled is not None and not isinstance(item, _Done):
+        return self._checked(item)
+
+    def _checked(self, item: object) -> object:
+        if self.plan.thinker.cancelled is not None and (item is _WAKE or isinstance(item, str)):
             raise cancelled_error(self.plan)
         return item
+
+
+# -- the sync path's model call, as the driver makes it ----------------------------------------
+
+
+def model_span(plan: TurnPlan) -> Any:
+    if plan.tracer is None:
+        return OFF
+    spec = plan.client.spec
+    return span_on(
+        plan.tracer,
+        "chat " + spec.id,
+        **{"gen_ai.operation.name": "chat", "gen_ai.system": spec.provider},
+        **{"gen_ai.request.model": spec.id},
+    )
+
+
+def stream_model(
+    plan: TurnPlan, context: ConversationContext
+) -> Generator[AgentEvent, None, LLMResponse]:
+    """The model call, its text deltas yielded as events (``stream``)."""
+    cap, call = _begin_call(plan, context, deltas=True)
+    try:
+        with model_span(plan) as current:
+            response = yield from call.events()
+            model_attributes(current, response)
+            return response
+    finally:
+        cap.put(None)
+
+
+def call_model(plan: TurnPlan, context: ConversationContext) -> LLMResponse:
+    """The model call of a caller that reads only the reply (``send``): no generator."""
+    cap, call = _begin_call(plan, context, deltas=False)
+    try:
+        with model_span(plan) as current:
+            response = call.result()
+            model_attributes(current, response)
+            return response
+    finally:
+        cap.put(None)
+
+
+def _begin_call(
+    plan: TurnPlan, context: ConversationContext, *, deltas: bool
+) -> tuple[Cap[None], ThreadedCall]:
+    """The hook, the call (cancelled by a force release from now on), then a slot of the
+    provider's cap, waited for last."""
+    if plan.before_model_call is not None:
+        plan.before_model_call(context, plan.ledger)
+    call = ThreadedCall(plan, context, deltas=deltas)
+    plan.thinker.set_cancel_hook(call.wake)
+    cap = provider_cap(plan.client)
+    cap.get()
+    return cap, call

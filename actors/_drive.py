@@ -26,13 +26,15 @@ from loguru import logger
 
 from parlour.actors._calls import (
     Abandoned,
-    ThreadedCall,
     acquire_cap,
+    call_model,
     cancelled_error,
+    model_span,
     pool,
     provider_cap,
     set_provider_concurrency,
     start_pools,
+    stream_model,
     timed_out,
 )
 from parlour.actors._effects import CallModel, Compact, Obtain, Pause, Release, RunTools, Save
@@ -43,17 +45,7 @@ from parlour.actors._tools import run_calls, run_calls_async, tool_pool
 from parlour.actors._turn import Steps, TurnPlan
 from parlour.runtime import ConversationContext, LLMResponse
 
-__all__ = ["drive", "drive_async", "set_provider_concurrency"]
-
-
-def _model_span(plan: TurnPlan) -> Any:
-    spec = plan.client.spec
-    return span_on(
-        plan.tracer,
-        "chat " + spec.id,
-        **{"gen_ai.operation.name": "chat", "gen_ai.system": spec.provider},
-        **{"gen_ai.request.model": spec.id},
-    )
+__all__ = ["drive", "drive_async", "run", "set_provider_concurrency"]
 
 
 # -- in the calling thread ----------------------------------------------------------------------
@@ -81,12 +73,39 @@ def drive(
                 plan.state.publish(event)
                 yield event
             elif type(item) is CallModel:
-                value = yield from _stream_model(plan, item.context)
+                if plan.deltas:
+                    value = yield from stream_model(plan, item.context)
+                else:
+                    value = call_model(plan, item.context)
             else:
                 value = _perform(item, plan, service)
         except GeneratorExit:
             _finish_quietly(steps, plan, service, cancelled_error(plan))
             raise
+        except BaseException as exc:
+            error = exc
+
+
+def run(steps: Steps, plan: TurnPlan, service: ConversationService) -> Reply:
+    """``drive`` for a caller that reads only the reply (``send``): the same effects
+    performed the same way in this thread, every event published to the turn's followers
+    and none yielded, so no generator stands between the turn and its caller."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            item = steps.throw(error) if error is not None else steps.send(value)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        value, error = None, None
+        try:
+            kind = type(item)
+            if kind is CallModel:
+                value = call_model(plan, item.context)
+            elif kind in _PERFORM:
+                value = _PERFORM[kind](item, plan, service)
+            else:
+                plan.state.publish(cast(AgentEvent, item))
         except BaseException as exc:
             error = exc
 
@@ -101,6 +120,9 @@ def _obtain(effect: Obtain, plan: TurnPlan, service: ConversationService) -> Any
 
 
 def _save(effect: Save, plan: TurnPlan, service: ConversationService) -> None:
+    if plan.tracer is None:
+        service.save_conversation(effect.context, plan.thinker)
+        return
     cid = plan.thinker.conversation_id
     with span_on(plan.tracer, "parlour.save", **{"parlour.conversation_id": cid}):
         service.save_conversation(effect.context, plan.thinker)
@@ -131,19 +153,6 @@ _PERFORM: dict[type, Callable[[Any, TurnPlan, ConversationService], Any]] = {
     Pause: _pause,
     Release: _release,
 }
-
-
-def _stream_model(
-    plan: TurnPlan, context: ConversationContext
-) -> Generator[AgentEvent, None, LLMResponse]:
-    if plan.before_model_call is not None:
-        plan.before_model_call(context, plan.ledger)
-    with provider_cap(plan.client), _model_span(plan) as current:
-        call = ThreadedCall(plan, context, deltas=plan.deltas)
-        plan.thinker.set_cancel_hook(call.wake)
-        response = yield from call.events()
-        model_attributes(current, response)
-        return response
 
 
 def _finish_quietly(
@@ -285,12 +294,12 @@ class _AsyncTurn:
         cap = provider_cap(plan.client)
         await acquire_cap(cap)
         try:
-            with _model_span(plan) as current:
+            with model_span(plan) as current:
                 response = await self._respond(context, self._on_text(abandon), abandon)
                 model_attributes(current, response)
                 return response
         finally:
-            cap.release()
+            cap.put(None)
 
     def _on_text(self, abandon: threading.Event) -> Callable[[str], None]:
         """Deltas published in order: on the loop directly (the async SDKs, the scripted

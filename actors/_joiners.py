@@ -62,18 +62,21 @@ class TurnState:
         returned token; a later delta raises ``refused`` and publishes nothing. The
         state's lock orders each delta against the stop."""
         token = object()
-        lock, partial = self._lock, self._partial
-        with lock:
+        with self._lock:
             self._source = token
+        acquire, release, append = self._lock.acquire, self._lock.release, self._partial.append
 
-        def on_text(text: str) -> None:
-            with lock:
+        def on_text(text: str) -> None:  # once per delta: the lock taken by hand, cheaper
+            acquire()
+            try:
                 if self._source is not token:
                     raise refused()
-                partial.append(text)
+                append(text)
                 if not self._followers:
                     return
                 followers = list(self._followers)
+            finally:
+                release()
             event = TextDelta(text=text)
             for loop, queue in followers:
                 _post(loop, queue, event)

@@ -8,6 +8,7 @@ spans carry the GenAI semantic-convention attributes, cache tokens included.
 from __future__ import annotations
 
 import contextlib
+import os
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -16,19 +17,23 @@ from parlour.runtime.compaction import FitReport
 
 try:
     from opentelemetry import trace
+    from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
 except ImportError:  # the extra is not installed: spans are no-ops
     trace = None  # type: ignore[assignment]
+    OTEL_PYTHON_TRACER_PROVIDER = "OTEL_PYTHON_TRACER_PROVIDER"
 
 _cached: tuple[Any, Any] = (None, None)  # (provider, its tracer)
-_OFF = contextlib.nullcontext(None)  # the span of a turn with no tracer: reusable, free
+OFF = contextlib.nullcontext(None)  # the span of a turn with no tracer: reusable, free
 
 
 def tracer() -> Any:
     """parlour's tracer from the configured provider; None while none is configured (the
     API's default proxy records nothing, so the hot path skips it entirely). A turn looks
-    it up once, at its start (the API reads the environment on every look-up)."""
+    it up once, at its start. While nothing is configured the look-up is two dictionary
+    reads (``_unconfigured``) instead of the API's, which reads the environment through
+    ``os.environ`` (a raised and caught ``KeyError``) on every call."""
     global _cached
-    if trace is None:
+    if trace is None or _unconfigured():
         return None
     provider = trace.get_tracer_provider()
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
@@ -38,7 +43,34 @@ def tracer() -> Any:
     return _cached[1]
 
 
-__all__ = ["compaction_event", "model_attributes", "span", "span_on", "tracer"]
+def _unconfigured() -> bool:
+    """True when ``get_tracer_provider`` would answer its default proxy: it is the API's
+    own function, no provider was set (the API's global) and the environment names none.
+    False when unsure (the function replaced, the API's internals moved): the caller then
+    asks the API itself."""
+    if trace.get_tracer_provider is not _GET or _ENVIRON is None:
+        return False
+    return getattr(trace, "_TRACER_PROVIDER", _UNKNOWN) is None and _PROVIDER_KEY not in _ENVIRON
+
+
+_UNKNOWN = object()
+_GET = trace.get_tracer_provider if trace is not None else None
+_ENVIRON: Any = getattr(os.environ, "_data", None)  # os.environ's own dict, encoded keys
+_ENCODE: Any = getattr(os.environ, "encodekey", None)
+_PROVIDER_KEY: Any = _ENCODE(OTEL_PYTHON_TRACER_PROVIDER) if _ENCODE is not None else None
+if _PROVIDER_KEY is None:  # pragma: no cover - another os module: always ask the API
+    _ENVIRON = None
+
+
+__all__ = [
+    "OFF",
+    "compaction_event",
+    "model_attributes",
+    "span",
+    "span_on",
+    "tracer",
+    "turn_span",
+]
 
 
 def span(name: str, **attributes: Any) -> AbstractContextManager[Any]:
@@ -50,8 +82,17 @@ def span(name: str, **attributes: Any) -> AbstractContextManager[Any]:
 def span_on(current_tracer: Any, name: str, **attributes: Any) -> AbstractContextManager[Any]:
     """``span`` on a tracer looked up earlier (``tracer()``); a no-op context for None."""
     if current_tracer is None:
-        return _OFF
+        return OFF
     return current_tracer.start_as_current_span(name, attributes=attributes)  # type: ignore[no-any-return]
+
+
+def turn_span(current_tracer: Any, thinker: Any) -> AbstractContextManager[Any]:
+    """The ``parlour.turn`` span of ``thinker``'s conversation on a tracer looked up
+    earlier; the no-op context (nothing built) for None."""
+    if current_tracer is None:
+        return OFF
+    cid = thinker.conversation_id
+    return span_on(current_tracer, "parlour.turn", **{"parlour.conversation_id": cid})
 
 
 def model_attributes(current: Any, response: LLMResponse) -> None:

@@ -20,10 +20,7 @@ raises. The lease is always released.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -73,31 +70,77 @@ from parlour.runtime.errors import (
 )
 
 OBJECTIVE_KEY = "agent"
+_NONE = Usage()  # a turn's usage before its first call
 
 
-@dataclass(slots=True)
 class TurnPlan:
-    """Everything one turn needs; built by ``Chat`` for each turn."""
+    """Everything one turn needs: the agent's settings (read from ``seat``, anything with
+    the ``Agent``'s attributes of these names), the chat's thinker and ledger, and the
+    turn's own state; made by ``Chat`` for each turn (by hand, no keyword binding: it is
+    on every turn's path)."""
 
+    __slots__ = (
+        "_save",
+        "added",
+        "async_sleep",
+        "before_model_call",
+        "client",
+        "deltas",
+        "handler",
+        "ledger",
+        "max_rounds",
+        "model_timeout_s",
+        "objective",
+        "retry",
+        "sleep",
+        "state",
+        "thinker",
+        "tool_timeout_s",
+        "tools",
+        "tracer",
+        "usage",
+        "window",
+    )
     client: LLMClient
     tools: ToolBox
-    thinker: AgentThinker
-    state: TurnState
-    ledger: UsageLedger
     objective: str | None
     max_rounds: int
     retry: RetryPolicy
     tool_timeout_s: float
     model_timeout_s: float
-    sleep: Callable[[float], None] = time.sleep
-    async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
-    before_model_call: Callable[[ConversationContext, UsageLedger], None] | None = None
-    window: Callable[[ConversationContext], Compact | None] | None = None
-    handler: ResponseHandler | None = None
-    deltas: bool = True  # the driver's caller reads text deltas (False: only the reply)
-    tracer: Any = None  # the OpenTelemetry tracer, looked up once per turn (None: no spans)
-    added: list[Message] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
+    sleep: Callable[[float], None]
+    async_sleep: Callable[[float], Awaitable[None]]
+    before_model_call: Callable[[ConversationContext, UsageLedger], None] | None
+    window: Callable[[ConversationContext], Compact | None] | None
+    handler: ResponseHandler | None
+
+    def __init__(
+        self,
+        seat: Any,
+        thinker: AgentThinker,
+        state: TurnState,
+        ledger: UsageLedger,
+        deltas: bool,  # the driver's caller reads text deltas (False: only the reply)
+        tracer: Any,  # the OpenTelemetry tracer, looked up once per turn (None: no spans)
+    ) -> None:
+        self.client, self.tools, self.objective = seat.client, seat.tools, seat.objective
+        self.max_rounds, self.retry = seat.max_rounds, seat.retry
+        self.tool_timeout_s, self.model_timeout_s = seat.tool_timeout_s, seat.model_timeout_s
+        self.sleep, self.async_sleep = seat.sleep, seat.async_sleep
+        self.before_model_call, self.window = seat.before_model_call, seat.window
+        self.handler = seat.handler
+        self.thinker, self.state, self.ledger = thinker, state, ledger
+        self.deltas, self.tracer = deltas, tracer
+        self.added: list[Message] = []
+        self.usage: Usage = _NONE  # the turn's calls, summed
+        self._save: Save | None = None
+
+    def saving(self, context: ConversationContext) -> Save:
+        """The ``Save`` of ``context`` (one per turn: effects carry data only)."""
+        save = self._save
+        if save is None or save.context is not context:
+            save = self._save = Save(context)
+        return save
 
 
 Steps = Generator[Any, Any, Reply]
@@ -106,14 +149,17 @@ Steps = Generator[Any, Any, Reply]
 # -- the turn -----------------------------------------------------------------------------------
 
 
+_OBTAIN, _RELEASE = Obtain(), Release()  # no fields: one of each serves every turn
+
+
 def turn_steps(plan: TurnPlan, text: str, attachments: Sequence[ContentBlock] = ()) -> Steps:
     """One whole turn (see the module docstring); returns the reply."""
-    context: ConversationContext = yield Obtain()
+    context: ConversationContext = yield _OBTAIN
     abandoned = False  # closed by the garbage collector: a driver bug, nothing can be yielded
     try:
         _prepare(context, plan)
         _add(context, plan, _user_message(text, attachments, plan.handler))
-        yield Save(context)
+        yield plan.saving(context)
         return (yield from _answer_all(context, plan))
     except GeneratorExit:
         abandoned = True
@@ -124,14 +170,15 @@ def turn_steps(plan: TurnPlan, text: str, attachments: Sequence[ContentBlock] = 
     finally:
         plan.state.close()
         if not abandoned:
-            yield Release()
+            yield _RELEASE
 
 
 def _prepare(context: ConversationContext, plan: TurnPlan) -> None:
     plan.ledger.seed(context)
     if plan.objective and not context.has_main_objective(OBJECTIVE_KEY):
         context.put_main_objective(OBJECTIVE_KEY, plan.objective)
-    context.add_tools(plan.tools.declarations())  # add-only: a fresh chat has them too
+    if plan.tools.tools:
+        context.add_tools(plan.tools.declarations())  # add-only: a fresh chat has them too
 
 
 def _user_message(
@@ -180,7 +227,7 @@ def _typed(context: ConversationContext, plan: TurnPlan, reply: Reply) -> Steps:
             app_authored=True,
         ),
     )
-    yield Save(context)
+    yield plan.saving(context)
     reply = yield from _rounds(context, plan)
     try:
         return _parse(plan, reply)
@@ -196,7 +243,7 @@ def _take_offers(context: ConversationContext, plan: TurnPlan, offers: list[str]
     for text in offers:
         _add(context, plan, _user_message(text, (), plan.handler))
         yield OfferAccepted(text=text)
-    yield Save(context)
+    yield plan.saving(context)
     return Reply(text="", usage=plan.usage, messages=[])
 
 
@@ -207,7 +254,7 @@ def _rounds(context: ConversationContext, plan: TurnPlan) -> Steps:
         response = yield from _ask(context, plan)
         calls = response.tool_uses
         _add(context, plan, IncomingMessage(blocks=response.blocks, compactable=bool(calls)))
-        yield Save(context)
+        yield plan.saving(context)
         if not calls:
             return _reply(plan, response, exhausted=False)
         yield from _run_tools(context, plan, calls)
@@ -238,7 +285,9 @@ def _ask(context: ConversationContext, plan: TurnPlan) -> Generator[Any, Any, LL
     """One model answer: retryable errors retried with backoff, a truncation once."""
     attempt, waited, escalated = 0, 0.0, False
     while True:
-        yield from _fit(context, plan)
+        effect = plan.window(context) if plan.window is not None else None
+        if effect is not None:
+            yield from _fit(context, plan, effect)
         try:
             response: LLMResponse = yield CallModel(context)
         except OutputTruncationRetry as exc:
@@ -258,16 +307,15 @@ def _ask(context: ConversationContext, plan: TurnPlan) -> Generator[Any, Any, LL
             continue
         plan.state.commit_text()
         plan.ledger.record_call(context, response)
-        plan.usage = add_usage(plan.usage, response.usage)
+        plan.usage = (
+            response.usage if plan.usage is _NONE else add_usage(plan.usage, response.usage)
+        )
         return response
 
 
-def _fit(context: ConversationContext, plan: TurnPlan) -> Steps:
+def _fit(context: ConversationContext, plan: TurnPlan, effect: Compact) -> Steps:
     """Compact the conversation when it outgrew its window; the change is saved with the
     next boundary's save. Raises ``ContextOverflowError`` when it cannot fit."""
-    effect = plan.window(context) if plan.window is not None else None
-    if effect is None:
-        return Reply(text="", usage=plan.usage, messages=[])
     report: FitReport = yield effect
     if report.steps:
         levels = [level.value for level in report.levels]
@@ -296,7 +344,7 @@ def _run_tools(context: ConversationContext, plan: TurnPlan, calls: list[ToolUse
             call_id=r.tool_use_id, name=names[r.tool_use_id], content=r.content, is_error=r.is_error
         )
     _add(context, plan, OutgoingMessage(blocks=results, compactable=True))
-    yield Save(context)
+    yield plan.saving(context)
     return Reply(text="", usage=plan.usage, messages=[])
 
 
@@ -338,7 +386,7 @@ def _end_abnormally(context: ConversationContext, plan: TurnPlan, exc: BaseExcep
     for text in plan.state.close():
         _add(context, plan, _user_message(text, (), plan.handler))
     try:
-        yield Save(context)
+        yield plan.saving(context)
     except Exception as save_exc:
         logger.opt(exception=save_exc).error(
             "the boundary save of failed turn on {} failed", context.conversation_id

@@ -45,7 +45,7 @@ from parlour.runtime.blocks import (
 )
 from parlour.runtime.models import _budget
 from parlour.runtime.models._budget import ModelBinding
-from parlour.runtime.models._tokens import spec_counter, utf8_bound
+from parlour.runtime.models._tokens import BoundMemo, spec_counter, utf8_bound
 
 if TYPE_CHECKING:
     from parlour.runtime._handlers import ResponseHandler
@@ -102,6 +102,7 @@ class ConversationContext:
         self._palette = Palette()
         self._settled_turns: Settled[Turn | None] = Settled()
         self._settled_snapshots: Settled[snapshots.MessageSnapshot] = Settled()
+        self._bounds = BoundMemo()  # the leading messages' bound, kept for the next check
 
     @property
     def stored(self) -> bool:
@@ -304,20 +305,19 @@ class ConversationContext:
     def get_total_tokens(self, spec: object) -> int:
         """A fresh estimate of the whole conversation's input tokens.
 
-        The objective and the registry are counted on the strings a render would send;
-        messages on their raw content plus fixed per-image and per-file costs; the response
-        instructions are not counted. ``spec.encoding`` (if any) names the tokenizer. Every
-        piece and message is memoized, so a warm count encodes only what is new. Raises
-        ``ValueError`` when ``spec`` is None.
+        The objective and the registry are counted on the strings a render would send; messages on
+        their raw content plus fixed per-image and per-file costs; the response instructions are not
+        counted. ``spec.encoding`` (if any) names the tokenizer. Every piece and message is
+        memoized, so a warm count encodes only what is new. ``ValueError``: no ``spec``.
         """
-        counter = spec_counter(spec)
-        return self._tally(counter.count, counter.count_messages(self.messages, self._weighed))
+        c = spec_counter(spec)
+        return self._tally(c.count, c.count_messages(self.messages, self._weighed, self._bounds))
 
     def get_token_bound(self, spec: object) -> int:
         """At least ``get_total_tokens(spec)``, encoding nothing: each message's memoized
-        count, else its UTF-8 length (see ``models._tokens``). Raises as it does."""
-        counter = spec_counter(spec)
-        return self._tally(utf8_bound, counter.bound_messages(self.messages, self._weighed))
+        count, else its UTF-8 length, summed anew only past ``models._bounds``'s kept sum."""
+        c = spec_counter(spec)
+        return self._tally(utf8_bound, c.bound_messages(self.messages, self._weighed, self._bounds))
 
     def _tally(self, count: Callable[[str], int], messages: int) -> int:
         skills = [render_text(skill) for skill in self._palette.skills()]

@@ -43,6 +43,7 @@ from parlour.runtime.blocks import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from parlour.runtime.models._bounds import BoundMemo
 
 if TYPE_CHECKING:  # the context counts through this module: a type-only import, no cycle
     from parlour.runtime._context import ConversationContext
@@ -54,6 +55,7 @@ __all__ = [
     "FILE_BYTES_PER_TOKEN",
     "IMAGE_TOKENS",
     "OFFLINE_ENCODING",
+    "BoundMemo",
     "EncodingCounter",
     "LocalTokenCounter",
     "TokenCounter",
@@ -196,25 +198,37 @@ class EncodingCounter:
             message._tokens = (self._epoch, total, False)
         return total
 
-    def count_messages(self, messages: Iterable[Message], render: BlockText) -> int:
+    def count_messages(
+        self, messages: Iterable[Message], render: BlockText, memo: BoundMemo | None = None
+    ) -> int:
         """``count_message`` summed over ``messages`` (a memo hit inline: the check runs
-        before every model call, over the whole history)."""
+        before every model call, over the whole history). It memoizes exact counts, which
+        are tighter than the bounds ``memo`` summed, so ``memo`` is cleared: the next bound
+        sums them again."""
+        if memo is not None:
+            memo.clear()
         epoch, total = self._epoch, 0
         for m in messages:
-            memo = m._tokens
-            if memo is not None and memo[0] is epoch and memo[2]:
-                total += memo[1]
+            memo_ = m._tokens
+            if memo_ is not None and memo_[0] is epoch and memo_[2]:
+                total += memo_[1]
             else:
                 total += self.count_message(m, render)
         return total
 
-    def bound_messages(self, messages: Iterable[Message], render: BlockText) -> int:
-        """``bound_message`` summed over ``messages``: at least ``count_messages``."""
+    def bound_messages(
+        self, messages: Iterable[Message], render: BlockText, memo: BoundMemo | None = None
+    ) -> int:
+        """``bound_message`` summed over ``messages``: at least ``count_messages``. With the
+        conversation's ``memo`` (and ``messages`` its list), the leading messages summed by
+        the last call are not looked at again while ``memo`` holds (see ``BoundMemo``)."""
+        if memo is not None and isinstance(messages, list):
+            return memo.bound(messages, self._epoch, self.bound_message, render)
         epoch, total = self._epoch, 0
         for m in messages:
-            memo = m._tokens
-            if memo is not None and memo[0] is epoch:
-                total += memo[1]
+            memo_ = m._tokens
+            if memo_ is not None and memo_[0] is epoch:
+                total += memo_[1]
             else:
                 total += self.bound_message(m, render)
         return total

@@ -95,11 +95,19 @@ class ScriptedClient(LLMClient):
     def _stream(self, request: WireRequest) -> Iterator[str | LLMResponse]:
         """Streams the answer word by word, as a provider would in deltas."""
         response = self._send(request)
-        words = response.text.split(" ")
-        for at, word in enumerate(words):
-            if word or at:
-                yield word if at == 0 else " " + word
+        yield from _words(response.text)
         yield response
+
+    def _send_with(self, request: WireRequest, on_text: TextCallback | None) -> LLMResponse:
+        """``_stream``'s deltas handed to ``on_text`` in a plain loop (no generator); a
+        subclass that streams otherwise (its own ``_stream``) is read through it."""
+        if on_text is not None and type(self)._stream is not ScriptedClient._stream:
+            return super()._send_with(request, on_text)
+        response = self._send(request)
+        if on_text is not None:
+            for word in _words(response.text):
+                on_text(word)
+        return response
 
     def _default(self, request: WireRequest) -> LLMResponse:
         prepared, model_id = request.prepared, request.spec.id
@@ -121,6 +129,18 @@ class ScriptedClient(LLMClient):
                 return _response(blocks, prepared, tally, model_id, StopReason.TOOL_USE)
         answer = f"Answer {turn}: you said {text!r}."
         return _response([TextBlock(text=answer)], prepared, tally, model_id)
+
+
+def _words(text: str) -> list[str]:
+    """The deltas of ``text``: its words, each after the first with its leading space (cut
+    before each space in two C calls, through a NUL mark when the text holds none)."""
+    if "\x00" in text:
+        first, *rest = text.split(" ")
+        return ([first] if first else []) + [" " + word for word in rest]
+    pieces = text.replace(" ", "\x00 ").split("\x00")
+    if not pieces[0]:
+        del pieces[0]
+    return pieces
 
 
 def scripted_tool_calls(

@@ -117,14 +117,9 @@ class LLMClient(ABC):
             UncorrectableLLMError: nothing declares an output size or depth, a bad request,
                 failed authentication.
         """
-        if on_text is None:
-            request = self.build_request(conversation, thinking_active)
-            start = _now()
-            return self._finish(conversation, request, self._send(request), start)
-        stream = self.stream(conversation, thinking_active)
-        for text in stream:
-            on_text(text)
-        return stream.response
+        request = self.build_request(conversation, thinking_active)
+        start = _now()
+        return self._finish(conversation, request, self._send_with(request, on_text), start)
 
     async def arespond(
         self,

@@ -21,7 +21,7 @@ from parlour.runtime import blocks as b
 from parlour.runtime.blocks import ContentBlock, ToolDefinitionBlock, ToolResultBlock, ToolUseBlock
 from parlour.runtime.errors import UncorrectableLLMError
 from parlour.runtime.providers import AnthropicClient
-from parlour.runtime.providers._scripted import _Tallies, _Tally
+from parlour.runtime.providers._scripted import _Tallies, _Tally, _words
 from parlour.runtime.testing import ScriptedClient, fake_spec, scripted_tool_calls
 
 SEARCH = ToolDefinitionBlock(name="search", description="Searches", schema_json="{}")
@@ -151,3 +151,31 @@ def test_a_rewritten_history_is_counted_again_in_the_usage_and_the_turn_number()
     answer, afresh = kept.respond(c), ScriptedClient().respond(c)
     assert answer.usage == afresh.usage and answer.text == afresh.text
     assert answer.text.startswith("Answer 2:")
+
+
+def _words_by_split(text: str) -> list[str]:
+    words = text.split(" ")
+    return [word if at == 0 else " " + word for at, word in enumerate(words) if word or at]
+
+
+@given(st.text(alphabet=st.sampled_from(["a", "é", " ", "\x00", "\n"]), max_size=30))
+def test_property_the_scripted_deltas_are_the_words_each_after_the_first_with_its_space(
+    text: str,
+) -> None:
+    deltas = _words(text)
+    assert deltas == _words_by_split(text)
+    assert "".join(deltas) == text and "" not in deltas
+
+
+def test_respond_and_stream_hand_out_the_same_deltas_and_answer() -> None:
+    def fresh() -> ConversationContext:
+        c = ConversationContext("c-deltas")
+        c.add_message(OutgoingMessage("what should I read next about actors?"))
+        return c
+
+    seen: list[str] = []
+    answered = ScriptedClient().respond(fresh(), on_text=seen.append)
+    stream = ScriptedClient().stream(fresh())
+    streamed = list(stream)
+    assert seen == streamed == _words(answered.text) and len(seen) > 3
+    assert stream.response.text == answered.text == "".join(seen)

@@ -1,0 +1,76 @@
+"""A conversation's kept token bound: what ``EncodingCounter.bound_messages`` summed over
+its leading messages, so that the check before each model call looks only at what is new
+instead of at the whole history."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from parlour.runtime._messages import Message, last_change
+
+__all__ = ["BoundMemo"]
+
+BoundOf = Callable[[Message, Callable[..., str]], int]  # EncodingCounter.bound_message
+
+
+class BoundMemo:
+    """What ``EncodingCounter.bound_messages`` summed over a conversation's leading
+    messages. It holds while the conversation's list still starts with the very same
+    messages (compared by identity, at C speed), no message has changed since
+    (``last_change``) and the same counter's memo is in force (its epoch); then the sum of
+    those messages is reused, except for the ones whose bound depends on the render
+    (``gaps``), which are bounded again. Anything else starts over. A kept sum is never
+    below the exact count: each of its terms was at least its message's count, and the
+    message has not changed since.
+
+    Not thread-safe: it belongs to one conversation, reached by its owner only.
+    """
+
+    __slots__ = ("_epoch", "_fixed", "_gaps", "_messages", "_stamp")
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget the kept sum (an exact count tightened the messages' own memos)."""
+        self._messages: list[Message] = []
+        self._stamp = -1
+        self._epoch: object = None
+        self._fixed = 0
+        self._gaps: list[int] = []
+
+    def bound(
+        self, messages: list[Message], epoch: object, bound_of: BoundOf, render: Callable[..., str]
+    ) -> int:
+        """The sum of ``bound_of(m, render)`` over ``messages``, each message memoized by
+        the counter whose memo is ``epoch`` looked at once while this memo holds."""
+        stamp = last_change()
+        start, fixed, gaps = self._settled(messages, stamp, epoch)
+        varying = 0
+        for at in gaps:
+            varying += bound_of(messages[at], render)
+        for at in range(start, len(messages)):
+            m = messages[at]
+            kept = m._tokens
+            if kept is None or kept[0] is not epoch:
+                n = bound_of(m, render)
+                kept = m._tokens
+                if kept is None or kept[0] is not epoch:  # it needs the render: not kept
+                    gaps.append(at)
+                    varying += n
+                    continue
+            fixed += kept[1]
+        if start != len(messages):  # a copy of the list: the conversation's own changes
+            self._messages, self._stamp, self._epoch = list(messages), stamp, epoch
+            self._fixed, self._gaps = fixed, gaps
+        return fixed + varying
+
+    def _settled(
+        self, messages: list[Message], stamp: int, epoch: object
+    ) -> tuple[int, int, list[int]]:
+        """How many leading ``messages`` the kept sum covers, the sum, and the places among
+        them to bound again (the kept list itself, appended to); none when nothing holds."""
+        known = self._messages
+        if stamp == self._stamp and epoch is self._epoch and messages[: len(known)] == known:
+            return len(known), self._fixed, self._gaps
+        return 0, 0, []

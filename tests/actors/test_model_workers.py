@@ -1,0 +1,87 @@
+"""The model workers behind the sync path's model calls: the worker that went idle last takes
+the next job (it is idle again before its result arrives), jobs past the last idle worker
+wait in arrival order and none is lost however many threads submit, and a forked child
+makes its calls on workers of its own."""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+
+from parlour.actors._calls import start_pools
+from parlour.actors._workers import Workers, model_workers
+
+
+def _name() -> object:
+    return threading.current_thread().name
+
+
+def test_the_worker_that_went_idle_last_takes_each_next_job() -> None:
+    workers = Workers(3, "test-warm")
+    results: queue.SimpleQueue[object] = queue.SimpleQueue()
+    names = []
+    for _ in range(6):
+        workers.submit(_name, results)
+        names.append(results.get(timeout=10))
+    assert len(set(names)) == 1  # idle again before its result arrived: taken again at once
+
+
+def test_jobs_past_the_last_idle_worker_wait_and_run_in_arrival_order() -> None:
+    workers = Workers(1, "test-backlog")
+    release, started = threading.Event(), threading.Event()
+    results: queue.SimpleQueue[object] = queue.SimpleQueue()
+    ran: list[int] = []
+
+    def blocking() -> object:
+        started.set()
+        assert release.wait(10)
+        return "first"
+
+    def recorded(n: int) -> object:
+        ran.append(n)
+        return n
+
+    workers.submit(blocking, results)
+    assert started.wait(10)
+    for n in range(5):
+        workers.submit(lambda n=n: recorded(n), results)  # type: ignore[misc]
+    assert ran == [] and results.empty()  # the only worker is busy: they wait
+    release.set()
+    assert [results.get(timeout=10) for _ in range(6)] == ["first", 0, 1, 2, 3, 4]
+    assert ran == [0, 1, 2, 3, 4]
+
+
+def test_no_job_is_lost_when_many_threads_submit_to_few_workers() -> None:
+    workers = Workers(2, "test-many")
+    results: queue.SimpleQueue[object] = queue.SimpleQueue()
+    gate = threading.Barrier(8, timeout=10)
+
+    def submitter(t: int) -> None:
+        gate.wait()
+        for n in range(200):
+            workers.submit(lambda v=(t, n): v, results)  # type: ignore[misc]
+
+    threads = [threading.Thread(target=submitter, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    got = {results.get(timeout=10) for _ in range(8 * 200)}
+    for thread in threads:
+        thread.join(10)
+    assert got == {(t, n) for t in range(8) for n in range(200)}
+    assert results.empty()
+
+
+def test_a_forked_child_makes_model_calls_on_workers_of_its_own() -> None:
+    start_pools()  # the parent's workers run; none of their threads exists in a child
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            results: queue.SimpleQueue[object] = queue.SimpleQueue()
+            model_workers().submit(lambda: "answered", results)
+            code = 0 if results.get(timeout=5) == "answered" else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
