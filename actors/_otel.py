@@ -8,7 +8,6 @@ spans carry the GenAI semantic-convention attributes, cache tokens included.
 from __future__ import annotations
 
 import contextlib
-import os
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -17,10 +16,8 @@ from parlour.runtime.compaction import FitReport
 
 try:
     from opentelemetry import trace
-    from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
 except ImportError:  # the extra is not installed: spans are no-ops
     trace = None  # type: ignore[assignment]
-    OTEL_PYTHON_TRACER_PROVIDER = "OTEL_PYTHON_TRACER_PROVIDER"
 
 _cached: tuple[Any, Any] = (None, None)  # (provider, its tracer)
 OFF = contextlib.nullcontext(None)  # the span of a turn with no tracer: reusable, free
@@ -29,11 +26,9 @@ OFF = contextlib.nullcontext(None)  # the span of a turn with no tracer: reusabl
 def tracer() -> Any:
     """parlour's tracer from the configured provider; None while none is configured (the
     API's default proxy records nothing, so the hot path skips it entirely). A turn looks
-    it up once, at its start. While nothing is configured the look-up is two dictionary
-    reads (``_unconfigured``) instead of the API's, which reads the environment through
-    ``os.environ`` (a raised and caught ``KeyError``) on every call."""
+    it up once, at its start (the API reads the environment on every look-up)."""
     global _cached
-    if trace is None or _unconfigured():
+    if trace is None:
         return None
     provider = trace.get_tracer_provider()
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
@@ -41,25 +36,6 @@ def tracer() -> Any:
     if _cached[0] is not provider:
         _cached = (provider, provider.get_tracer("parlour"))
     return _cached[1]
-
-
-def _unconfigured() -> bool:
-    """True when ``get_tracer_provider`` would answer its default proxy: it is the API's
-    own function, no provider was set (the API's global) and the environment names none.
-    False when unsure (the function replaced, the API's internals moved): the caller then
-    asks the API itself."""
-    if trace.get_tracer_provider is not _GET or _ENVIRON is None:
-        return False
-    return getattr(trace, "_TRACER_PROVIDER", _UNKNOWN) is None and _PROVIDER_KEY not in _ENVIRON
-
-
-_UNKNOWN = object()
-_GET = trace.get_tracer_provider if trace is not None else None
-_ENVIRON: Any = getattr(os.environ, "_data", None)  # os.environ's own dict, encoded keys
-_ENCODE: Any = getattr(os.environ, "encodekey", None)
-_PROVIDER_KEY: Any = _ENCODE(OTEL_PYTHON_TRACER_PROVIDER) if _ENCODE is not None else None
-if _PROVIDER_KEY is None:  # pragma: no cover - another os module: always ask the API
-    _ENVIRON = None
 
 
 __all__ = [
