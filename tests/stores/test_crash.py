@@ -33,21 +33,7 @@ while True:  # saves until killed, acknowledging each one after it returned
 
 
 def test_a_killed_writer_loses_no_acknowledged_save(tmp_path: Path) -> None:
-    acknowledged = -1
-    with subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(tmp_path)],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-    ) as child:
-        assert child.stdout is not None
-        for line in child.stdout:  # block on the pipe: no sleeping
-            acknowledged = int(line)
-            if acknowledged >= 200:
-                break
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
-    assert acknowledged >= 200
+    acknowledged = _killed_after_200_saves(WRITER, tmp_path)
     with LmdbStore(tmp_path) as store:
         for i in range(4):
             snapshot = store.load(f"c{i}", "alice")
@@ -81,21 +67,7 @@ while True:  # one message and one ledger entry a save, each acknowledged after 
 
 
 def test_a_writer_killed_mid_save_loses_no_acknowledged_ledger_entry(tmp_path: Path) -> None:
-    acknowledged = -1
-    with subprocess.Popen(
-        [sys.executable, "-c", LEDGER_WRITER, str(tmp_path)],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-    ) as child:
-        assert child.stdout is not None
-        for line in child.stdout:  # block on the pipe: no sleeping
-            acknowledged = int(line)
-            if acknowledged >= 200:
-                break
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
-    assert acknowledged >= 200
+    acknowledged = _killed_after_200_saves(LEDGER_WRITER, tmp_path)
     with LmdbStore(tmp_path) as store:
         assert store.undecodable() == []
         for i in range(4):
@@ -108,3 +80,21 @@ def test_a_writer_killed_mid_save_loses_no_acknowledged_ledger_entry(tmp_path: P
             rewrites = sum(1 for t in turns if t % 37 == 36)
             # the ledger: an entry per saved turn, less the oldest one per rewrite
             assert [e["turn"] for e in snapshot.usage] == turns[rewrites:]
+
+
+def _killed_after_200_saves(writer: str, path: Path) -> int:
+    """Run ``writer`` on ``path`` until it has acknowledged at least 200 saves, kill -9 it
+    mid-write, and return the last save it acknowledged."""
+    acknowledged = -1
+    with subprocess.Popen(
+        [sys.executable, "-c", writer, str(path)], stdout=subprocess.PIPE, text=True, cwd=path
+    ) as child:
+        assert child.stdout is not None
+        for line in child.stdout:  # block on the pipe: no sleeping
+            acknowledged = int(line)
+            if acknowledged >= 200:
+                break
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    assert acknowledged >= 200
+    return acknowledged

@@ -5,7 +5,6 @@ damaged or stray ledger records are refused or ignored like message records."""
 
 from __future__ import annotations
 
-import datetime as dt
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -22,34 +21,7 @@ from parlour.runtime.snapshots import encode_snapshot
 from parlour.stores import LmdbStore, MemoryStore, _history
 from parlour.stores._records import message_key, plan_usage
 
-T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-
-
-def _call(i: int) -> dict[str, Any]:
-    return {"type": "model_call", "model": "m", "input_tokens": i, "latency_s": i / 4}
-
-
-def _with_ledger(cid: str, user: str, entries: int) -> ConversationContext:
-    c = ConversationContext(cid, user_id=user, created_at=T0)
-    c.add_user_message(f"{cid} asks")
-    c.usage_ledger = [_call(i) for i in range(entries)]
-    return c
-
-
-def _bytes(c: ConversationContext) -> bytes:
-    """The conversation's snapshot as a version read returns it, but for its version."""
-    snapshot = c.to_snapshot()
-    snapshot.stored_version = 0
-    return encode_snapshot(snapshot)
-
-
-def _raw(path: Path, name: bytes) -> dict[bytes, bytes]:
-    env = lmdb.open(str(path), max_dbs=16, readonly=True, lock=False)
-    try:
-        with env.begin() as txn:
-            return dict(txn.cursor(db=env.open_db(name, txn=txn, create=False)))
-    finally:
-        env.close()
+from .ledger_helpers import call, raw_db, snapshot_bytes, with_ledger
 
 
 def _put(path: Path, name: bytes, key: bytes, value: bytes | None) -> None:
@@ -101,20 +73,20 @@ def test_the_ledger_plan_writes_exactly_what_turns_the_stored_bytes_into_the_new
 
 
 def test_an_appended_entry_is_the_only_ledger_record_a_save_writes(tmp_path: Path) -> None:
-    c = _with_ledger("c1", "alice", 3)
+    c = with_ledger("c1", 3, "alice")
     with LmdbStore(tmp_path) as store:
         c.stored_version = store.create_context(c.to_snapshot(), "alice")
-        c.usage_ledger.append(_call(3))
+        c.usage_ledger.append(call(3))
         c.stored_version = store.save_context(c.to_snapshot(), "alice")
-    versions = _raw(tmp_path, b"versions")
+    versions = raw_db(tmp_path, b"versions")
     delta = _history._decoder.decode(versions[_history.version_key(b"c1", 2)][9:])
-    assert delta.usage_count == 4 and delta.usage == [(3, msgspec.json.encode(_call(3)))]
+    assert delta.usage_count == 4 and delta.usage == [(3, msgspec.json.encode(call(3)))]
     assert versions[_history.version_key(b"c1", 2)][:1] == _history.DELTA
-    usage = _raw(tmp_path, b"usage")
+    usage = raw_db(tmp_path, b"usage")
     assert [usage[message_key(b"c1", i)] for i in range(4)] == [
-        msgspec.json.encode(_call(i)) for i in range(4)
+        msgspec.json.encode(call(i)) for i in range(4)
     ]
-    assert b'"usage":[]' in _raw(tmp_path, b"bodies")[b"c1"]
+    assert b'"usage":[]' in raw_db(tmp_path, b"bodies")[b"c1"]
 
 
 # -- every version exact --------------------------------------------------------------------
@@ -137,20 +109,20 @@ _steps = st.lists(
 def test_any_sequence_of_ledger_edits_keeps_every_version_exactly_as_saved(
     steps: list[tuple[str, int]], keep: int | None
 ) -> None:
-    c = _with_ledger("c1", "alice", 0)
+    c = with_ledger("c1", 0, "alice")
     saved: dict[int, bytes] = {}
     with tempfile.TemporaryDirectory() as tmp:
         store = LmdbStore(tmp, keep_versions=keep)
         try:
             c.stored_version = store.create_context(c.to_snapshot(), "alice")
-            saved[c.stored_version] = _bytes(c)
+            saved[c.stored_version] = snapshot_bytes(c)
             for op, n in steps:
                 ledger = c.usage_ledger
                 if op == "reopen":
                     store.close()
                     store = LmdbStore(tmp, keep_versions=keep)
                 elif op == "append":
-                    ledger += [_call(len(ledger) + i) for i in range(n)]
+                    ledger += [call(len(ledger) + i) for i in range(n)]
                 elif op == "truncate":
                     del ledger[n:]
                 elif op == "replace":
@@ -158,15 +130,15 @@ def test_any_sequence_of_ledger_edits_keeps_every_version_exactly_as_saved(
                 elif op == "message":
                     c.add_message(OutgoingMessage(f"said {n}"))
                 elif ledger and op == "rewrite":
-                    ledger[n % len(ledger)] = _call(100 + n)
+                    ledger[n % len(ledger)] = call(100 + n)
                 elif ledger and op == "bools":
                     ledger[n % len(ledger)] = {"type": "x", "flag": bool(n % 2)}
                     saved_flag = {"type": "x", "flag": n % 2}  # equal, other bytes
                     c.stored_version = store.save_context(c.to_snapshot(), "alice")
-                    saved[c.stored_version] = _bytes(c)
+                    saved[c.stored_version] = snapshot_bytes(c)
                     ledger[n % len(ledger)] = saved_flag
                 c.stored_version = store.save_context(c.to_snapshot(), "alice")
-                saved[c.stored_version] = _bytes(c)
+                saved[c.stored_version] = snapshot_bytes(c)
             store.prune()
             kept = [v.version for v in store.get_version_history("c1", "alice")]
             newest = sorted(saved, reverse=True)
@@ -192,12 +164,12 @@ def _versions_exact(store: LmdbStore, saved: dict[int, list[dict[str, Any]]]) ->
 def test_retention_turns_the_oldest_kept_delta_into_a_checkpoint_with_its_ledger(
     tmp_path: Path,
 ) -> None:
-    c = _with_ledger("c1", "alice", 1)
+    c = with_ledger("c1", 1, "alice")
     saved: dict[int, list[dict[str, Any]]] = {}
     with LmdbStore(tmp_path, keep_versions=None) as store:
         c.stored_version = store.create_context(c.to_snapshot(), "alice")
         for i in range(1, 12):
-            c.usage_ledger.append(_call(i))
+            c.usage_ledger.append(call(i))
             c.stored_version = store.save_context(c.to_snapshot(), "alice")
             saved[c.stored_version] = list(c.usage_ledger)
     with LmdbStore(tmp_path, keep_versions=4) as store:
@@ -210,9 +182,9 @@ def test_delete_removes_every_ledger_record_and_a_recreated_id_starts_empty(
     tmp_path: Path,
 ) -> None:
     with LmdbStore(tmp_path) as store:
-        c = _with_ledger("c1", "alice", 5)
+        c = with_ledger("c1", 5, "alice")
         c.stored_version = store.create_context(c.to_snapshot(), "alice")
-        c.usage_ledger.append(_call(5))
+        c.usage_ledger.append(call(5))
         store.save_context(c.to_snapshot(), "alice")
         assert len(_raw_open(store)) == 6
         assert store.delete("c1", "alice")
@@ -231,13 +203,13 @@ def _raw_open(store: LmdbStore) -> dict[bytes, bytes]:
 
 def test_a_shortened_ledger_leaves_no_record_past_its_end(tmp_path: Path) -> None:
     with LmdbStore(tmp_path) as store:
-        c = _with_ledger("c1", "alice", 6)
+        c = with_ledger("c1", 6, "alice")
         c.stored_version = store.create_context(c.to_snapshot(), "alice")
         del c.usage_ledger[2:]
         store.save_context(c.to_snapshot(), "alice")
         assert sorted(_raw_open(store)) == [message_key(b"c1", 0), message_key(b"c1", 1)]
         loaded = store.load("c1", "alice")
-        assert loaded is not None and loaded.usage == [_call(0), _call(1)]
+        assert loaded is not None and loaded.usage == [call(0), call(1)]
 
 
 # -- damage ---------------------------------------------------------------------------------
@@ -245,8 +217,8 @@ def test_a_shortened_ledger_leaves_no_record_past_its_end(tmp_path: Path) -> Non
 
 def _stored(tmp_path: Path, entries: int = 3) -> None:
     with LmdbStore(tmp_path) as store:
-        store.create_context(_with_ledger("c1", "alice", entries).to_snapshot(), "alice")
-        store.create_context(_with_ledger("c2", "bob", 2).to_snapshot(), "bob")
+        store.create_context(with_ledger("c1", entries, "alice").to_snapshot(), "alice")
+        store.create_context(with_ledger("c2", 2, "bob").to_snapshot(), "bob")
 
 
 @pytest.mark.parametrize(
@@ -268,10 +240,10 @@ def test_a_damaged_ledger_record_is_a_corrupt_snapshot_naming_the_conversation(
             store.load("c1", "alice")
         assert [cid for cid, _ in store.undecodable()] == ["c1"]
         other = store.load("c2", "bob")
-        assert other is not None and other.usage == [_call(0), _call(1)]
+        assert other is not None and other.usage == [call(0), call(1)]
         assert store.quarantine("c1")
         [record] = store.quarantined("c1")
-        assert record.usage == [msgspec.json.encode(_call(0)), value, msgspec.json.encode(_call(2))]
+        assert record.usage == [msgspec.json.encode(call(0)), value, msgspec.json.encode(call(2))]
         assert store.undecodable() == [] and sorted(_raw_open(store)) == [
             message_key(b"c2", 0),
             message_key(b"c2", 1),
@@ -285,7 +257,7 @@ def test_a_missing_ledger_record_is_named_and_a_stray_one_past_the_end_is_not_re
     _put(tmp_path, b"usage", message_key(b"c1", 3), msgspec.json.encode({"stray": True}))
     with LmdbStore(tmp_path) as store:
         loaded = store.load("c1", "alice")
-        assert loaded is not None and loaded.usage == [_call(i) for i in range(3)]
+        assert loaded is not None and loaded.usage == [call(i) for i in range(3)]
     _put(tmp_path, b"usage", message_key(b"c1", 1), None)
     with (
         LmdbStore(tmp_path) as store,
@@ -300,8 +272,8 @@ def test_a_ledger_record_forged_under_another_conversations_key_reaches_no_other
     """Bob's entries copied under alice's conversation past its count, and under a
     conversation bob has with no ledger: neither load reads a record it does not count."""
     with LmdbStore(tmp_path) as store:
-        store.create_context(_with_ledger("c1", "alice", 1).to_snapshot(), "alice")
-        store.create_context(_with_ledger("c2", "bob", 0).to_snapshot(), "bob")
+        store.create_context(with_ledger("c1", 1, "alice").to_snapshot(), "alice")
+        store.create_context(with_ledger("c2", 0, "bob").to_snapshot(), "bob")
     secret = msgspec.json.encode({"type": "model_call", "model": "bob's secret"})
     _put(tmp_path, b"usage", message_key(b"c1", 1), secret)
     _put(tmp_path, b"usage", message_key(b"c2", 0), secret)
@@ -309,7 +281,7 @@ def test_a_ledger_record_forged_under_another_conversations_key_reaches_no_other
     with LmdbStore(tmp_path) as store:
         alice = store.load("c1", "alice")
         bob = store.load("c2", "bob")
-        assert alice is not None and alice.usage == [_call(0)]
+        assert alice is not None and alice.usage == [call(0)]
         assert bob is not None and bob.usage == []
         with pytest.raises(PermissionError):
             store.load("c1", "bob")
@@ -317,29 +289,29 @@ def test_a_ledger_record_forged_under_another_conversations_key_reaches_no_other
 
 def test_the_memory_store_keeps_its_own_ledger_list(tmp_path: Path) -> None:
     store = MemoryStore()
-    c = _with_ledger("c1", "alice", 2)
+    c = with_ledger("c1", 2, "alice")
     snapshot = c.to_snapshot()
     store.create_context(snapshot, "alice")
-    snapshot.usage.append(_call(9))
+    snapshot.usage.append(call(9))
     loaded = store.load("c1", "alice")
-    assert loaded is not None and loaded.usage == [_call(0), _call(1)]
+    assert loaded is not None and loaded.usage == [call(0), call(1)]
     loaded.usage.clear()
     again = store.load("c1", "alice")
-    assert again is not None and again.usage == [_call(0), _call(1)]
+    assert again is not None and again.usage == [call(0), call(1)]
 
 
 def test_a_backup_carries_every_ledger_record_and_version(tmp_path: Path) -> None:
-    c = _with_ledger("c1", "alice", 2)
+    c = with_ledger("c1", 2, "alice")
     with LmdbStore(tmp_path / "live") as store:
         c.stored_version = store.create_context(c.to_snapshot(), "alice")
-        c.usage_ledger.append(_call(2))
+        c.usage_ledger.append(call(2))
         c.stored_version = store.save_context(c.to_snapshot(), "alice")
         store.backup(tmp_path / "copy")
     with LmdbStore(tmp_path / "copy", readonly=True) as copy:
         current = copy.load("c1", "alice")
         first = copy.load_version("c1", 1, "alice")
-        assert current is not None and current.usage == [_call(0), _call(1), _call(2)]
-        assert first is not None and first.usage == [_call(0), _call(1)]
+        assert current is not None and current.usage == [call(0), call(1), call(2)]
+        assert first is not None and first.usage == [call(0), call(1)]
 
 
 _json = st.recursive(
@@ -365,9 +337,9 @@ def test_any_damaged_ledger_record_either_loads_as_its_bytes_say_or_is_named_cor
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp)
         _stored(path)
-        raw = _raw(path, b"usage")[message_key(b"c1", index)]
+        raw = raw_db(path, b"usage")[message_key(b"c1", index)]
         _put(path, b"usage", message_key(b"c1", index), mutate(raw))
-        stored = [_raw(path, b"usage")[message_key(b"c1", i)] for i in range(3)]
+        stored = [raw_db(path, b"usage")[message_key(b"c1", i)] for i in range(3)]
         with LmdbStore(path) as store:
             try:
                 loaded = store.load("c1", "alice")
@@ -379,4 +351,4 @@ def test_any_damaged_ledger_record_either_loads_as_its_bytes_say_or_is_named_cor
                 assert loaded.usage == [msgspec.json.decode(e) for e in stored]
                 assert store.undecodable() == []
             other = store.load("c2", "bob")
-            assert other is not None and other.usage == [_call(0), _call(1)]
+            assert other is not None and other.usage == [call(0), call(1)]

@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import lmdb
 import msgspec
 import pytest
 
@@ -16,6 +15,8 @@ from parlour.runtime import ConversationContext
 from parlour.runtime.errors import IllegalStateError
 from parlour.runtime.snapshots import decode_snapshot
 from parlour.stores import LmdbStore
+
+from .ledger_helpers import raw_db
 
 LAYOUT3 = Path(__file__).parent / "data" / "layout3"
 
@@ -60,15 +61,6 @@ def old_store(tmp_path: Path) -> Path:
     return target
 
 
-def _raw(path: Path, name: bytes) -> dict[bytes, bytes]:
-    env = lmdb.open(str(path), max_dbs=16, readonly=True, lock=False)
-    try:
-        with env.begin() as txn:
-            return dict(txn.cursor(db=env.open_db(name, txn=txn, create=False)))
-    finally:
-        env.close()
-
-
 def test_every_version_of_a_layout_3_store_reads_back_exactly_after_the_upgrade(
     old_store: Path,
 ) -> None:
@@ -83,14 +75,14 @@ def test_every_version_of_a_layout_3_store_reads_back_exactly_after_the_upgrade(
                 assert len(kept.messages) == MESSAGES[cid][version - 1]
             current = store.load(cid, user)
             assert current is not None and current.usage == ledgers[max(ledgers)]
-    assert _raw(old_store, b"meta")[b"layout"] == b"4"
+    assert raw_db(old_store, b"meta")[b"layout"] == b"4"
 
 
 def test_the_upgrade_moves_each_ledger_out_of_its_body_into_one_record_per_entry(
     old_store: Path,
 ) -> None:
     LmdbStore(old_store).close()
-    bodies, usage = _raw(old_store, b"bodies"), _raw(old_store, b"usage")
+    bodies, usage = raw_db(old_store, b"bodies"), raw_db(old_store, b"usage")
     for key, body in bodies.items():
         assert decode_snapshot(body, key.decode()).usage == []
     by_id: dict[str, list[dict[str, Any]]] = {}
@@ -99,7 +91,7 @@ def test_the_upgrade_moves_each_ledger_out_of_its_body_into_one_record_per_entry
         by_id.setdefault(cid.decode(), []).append(msgspec.json.decode(usage[key]))
         assert int.from_bytes(index, "big") == len(by_id[cid.decode()]) - 1
     assert by_id == {"alice-0": [_call(1), _call(3)], "bob-0": LEDGERS[("bob-0", "bob")][3]}
-    heads = {k.decode(): msgspec.json.decode(v) for k, v in _raw(old_store, b"heads").items()}
+    heads = {k.decode(): msgspec.json.decode(v) for k, v in raw_db(old_store, b"heads").items()}
     assert {cid: h["usage_count"] for cid, h in heads.items()} == {
         "alice-0": 2,
         "alice-1": 0,
@@ -137,4 +129,4 @@ def test_saves_after_the_upgrade_extend_the_history_and_keep_every_old_version(
 def test_a_read_only_open_of_a_layout_3_store_names_the_upgrade(old_store: Path) -> None:
     with pytest.raises(IllegalStateError, match=r"older layout.*open it once for writing"):
         LmdbStore(old_store, readonly=True)
-    assert _raw(old_store, b"meta")[b"layout"] == b"3"
+    assert raw_db(old_store, b"meta")[b"layout"] == b"3"

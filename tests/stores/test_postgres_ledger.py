@@ -14,33 +14,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parlour.runtime import ConversationContext
 from parlour.runtime.errors import CorruptSnapshotError
 from parlour.runtime.snapshots import encode_snapshot
 from parlour.stores import PostgresStore
+
+from .ledger_helpers import call, snapshot_bytes, with_ledger
 
 
 def _sql(conninfo: str, query: str, *params: object) -> list[tuple[Any, ...]]:
     with psycopg.connect(conninfo, autocommit=True) as conn:
         cursor = conn.execute(query, params)
         return cursor.fetchall() if cursor.description else []
-
-
-def _call(i: int) -> dict[str, Any]:
-    return {"type": "model_call", "model": "m", "input_tokens": i, "latency_s": i / 4}
-
-
-def _with_ledger(cid: str, entries: int) -> ConversationContext:
-    c = ConversationContext(cid, user_id="alice")
-    c.add_user_message(f"{cid} asks")
-    c.usage_ledger = [_call(i) for i in range(entries)]
-    return c
-
-
-def _bytes(c: ConversationContext) -> bytes:
-    snapshot = c.to_snapshot()
-    snapshot.stored_version = 0
-    return encode_snapshot(snapshot)
 
 
 def _read(store: PostgresStore, cid: str, version: int) -> bytes:
@@ -52,9 +36,9 @@ def _read(store: PostgresStore, cid: str, version: int) -> bytes:
 
 def test_a_save_inserts_only_the_ledger_entries_its_version_added(postgres_conninfo: str) -> None:
     with PostgresStore(postgres_conninfo) as store:
-        c = _with_ledger("c1", 5)
+        c = with_ledger("c1", 5)
         c.stored_version = store.create_context(c.to_snapshot(), "alice")
-        c.usage_ledger.append(_call(5))
+        c.usage_ledger.append(call(5))
         c.stored_version = store.save_context(c.to_snapshot(), "alice")
         del c.usage_ledger[2:]
         c.stored_version = store.save_context(c.to_snapshot(), "alice")
@@ -68,7 +52,7 @@ def test_a_save_inserts_only_the_ledger_entries_its_version_added(postgres_conni
         assert sorted(count for _, count in bodies) == [2, 5, 6]
         for version, ledger in ((1, 5), (2, 6), (3, 2)):
             kept = store.load_version("c1", version, "alice")
-            assert kept is not None and kept.usage == [_call(i) for i in range(ledger)]
+            assert kept is not None and kept.usage == [call(i) for i in range(ledger)]
 
 
 # ("append", n), ("rewrite", i), ("truncate", n), ("replace", 0): equal copies of every
@@ -93,27 +77,27 @@ def test_any_sequence_of_ledger_edits_through_two_stores_keeps_every_version_exa
     postgres_conninfo: str, steps: list[tuple[str, int, bool]]
 ) -> None:
     cid = f"c-{uuid.uuid4().hex[:8]}"
-    c = _with_ledger(cid, 1)
+    c = with_ledger(cid, 1)
     saved: dict[int, bytes] = {}
     with (
         PostgresStore(postgres_conninfo, keep_versions=None) as one,
         PostgresStore(postgres_conninfo, keep_versions=None) as two,
     ):
         c.stored_version = one.create_context(c.to_snapshot(), "alice")
-        saved[c.stored_version] = _bytes(c)
+        saved[c.stored_version] = snapshot_bytes(c)
         for op, n, other in steps:
             ledger = c.usage_ledger
             if op == "append":
-                ledger += [_call(len(ledger) + i) for i in range(n)]
+                ledger += [call(len(ledger) + i) for i in range(n)]
             elif op == "truncate":
                 del ledger[n:]
             elif op == "replace":
                 c.usage_ledger = [dict(e) for e in ledger]
             elif ledger:
-                ledger[n % len(ledger)] = _call(100 + n)
+                ledger[n % len(ledger)] = call(100 + n)
             store = two if other else one
             c.stored_version = store.save_context(c.to_snapshot(), "alice")
-            saved[c.stored_version] = _bytes(c)
+            saved[c.stored_version] = snapshot_bytes(c)
         for version, expected in saved.items():
             assert _read(two, cid, version) == expected, version
         current = one.load(cid, "alice")
@@ -141,9 +125,9 @@ def _as_layout_1(conninfo: str, ledgers: dict[int, list[dict[str, Any]]]) -> Non
 def test_a_database_laid_out_before_ledger_rows_migrates_and_every_version_still_reads(
     postgres_conninfo: str,
 ) -> None:
-    ledgers = {1: [_call(0)], 2: [_call(0), _call(1)]}
+    ledgers = {1: [call(0)], 2: [call(0), call(1)]}
     with PostgresStore(postgres_conninfo) as store:
-        c = _with_ledger("c1", 1)
+        c = with_ledger("c1", 1)
         c.stored_version = store.create_context(c.to_snapshot(), "alice")
         c.add_user_message("again")
         store.save_context(c.to_snapshot(), "alice")
@@ -153,9 +137,9 @@ def test_a_database_laid_out_before_ledger_rows_migrates_and_every_version_still
         loaded = store.load("c1", "alice")
         assert loaded is not None and loaded.usage == ledgers[2]
         c = loaded.to_conversation()
-        c.usage_ledger.append(_call(2))
+        c.usage_ledger.append(call(2))
         assert store.save_context(c.to_snapshot(), "alice") == 3
-        ledgers[3] = [_call(0), _call(1), _call(2)]
+        ledgers[3] = [call(0), call(1), call(2)]
         for version, ledger in ledgers.items():
             kept = store.load_version("c1", version, "alice")
             assert kept is not None and kept.usage == ledger, version
@@ -175,11 +159,11 @@ def test_a_damaged_or_missing_ledger_row_is_a_corrupt_snapshot_naming_the_conver
     postgres_conninfo: str, change: str, why: str
 ) -> None:
     with PostgresStore(postgres_conninfo) as store:
-        store.create_context(_with_ledger("c1", 2).to_snapshot(), "alice")
-        other = _with_ledger("c2", 2)
+        store.create_context(with_ledger("c1", 2).to_snapshot(), "alice")
+        other = with_ledger("c2", 2)
         store.create_context(other.to_snapshot(), "alice")
         _sql(postgres_conninfo, change + " AND conversation_id = 'c1'")
         with pytest.raises(CorruptSnapshotError, match=f"c1.*{why}|c1 {why}"):
             store.load("c1", "alice")
         kept = store.load("c2", "alice")
-        assert kept is not None and kept.usage == [_call(0), _call(1)]
+        assert kept is not None and kept.usage == [call(0), call(1)]
