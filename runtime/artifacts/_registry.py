@@ -195,7 +195,9 @@ class ArtifactRegistry:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._top: dict[str, Artifact] = {}
         self._reachable: dict[str, Artifact] = {}
-        self._rng = rng or random.Random()
+        # the module's shared generator unless one is given: seeding a new one reads the OS's
+        # entropy, a system call per conversation restored (refs need only be unique here)
+        self._choice = random.choice if rng is None else rng.choice
 
     def register(self, artifact: Artifact) -> str:
         """Register ``artifact`` as top-level (minting its ref if it has none) and index every
@@ -271,7 +273,7 @@ class ArtifactRegistry:
                 f'decorate it with @type_alias("...")'
             )
         while True:
-            short = "".join(self._rng.choice(_ID_CHARS) for _ in range(6))
+            short = "".join(self._choice(_ID_CHARS) for _ in range(6))
             ref = f"«artifact:{alias}~{short}»"
             if ref not in self._top and ref not in self._reachable:
                 artifact.artifact_ref = ref
