@@ -8,7 +8,7 @@ force release. ``drive_async`` performs them without blocking the event loop: sa
 (the LMDB commit) in a bounded pool, the model call through ``client.arespond`` (the SDKs'
 async clients on the loop, the scripted model inline, boto3 on a worker thread), async
 tools on the loop, the obtain through ``ConversationService.obtain_async`` (its grant
-completes a loop future from the actor's thread; a cancelled turn gives the obtain up, and
+completes a loop future from the releasing thread; a cancelled turn gives the obtain up, and
 a grant that raced the cancel is released). Both publish every event to the turn's
 followers.
 
