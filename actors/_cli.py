@@ -64,9 +64,11 @@ def _job_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     demo.add_argument("--long-turns", type=int, default=100, help="--long: the turns to run")
 
     bench = commands.add_parser("bench", help="durable turns per second through the full path")
-    bench.add_argument("--conversations", type=int, default=200)
-    bench.add_argument("--turns", type=int, default=10)
-    bench.add_argument("--workers", type=int, default=8)
+    bench.add_argument(
+        "--conversations", type=int, default=200, help="conversations to run (default: 200)"
+    )
+    bench.add_argument("--turns", type=int, default=10, help="turns on each (default: 10)")
+    bench.add_argument("--workers", type=int, default=8, help="threads sending turns (default: 8)")
     bench.add_argument(
         "--data-dir", type=Path, default=None, help="the LMDB directory (default: a temporary one)"
     )
