@@ -132,15 +132,9 @@ class ScriptedClient(LLMClient):
 
 
 def _words(text: str) -> list[str]:
-    """The deltas of ``text``: its words, each after the first with its leading space (cut
-    before each space in two C calls, through a NUL mark when the text holds none)."""
-    if "\x00" in text:
-        first, *rest = text.split(" ")
-        return ([first] if first else []) + [" " + word for word in rest]
-    pieces = text.replace(" ", "\x00 ").split("\x00")
-    if not pieces[0]:
-        del pieces[0]
-    return pieces
+    """The deltas of ``text``: its words, each after the first with its leading space."""
+    first, *rest = text.split(" ")
+    return ([first] if first else []) + [" " + word for word in rest]
 
 
 def scripted_tool_calls(
