@@ -198,9 +198,7 @@ class ThreadedCall:
                     return item  # type: ignore[return-value]
                 item = self._next()
         finally:
-            self._abandoned = True  # a no-op once the call is done
-            if self._token is not None:
-                self.plan.state.stop_stream(self._token)
+            self._end()
 
     def events(self) -> Generator[AgentEvent, None, LLMResponse]:
         """Make the call: its text deltas (with ``deltas``), then its response.
@@ -221,9 +219,13 @@ class ThreadedCall:
                     return item  # type: ignore[return-value]
                 item = self._next()
         finally:
-            self._abandoned = True
-            if self._token is not None:
-                self.plan.state.stop_stream(self._token)
+            self._end()
+
+    def _end(self) -> None:
+        """Stop listening: a later delta is dropped (a no-op once the call is done)."""
+        self._abandoned = True
+        if self._token is not None:
+            self.plan.state.stop_stream(self._token)
 
     def _start(self) -> object:
         """Hand the call to a worker and wait for its first word."""

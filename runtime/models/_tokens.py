@@ -209,9 +209,9 @@ class EncodingCounter:
             memo.clear()
         epoch, total = self._epoch, 0
         for m in messages:
-            memo_ = m._tokens
-            if memo_ is not None and memo_[0] is epoch and memo_[2]:
-                total += memo_[1]
+            kept = m._tokens
+            if kept is not None and kept[0] is epoch and kept[2]:
+                total += kept[1]
             else:
                 total += self.count_message(m, render)
         return total
@@ -226,9 +226,9 @@ class EncodingCounter:
             return memo.bound(messages, self._epoch, self.bound_message, render)
         epoch, total = self._epoch, 0
         for m in messages:
-            memo_ = m._tokens
-            if memo_ is not None and memo_[0] is epoch:
-                total += memo_[1]
+            kept = m._tokens
+            if kept is not None and kept[0] is epoch:
+                total += kept[1]
             else:
                 total += self.bound_message(m, render)
         return total
