@@ -6,7 +6,8 @@ figure can be read as a ratio to the floor measured in the same run:
 - ``floor``: no actors, no runtime: a dict of conversations (lists of message dicts),
   msgspec to encode, one LMDB commit per turn. In a cold case the first turn of each
   conversation reads and decodes its stored body first.
-- ``service``: the bare service path: obtain, add the user message, save, render and answer
+- ``service``: the bare service path: obtain, add the user message, save it deferred (no
+  wait), render and answer
   with the ``ScriptedClient``, add the answer, save, release.
 - ``agent``: the same turn through ``Chat.send``.
 - ``restore``: conversations/s that a fresh service restores from LMDB (load, decode and the
@@ -193,7 +194,7 @@ def _service_turn(
     context = service.obtain_conversation(None, thinker).get()
     try:
         context.add_user_message(text(i, t))
-        service.save_conversation(context, thinker)
+        service.save_conversation(context, thinker, wait=False)  # the answer's save waits
         response = client.respond(context)
         context.add_message(IncomingMessage(blocks=response.blocks))
         service.save_conversation(context, thinker)

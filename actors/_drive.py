@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Generator
+from functools import partial
 from typing import Any, cast
 
 from loguru import logger
@@ -121,11 +122,11 @@ def _obtain(effect: Obtain, plan: TurnPlan, service: ConversationService) -> Any
 
 def _save(effect: Save, plan: TurnPlan, service: ConversationService) -> None:
     if plan.tracer is None:
-        service.save_conversation(effect.context, plan.thinker)
+        service.save_conversation(effect.context, plan.thinker, wait=effect.wait)
         return
     cid = plan.thinker.conversation_id
     with span_on(plan.tracer, "parlour.save", **{"parlour.conversation_id": cid}):
-        service.save_conversation(effect.context, plan.thinker)
+        service.save_conversation(effect.context, plan.thinker, wait=effect.wait)
 
 
 def _compact(effect: Compact, plan: TurnPlan, service: ConversationService) -> Any:
@@ -257,10 +258,11 @@ class _AsyncTurn:
         match effect:
             case Obtain():
                 return await service.obtain_async(None, thinker)
-            case Save(context=context):
+            case Save(context=context, wait=wait):
                 cid = thinker.conversation_id
+                save = partial(service.save_conversation, wait=wait)
                 with span_on(plan.tracer, "parlour.save", **{"parlour.conversation_id": cid}):
-                    await self._shielded(service.save_conversation, context, thinker)
+                    await self._shielded(save, context, thinker)
             case Compact(context=context, manager=manager, reserve=reserve):
                 return await manager.afit(context, reserve)
             case CallModel(context=context):

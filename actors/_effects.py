@@ -42,7 +42,11 @@ class Obtain:
 
 @dataclass(frozen=True, slots=True)
 class Save:
+    """Save at a boundary; ``wait=False`` where the turn goes on working (the save is
+    deferred, and the turn's next waited save or its release waits for it)."""
+
     context: ConversationContext
+    wait: bool = True
 
 
 @dataclass(frozen=True, slots=True)

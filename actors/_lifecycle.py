@@ -16,6 +16,7 @@ from typing import Any, Self
 import pykka
 from loguru import logger
 
+from parlour.actors._deferred import DeferredSaves
 from parlour.actors._messages import NotifyIdle, Owner, Owners, StopAll
 from parlour.runtime import Clock
 
@@ -34,6 +35,7 @@ class Lifecycle:
     _ticker: threading.Thread | None
     _live: dict[str, Any]
     _held: dict[Any, Any]
+    _deferred: DeferredSaves
 
     def _ask(self, message: Any, default: Any) -> Any:
         raise NotImplementedError
@@ -47,14 +49,18 @@ class Lifecycle:
     def stop(self) -> None:
         """Refuse new obtains, let owners finish (up to the grace), stop every actor.
 
-        Idempotent. Never persists: the last boundary already did. Afterwards queries
-        answer empty, ``release`` is a no-op and obtains refuse with ``IllegalStateError``.
+        Idempotent. Never persists: the last boundary already did (a deferred save still
+        unsettled once the owners are done is waited for, its failure logged). Afterwards
+        queries answer empty, ``release`` is a no-op and obtains refuse with
+        ``IllegalStateError``.
         """
         if self._stopping.is_set():
             return
         self._stopping.set()
         try:
             self._await_owners()
+            for cid in self._deferred.ids():
+                self._deferred.settle_quietly(cid)
             self._ask(StopAll(), None)
         finally:
             self._supervisor.stop()

@@ -19,6 +19,7 @@ from loguru import logger
 from parlour.actors import _joiners
 from parlour.actors._activation import Activations, seconds, shutting_down
 from parlour.actors._conversation import ConversationActor
+from parlour.actors._deferred import DeferredSaves
 from parlour.actors._events import AgentEvent
 from parlour.actors._lifecycle import Lifecycle
 from parlour.actors._messages import (
@@ -35,10 +36,9 @@ from parlour.actors._messages import (
 )
 from parlour.actors._reply import tell
 from parlour.actors._supervisor import Mirror, Seams, Supervisor
-from parlour.actors._thinker import Thinker
+from parlour.actors._thinker import Thinker, keep_transcript, transcript_of
 from parlour.runtime import Clock, ConversationContext, SystemClock
 from parlour.runtime.errors import IllegalStateError, StaleVersionError, not_owned
-from parlour.runtime.snapshots import MessageSnapshot
 from parlour.stores import PersistentStore, SessionStore
 
 ActorRef = pykka.ActorRef[ConversationActor]
@@ -105,6 +105,7 @@ class ConversationService(Activations, Lifecycle):
         self._live = self._mirror.refs
         # What each job holds, for the transcript at release: {(conversation, job): context}.
         self._held: dict[tuple[str, str], tuple[ConversationContext, ActorRef]] = {}
+        self._deferred = DeferredSaves(store, session, self._forget_everywhere)
         self._supervisor = Supervisor.start(
             self.clock, max_live, self._mirror, self._seams, max_active
         )
@@ -125,12 +126,18 @@ class ConversationService(Activations, Lifecycle):
     # -- saving and releasing ---------------------------------------------------------------
 
     def save_conversation(
-        self, context: ConversationContext | None, thinker: Thinker | None
+        self, context: ConversationContext | None, thinker: Thinker | None, *, wait: bool = True
     ) -> None:
         """Persist at a boundary: the first save of a minted conversation creates the record,
         every other save updates it. Identity decides persistence: a conversation keyed by
         the thinker's job id is temporary and never persisted, whatever ``context.temporary``
-        says.
+        says. The save is durable when this returns.
+
+        With ``wait=False`` an update is deferred where the store can queue it (``LmdbStore``):
+        captured now, written with the next commit, not waited for. The owner's next waited
+        save (one commit for both), its release or ``stop`` waits for it and raises (at a
+        release: logs) its error. For a boundary the turn works on past (the user's message
+        before the model call). A create, or a store that cannot queue, waits as usual.
 
         Raises:
             ConversationNotFoundError: the record was deleted mid-conversation.
@@ -138,6 +145,9 @@ class ConversationService(Activations, Lifecycle):
             StaleVersionError: another owner saved since this copy was loaded; the service
                 has dropped its activation and cache entry, so obtaining again loads the
                 newer state.
+            Exception: what a deferred save of this conversation raised (before this save's
+                own error); the service has dropped the conversation from memory and from
+                the session cache.
         """
         if self.store is None or context is None or thinker is None:
             return
@@ -145,14 +155,25 @@ class ConversationService(Activations, Lifecycle):
         if cid is None or cid == thinker.job_id:
             return
         snapshot = context.to_snapshot()
+        if not wait and self._deferred.later is not None and context.stored:
+            settle = self._deferred.later(snapshot, thinker.user_id, thinker)
+            self._deferred.add(cid, snapshot, settle)
+            context.stored_version = snapshot.stored_version + 1  # what the update will make
+            return
+        deferred = self._deferred.take(cid)
         try:
             if not context.stored and thinker.is_conversation_minted():
                 version = self.store.create_context(snapshot, thinker.user_id, thinker)
             else:
                 version = self.store.save_context(snapshot, thinker.user_id, thinker)
-        except StaleVersionError:
-            self._forget_everywhere(cid, f"Conversation {cid} was saved by another owner.")
+        except Exception as exc:
+            if deferred is not None:  # queued before this save: it is settled too
+                self._deferred.settle(cid, deferred)
+            if isinstance(exc, StaleVersionError):
+                self._forget_everywhere(cid, f"Conversation {cid} was saved by another owner.")
             raise
+        if deferred is not None:
+            self._deferred.settle(cid, deferred, cache=False)  # settled by this commit
         context.stored_version = snapshot.stored_version = version
         if self.session is not None:  # write-through after the durable commit: never stale
             self.session.put(snapshot)
@@ -165,17 +186,19 @@ class ConversationService(Activations, Lifecycle):
         as it was) and is there when this returns; a raising ``keep_transcript`` hook is
         logged and never stops the handoff. A no-op after ``stop()``.
         """
+        cid = thinker.conversation_id
+        if cid is not None and self._deferred:
+            self._deferred.settle_quietly(cid)  # the next owner starts from what is durable
         if self._stopped:
             return
-        cid = thinker.conversation_id
         held = self._held.pop((cid, thinker.job_id), None)
-        kept = None if held is None else _transcript(held[0])
+        kept = None if held is None else transcript_of(held[0])
         retain_s = seconds(thinker.retain_duration if retain is None else retain)
         try:
             self._hand_back(cid, thinker.job_id, retain_s, None if held is None else held[1])
         finally:
             if kept is not None:
-                _keep_transcript(thinker, kept)
+                keep_transcript(thinker, kept)
 
     def _hand_back(
         self, cid: str, job_id: str, retain_s: float, ref: ActorRef | None = None
@@ -197,6 +220,7 @@ class ConversationService(Activations, Lifecycle):
         """Safety net at job end: release and evict what the job still owns."""
         for key in [k for k in self._held if k[1] == job_id]:
             self._held.pop(key, None)
+            self._deferred.settle_quietly(key[0])
         released: list[str] = self._ask(ReleaseAllForJob(job_id), [])
         return released
 
@@ -363,20 +387,3 @@ class ConversationService(Activations, Lifecycle):
         Thread-safety: any number of threads may offer at once; none is lost.
         """
         return _joiners.offer(self, conversation_id, user_id, text)
-
-
-def _keep_transcript(thinker: Thinker, kept: list[MessageSnapshot]) -> None:
-    keep = getattr(thinker, "keep_transcript", None)
-    if keep is None:
-        return
-    try:
-        keep(kept)
-    except Exception:  # a hook never stops the handoff, which has already happened
-        logger.exception("keep_transcript failed for job {}", thinker.job_id)
-
-
-def _transcript(context: ConversationContext) -> list[MessageSnapshot]:
-    """The conversation as it is: the memoized snapshot first (one attribute read per
-    message unchanged since the last save), built only for a changed one."""
-    of = MessageSnapshot.of
-    return [m._snapshot or of(m) for m in context.messages]

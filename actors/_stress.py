@@ -20,6 +20,7 @@ import msgspec
 
 from parlour.actors._service import ConversationService
 from parlour.actors._thinker import BasicThinker
+from parlour.runtime import IncomingMessage
 from parlour.stores import LmdbStore, MemorySessionCache
 
 
@@ -81,9 +82,12 @@ def run_stress(
     seed: int = 0,
     sync: bool = False,
     max_active: int | None = None,
+    deferred: bool = False,
 ) -> StressReport:
     """Run the mix; never raises for a broken guarantee (it is in ``violations``).
-    ``max_active`` below the live cap makes idle conversations park and re-attach too."""
+    ``max_active`` below the live cap makes idle conversations park and re-attach too.
+    ``deferred`` saves each turn's message without a wait (its release waits for it), and
+    now and then adds an answer whose save waits for both."""
     store = LmdbStore(data_dir, sync=sync)
     service = ConversationService(
         store,
@@ -103,7 +107,15 @@ def run_stress(
     workers = [
         threading.Thread(
             target=_worker,
-            args=(service, ids, ledger, random.Random(seed * 1_000 + n), turns_per_thread, n),
+            args=(
+                service,
+                ids,
+                ledger,
+                random.Random(seed * 1_000 + n),
+                turns_per_thread,
+                n,
+                deferred,
+            ),
         )
         for n in range(threads)
     ]
@@ -141,11 +153,12 @@ def _worker(
     rng: random.Random,
     turns: int,
     n: int,
+    deferred: bool,
 ) -> None:
     for turn in range(turns):
         cid = rng.choice(ids)
         try:
-            _turn(service, ledger, rng, cid, f"w{n}-t{turn}")
+            _turn(service, ledger, rng, cid, f"w{n}-t{turn}", deferred)
         except Exception as exc:
             ledger.violation(f"turn on {cid} raised {exc!r}")
         side = rng.random()
@@ -157,7 +170,12 @@ def _worker(
 
 
 def _turn(
-    service: ConversationService, ledger: _Ledger, rng: random.Random, cid: str, text: str
+    service: ConversationService,
+    ledger: _Ledger,
+    rng: random.Random,
+    cid: str,
+    text: str,
+    deferred: bool,
 ) -> None:
     thinker = BasicThinker(ledger.users[cid])
     thinker.set_conversation_id(cid)
@@ -170,8 +188,12 @@ def _turn(
             if service.obtain_conversation(None, thinker).get(timeout=1) is not context:
                 ledger.violation(f"a re-obtain of {cid} got another context")
         context.add_user_message(text)
-        service.save_conversation(context, thinker)
+        service.save_conversation(context, thinker, wait=not deferred)  # release waits for it
         ledger.ack(cid, text)
+        if deferred and rng.random() < 0.5:  # an answer, whose save waits for both
+            context.add_message(IncomingMessage(f"{text} answered"))
+            service.save_conversation(context, thinker)
+            ledger.ack(cid, f"{text} answered")
     finally:
         ledger.leave(cid)
         service.release(thinker, retain=rng.choice((0.0, 0.0, 0.001, 0.01)))

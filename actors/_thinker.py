@@ -7,7 +7,9 @@ import secrets
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from parlour.runtime import DeclaredTool, Depth, Grade, OutputSize, Transcript
+from loguru import logger
+
+from parlour.runtime import ConversationContext, DeclaredTool, Depth, Grade, OutputSize, Transcript
 from parlour.runtime.snapshots import MessageSnapshot
 
 
@@ -110,3 +112,22 @@ class BasicThinker:
         if self._kept is None:
             return None
         return Transcript.render_messages(s.to_message(None) for s in self._kept)
+
+
+def keep_transcript(thinker: Thinker, kept: list[MessageSnapshot]) -> None:
+    """Hand ``kept`` to the thinker's ``keep_transcript`` hook, if it has one; a raising
+    hook is logged."""
+    keep = getattr(thinker, "keep_transcript", None)
+    if keep is None:
+        return
+    try:
+        keep(kept)
+    except Exception:  # a hook never stops the handoff, which has already happened
+        logger.exception("keep_transcript failed for job {}", thinker.job_id)
+
+
+def transcript_of(context: ConversationContext) -> list[MessageSnapshot]:
+    """The conversation as it is: the memoized snapshot first (one attribute read per
+    message unchanged since the last save), built only for a changed one."""
+    of = MessageSnapshot.of
+    return [m._snapshot or of(m) for m in context.messages]

@@ -159,7 +159,7 @@ def turn_steps(plan: TurnPlan, text: str, attachments: Sequence[ContentBlock] = 
     try:
         _prepare(context, plan)
         _add(context, plan, _user_message(text, attachments, plan.handler))
-        yield plan.saving(context)
+        yield Save(context, wait=False)  # deferred: the answer's save waits for both
         return (yield from _answer_all(context, plan))
     except GeneratorExit:
         abandoned = True
@@ -254,7 +254,7 @@ def _rounds(context: ConversationContext, plan: TurnPlan) -> Steps:
         response = yield from _ask(context, plan)
         calls = response.tool_uses
         _add(context, plan, IncomingMessage(blocks=response.blocks, compactable=bool(calls)))
-        yield plan.saving(context)
+        yield plan.saving(context)  # waited: tools may act on the world next
         if not calls:
             return _reply(plan, response, exhausted=False)
         yield from _run_tools(context, plan, calls)

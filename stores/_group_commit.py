@@ -5,7 +5,8 @@ queued ones, in one write transaction, committed before any writer is answered. 
 that finds the lock taken queues its write and waits on its own slot, never on the lock:
 the leader's answer wakes it, so a writer whose batch is already durable returns without
 touching the lock. After releasing the lock a leader wakes
-one writer still waiting, which tries to lead the next batch.
+one writer still waiting, which tries to lead the next batch. A deferred write is queued
+without a wait (``defer``); whoever leads next commits it, and ``settle`` waits for it later.
 
 A write that raises leaves nothing and only its caller gets the error; the rest of the batch
 commits. LMDB's nested transactions would roll one write back alone, but they cannot be had
@@ -122,7 +123,8 @@ Entry = tuple[Write, Answer, int]
 class GroupCommit:
     """Queues writes and commits them in batches of at most ``max_batch``.
 
-    Thread-safety: ``submit`` from any thread; ``close`` once, from any thread.
+    Thread-safety: ``submit``, ``defer`` and ``settle`` from any thread (a slot is settled
+    by one thread); ``close`` once, from any thread.
     """
 
     def __init__(self, hooks: CommitHooks, where: str, max_batch: int) -> None:
@@ -147,15 +149,37 @@ class GroupCommit:
         """
         if self._closing:
             raise self._closed_error()
-        if self._lock.acquire(blocking=False):  # no commit under way: lead, unqueued
-            done = Done()
+        if self._lock.acquire(blocking=False):  # no commit under way: lead
             try:
-                self._run([(write, done, size), *self._drain(self._max_batch - 1)])
+                ahead = self._drain(self._max_batch - 1)  # queued before: committed first
+                if len(ahead) < self._max_batch - 1:  # the queue is empty: lead, unqueued
+                    done = Done()
+                    self._run([*ahead, (write, done, size)])
+                    return done.result()
+                slot = self.defer(write, size)  # more queued than a batch takes: FIFO
+                self._run(ahead)
             finally:
                 self._release()
-            return done.result()
+            return self.settle(slot)
+        return self.settle(self.defer(write, size))
+
+    def defer(self, write: Write, size: int) -> Slot:
+        """Queue ``write`` for the next commit and return at once, without leading: the
+        next writer to lead commits it, and ``settle`` (which leads if nobody does) waits
+        for that commit.
+
+        Raises:
+            IllegalStateError: the store is closed (nothing was written).
+        """
+        if self._closing:
+            raise self._closed_error()
         slot = Slot()
         self._queue.put((write, slot, size))
+        return slot
+
+    def settle(self, slot: Slot) -> Any:
+        """Wait until the commit holding ``slot``'s write is durable, leading it if the
+        commit lock is free; return what the write returned or raise what it raised."""
         while not slot.answered:
             self._waiting.append(slot)  # before trying the lock: its releaser will see it
             if self._lock.acquire(blocking=False):

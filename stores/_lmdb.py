@@ -12,6 +12,7 @@ import datetime as dt
 import os
 import threading
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -192,6 +193,20 @@ class LmdbStore(LmdbHistory):
     def save_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
     ) -> int:
+        return int(self._submit(*self._update(snapshot, user_id)))
+
+    def save_context_later(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
+    ) -> Callable[[], int]:
+        """``save_context`` queued for the next commit, not waited for (``PersistentStore``
+        says how); bad ids, a snapshot naming another user, a closed or read-only store
+        raise at once."""
+        write, size = self._update(snapshot, user_id)
+        self._writable()
+        return partial(self._commits.settle, self._commits.defer(write, size))
+
+    def _update(self, snapshot: ConversationPersistenceSnapshot, user_id: str) -> tuple[Write, int]:
+        """The write of an update, and its size in bytes."""
         key = require_id(snapshot, user_id)
         cid, body = str(snapshot.conversation_id), encode_body(snapshot)
         last = self._book.last_written(cid)
@@ -211,7 +226,7 @@ class LmdbStore(LmdbHistory):
             self._put(txn, key, cid, old, head, body, plan, usage)
             return head.version
 
-        return int(self._submit(write, len(body) + plan.size + usage.size))
+        return write, len(body) + plan.size + usage.size
 
     def _put(
         self,
@@ -264,23 +279,6 @@ class LmdbStore(LmdbHistory):
 
     def add_delete_listener(self, listener: Callable[[str], None]) -> None:
         self._listeners.append(listener)
-
-    # -- administration ---------------------------------------------------------------------
-
-    def quarantine(self, conversation_id: str) -> bool:
-        """Move every record of a conversation, damaged or not, into the quarantine database
-        as raw bytes (see ``quarantined``), whoever owns it. An administrative operation:
-        it is no part of ``PersistentStore``. Delete listeners hear of it; the id's next
-        version is past any it had. True when there was a record."""
-        key = conversation_key(conversation_id)
-
-        def write(txn: Any) -> bool:
-            moved = _layout.quarantine(txn, self._dbs, key)
-            _history.drop(txn, self._dbs, key)
-            self._book.note(conversation_id, None)
-            return moved
-
-        return self._removed(conversation_id, bool(self._submit(write, 0)))
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -368,11 +366,14 @@ class LmdbStore(LmdbHistory):
     # -- group commit -----------------------------------------------------------------------
 
     def _submit(self, write: Write, size: int) -> Any:
+        self._writable()
+        return self._commits.submit(write, size)
+
+    def _writable(self) -> None:
         if self.readonly:
             raise IllegalStateError(
                 f"LmdbStore at {self.path} is open read-only; nothing was written."
             )
-        return self._commits.submit(write, size)
 
     def close(self) -> None:
         """Commit the writes queued so far, then close the environment and release the

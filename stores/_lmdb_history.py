@@ -1,6 +1,6 @@
-"""LmdbStore's version history, retention, backup and the decode check: the methods beside
-the record surface, on the same environment (a mixin: ``LmdbStore`` supplies the environment, the
-databases and its read and write paths)."""
+"""LmdbStore's version history, retention, backup, quarantine and the decode check: the
+methods beside the record surface, on the same environment (a mixin: ``LmdbStore`` supplies
+the environment, the databases and its read and write paths)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from typing import Any, TypeVar
 
 from parlour.runtime.errors import CorruptSnapshotError, IllegalStateError
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
-from parlour.stores import _history, _reads
+from parlour.stores import _history, _layout, _reads
+from parlour.stores._bookkeeping import Bookkeeping
 from parlour.stores._group_commit import Write
 from parlour.stores._ids import conversation_key, user_key
 from parlour.stores._layout import Databases, QuarantinedRecord
@@ -33,14 +34,15 @@ T = TypeVar("T")
 
 
 class LmdbHistory:
-    """Version history, ``prune``, ``backup`` and the read-only administration (``damaged``,
-    ``quarantined``, ``undecodable``) for ``LmdbStore``."""
+    """Version history, ``prune``, ``backup`` and the administration (``damaged``,
+    ``quarantine``, ``quarantined``, ``undecodable``) for ``LmdbStore``."""
 
     path: Path
     _env: Any
     _dbs: Databases
     _gate: ReadGate
     _retention: _history.Retention | None
+    _book: Bookkeeping
 
     def _view(self, read: Callable[[Any], T]) -> T:
         raise NotImplementedError
@@ -51,11 +53,29 @@ class LmdbHistory:
     def _head(self, txn: Any, key: bytes, cid: str, user_id: str) -> Header | None:
         raise NotImplementedError
 
+    def _removed(self, conversation_id: str, removed: bool) -> bool:
+        raise NotImplementedError
+
     def damaged(self) -> list[str]:
         """The ids of every conversation whose header does not decode: records no user call
         can load or remove (their owner cannot be read). ``quarantine`` moves them away."""
 
         return self._view(lambda txn: _reads.damaged(txn, self._dbs))
+
+    def quarantine(self, conversation_id: str) -> bool:
+        """Move every record of a conversation, damaged or not, into the quarantine database
+        as raw bytes (see ``quarantined``), whoever owns it. An administrative operation:
+        it is no part of ``PersistentStore``. Delete listeners hear of it; the id's next
+        version is past any it had. True when there was a record."""
+        key = conversation_key(conversation_id)
+
+        def write(txn: Any) -> bool:
+            moved = _layout.quarantine(txn, self._dbs, key)
+            _history.drop(txn, self._dbs, key)
+            self._book.note(conversation_id, None)
+            return moved
+
+        return self._removed(conversation_id, bool(self._submit(write, 0)))
 
     def quarantined(self, conversation_id: str) -> list[QuarantinedRecord]:
         """Every quarantined record of the conversation, oldest first, exactly as stored."""

@@ -49,6 +49,12 @@ class PersistentStore(Protocol):
     saved as (``snapshot.stored_version``); a save from any other version is refused with
     ``StaleVersionError`` and writes nothing.
 
+    A store may also offer ``save_context_later`` (same arguments as ``save_context``): it
+    queues the update without waiting for it to be durable and returns a function that
+    waits, then returns the new version or raises what ``save_context`` would have.
+    ``ConversationService`` uses it for a deferred save (``wait=False``); a store without
+    it saves at once.
+
     Thread-safety: implementations are safe to call from any thread.
     """
 

@@ -14,3 +14,17 @@ def test_sixty_four_threads_with_every_eviction_path_never_see_two_owners_or_los
     assert report.violations == []
     assert report.turns == report.acknowledged == 64 * 6
     assert report.eviction_attempts > 0 and report.force_releases > 0 and report.reobtains > 0
+
+
+def test_deferred_saves_under_every_eviction_path_lose_no_turn_and_grant_nothing_stale(
+    tmp_path: Path,
+) -> None:
+    """Each turn saves its message without a wait and now and then an answer with one: a
+    release hands over only what is durable, so the next owner (after any eviction) sees
+    every turn, and the reopened store holds each exactly once, in order."""
+    report = run_stress(
+        tmp_path / "db", threads=64, conversations=16, turns_per_thread=6, deferred=True
+    )
+    assert report.violations == []
+    assert report.turns == 64 * 6 and report.acknowledged > report.turns
+    assert report.eviction_attempts > 0 and report.force_releases > 0 and report.reobtains > 0

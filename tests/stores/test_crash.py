@@ -82,6 +82,48 @@ def test_a_writer_killed_mid_save_loses_no_acknowledged_ledger_entry(tmp_path: P
             assert [e["turn"] for e in snapshot.usage] == turns[rewrites:]
 
 
+DEFERRED_WRITER = """
+import sys
+from parlour.runtime import ConversationContext, IncomingMessage
+from parlour.stores import LmdbStore
+
+store = LmdbStore(sys.argv[1])
+conversations = [ConversationContext(f"c{i}", user_id="alice") for i in range(4)]
+for c in conversations:
+    c.stored_version = store.create_context(c.to_snapshot(), "alice")
+turn = 0
+while True:  # a deferred save of the question, then the answer's save, which waits for both
+    c = conversations[turn % 4]
+    c.add_user_message(f"turn {turn}")
+    settle = store.save_context_later(c.to_snapshot(), "alice")
+    c.stored_version += 1
+    c.add_message(IncomingMessage(f"answer {turn}"))
+    c.stored_version = store.save_context(c.to_snapshot(), "alice")
+    settle()
+    print(turn, flush=True)
+    turn += 1
+"""
+
+
+def test_a_writer_killed_between_deferred_and_waited_saves_loses_no_acknowledged_turn(
+    tmp_path: Path,
+) -> None:
+    """Every acknowledged turn (its question and answer) is there exactly once, in order;
+    past them at most the last turn's question alone, or it with its answer."""
+    acknowledged = _killed_after_200_saves(DEFERRED_WRITER, tmp_path)
+    with LmdbStore(tmp_path) as store:
+        assert store.undecodable() == []
+        for i in range(4):
+            snapshot = store.load(f"c{i}", "alice")
+            assert snapshot is not None
+            said = [str(m.raw_content) for m in snapshot.messages]
+            turns = range(i, acknowledged + 1, 4)
+            expected = [line for t in turns for line in (f"turn {t}", f"answer {t}")]
+            assert said[: len(expected)] == expected
+            rest, after = said[len(expected) :], turns[-1] + 4
+            assert rest in ([], [f"turn {after}"], [f"turn {after}", f"answer {after}"])
+
+
 def _killed_after_200_saves(writer: str, path: Path) -> int:
     """Run ``writer`` on ``path`` until it has acknowledged at least 200 saves, kill -9 it
     mid-write, and return the last save it acknowledged."""

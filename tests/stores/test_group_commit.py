@@ -334,9 +334,10 @@ def test_a_refusal_in_a_batch_costs_the_others_nothing_and_a_late_failure_one_re
         answers[1].result()
     with pytest.raises(RuntimeError, match="failed part-way"):
         answers[3].result()
-    # the submitter leads with its own write, c, then a, the refusal, b, the late failure:
-    # the writes before the late failure ran once more without it; the refusal never again
-    assert runs == {b"c": 2, b"a": 2, b"b": 2}
+    # the submitter leads with the writes queued before its own: a, the refusal, b, the late
+    # failure, then c. Those before the late failure ran once more without it, c once; the
+    # refusal never again
+    assert runs == {b"a": 2, b"b": 2, b"c": 1}
     assert refusals == [b"v"]
     assert (hooks.committed_batches, hooks.failed_batches) == (1, 0)
     with env.begin() as txn:

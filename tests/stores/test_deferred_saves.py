@@ -1,0 +1,167 @@
+"""Deferred updates (``LmdbStore.save_context_later``): queued without a wait, committed by
+the next writer to lead (or by the wait itself), always in the order they were queued, and
+refused or failed exactly as ``save_context`` would be, only later."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import pytest
+
+from parlour.runtime import ConversationContext, IncomingMessage
+from parlour.runtime.errors import IllegalStateError, StaleVersionError
+from parlour.stores import LmdbStore
+from parlour.stores._group_commit import GroupCommit
+
+from .test_group_commit import _Hooks
+
+
+def _created(store: LmdbStore, cid: str = "c1", user: str = "alice") -> ConversationContext:
+    context = ConversationContext(cid, user_id=user)
+    context.add_user_message("first")
+    context.stored_version = store.create_context(context.to_snapshot(), user)
+    return context
+
+
+def _said(store: LmdbStore, cid: str = "c1", user: str = "alice") -> list[object]:
+    snapshot = store.load(cid, user)
+    assert snapshot is not None
+    return [m.raw_content for m in snapshot.messages]
+
+
+def test_a_deferred_update_waits_for_the_next_commit_and_shares_it_with_the_next_save(
+    tmp_path: Path,
+) -> None:
+    with LmdbStore(tmp_path) as store:
+        context = _created(store)
+        commits_before = store._env.info()["last_txnid"]
+        context.add_user_message("second")
+        settle = store.save_context_later(context.to_snapshot(), "alice")
+        context.stored_version += 1  # what the update will make
+        assert _said(store) == ["first"]  # queued: nobody has led a commit since
+        context.add_message(IncomingMessage("answer"))
+        assert store.save_context(context.to_snapshot(), "alice") == 3
+        assert settle() == 2
+        assert _said(store) == ["first", "second", "answer"]
+        assert store._env.info()["last_txnid"] == commits_before + 1  # one commit for both
+
+
+def test_waiting_for_a_deferred_update_nobody_else_committed_leads_its_commit(
+    tmp_path: Path,
+) -> None:
+    with LmdbStore(tmp_path) as store:
+        context = _created(store)
+        context.add_user_message("second")
+        settle = store.save_context_later(context.to_snapshot(), "alice")
+        assert settle() == 2 and settle() == 2  # waiting again answers the same
+        assert _said(store) == ["first", "second"]
+        assert store.version_of("c1", "alice") == 2
+
+
+def test_a_deferred_update_from_a_stale_version_is_refused_when_waited_for(
+    tmp_path: Path,
+) -> None:
+    with LmdbStore(tmp_path) as store:
+        context = _created(store)
+        stale = context.to_snapshot()
+        context.add_user_message("moved on")
+        context.stored_version = store.save_context(context.to_snapshot(), "alice")
+        stale_settle = store.save_context_later(stale, "alice")
+        with pytest.raises(StaleVersionError):
+            stale_settle()
+        assert _said(store) == ["first", "moved on"]  # nothing of the refused one
+
+
+def test_a_deferred_update_by_another_user_is_refused_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    with LmdbStore(tmp_path) as store:
+        _created(store)  # alice's
+        forged = ConversationContext("c1", user_id="mallory")
+        forged.add_user_message("mine now")
+        forged.stored_version = 1
+        with pytest.raises(PermissionError):  # the snapshot names another user: at once
+            store.save_context_later(forged.to_snapshot(), "alice")
+        settle = store.save_context_later(forged.to_snapshot(), "mallory")
+        with pytest.raises(PermissionError):  # the record is alice's: refused in the commit
+            settle()
+        assert _said(store) == ["first"] and store.version_of("c1", "alice") == 1
+
+
+def test_close_commits_a_deferred_update_and_a_closed_or_read_only_store_refuses_one(
+    tmp_path: Path,
+) -> None:
+    store = LmdbStore(tmp_path / "db")
+    context = _created(store)
+    context.add_user_message("second")
+    settle = store.save_context_later(context.to_snapshot(), "alice")
+    store.close()
+    assert settle() == 2
+    with pytest.raises(IllegalStateError, match="closed"):
+        store.save_context_later(context.to_snapshot(), "alice")
+    with LmdbStore(tmp_path / "db") as reopened:
+        assert _said(reopened) == ["first", "second"]
+    with LmdbStore(tmp_path / "db", readonly=True) as reader:
+        with pytest.raises(IllegalStateError, match="read-only"):
+            reader.save_context_later(context.to_snapshot(), "alice")
+        assert _said(reader) == ["first", "second"]
+
+
+def test_writes_commit_in_the_order_they_were_queued_past_a_full_batch(tmp_path: Path) -> None:
+    """A writer that finds the lock free leads only after everything queued before it: its
+    own write never overtakes its deferred ones, even with more queued than a batch takes."""
+    env = lmdb.open(str(tmp_path), map_size=1 << 22, writemap=True)
+    commits = GroupCommit(_Hooks(env), str(tmp_path), max_batch=2)
+    applied: list[int] = []
+
+    def numbered(n: int) -> Any:
+        def write(txn: Any) -> int:
+            applied.append(n)
+            txn.put(str(n).encode(), b"v")
+            return n
+
+        return write
+
+    deferred = [commits.defer(numbered(n), 0) for n in range(5)]
+    assert commits.submit(numbered(5), 0) == 5
+    assert applied == [0, 1, 2, 3, 4, 5]
+    assert [commits.settle(slot) for slot in deferred] == [0, 1, 2, 3, 4]
+    env.close()
+
+
+def test_each_threads_writes_commit_in_its_own_order_under_contention(tmp_path: Path) -> None:
+    """Eight threads each defer a write and then submit one, over and over, with batches
+    of three: every write commits once, and each thread's in the order it queued them."""
+    env = lmdb.open(str(tmp_path), map_size=1 << 24, writemap=True)
+    commits = GroupCommit(_Hooks(env), str(tmp_path), max_batch=3)
+    applied: list[tuple[int, int]] = []
+    errors: list[BaseException] = []
+
+    def write_of(thread: int, n: int) -> Any:
+        def write(txn: Any) -> None:
+            applied.append((thread, n))
+            txn.put(f"{thread}-{n}".encode(), b"v")
+
+        return write
+
+    def run(thread: int) -> None:
+        try:
+            for n in range(0, 100, 2):
+                slot = commits.defer(write_of(thread, n), 0)
+                commits.submit(write_of(thread, n + 1), 0)
+                assert slot.done()  # committed with or before the submitted one
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    for thread in range(8):
+        assert [n for t, n in applied if t == thread] == list(range(100))
+    env.close()
