@@ -2,8 +2,8 @@
 and body it wrote (so a save writes only what changed) and the map it writes into (grown
 before it fills).
 
-Every method runs under the commit lock, except ``last_written`` (a racy read, checked
-again under the lock by the write that used it).
+Every method runs under the commit lock, except ``planning_base`` (a racy read, checked
+again under the lock by the write that used it) and ``queue``.
 """
 
 from __future__ import annotations
@@ -35,12 +35,24 @@ class Bookkeeping:
         # the last committed write of each conversation
         self._written: OrderedDict[str, Written] = OrderedDict()
         self._pending: dict[str, Written | None] = {}  # this batch's writes
+        self._queued: dict[str, Written] = {}  # deferred writes not yet applied
         self._psize: int | None = None
         self._unchecked = 0  # bytes that batches may add before the map is measured again
 
-    def last_written(self, cid: str) -> Written | None:
-        """What the last committed write of ``cid`` held (None when not remembered)."""
-        return self._written.get(cid)
+    def planning_base(self, cid: str) -> Written | None:
+        """What ``cid``'s next write will find written, as far as is known now: a deferred
+        write's that is still queued, else this batch's, else the last committed one (None
+        when not remembered)."""
+        queued = self._queued.get(cid)
+        if queued is not None:
+            return queued
+        pending = self._pending.get(cid)
+        return pending if pending is not None else self._written.get(cid)
+
+    def queue(self, cid: str, written: Written) -> None:
+        """A deferred write of ``cid``, queued, will write ``written`` (from any thread: the
+        conversation's owner's)."""
+        self._queued[cid] = written
 
     def known(self, cid: str) -> Written | None:
         """What the store has written of ``cid``, this batch included."""
@@ -51,6 +63,7 @@ class Bookkeeping:
     def note(self, cid: str, written: Written | None) -> None:
         """A write in this batch wrote ``written`` (None: removed the conversation)."""
         self._pending[cid] = written
+        self._queued.pop(cid, None)
 
     def begin(self, write: bool, parent: Any) -> Any:
         return self._env().begin(write=write, parent=parent)
@@ -74,6 +87,7 @@ class Bookkeeping:
         """A commit that failed wrote nothing; trust nothing, the next saves write in full."""
         self._written.clear()
         self._pending.clear()
+        self._queued.clear()
         self._unchecked = 0
 
     def make_room(self, incoming: int) -> None:

@@ -201,17 +201,21 @@ class LmdbStore(LmdbHistory):
         """``save_context`` queued for the next commit, not waited for (``PersistentStore``
         says how); bad ids, a snapshot naming another user, a closed or read-only store
         raise at once."""
-        write, size = self._update(snapshot, user_id)
         self._writable()
+        write, size = self._update(snapshot, user_id, queued=True)
         return partial(self._commits.settle, self._commits.defer(write, size))
 
-    def _update(self, snapshot: ConversationPersistenceSnapshot, user_id: str) -> tuple[Write, int]:
-        """The write of an update, and its size in bytes."""
+    def _update(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, queued: bool = False
+    ) -> tuple[Write, int]:
+        """An update's write and size; the next save plans against a ``queued`` (deferred) one."""
         key = require_id(snapshot, user_id)
         cid, body = str(snapshot.conversation_id), encode_body(snapshot)
-        last = self._book.last_written(cid)
+        last = self._book.planning_base(cid)
         plan = plan_messages(None if last is None else last[0], snapshot.messages)
         usage = plan_usage(None if last is None else last[2], snapshot.usage)
+        if queued:
+            self._book.queue(cid, (plan.items, body, usage.items))
 
         def write(txn: Any) -> int:
             old = self._head(txn, key, cid, user_id)
