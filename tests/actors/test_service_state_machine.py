@@ -4,6 +4,7 @@ anyone else's."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -16,7 +17,7 @@ from parlour.actors import BasicThinker, ConversationService
 from parlour.runtime import ConversationContext
 from parlour.runtime.errors import ConversationNotFoundError, ConversationUnavailableError
 from parlour.runtime.testing import FakeClock
-from parlour.stores import MemorySessionCache, MemoryStore
+from parlour.stores import LmdbStore, MemorySessionCache, MemoryStore, PersistentStore
 
 USERS = ("alice", "bob", "carol")
 
@@ -39,8 +40,9 @@ class ServiceMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.clock = FakeClock()
+        self.store = self.make_store()
         self.service = ConversationService(
-            MemoryStore(),
+            self.store,
             MemorySessionCache(),
             clock=self.clock,
             cleanup_interval_s=0,
@@ -48,6 +50,9 @@ class ServiceMachine(RuleBasedStateMachine):
             shutdown_grace_s=0.01,
         )
         self.model: dict[str, Model] = {}
+
+    def make_store(self) -> PersistentStore:
+        return MemoryStore()
 
     def teardown(self) -> None:
         self.service.stop()
@@ -63,6 +68,12 @@ class ServiceMachine(RuleBasedStateMachine):
             cid for cid, m in self.model.items() if held is None or (m.holder is not None) == held
         ]
         return data.draw(st.sampled_from(ids))
+
+    def _check_durable(self, cid: str) -> None:
+        """The store holds what the model says was saved."""
+        m = self.model[cid]
+        stored = self.store.load(cid, m.user)
+        assert (None if stored is None else [x.raw_content for x in stored.messages]) == m.saved
 
     def _any(self, held: bool | None = None) -> bool:
         return any(held is None or (m.holder is not None) == held for m in self.model.values())
@@ -95,22 +106,25 @@ class ServiceMachine(RuleBasedStateMachine):
         m.holder, m.context, m.live = thinker, context, list(expected)
 
     @precondition(lambda self: self._any(held=True))
-    @rule(data=st.data(), save=st.booleans())
-    def add_turn(self, data: st.DataObject, save: bool) -> None:
+    @rule(data=st.data(), save=st.sampled_from(["no", "wait", "deferred"]))
+    def add_turn(self, data: st.DataObject, save: str) -> None:
         m = self.model[self._pick(data, held=True)]
         assert m.context is not None
         m.counter += 1
         m.context.add_user_message(f"{m.user} turn {m.counter}")
         m.live = _texts(m.context)
-        if not save:
+        if save == "no":
             return
         assert m.holder is not None
+        wait = save == "wait"  # a deferred save is durable by the release: what others see
         if m.saved is None and not m.holder.is_conversation_minted():
             with pytest.raises(ConversationNotFoundError):  # an adopter only ever updates
-                self.service.save_conversation(m.context, m.holder)
+                self.service.save_conversation(m.context, m.holder, wait=wait)
             return
-        self.service.save_conversation(m.context, m.holder)
+        self.service.save_conversation(m.context, m.holder, wait=wait)
         m.saved = list(m.live)
+        if wait:  # with every deferred save before it
+            self._check_durable(m.holder.conversation_id)
 
     @precondition(lambda self: self._any(held=True))
     @rule(data=st.data(), keep=st.booleans())
@@ -119,6 +133,7 @@ class ServiceMachine(RuleBasedStateMachine):
         assert m.holder is not None
         self.service.release(m.holder, retain=60 if keep else 0)
         assert m.holder.transcript() is not None
+        self._check_durable(m.holder.conversation_id)  # a deferred save included
         m.holder, m.context = None, None
         if not keep:
             m.live = None
@@ -203,10 +218,27 @@ class ServiceMachine(RuleBasedStateMachine):
                 assert found is (m.holder if user == m.user else None)
 
 
-ServiceMachine.TestCase.settings = settings(
+class LmdbServiceMachine(ServiceMachine):
+    """The same on an LmdbStore, where a deferred save is queued, not written at once."""
+
+    def make_store(self) -> PersistentStore:
+        self.directory = tempfile.TemporaryDirectory()
+        return LmdbStore(self.directory.name, sync=False)
+
+    def teardown(self) -> None:
+        super().teardown()
+        assert isinstance(self.store, LmdbStore)
+        self.store.close()
+        self.directory.cleanup()
+
+
+_SETTINGS = settings(
     max_examples=40,
     stateful_step_count=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+ServiceMachine.TestCase.settings = _SETTINGS
+LmdbServiceMachine.TestCase.settings = _SETTINGS
 test_every_user_sees_exactly_their_own_conversations = ServiceMachine.TestCase
+test_on_lmdb_with_deferred_saves_every_user_sees_exactly_their_own = LmdbServiceMachine.TestCase
