@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import datetime as dt
 import tempfile
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
 import lmdb
 import msgspec
@@ -37,6 +38,7 @@ from parlour.runtime import Depth, IncomingMessage, OutputSize, ScriptedClient
 from parlour.stores import LmdbStore, MemorySessionCache
 
 Progress = Callable[[int], None]  # called with how many turns just finished
+T = TypeVar("T")
 
 
 class Shape(msgspec.Struct, frozen=True):
@@ -78,12 +80,37 @@ def _timed(
             progress(len(latencies))
         return latencies
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        per = list(pool.map(one, range(count)))
+    per = _on_threads(one, count, workers)
     seconds = time.perf_counter() - start
     latencies = [x for xs in per for x in xs]
     stats = TurnStats(turns=len(latencies), seconds=seconds, latencies=latencies)
     return Measured(stats, (time.process_time() - cpu) / max(len(latencies), 1))
+
+
+def _on_threads(run: Callable[[int], T], count: int, workers: int) -> list[T]:
+    """``run(index)`` for every index below ``count``, on ``workers`` threads that each take
+    the next index until none is left; the results in index order. Nothing is handed back
+    per index (an executor's future per index would wake the waiting thread each time, a
+    cost that is the harness's, not the path's). The first error raised is raised here."""
+    indexes = iter(range(count))  # next() on it is atomic: each index is taken once
+    results: list[Any] = [None] * count
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for index in indexes:
+                results[index] = run(index)
+        except BaseException as exc:  # raised in the caller's thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results
 
 
 # -- the floor -------------------------------------------------------------------------------
@@ -207,8 +234,7 @@ def measure_restore(store: LmdbStore, ids: list[str], workers: int = 8) -> float
     """Conversations/s a fresh service restores from ``store``: load, decode, actor."""
     with ConversationService(store, cleanup_interval_s=0, max_live=len(ids) + 1) as service:
         start = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            list(pool.map(lambda i: _restore_one(service, ids, i), range(len(ids))))
+        _on_threads(lambda i: _restore_one(service, ids, i), len(ids), workers)
         return len(ids) / (time.perf_counter() - start)
 
 
