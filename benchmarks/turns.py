@@ -1,8 +1,9 @@
 """Durable turns per second: parlour's full path against a hand-written floor.
 
 parlour: C agent chats x T turns driven by W threads, each a whole ``Chat.send`` (obtain
-from the conversation actor, add the user message, save, prepare, ScriptedClient, add the
-answer, save, release): two fsync'd LMDB saves per turn, as the save discipline asks.
+from the conversation actor, add the user message, save it deferred, prepare,
+ScriptedClient, add the answer, save, release): two LMDB saves per turn, as the save
+discipline asks, the deferred one riding in the answer's fsync'd commit (or an earlier one).
 
 floor: the same workload with no actors and no runtime: a dict of conversations (lists of
 message dicts), msgspec to encode, and one fsync'd LMDB commit per turn, in W threads.
