@@ -54,6 +54,12 @@ class Bookkeeping:
         conversation's owner's)."""
         self._queued[cid] = written
 
+    def dequeue(self, cid: str, written: Written) -> None:
+        """The deferred write that queued ``written`` is being applied (or refused): it is
+        no longer ahead of anything (a later one of ``cid`` stays)."""
+        if self._queued.get(cid) is written:
+            del self._queued[cid]
+
     def known(self, cid: str) -> Written | None:
         """What the store has written of ``cid``, this batch included."""
         if cid in self._pending:
@@ -63,7 +69,6 @@ class Bookkeeping:
     def note(self, cid: str, written: Written | None) -> None:
         """A write in this batch wrote ``written`` (None: removed the conversation)."""
         self._pending[cid] = written
-        self._queued.pop(cid, None)
 
     def begin(self, write: bool, parent: Any) -> Any:
         return self._env().begin(write=write, parent=parent)

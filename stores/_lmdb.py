@@ -201,9 +201,8 @@ class LmdbStore(LmdbHistory):
         """``save_context`` queued for the next commit, not waited for (``PersistentStore``
         says how); bad ids, a snapshot naming another user, a closed or read-only store
         raise at once."""
-        self._writable()
-        write, size = self._update(snapshot, user_id, queued=True)
-        return partial(self._commits.settle, self._commits.defer(write, size))
+        slot = self._submit(*self._update(snapshot, user_id, queued=True), later=True)
+        return partial(self._commits.settle, slot)
 
     def _update(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, queued: bool = False
@@ -214,10 +213,13 @@ class LmdbStore(LmdbHistory):
         last = self._book.planning_base(cid)
         plan = plan_messages(None if last is None else last[0], snapshot.messages)
         usage = plan_usage(None if last is None else last[2], snapshot.usage)
+        planned = (plan.items, body, usage.items)
         if queued:
-            self._book.queue(cid, (plan.items, body, usage.items))
+            self._book.queue(cid, planned)
 
         def write(txn: Any) -> int:
+            if queued:
+                self._book.dequeue(cid, planned)
             old = self._head(txn, key, cid, user_id)
             if old is None:
                 raise ConversationNotFoundError(
@@ -369,15 +371,13 @@ class LmdbStore(LmdbHistory):
 
     # -- group commit -----------------------------------------------------------------------
 
-    def _submit(self, write: Write, size: int) -> Any:
-        self._writable()
-        return self._commits.submit(write, size)
-
-    def _writable(self) -> None:
+    def _submit(self, write: Write, size: int, later: bool = False) -> Any:
+        """Commit ``write``, answered once durable; or (``later``) queue it: its slot."""
         if self.readonly:
             raise IllegalStateError(
                 f"LmdbStore at {self.path} is open read-only; nothing was written."
             )
+        return self._commits.defer(write, size) if later else self._commits.submit(write, size)
 
     def close(self) -> None:
         """Commit the writes queued so far, then close the environment and release the
