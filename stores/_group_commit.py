@@ -152,12 +152,13 @@ class GroupCommit:
         if self._lock.acquire(blocking=False):  # no commit under way: lead
             try:
                 ahead = self._drain(self._max_batch - 1)  # queued before: committed first
-                if len(ahead) < self._max_batch - 1:  # the queue is empty: lead, unqueued
+                if len(ahead) < self._max_batch - 1 or self._queue.empty():  # lead, unqueued
                     done = Done()
                     self._run([*ahead, (write, done, size)])
                     return done.result()
                 slot = self.defer(write, size)  # more queued than a batch takes: FIFO
-                self._run(ahead)
+                if ahead:
+                    self._run(ahead)
             finally:
                 self._release()
             return self.settle(slot)

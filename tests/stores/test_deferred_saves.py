@@ -110,11 +110,15 @@ def test_close_commits_a_deferred_update_and_a_closed_or_read_only_store_refuses
         assert _said(reader) == ["first", "second"]
 
 
-def test_writes_commit_in_the_order_they_were_queued_past_a_full_batch(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("max_batch", "batches"), [(1, 6), (2, 4), (64, 1)])
+def test_writes_commit_in_the_order_they_were_queued_past_a_full_batch(
+    tmp_path: Path, max_batch: int, batches: int
+) -> None:
     """A writer that finds the lock free leads only after everything queued before it: its
     own write never overtakes its deferred ones, even with more queued than a batch takes."""
     env = lmdb.open(str(tmp_path), map_size=1 << 22, writemap=True)
-    commits = GroupCommit(_Hooks(env), str(tmp_path), max_batch=2)
+    hooks = _Hooks(env)
+    commits = GroupCommit(hooks, str(tmp_path), max_batch=max_batch)
     applied: list[int] = []
 
     def numbered(n: int) -> Any:
@@ -129,6 +133,7 @@ def test_writes_commit_in_the_order_they_were_queued_past_a_full_batch(tmp_path:
     assert commits.submit(numbered(5), 0) == 5
     assert applied == [0, 1, 2, 3, 4, 5]
     assert [commits.settle(slot) for slot in deferred] == [0, 1, 2, 3, 4]
+    assert hooks.committed_batches == batches  # none empty
     env.close()
 
 
