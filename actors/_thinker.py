@@ -59,10 +59,10 @@ class BasicThinker:
         interactive: bool = False,
         retain_duration: dt.timedelta = dt.timedelta(minutes=5),
     ) -> None:
-        name = type(self).__name__
-        self.job_id = job_id or f"{name}-{secrets.token_hex(2)}-{secrets.token_hex(6)}"
+        drawn = secrets.token_hex(14)  # one draw for both ids: each is a syscall
+        self.job_id = job_id or f"{type(self).__name__}-{drawn[:4]}-{drawn[4:16]}"
         self.user_id = user_id
-        self.workflow_id = workflow_id or f"wf-{secrets.token_hex(6)}"
+        self.workflow_id = workflow_id or f"wf-{drawn[16:]}"
         self.grade = grade
         self.depth = depth
         self.output_declaration = output_declaration
@@ -81,9 +81,8 @@ class BasicThinker:
 
     def mint_conversation_id(self) -> str:
         """A new durable identity, e.g. ``ChatThinker-conv-a26f-52b01fa3bd75``."""
-        self._conversation_id = (
-            f"{type(self).__name__}-conv-{secrets.token_hex(2)}-{secrets.token_hex(6)}"
-        )
+        drawn = secrets.token_hex(8)
+        self._conversation_id = f"{type(self).__name__}-conv-{drawn[:4]}-{drawn[4:]}"
         self._minted = True
         return self._conversation_id
 
