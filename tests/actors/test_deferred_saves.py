@@ -13,7 +13,7 @@ from loguru import logger
 
 from parlour.actors import BasicThinker, ConversationService
 from parlour.runtime import ConversationContext, IncomingMessage
-from parlour.runtime.errors import ConversationNotFoundError
+from parlour.runtime.errors import ConversationNotFoundError, IllegalStateError
 from parlour.runtime.testing import FakeClock
 from parlour.stores import LmdbStore, MemorySessionCache, MemoryStore
 
@@ -182,3 +182,31 @@ def test_stop_waits_for_a_deferred_save_its_owner_never_settled(
     assert _said(store, cid) == ["first", "question"]
     cached = cache.get(cid, "alice")
     assert cached is not None and cached.stored_version == 2
+
+
+def test_a_deferred_save_after_stop_is_durable_once_its_owner_releases(
+    store: LmdbStore, cache: MemorySessionCache
+) -> None:
+    service = ConversationService(store, cache, cleanup_interval_s=0, shutdown_grace_s=0.0)
+    thinker, context = _stored_turn(service)
+    cid = context.conversation_id
+    assert cid is not None
+    service.stop()  # the owner goes on with its turn meanwhile
+    context.add_user_message("late")
+    service.save_conversation(context, thinker, wait=False)
+    service.release(thinker)  # a no-op after stop, but for the deferred save it waits for
+    assert _said(store, cid) == ["first", "late"]
+
+
+def test_a_deferred_save_on_a_closed_store_raises_at_once_and_leaves_nothing_to_wait_for(
+    tmp_path: Path,
+) -> None:
+    store = LmdbStore(tmp_path / "db")
+    with ConversationService(store, cleanup_interval_s=0) as service:
+        thinker, context = _stored_turn(service)
+        store.close()
+        context.add_user_message("too late")
+        with pytest.raises(IllegalStateError, match="closed"):
+            service.save_conversation(context, thinker, wait=False)
+        assert context.stored_version == 1  # nothing was queued, nothing predicted
+        service.release(thinker)  # nothing deferred: nothing to wait for or log

@@ -170,3 +170,33 @@ def test_each_threads_writes_commit_in_its_own_order_under_contention(tmp_path: 
     for thread in range(8):
         assert [n for t, n in applied if t == thread] == list(range(100))
     env.close()
+
+
+@pytest.mark.parametrize("cid", ["", "a\x00b", "x" * 600, "lone\ud800"])
+def test_a_deferred_update_with_a_hostile_id_is_refused_at_once_and_queues_nothing(
+    tmp_path: Path, cid: str
+) -> None:
+    with LmdbStore(tmp_path) as store:
+        context = _created(store)
+        hostile = ConversationContext(cid, user_id="alice")
+        hostile.add_user_message("x")
+        hostile.stored_version = 1
+        with pytest.raises(ValueError):
+            store.save_context_later(hostile.to_snapshot(), "alice")
+        context.add_user_message("second")
+        assert store.save_context(context.to_snapshot(), "alice") == 2  # nothing stood ahead
+        assert _said(store) == ["first", "second"]
+
+
+def test_a_deferred_50_mb_message_grows_the_map_in_the_commit_it_shares(tmp_path: Path) -> None:
+    with LmdbStore(tmp_path, map_size=1 << 20) as store:  # a 1 MiB map to start with
+        context = _created(store)
+        big = "x" * (50 << 20)
+        context.add_user_message(big)
+        settle = store.save_context_later(context.to_snapshot(), "alice")
+        context.stored_version += 1
+        context.add_message(IncomingMessage("answer"))
+        assert store.save_context(context.to_snapshot(), "alice") == 3
+        assert settle() == 2
+        said = _said(store)
+        assert len(said) == 3 and said[1] == big and said[2] == "answer"
