@@ -37,14 +37,14 @@ def service(store: LmdbStore, cache: MemorySessionCache) -> Iterator[Conversatio
         yield svc
 
 
-def _stored_turn(service: ConversationService) -> tuple[BasicThinker, ConversationContext]:
-    """A conversation whose first turn is stored, owned again by its thinker."""
+def _stored_turn(service: ConversationService) -> tuple[BasicThinker, ConversationContext, str]:
+    """A conversation whose first turn is stored, still owned by its thinker; and its id."""
     thinker = BasicThinker("alice")
-    thinker.mint_conversation_id()
+    cid = thinker.mint_conversation_id()
     context = service.obtain_conversation(None, thinker).get(timeout=5)
     context.add_user_message("first")
     service.save_conversation(context, thinker)
-    return thinker, context
+    return thinker, context, cid
 
 
 def _said(store: LmdbStore, cid: str) -> list[object]:
@@ -55,9 +55,7 @@ def _said(store: LmdbStore, cid: str) -> list[object]:
 def test_a_deferred_save_is_durable_once_the_next_waited_save_returns(
     service: ConversationService, store: LmdbStore, cache: MemorySessionCache
 ) -> None:
-    thinker, context = _stored_turn(service)
-    cid = context.conversation_id
-    assert cid is not None
+    thinker, context, cid = _stored_turn(service)
     context.add_user_message("question")
     service.save_conversation(context, thinker, wait=False)
     assert _said(store, cid) == ["first"]  # queued, not yet committed
@@ -73,9 +71,7 @@ def test_a_deferred_save_is_durable_once_the_next_waited_save_returns(
 def test_release_waits_for_a_deferred_save_and_the_next_owner_restores_it(
     service: ConversationService, store: LmdbStore, cache: MemorySessionCache
 ) -> None:
-    thinker, context = _stored_turn(service)
-    cid = context.conversation_id
-    assert cid is not None
+    thinker, context, cid = _stored_turn(service)
     context.add_user_message("question")
     service.save_conversation(context, thinker, wait=False)
     service.release(thinker, retain=0)  # evicted at once: the next obtain restores it
@@ -96,9 +92,7 @@ def test_release_waits_for_a_deferred_save_and_the_next_owner_restores_it(
 def test_a_deferred_save_of_a_deleted_conversation_fails_the_next_save_and_resurrects_nothing(
     service: ConversationService, store: LmdbStore
 ) -> None:
-    thinker, context = _stored_turn(service)
-    cid = context.conversation_id
-    assert cid is not None
+    thinker, context, cid = _stored_turn(service)
     context.add_user_message("question")
     service.save_conversation(context, thinker, wait=False)
     assert store.delete(cid, "alice")  # deleted by the user elsewhere, mid-turn
@@ -113,9 +107,7 @@ def test_a_deferred_save_of_a_deleted_conversation_fails_the_next_save_and_resur
 def test_a_deferred_save_that_fails_is_logged_at_release_and_the_store_state_is_what_returns(
     service: ConversationService, store: LmdbStore, cache: MemorySessionCache
 ) -> None:
-    thinker, context = _stored_turn(service)
-    cid = context.conversation_id
-    assert cid is not None
+    thinker, context, cid = _stored_turn(service)
     other = store.load(cid, "alice")  # another writer moves the record on meanwhile
     assert other is not None
     other.messages = [*other.messages]
@@ -173,9 +165,7 @@ def test_stop_waits_for_a_deferred_save_its_owner_never_settled(
     store: LmdbStore, cache: MemorySessionCache
 ) -> None:
     service = ConversationService(store, cache, cleanup_interval_s=0, shutdown_grace_s=0.0)
-    thinker, context = _stored_turn(service)
-    cid = context.conversation_id
-    assert cid is not None
+    thinker, context, cid = _stored_turn(service)
     context.add_user_message("question")
     service.save_conversation(context, thinker, wait=False)
     service.stop()  # the owner never released: stop gives up on it, but not on the save
@@ -188,9 +178,7 @@ def test_a_deferred_save_after_stop_is_durable_once_its_owner_releases(
     store: LmdbStore, cache: MemorySessionCache
 ) -> None:
     service = ConversationService(store, cache, cleanup_interval_s=0, shutdown_grace_s=0.0)
-    thinker, context = _stored_turn(service)
-    cid = context.conversation_id
-    assert cid is not None
+    thinker, context, cid = _stored_turn(service)
     service.stop()  # the owner goes on with its turn meanwhile
     context.add_user_message("late")
     service.save_conversation(context, thinker, wait=False)
@@ -203,7 +191,7 @@ def test_a_deferred_save_on_a_closed_store_raises_at_once_and_leaves_nothing_to_
 ) -> None:
     store = LmdbStore(tmp_path / "db")
     with ConversationService(store, cleanup_interval_s=0) as service:
-        thinker, context = _stored_turn(service)
+        thinker, context, _ = _stored_turn(service)
         store.close()
         context.add_user_message("too late")
         with pytest.raises(IllegalStateError, match="closed"):
