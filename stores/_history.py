@@ -263,10 +263,9 @@ def prune(txn: Any, dbs: Databases, key: bytes, retention: Retention) -> int:
     went."""
     if retention.keep is None and retention.keep_for is None:
         return 0
-    if retention.keep_for is None:  # by count alone: only the keys are read
-        numbers = _numbers(txn, dbs, key)
-        if retention.keep is None or len(numbers) <= retention.keep:
-            return 0
+    if retention.keep_for is None:  # by count alone: the keys, and the oldest kept record
+        assert retention.keep is not None
+        return _prune_count(txn, dbs, key, retention.keep)
     versions = kept(txn, dbs, key)
     cutoff = None if retention.keep_for is None else retention.now() - retention.keep_for
     keep_from = len(versions) - 1  # the current version always stays
@@ -284,6 +283,21 @@ def prune(txn: Any, dbs: Databases, key: bytes, retention: Retention) -> int:
     for item in versions[:keep_from]:
         txn.delete(version_key(key, item.version), db=dbs.versions)
     return keep_from
+
+
+def _prune_count(txn: Any, dbs: Databases, key: bytes, keep: int) -> int:
+    """``prune`` by count alone: every record but the newest ``keep`` goes, the oldest one
+    kept made a checkpoint first; of the rest only the keys are read."""
+    numbers = _numbers(txn, dbs, key)
+    if len(numbers) <= keep:
+        return 0
+    gone, oldest = numbers[:-keep], numbers[-keep]
+    raw = txn.get(version_key(key, oldest), db=dbs.versions)
+    if bytes(raw[:1]) != CHECKPOINT:
+        _materialize(txn, dbs, key, Kept(oldest, _moment(raw), False))
+    for version in gone:
+        txn.delete(version_key(key, version), db=dbs.versions)
+    return len(gone)
 
 
 def _materialize(txn: Any, dbs: Databases, key: bytes, item: Kept) -> None:
