@@ -6,7 +6,8 @@ store for tests; ``PostgresStore`` a store on PostgreSQL that many processes sha
 ``parlour[postgres]`` extra). Only this package knows LMDB or PostgreSQL.
 """
 
-from parlour.stores._lmdb import LmdbStore, StoreStatistics
+from parlour.stores._lmdb import LmdbStore
+from parlour.stores._lmdb_history import StoreStatistics
 from parlour.stores._memory import MemorySessionCache, MemoryStore
 from parlour.stores._postgres import PostgresStore
 from parlour.stores._protocols import (

@@ -11,16 +11,20 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
 from parlour.runtime.snapshots import MessageSnapshot
 from parlour.stores._lock import ReadGate
 
-# A conversation as the store last wrote it: its messages and ledger entries (by identity)
-# and its body's bytes. A plain tuple: one is made per save (a NamedTuple costs 5 times more).
-Written = tuple[list[MessageSnapshot], bytes, list[dict[str, Any]]]
+if TYPE_CHECKING:
+    from parlour.stores._records import Header
+
+# A conversation as the store last wrote it: its messages and ledger entries (by identity),
+# its body's bytes and its header (None: a deferred write's plan, not written yet). A plain
+# tuple: one is made per save (a NamedTuple costs 5 times more).
+Written = tuple[list[MessageSnapshot], bytes, list[dict[str, Any]], "Header | None"]
 
 
 class Bookkeeping:

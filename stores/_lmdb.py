@@ -28,7 +28,7 @@ from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from parlour.stores import _history, _layout, _reads
 from parlour.stores._bookkeeping import Bookkeeping
 from parlour.stores._group_commit import GroupCommit, Write
-from parlour.stores._ids import conversation_key, order_bytes, require_id, user_key
+from parlour.stores._ids import check_owner, conversation_key, order_bytes, require_id, user_key
 from parlour.stores._layout import Databases
 from parlour.stores._lmdb_history import LmdbHistory
 from parlour.stores._lock import ReadGate, WriterLock
@@ -48,14 +48,6 @@ from parlour.stores._records import (
 )
 
 T = TypeVar("T")
-
-
-class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
-    """The store's size: the map, the pages in use, the conversations held."""
-
-    map_size: int
-    used_bytes: int
-    conversations: int
 
 
 class LmdbStore(LmdbHistory):
@@ -170,7 +162,7 @@ class LmdbStore(LmdbHistory):
 
         def write(txn: Any) -> int:
             now = self._now()
-            old = self._head(txn, key, cid, user_id)
+            old = self._written_head(txn, key, cid, user_id)
             if old is None:
                 version = _layout.last_version(txn, self._dbs, key) + 1
                 txn.delete(key, db=self._dbs.tombstones)
@@ -213,14 +205,14 @@ class LmdbStore(LmdbHistory):
         last = self._book.planning_base(cid)
         plan = plan_messages(None if last is None else last[0], snapshot.messages)
         usage = plan_usage(None if last is None else last[2], snapshot.usage)
-        planned = (plan.items, body, usage.items)
+        planned = (plan.items, body, usage.items, None)
         if queued:
             self._book.queue(cid, planned)
 
         def write(txn: Any) -> int:
             if queued:
                 self._book.dequeue(cid, planned)
-            old = self._head(txn, key, cid, user_id)
+            old = self._written_head(txn, key, cid, user_id)
             if old is None:
                 raise ConversationNotFoundError(
                     f"Conversation {cid} has no stored record; it may have been deleted. "
@@ -262,7 +254,7 @@ class LmdbStore(LmdbHistory):
         chain = self._record(txn, key, old, head, body, plan, usage)  # it reads the records
         head = head if chain == head.history else msgspec.structs.replace(head, history=chain)
         txn.put(key, header_encoder.encode(head), db=self._dbs.heads)
-        self._book.note(cid, (plan.items, body, usage.items))  # never after a raise
+        self._book.note(cid, (plan.items, body, usage.items, head))  # never after a raise
 
     def delete(self, conversation_id: str, user_id: str) -> bool:
         key = conversation_key(conversation_id)
@@ -290,6 +282,15 @@ class LmdbStore(LmdbHistory):
 
     def _head(self, txn: Any, key: bytes, cid: str, user_id: str) -> Header | None:
         return _reads.owned_head(txn, self._dbs, key, cid, user_id)
+
+    def _written_head(self, txn: Any, key: bytes, cid: str, user_id: str) -> Header | None:
+        """``_head`` in a save: the header this store last wrote, remembered (the directory's
+        only writer: what it wrote is what is there), else read."""
+        known = self._book.known(cid)
+        if known is None or known[3] is None:
+            return self._head(txn, key, cid, user_id)
+        check_owner(known[3].user_id, cid, user_id)
+        return known[3]
 
     def load(
         self, conversation_id: str, user_id: str, caller: object = None
@@ -341,15 +342,6 @@ class LmdbStore(LmdbHistory):
             else order_bytes(after.updated_at, conversation_key(after.conversation_id))
         )
         return self._view(lambda txn: _reads.listing(txn, self._dbs, owner, user_id, limit, start))
-
-    def statistics(self) -> StoreStatistics:
-        conversations = self._view(lambda txn: txn.stat(self._dbs.heads)["entries"])
-        info = self._env.info()
-        return StoreStatistics(
-            map_size=info["map_size"],
-            used_bytes=self._book.used_bytes(),
-            conversations=conversations,
-        )
 
     def _view(self, read: Callable[[Any], T]) -> T:
         """Run ``read`` in a read transaction. A map grown by the writer (in another

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import msgspec
+
 from parlour.runtime.errors import CorruptSnapshotError, IllegalStateError
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from parlour.stores import _history, _layout, _reads
@@ -33,9 +35,17 @@ from parlour.stores._records import (
 T = TypeVar("T")
 
 
+class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """The store's size: the map, the pages in use, the conversations held."""
+
+    map_size: int
+    used_bytes: int
+    conversations: int
+
+
 class LmdbHistory:
-    """Version history, ``prune``, ``backup`` and the administration (``damaged``,
-    ``quarantine``, ``quarantined``, ``undecodable``) for ``LmdbStore``."""
+    """Version history, ``prune``, ``backup`` and the administration (``statistics``,
+    ``damaged``, ``quarantine``, ``quarantined``, ``undecodable``) for ``LmdbStore``."""
 
     path: Path
     _env: Any
@@ -55,6 +65,15 @@ class LmdbHistory:
 
     def _removed(self, conversation_id: str, removed: bool) -> bool:
         raise NotImplementedError
+
+    def statistics(self) -> StoreStatistics:
+        conversations = self._view(lambda txn: txn.stat(self._dbs.heads)["entries"])
+        info = self._env.info()
+        return StoreStatistics(
+            map_size=info["map_size"],
+            used_bytes=self._book.used_bytes(),
+            conversations=conversations,
+        )
 
     def damaged(self) -> list[str]:
         """The ids of every conversation whose header does not decode: records no user call

@@ -336,8 +336,9 @@ def test_the_chain_rides_in_the_header_and_a_header_without_it_makes_a_checkpoin
     tmp_path: Path,
 ) -> None:
     """Each save's header carries the chain its version left; a save after a header
-    without one (as an older parlour rewrites it) is a checkpoint although the save wrote
-    one message, and every version still reads exactly."""
+    without one (as an older parlour rewrites it, between two opens of the store) is a
+    checkpoint although the save wrote one message, and every version still reads
+    exactly."""
     c = _conversation()
     for i in range(20):  # a long first record: the deltas stay lighter than its checkpoint
         c.add_user_message(f"opening {i}")
@@ -348,6 +349,7 @@ def test_the_chain_rides_in_the_header_and_a_header_without_it_makes_a_checkpoin
         del header["history"]
         with store._env.begin(write=True) as txn:
             txn.put(b"c1", msgspec.json.encode(header), db=store._dbs.heads)
+    with LmdbStore(tmp_path) as store:  # reopened: what is on disk, not what it last wrote
         saved |= _saves(store, c, 2)
         assert _kinds(store) == {1: True, 2: False, 3: False, 4: False, 5: True, 6: False}
         assert _header(store)["history"][0] == 1
