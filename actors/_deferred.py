@@ -1,10 +1,13 @@
 """The deferred saves of a ``ConversationService``: updates queued in the store's next
 commit (``save_conversation(..., wait=False)``) that nobody has waited for yet.
 
-Each conversation's are kept in the order they were made, with the snapshot each writes. Its
+Each conversation's are kept in the order they were made, as the functions that wait. Its
 owner's next waited save settles them (its own commit holds them: the store commits in queue
 order), as do its release and the service's ``stop``. A failed one drops the conversation
-from memory and the session cache: memory is then ahead of the store.
+from memory and the session cache: memory is then ahead of the store. One settled at a
+release or ``stop`` drops the conversation's cache entry rather than write it: a delete that
+raced it (after a force release) may have cleared the entry since, and must stay cleared;
+the next restore reads the store.
 
 Thread-safety: a conversation's entries are touched by its owner's thread (and by ``stop``
 once the owners are done); distinct conversations from any threads.
@@ -17,11 +20,9 @@ from typing import Any
 
 from loguru import logger
 
-from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from parlour.stores import SessionStore
 
 Settle = Callable[[], int]  # waits for a deferred save; its new version
-Pending = list[tuple[ConversationPersistenceSnapshot, Settle]]
 
 
 class DeferredSaves:
@@ -34,7 +35,7 @@ class DeferredSaves:
         self.later: Callable[..., Settle] | None = getattr(store, "save_context_later", None)
         self._session = session
         self._forget = forget
-        self._pending: dict[str, Pending] = {}
+        self._pending: dict[str, list[Settle]] = {}
 
     def __bool__(self) -> bool:
         return bool(self._pending)
@@ -42,34 +43,34 @@ class DeferredSaves:
     def ids(self) -> list[str]:
         return list(self._pending)
 
-    def add(self, cid: str, snapshot: ConversationPersistenceSnapshot, settle: Settle) -> None:
-        self._pending.setdefault(cid, []).append((snapshot, settle))
+    def add(self, cid: str, settle: Settle) -> None:
+        self._pending.setdefault(cid, []).append(settle)
 
-    def take(self, cid: str) -> Pending | None:
-        return self._pending.pop(cid, None)
-
-    def settle(self, cid: str, pending: Pending, *, cache: bool = True) -> None:
-        """Wait for ``pending``. The first that failed is raised, after the conversation is
-        dropped from memory and the session cache; otherwise the last is written through to
-        the cache (``cache``)."""
+    def settle(self, cid: str) -> None:
+        """Wait for ``cid``'s deferred saves (none: nothing to do). The first that failed is
+        raised, after the conversation is dropped from memory and the session cache."""
+        pending = self._pending.pop(cid, None)
+        if pending is None:
+            return
         failed: Exception | None = None
-        for snapshot, settle in pending:
+        for settle in pending:
             try:
-                snapshot.stored_version = settle()
+                settle()
             except Exception as exc:
                 failed = failed or exc
         if failed is not None:
             self._forget(cid, f"A deferred save of conversation {cid} failed.")
             raise failed
-        if cache and self._session is not None:
-            self._session.put(pending[-1][0])
 
     def settle_quietly(self, cid: str) -> None:
-        """Settle ``cid``'s deferred saves, logging a failure (at release and stop)."""
-        pending = self.take(cid)
-        if pending is None:
+        """``settle`` at a release or ``stop``: a failure is logged, and a success drops the
+        conversation's cache entry (see the module docstring)."""
+        if cid not in self._pending:
             return
         try:
-            self.settle(cid, pending)
+            self.settle(cid)
         except Exception:
             logger.exception("a deferred save of conversation {} failed", cid)
+            return
+        if self._session is not None:
+            self._session.delete(cid)

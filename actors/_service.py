@@ -157,23 +157,20 @@ class ConversationService(Activations, Lifecycle):
         snapshot = context.to_snapshot()
         if not wait and self._deferred.later is not None and context.stored:
             settle = self._deferred.later(snapshot, thinker.user_id, thinker)
-            self._deferred.add(cid, snapshot, settle)
+            self._deferred.add(cid, settle)
             context.stored_version = snapshot.stored_version + 1  # what the update will make
             return
-        deferred = self._deferred.take(cid)
         try:
             if not context.stored and thinker.is_conversation_minted():
                 version = self.store.create_context(snapshot, thinker.user_id, thinker)
             else:
                 version = self.store.save_context(snapshot, thinker.user_id, thinker)
         except Exception as exc:
-            if deferred is not None:  # queued before this save: it is settled too
-                self._deferred.settle(cid, deferred)
+            self._deferred.settle(cid)  # queued before this save; its error goes first
             if isinstance(exc, StaleVersionError):
                 self._forget_everywhere(cid, f"Conversation {cid} was saved by another owner.")
             raise
-        if deferred is not None:
-            self._deferred.settle(cid, deferred, cache=False)  # settled by this commit
+        self._deferred.settle(cid)  # committed with this save or before: no wait
         context.stored_version = snapshot.stored_version = version
         if self.session is not None:  # write-through after the durable commit: never stale
             self.session.put(snapshot)

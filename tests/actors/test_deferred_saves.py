@@ -7,13 +7,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from loguru import logger
 
 from parlour.actors import BasicThinker, ConversationService
 from parlour.runtime import ConversationContext, IncomingMessage
-from parlour.runtime.errors import ConversationNotFoundError, IllegalStateError
+from parlour.runtime.errors import (
+    ConversationNotFoundError,
+    ConversationUnavailableError,
+    IllegalStateError,
+)
 from parlour.runtime.testing import FakeClock
 from parlour.stores import LmdbStore, MemorySessionCache, MemoryStore
 
@@ -76,9 +81,7 @@ def test_release_waits_for_a_deferred_save_and_the_next_owner_restores_it(
     service.save_conversation(context, thinker, wait=False)
     service.release(thinker, retain=0)  # evicted at once: the next obtain restores it
     assert _said(store, cid) == ["first", "question"]
-    cached = cache.get(cid, "alice")
-    assert cached is not None and cached.stored_version == 2
-    cache.delete(cid)  # from the store itself, then
+    assert cache.get(cid, "alice") is None  # dropped, not written: the store is the truth
     again = BasicThinker("alice")
     again.set_conversation_id(cid)
     restored = service.obtain_conversation(None, again).get(timeout=5)
@@ -170,8 +173,7 @@ def test_stop_waits_for_a_deferred_save_its_owner_never_settled(
     service.save_conversation(context, thinker, wait=False)
     service.stop()  # the owner never released: stop gives up on it, but not on the save
     assert _said(store, cid) == ["first", "question"]
-    cached = cache.get(cid, "alice")
-    assert cached is not None and cached.stored_version == 2
+    assert cache.get(cid, "alice") is None
 
 
 def test_a_deferred_save_after_stop_is_durable_once_its_owner_releases(
@@ -198,3 +200,29 @@ def test_a_deferred_save_on_a_closed_store_raises_at_once_and_leaves_nothing_to_
             service.save_conversation(context, thinker, wait=False)
         assert context.stored_version == 1  # nothing was queued, nothing predicted
         service.release(thinker)  # nothing deferred: nothing to wait for or log
+
+
+class _Uncancellable(BasicThinker):
+    """A thinker without a workflow to cancel: a force release hands its lease back."""
+
+    cancel_workflow = None  # type: ignore[assignment]
+
+
+def test_a_deferred_save_settled_after_a_force_release_and_a_remove_resurrects_nothing(
+    service: ConversationService, store: LmdbStore, cache: MemorySessionCache
+) -> None:
+    thinker: Any = _Uncancellable("alice")  # no cancel_workflow: not quite a Thinker
+    cid = thinker.mint_conversation_id()
+    context = service.obtain_conversation(None, thinker).get(timeout=5)
+    context.add_user_message("first")
+    service.save_conversation(context, thinker)
+    context.add_user_message("question")
+    service.save_conversation(context, thinker, wait=False)
+    assert service.force_release(cid, "alice") == thinker.job_id  # handed back at once
+    service.remove_conversation(cid, "alice")  # committed after the queued save
+    service.release(thinker)  # the dying turn's own release settles the deferred save
+    assert not store.exists(cid, "alice") and cache.get(cid, "alice") is None
+    again = BasicThinker("alice")
+    again.set_conversation_id(cid)
+    with pytest.raises(ConversationUnavailableError):
+        service.obtain_conversation(None, again).get(timeout=5)
