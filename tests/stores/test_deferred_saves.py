@@ -10,6 +10,8 @@ from typing import Any
 
 import lmdb
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from parlour.runtime import ConversationContext, IncomingMessage
 from parlour.runtime.errors import IllegalStateError, StaleVersionError
@@ -200,3 +202,46 @@ def test_a_deferred_50_mb_message_grows_the_map_in_the_commit_it_shares(tmp_path
         assert settle() == 2
         said = _said(store)
         assert len(said) == 3 and said[1] == big and said[2] == "answer"
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    max_batch=st.integers(min_value=1, max_value=4),
+    steps=st.lists(st.sampled_from(["defer", "submit", "settle"]), max_size=30),
+)
+def test_any_mix_of_deferred_submitted_and_settled_writes_commits_each_once_in_queue_order(
+    tmp_path_factory: pytest.TempPathFactory, max_batch: int, steps: list[str]
+) -> None:
+    """From one thread, whatever the mix and the batch size: every write is applied once,
+    in the order it was queued (a submitted one after every write deferred before it), and
+    each wait answers its own write's result."""
+    path = tmp_path_factory.mktemp("commits")
+    env = lmdb.open(str(path), map_size=1 << 22, writemap=True)
+    commits = GroupCommit(_Hooks(env), str(path), max_batch=max_batch)
+    applied: list[int] = []
+
+    def numbered(n: int) -> Any:
+        def write(txn: Any) -> int:
+            applied.append(n)
+            txn.put(str(n).encode(), b"v")
+            return n
+
+        return write
+
+    unsettled: list[tuple[int, Any]] = []
+    for n, step in enumerate(steps):
+        if step == "defer":
+            unsettled.append((n, commits.defer(numbered(n), 0)))
+        elif step == "submit":
+            assert commits.submit(numbered(n), 0) == n
+            assert applied[-1] == n  # everything queued before it went first
+        elif unsettled:
+            m, slot = unsettled.pop(0)
+            assert commits.settle(slot) == m
+    for m, slot in unsettled:
+        assert commits.settle(slot) == m
+    queued = [n for n, step in enumerate(steps) if step != "settle"]
+    assert applied == queued
+    env.close()
