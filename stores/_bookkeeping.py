@@ -8,6 +8,7 @@ again under the lock by the write that used it) and ``queue``.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +41,7 @@ class Bookkeeping:
         self._written: OrderedDict[str, Written] = OrderedDict()
         self._pending: dict[str, Written | None] = {}  # this batch's writes
         self._queued: dict[str, Written] = {}  # deferred writes not yet applied
+        self._moment: dt.datetime | None = None  # this batch's time (``moment``)
         self._psize: int | None = None
         self._unchecked = 0  # bytes that batches may add before the map is measured again
 
@@ -79,6 +81,15 @@ class Bookkeeping:
 
     def attempt(self) -> None:
         self._pending.clear()
+        self._moment = None
+
+    def moment(self, now: Callable[[], dt.datetime]) -> dt.datetime:
+        """The time of this batch's saves: one transaction, one moment (the first write to
+        ask reads ``now``). Two saves of one conversation in a batch then move its owner-index
+        entry once: the second finds the time unchanged."""
+        if self._moment is None:
+            self._moment = now()
+        return self._moment
 
     def committed(self) -> None:
         """What the commit wrote becomes what the store knows it has written."""

@@ -161,7 +161,7 @@ class LmdbStore(LmdbHistory):
         usage = plan_usage(None, snapshot.usage)
 
         def write(txn: Any) -> int:
-            now = self._now()
+            now = self._book.moment(self._now)
             old = self._written_head(txn, key, cid, user_id)
             if old is None:
                 version = _layout.last_version(txn, self._dbs, key) + 1
@@ -220,7 +220,7 @@ class LmdbStore(LmdbHistory):
                 )
             if snapshot.stored_version != old.version:
                 raise StaleVersionError(cid, snapshot.stored_version, old.version)
-            head = advanced(old, self._now(), len(plan.items), len(usage.items))
+            head = advanced(old, self._book.moment(self._now), len(plan.items), len(usage.items))
             self._put(txn, key, cid, old, head, body, plan, usage)
             return head.version
 

@@ -4,6 +4,7 @@ refused or failed exactly as ``save_context`` would be, only later."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from pathlib import Path
 from typing import Any
@@ -245,3 +246,23 @@ def test_any_mix_of_deferred_submitted_and_settled_writes_commits_each_once_in_q
     queued = [n for n, step in enumerate(steps) if step != "settle"]
     assert applied == queued
     env.close()
+
+
+def test_saves_committed_together_share_one_moment_and_one_listing_entry(tmp_path: Path) -> None:
+    """A clock that moves on at every read: the deferred save and the save that commits with
+    it still carry one time (the batch's), and the conversation is listed once, at it."""
+    ticks = iter(
+        dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=s) for s in range(99)
+    )
+    with LmdbStore(tmp_path, now=lambda: next(ticks)) as store:
+        context = _created(store)  # at second 0
+        context.add_user_message("second")
+        settle = store.save_context_later(context.to_snapshot(), "alice")
+        context.stored_version += 1
+        context.add_message(IncomingMessage("answer"))
+        store.save_context(context.to_snapshot(), "alice")  # leads both: one batch
+        assert settle() == 2
+        times = {v.version: v.saved_at for v in store.get_version_history("c1", "alice")}
+        assert times[2] == times[3] > times[1]
+        listed = store.list_conversations("alice")
+        assert [(s.conversation_id, s.updated_at) for s in listed] == [("c1", times[3])]
