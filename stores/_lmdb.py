@@ -68,7 +68,8 @@ class LmdbStore(LmdbHistory):
         keep_for: how long to keep a version (None: no age limit). The current version
             always stays; ``prune()`` applies the policy, as does every 64th save of a
             conversation to that conversation.
-        now: the wall clock that stamps saves and ages versions (UTC now by default).
+        now: the wall clock that stamps saves (read once a commit: saves committed together
+            share a time) and ages versions (UTC now by default).
 
     Raises:
         IllegalStateError: another writer holds the directory (the message names its pid),
