@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,17 @@ def _created(store: LmdbStore, cid: str = "c1", user: str = "alice") -> Conversa
     context.add_user_message("first")
     context.stored_version = store.create_context(context.to_snapshot(), user)
     return context
+
+
+def _numbered(applied: list[int], n: int) -> Any:
+    """A write that puts key ``n`` and notes it in ``applied`` when it runs."""
+
+    def write(txn: Any) -> int:
+        applied.append(n)
+        txn.put(str(n).encode(), b"v")
+        return n
+
+    return write
 
 
 def _said(store: LmdbStore, cid: str = "c1", user: str = "alice") -> list[object]:
@@ -123,14 +135,7 @@ def test_writes_commit_in_the_order_they_were_queued_past_a_full_batch(
     hooks = _Hooks(env)
     commits = GroupCommit(hooks, str(tmp_path), max_batch=max_batch)
     applied: list[int] = []
-
-    def numbered(n: int) -> Any:
-        def write(txn: Any) -> int:
-            applied.append(n)
-            txn.put(str(n).encode(), b"v")
-            return n
-
-        return write
+    numbered = partial(_numbered, applied)
 
     deferred = [commits.defer(numbered(n), 0) for n in range(5)]
     assert commits.submit(numbered(5), 0) == 5
@@ -222,14 +227,7 @@ def test_any_mix_of_deferred_submitted_and_settled_writes_commits_each_once_in_q
     env = lmdb.open(str(path), map_size=1 << 22, writemap=True)
     commits = GroupCommit(_Hooks(env), str(path), max_batch=max_batch)
     applied: list[int] = []
-
-    def numbered(n: int) -> Any:
-        def write(txn: Any) -> int:
-            applied.append(n)
-            txn.put(str(n).encode(), b"v")
-            return n
-
-        return write
+    numbered = partial(_numbered, applied)
 
     unsettled: list[tuple[int, Any]] = []
     for n, step in enumerate(steps):
