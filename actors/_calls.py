@@ -1,7 +1,7 @@
 """The model call's plumbing shared by both drivers: the process-wide pools, the
 per-provider caps, and the sync path's model call in a model worker (``ThreadedCall``,
 made by ``call_model`` and ``stream_model``), which the turn waits for with the model
-timeout as its deadline.
+timeout as its deadline; a client that answers inline is asked in the turn's own thread.
 
 Thread-safety: pools, workers and caps are created under one lock and shared by every
 turn; a ``ThreadedCall`` belongs to one turn (its ``wake`` may be called from any thread).
@@ -273,6 +273,15 @@ def stream_model(
     plan: TurnPlan, context: ConversationContext
 ) -> Generator[AgentEvent, None, LLMResponse]:
     """The model call, its text deltas yielded as events (``stream``)."""
+    if plan.client.answers_inline:
+        deltas: list[str] = []
+        try:
+            return _inline_call(plan, context, deltas)
+        finally:  # what streamed before a raise (a truncation, say) streamed all the same
+            for text in deltas:
+                event = TextDelta(text=text)
+                plan.state.publish(event)
+                yield event
     cap, call = _begin_call(plan, context, deltas=True)
     try:
         with model_span(plan) as current:
@@ -285,6 +294,8 @@ def stream_model(
 
 def call_model(plan: TurnPlan, context: ConversationContext) -> LLMResponse:
     """The model call of a caller that reads only the reply (``send``): no generator."""
+    if plan.client.answers_inline:
+        return _inline_call(plan, context, None)
     cap, call = _begin_call(plan, context, deltas=False)
     try:
         with model_span(plan) as current:
@@ -293,6 +304,33 @@ def call_model(plan: TurnPlan, context: ConversationContext) -> LLMResponse:
             return response
     finally:
         cap.put(None)
+
+
+def _inline_call(
+    plan: TurnPlan, context: ConversationContext, deltas: list[str] | None
+) -> LLMResponse:
+    """The model call of a client that answers inline, in the turn's own thread: it cannot
+    block, so there is no timeout to watch and no force release to wake for (one that
+    came first is raised here). Given ``deltas``, its text deltas go into it, for the
+    caller to publish and yield; else the whole text is published as one delta, for the
+    turn's followers (nobody reads it in pieces, and it comes at once anyway)."""
+    if plan.before_model_call is not None:
+        plan.before_model_call(context, plan.ledger)
+    if plan.thinker.cancelled is not None:
+        raise cancelled_error(plan)
+    cap = provider_cap(plan.client)
+    cap.get()
+    try:
+        with model_span(plan) as current:
+            response = plan.client.respond(
+                context, on_text=deltas.append if deltas is not None else None
+            )
+            model_attributes(current, response)
+    finally:
+        cap.put(None)
+    if deltas is None and response.text:
+        plan.state.publish(TextDelta(text=response.text))
+    return response
 
 
 def _begin_call(

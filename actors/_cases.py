@@ -9,7 +9,9 @@ figure can be read as a ratio to the floor measured in the same run:
 - ``service``: the bare service path: obtain, add the user message, save it deferred (no
   wait), render and answer
   with the ``ScriptedClient``, add the answer, save, release.
-- ``agent``: the same turn through ``Chat.send``.
+- ``agent``: the same turn through ``Chat.send`` (the scripted model answers inline, in the
+  turn's thread, as on the service path; a provider's client would be asked on a model
+  worker, a hop this benchmark does not measure).
 - ``restore``: conversations/s that a fresh service restores from LMDB (load, decode and the
   actor it lands in), for the cold case.
 

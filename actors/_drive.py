@@ -1,7 +1,8 @@
 """The two drivers of a turn's effects: in the calling thread, and on an event loop.
 
 ``drive`` performs each effect of ``turn_steps`` in the calling thread and yields the
-turn's events as they happen; the model call itself runs on a model worker and hands its
+turn's events as they happen; the model call itself (unless the client answers inline,
+with no I/O: then in the calling thread) runs on a model worker and hands its
 text deltas to the waiting turn (or, when the turn's caller reads only the reply, straight
 to the turn's followers), which waits at most ``model_timeout_s`` and wakes at once on a
 force release. ``drive_async`` performs them without blocking the event loop: saves

@@ -73,6 +73,17 @@ class ScriptedClient(LLMClient):
         self._replies: deque[Reply] = deque(replies)
         self.requests = requests
         self._tallies = _Tallies()
+        own = type(self)  # a subclass that answers otherwise may block: not inline
+        self._inline = not any(callable(r) for r in self._replies) and all(
+            getattr(own, name) is getattr(ScriptedClient, name)
+            for name in ("respond", "_send", "_stream", "_send_with", "_default")
+        )
+
+    @property
+    def answers_inline(self) -> bool:
+        """True unless a reply is a function or a subclass answers its own way: either may
+        block (waiting on a test's event, say), so its calls go to a model worker."""
+        return self._inline
 
     def _send(self, request: WireRequest) -> LLMResponse:
         if self.requests is not None:

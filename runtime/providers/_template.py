@@ -93,6 +93,13 @@ class LLMClient(ABC):
     def model_id(self) -> str:
         return self.spec.id
 
+    @property
+    def answers_inline(self) -> bool:
+        """True when an answer takes no I/O and cannot block, so a turn may ask for it in
+        its own thread: no model worker, no timeout to watch. False for every client that
+        waits on a provider."""
+        return False
+
     # -- the template --------------------------------------------------------------------------
 
     def respond(
