@@ -10,10 +10,10 @@ without a wait (``defer``); whoever leads next commits it, and ``settle`` waits 
 
 A write that raises leaves nothing and only its caller gets the error; the rest of the batch
 commits. LMDB's nested transactions would roll one write back alone, but they cannot be had
-with a writable memory map (``writemap``, which halves the cost of a write), so: a write
-that raised before writing anything (a refusal: a stale version, another owner) is simply
-left out; one that raised after writing has the whole transaction aborted and the batch
-applied again without it.
+with a writable memory map (``writemap``, which an unsynced store uses: it halves the cost of
+a write there), so, whatever the store: a write that raised before writing anything (a
+refusal: a stale version, another owner) is simply left out; one that raised after writing
+has the whole transaction aborted and the batch applied again without it.
 """
 
 from __future__ import annotations

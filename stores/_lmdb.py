@@ -136,7 +136,9 @@ class LmdbStore(LmdbHistory):
                 max_readers=1024,
                 readonly=self.readonly,
                 create=not self.readonly,
-                writemap=not self.readonly,  # half a write's CPU; no nesting (_group_commit)
+                # in place, unsynced (a save's puts cost half); synced, copied and written at
+                # commit: a written-in-place page faults on its first write after each flush
+                writemap=not self.readonly and not sync,
             )
         except lmdb.Error as exc:  # LMDB allows one environment per directory per process
             if "already open" not in str(exc):

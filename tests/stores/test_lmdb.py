@@ -72,6 +72,24 @@ def test_a_corrupt_record_raises_a_clear_error_and_other_records_still_load(
         assert store.load("good", "alice") is not None
 
 
+@pytest.mark.parametrize("sync", [True, False])
+def test_a_synced_store_writes_its_pages_and_an_unsynced_one_maps_the_whole_file(
+    tmp_path: Path, sync: bool
+) -> None:
+    """Synced, pages are written at commit (no page faults on the flushed map), so the file
+    is as large as the pages in use; unsynced, the map is written in place and the file
+    spans the whole map."""
+    map_size = 1 << 26
+    with LmdbStore(tmp_path, map_size=map_size, sync=sync) as store:
+        store.create_context(_snapshot("c1", "kept"), "alice")
+        size = (tmp_path / "data.mdb").stat().st_size
+        assert (size < map_size // 8) if sync else (size == map_size)
+        assert store.statistics().map_size == map_size
+    with LmdbStore(tmp_path, sync=sync) as reopened:
+        loaded = reopened.load("c1", "alice")
+    assert loaded is not None and loaded.messages[0].raw_content == "kept"
+
+
 def test_the_map_grows_instead_of_failing_when_full(tmp_path: Path) -> None:
     with LmdbStore(tmp_path, map_size=64 * 1024) as store:
         big = "x" * 20_000
