@@ -124,4 +124,7 @@ def _cases_table(results: list[CaseResult], sync: bool) -> None:
     console.print(table)
     for result in results:
         if result.shape.cold:
-            console.print(f"restore ({result.name}): {result.restore_per_s:,.0f} conversations/s")
+            console.print(
+                f"restore ({result.name}): {result.restore_per_s:,.0f} conversations/s on "
+                f"{result.shape.workers} threads, {result.restore_one_thread_per_s:,.0f} on one"
+            )

@@ -13,7 +13,8 @@ figure can be read as a ratio to the floor measured in the same run:
   turn's thread, as on the service path; a provider's client would be asked on a model
   worker, a hop this benchmark does not measure).
 - ``restore``: conversations/s that a fresh service restores from LMDB (load, decode and the
-  actor it lands in), for the cold case.
+  actor it lands in), for the cold case: on the case's threads, and on one (the difference
+  is the threads' contention for the interpreter: py-lmdb lets it go around every call).
 
 CPU per turn is ``time.process_time()`` over the run divided by its turns (every thread's
 CPU; with ``sync=False`` it is the CPU cost alone).
@@ -187,11 +188,14 @@ _NO_RETENTION = dt.timedelta(0)
 
 def run_service(
     data_dir: Path, shape: Shape, sync: bool, progress: Progress | None
-) -> tuple[Measured, float]:
-    """The bare service path; returns it and the restore rate (conversations/s, cold)."""
+) -> tuple[Measured, tuple[float, float]]:
+    """The bare service path; returns it and the restore rates (conversations/s, cold) on
+    the case's threads and on one."""
     with LmdbStore(data_dir, sync=sync) as store:
         ids = _seed(store, shape.conversations) if shape.cold else None
-        restore = measure_restore(store, ids) if ids is not None else 0.0
+        restore = (0.0, 0.0)
+        if ids is not None:
+            restore = (measure_restore(store, ids, shape.workers), measure_restore(store, ids, 1))
         client = ScriptedClient()
         with ConversationService(store, MemorySessionCache(), cleanup_interval_s=0) as service:
             thinkers = [_thinker(i, ids) for i in range(shape.conversations)]
@@ -278,13 +282,14 @@ class CaseResult(msgspec.Struct, frozen=True):
     floor: Measured
     service: Measured
     agent: Measured
-    restore_per_s: float
+    restore_per_s: float  # on the case's threads
+    restore_one_thread_per_s: float
 
 
 def run_case(name: str, shape: Shape, sync: bool, progress: Progress | None = None) -> CaseResult:
     """Floor, service and agent paths of ``shape``, each on a fresh LMDB directory."""
     with tempfile.TemporaryDirectory() as tmp:
         floor = run_floor(Path(tmp) / "floor", shape, sync, progress)
-        service, restore = run_service(Path(tmp) / "service", shape, sync, progress)
+        service, (restore, restore_one) = run_service(Path(tmp) / "service", shape, sync, progress)
         agent = run_agent(Path(tmp) / "agent", shape, sync, progress)
-    return CaseResult(name, shape, floor, service, agent, restore)
+    return CaseResult(name, shape, floor, service, agent, restore, restore_one)

@@ -16,7 +16,8 @@ With ``--case default|hot|cold|all`` it runs the named cases of ``parlour.actors
 instead (default 200x10, hot 8x200, cold 2,000x3 with every first turn a restore): the
 floor, the bare service path and the agent path in one run each, every figure also as a
 ratio to that floor, CPU per turn from ``time.process_time()``, and for the cold case the
-restore rate (conversations/s from LMDB: load, decode and the actor it lands in).
+restore rate (conversations/s from LMDB: load, decode and the actor it lands in) on the
+case's threads and on one.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pykka
@@ -138,5 +139,7 @@ def test_bench_case_prints_every_path_against_the_floor_and_the_restore_rate(
     rows = [line for line in out.splitlines() if "cold 4x2" in line]
     assert [row.split("│")[2].strip() for row in rows] == ["floor", "service", "agent"]
     assert rows[0].split("│")[-2].strip() == "1.00x"
-    rate = out.split("restore (cold): ")[1].split()[0]
-    assert float(rate.replace(",", "")) > 0
+    line = out.split("restore (cold): ")[1].splitlines()[0]
+    found = re.fullmatch(r"([\d,]+) conversations/s on 2 threads, ([\d,]+) on one", line)
+    assert found is not None, line
+    assert all(float(rate.replace(",", "")) > 0 for rate in found.groups())
