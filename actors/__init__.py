@@ -6,6 +6,7 @@ The only package that knows Pykka. ``ConversationService`` is the facade applica
 
 from parlour.actors._agent import Agent, Chat
 from parlour.actors._conversation import ConversationActor
+from parlour.actors._cores import one_core
 from parlour.actors._drive import set_provider_concurrency
 from parlour.actors._effects import RetryPolicy
 from parlour.actors._events import (
@@ -58,5 +59,6 @@ __all__ = [
     "TurnError",
     "UsageLedger",
     "asgi_app",
+    "one_core",
     "set_provider_concurrency",
 ]

@@ -6,7 +6,8 @@ Without ``--case``: C agent chats x T turns on W threads, each turn a whole ``Ch
 with the ScriptedClient, saving the answer to LMDB and releasing). With ``--case`` (one of
 ``default``, ``hot``, ``cold`` or ``all``): the cases of ``benchmarks/turns.py``, each path
 (the hand-written floor, the bare service, the agent) measured in the same run, every
-figure also a ratio to that floor.
+figure also a ratio to that floor, the service and agent paths also with every thread on
+one CPU.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from parlour.actors._agent import Agent
-from parlour.actors._cases import CASES, CaseResult, Measured, Shape, run_case, text
+from parlour.actors._cases import CASES, CaseResult, Shape, run_case, text
 from parlour.actors._service import ConversationService
 from parlour.actors._workload import TurnStats, drive
 from parlour.runtime import Depth, OutputSize, ScriptedClient
@@ -71,7 +72,7 @@ def run_cases(names: list[str], sync: bool) -> int:
     results = []
     for name in names:
         shape = CASES[name]
-        paths = 3 * shape.conversations * shape.turns
+        paths = 5 * shape.conversations * shape.turns
         with _progress(paths, f"{name} case") as bar:
             task = bar.task_ids[0]
             results.append(run_case(name, shape, sync, partial(bar.advance, task)))
@@ -106,11 +107,20 @@ def _cases_table(results: list[CaseResult], sync: bool) -> None:
     console = Console(highlight=False)
     table = Table(title=f"durable turns, {_durability(sync)} LMDB commits")
     for column in ("case", "path", "turns/s", "p50 ms", "p99 ms", "CPU ms/turn", "vs floor"):
-        table.add_column(column, justify="left" if column in ("case", "path") else "right")
+        table.add_column(
+            column,
+            justify="left" if column in ("case", "path") else "right",
+            no_wrap=column == "path",
+        )
     for result in results:
         floor = result.floor.stats.turns_per_second
-        for path in ("floor", "service", "agent"):
-            measured: Measured = getattr(result, path)
+        for path, measured in (
+            ("floor", result.floor),
+            ("service", result.service),
+            ("agent", result.agent),
+            ("service, 1 CPU", result.service_one_cpu),
+            ("agent, 1 CPU", result.agent_one_cpu),
+        ):
             stats = measured.stats
             table.add_row(
                 f"{result.name} {result.shape.conversations}x{result.shape.turns}",
@@ -126,5 +136,7 @@ def _cases_table(results: list[CaseResult], sync: bool) -> None:
         if result.shape.cold:
             console.print(
                 f"restore ({result.name}): {result.restore_per_s:,.0f} conversations/s on "
-                f"{result.shape.workers} threads, {result.restore_one_thread_per_s:,.0f} on one"
+                f"{result.shape.workers} threads, {result.restore_one_cpu_per_s:,.0f} on them "
+                f"with 1 CPU, {result.restore_one_thread_per_s:,.0f} on one thread",
+                soft_wrap=True,  # one line, whatever the terminal's width
             )

@@ -12,9 +12,13 @@ figure can be read as a ratio to the floor measured in the same run:
 - ``agent``: the same turn through ``Chat.send`` (the scripted model answers inline, in the
   turn's thread, as on the service path; a provider's client would be asked on a model
   worker, a hop this benchmark does not measure).
+- ``service, 1 CPU`` and ``agent, 1 CPU``: the same two with every thread of the process
+  on one CPU (``one_core``: the interpreter lock then changes hands without waking another
+  CPU). The floor is measured on both CPUs only: its turns are mostly the kernel's fsync
+  work, which one CPU slows (measured pinned: 1,900-2,300 turns/s against 3,300).
 - ``restore``: conversations/s that a fresh service restores from LMDB (load, decode and the
-  actor it lands in), for the cold case: on the case's threads, and on one (the difference
-  is the threads' contention for the interpreter: py-lmdb lets it go around every call).
+  actor it lands in), for the cold case: on the case's threads, on them with one CPU, and
+  on one thread.
 
 CPU per turn is ``time.process_time()`` over the run divided by its turns (every thread's
 CPU; with ``sync=False`` it is the CPU cost alone).
@@ -34,6 +38,7 @@ import lmdb
 import msgspec
 
 from parlour.actors._agent import Agent
+from parlour.actors._cores import one_core
 from parlour.actors._service import ConversationService
 from parlour.actors._thinker import BasicThinker
 from parlour.actors._workload import TurnStats
@@ -282,7 +287,10 @@ class CaseResult(msgspec.Struct, frozen=True):
     floor: Measured
     service: Measured
     agent: Measured
+    service_one_cpu: Measured
+    agent_one_cpu: Measured
     restore_per_s: float  # on the case's threads
+    restore_one_cpu_per_s: float  # on them, every thread on one CPU
     restore_one_thread_per_s: float
 
 
@@ -292,4 +300,9 @@ def run_case(name: str, shape: Shape, sync: bool, progress: Progress | None = No
         floor = run_floor(Path(tmp) / "floor", shape, sync, progress)
         service, (restore, restore_one) = run_service(Path(tmp) / "service", shape, sync, progress)
         agent = run_agent(Path(tmp) / "agent", shape, sync, progress)
-    return CaseResult(name, shape, floor, service, agent, restore, restore_one)
+        with one_core():
+            service_1, (restore_1, _) = run_service(Path(tmp) / "s1", shape, sync, progress)
+            agent_1 = run_agent(Path(tmp) / "a1", shape, sync, progress)
+    return CaseResult(
+        name, shape, floor, service, agent, service_1, agent_1, restore, restore_1, restore_one
+    )

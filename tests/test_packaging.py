@@ -90,6 +90,7 @@ PINNED = {
         "TurnError",
         "UsageLedger",
         "asgi_app",
+        "one_core",
         "set_provider_concurrency",
     ],
     "parlour.runtime": [

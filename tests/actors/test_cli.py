@@ -137,9 +137,14 @@ def test_bench_case_prints_every_path_against_the_floor_and_the_restore_rate(
     assert main(["bench", "--case", "cold", "--no-sync"]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if "cold 4x2" in line]
-    assert [row.split("│")[2].strip() for row in rows] == ["floor", "service", "agent"]
+    paths = [row.split("│")[2].strip() for row in rows]
+    assert paths == ["floor", "service", "agent", "service, 1 CPU", "agent, 1 CPU"]
     assert rows[0].split("│")[-2].strip() == "1.00x"
     line = out.split("restore (cold): ")[1].splitlines()[0]
-    found = re.fullmatch(r"([\d,]+) conversations/s on 2 threads, ([\d,]+) on one", line)
+    found = re.fullmatch(
+        r"([\d,]+) conversations/s on 2 threads, ([\d,]+) on them with 1 CPU, "
+        r"([\d,]+) on one thread",
+        line,
+    )
     assert found is not None, line
     assert all(float(rate.replace(",", "")) > 0 for rate in found.groups())
