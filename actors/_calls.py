@@ -310,10 +310,11 @@ def _inline_call(
     plan: TurnPlan, context: ConversationContext, deltas: list[str] | None
 ) -> LLMResponse:
     """The model call of a client that answers inline, in the turn's own thread: it cannot
-    block, so there is no timeout to watch and no force release to wake for (one that
-    came first is raised here). Given ``deltas``, its text deltas go into it, for the
-    caller to publish and yield; else the whole text is published as one delta, for the
-    turn's followers (nobody reads it in pieces, and it comes at once anyway)."""
+    block, so there is no timeout to watch and no force release to wake for. A release
+    before the call, or during it, raises ``TurnCancelledError`` (an answer that came
+    meanwhile is dropped, as a worker's is). Given ``deltas``, its text deltas go into it,
+    for the caller to publish and yield; else the whole text is published as one delta,
+    for the turn's followers (nobody reads it in pieces, and it comes at once anyway)."""
     if plan.before_model_call is not None:
         plan.before_model_call(context, plan.ledger)
     if plan.thinker.cancelled is not None:
@@ -328,6 +329,8 @@ def _inline_call(
             model_attributes(current, response)
     finally:
         cap.put(None)
+    if plan.thinker.cancelled is not None:
+        raise cancelled_error(plan)
     if deltas is None and response.text:
         plan.state.publish(TextDelta(text=response.text))
     return response

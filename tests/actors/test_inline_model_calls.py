@@ -153,3 +153,27 @@ def test_an_inline_call_of_a_cancelled_turn_is_never_made(service: ConversationS
     assert client.threads == []  # refused before the model was asked
     assert [m.role for m in stored(service, chat.conversation_id, "alice").messages] == ["user"]
     assert service.owning_thinker(chat.conversation_id, "alice") is None
+
+
+def test_a_force_release_during_an_inline_call_ends_the_turn_without_a_second_owner(
+    service: ConversationService,
+) -> None:
+    """Nothing wakes an inline call, so the release is found as it returns: its answer is
+    dropped (as a worker's is), the turn raises, and nothing after the release is saved."""
+    chat: Any = None
+
+    class Released(Recorded):
+        def respond(self, *args: Any, **kwargs: Any) -> LLMResponse:
+            if not self.threads:  # the first call only
+                assert service.force_release(chat.conversation_id, "alice") is not None
+            return super().respond(*args, **kwargs)
+
+    client = Released(inline=True)
+    chat = _agent(client).chat(service, user_id="alice")
+    with pytest.raises(TurnCancelledError):
+        chat.send("Hello")
+    assert len(client.threads) == 1
+    assert service.owning_thinker(chat.conversation_id, "alice") is None
+    roles = [m.role for m in stored(service, chat.conversation_id, "alice").messages]
+    assert roles == ["user"]  # the answer after the release was never saved
+    assert chat.send("Again").text.startswith("Answer")  # and the chat goes on
