@@ -249,7 +249,9 @@ class ThreadedCall:
         return self._checked(item)
 
     def _checked(self, item: object) -> object:
-        if self.plan.thinker.cancelled is not None and (item is _WAKE or isinstance(item, str)):
+        """``item``, unless the turn was released: then its cancellation, whatever came (an
+        answer that beat the wake-up is dropped: a released turn never adds it)."""
+        if self.plan.thinker.cancelled is not None:
             raise cancelled_error(self.plan)
         return item
 

@@ -300,9 +300,11 @@ class _AsyncTurn:
             with model_span(plan) as current:
                 response = await self._respond(context, self._on_text(abandon), abandon)
                 model_attributes(current, response)
-                return response
         finally:
             cap.put(None)
+        if self.force_requested:  # released while a call that never awaited ran (inline)
+            raise cancelled_error(plan)
+        return response
 
     def _on_text(self, abandon: threading.Event) -> Callable[[str], None]:
         """Deltas published in order: on the loop directly (the async SDKs, the scripted

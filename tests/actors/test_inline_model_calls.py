@@ -20,8 +20,9 @@ from parlour.runtime import (
     OutputSize,
     PreparedConversation,
     ScriptedClient,
+    StopReason,
 )
-from parlour.runtime.blocks import TextBlock
+from parlour.runtime.blocks import TextBlock, ToolUseBlock
 
 from .agent_helpers import stored
 
@@ -155,11 +156,13 @@ def test_an_inline_call_of_a_cancelled_turn_is_never_made(service: ConversationS
     assert service.owning_thinker(chat.conversation_id, "alice") is None
 
 
-def test_a_force_release_during_an_inline_call_ends_the_turn_without_a_second_owner(
-    service: ConversationService,
+@pytest.mark.parametrize("inline", [True, False])
+def test_a_force_release_during_a_model_call_ends_the_turn_without_a_second_owner(
+    service: ConversationService, inline: bool
 ) -> None:
-    """Nothing wakes an inline call, so the release is found as it returns: its answer is
-    dropped (as a worker's is), the turn raises, and nothing after the release is saved."""
+    """A worker's call is woken; nothing wakes an inline call, so the release is found as it
+    returns. Either way its answer is dropped, the turn raises, and nothing after the
+    release is saved."""
     chat: Any = None
 
     class Released(Recorded):
@@ -168,7 +171,7 @@ def test_a_force_release_during_an_inline_call_ends_the_turn_without_a_second_ow
                 assert service.force_release(chat.conversation_id, "alice") is not None
             return super().respond(*args, **kwargs)
 
-    client = Released(inline=True)
+    client = Released(inline=inline)
     chat = _agent(client).chat(service, user_id="alice")
     with pytest.raises(TurnCancelledError):
         chat.send("Hello")
@@ -177,3 +180,37 @@ def test_a_force_release_during_an_inline_call_ends_the_turn_without_a_second_ow
     roles = [m.role for m in stored(service, chat.conversation_id, "alice").messages]
     assert roles == ["user"]  # the answer after the release was never saved
     assert chat.send("Again").text.startswith("Answer")  # and the chat goes on
+
+
+def test_a_force_release_during_an_async_inline_call_drops_its_answer_too(
+    service: ConversationService,
+) -> None:
+    """On the event loop the scripted model answers without awaiting, so nothing can
+    interrupt it: the release is found as it returns, and the answer is dropped (one with
+    no text, which no text delta could have stopped)."""
+    chat: Any = None
+    calls: list[str] = []
+
+    def lookup() -> str:
+        """Look something up."""
+        return "found"
+
+    only_a_call = LLMResponse(
+        model_id="scripted",
+        blocks=[ToolUseBlock(id="toolu_1", name="lookup", input_json="{}")],
+        stop_reason=StopReason.TOOL_USE,
+    )
+
+    class Released(ScriptedClient):
+        async def _asend(self, request: Any, on_text: Any) -> LLMResponse:
+            if not calls:
+                assert service.force_release(chat.conversation_id, "alice") is not None
+            calls.append("asked")
+            return await super()._asend(request, on_text)
+
+    chat = _agent(Released([only_a_call]), tools=[lookup]).chat(service, user_id="alice")
+    with pytest.raises(TurnCancelledError):
+        asyncio.run(chat.asend("Hello"))
+    assert [m.role for m in stored(service, chat.conversation_id, "alice").messages] == ["user"]
+    assert service.owning_thinker(chat.conversation_id, "alice") is None
+    assert asyncio.run(chat.asend("Again")).text.startswith("Answer")
