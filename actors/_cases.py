@@ -295,7 +295,9 @@ class CaseResult(msgspec.Struct, frozen=True):
 
 
 def run_case(name: str, shape: Shape, sync: bool, progress: Progress | None = None) -> CaseResult:
-    """Floor, service and agent paths of ``shape``, each on a fresh LMDB directory."""
+    """Floor, service and agent paths of ``shape``, the service and agent again on one CPU,
+    each on a fresh LMDB directory (the one-CPU run's one-thread restore goes unreported:
+    one thread gains nothing from one CPU)."""
     with tempfile.TemporaryDirectory() as tmp:
         floor = run_floor(Path(tmp) / "floor", shape, sync, progress)
         service, (restore, restore_one) = run_service(Path(tmp) / "service", shape, sync, progress)
