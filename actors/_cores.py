@@ -6,8 +6,9 @@ sleeps on another CPU the wake is an inter-processor interrupt (on a virtual mac
 exit to the hypervisor), and the first thread, back a microsecond later, waits in turn.
 On one CPU the same hand-over is a plain context switch. Measured with
 ``benchmarks/turns.py`` on a two-core virtual machine: a durable turn on 8 threads took
-0.34 ms of CPU spread over both cores and 0.25 ms on one, at 15% more turns a second, and
-restores from LMDB ran at 14,000 a second instead of 7,000. Work that needs no interpreter
+0.34 ms of CPU spread over both cores and 0.27 ms on one, at 7% more turns a second (0.25
+ms and 15% with the whole process started on one CPU, ``taskset -c 0``), and restores from
+LMDB ran at 13,600 a second instead of 7,600. Work that needs no interpreter
 (the kernel's share of an fsync) is the one thing one CPU slows: a process that does mostly
 that, like the hand-written loop the benchmark measures against, runs slower pinned.
 
