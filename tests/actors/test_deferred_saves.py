@@ -42,9 +42,12 @@ def service(store: LmdbStore, cache: MemorySessionCache) -> Iterator[Conversatio
         yield svc
 
 
-def _stored_turn(service: ConversationService) -> tuple[BasicThinker, ConversationContext, str]:
-    """A conversation whose first turn is stored, still owned by its thinker; and its id."""
-    thinker = BasicThinker("alice")
+def _stored_turn(
+    service: ConversationService, thinker: Any = None
+) -> tuple[Any, ConversationContext, str]:
+    """A conversation whose first turn is stored, still owned by its thinker (alice's, a
+    ``BasicThinker`` unless given); and its id."""
+    thinker = thinker or BasicThinker("alice")
     cid = thinker.mint_conversation_id()
     context = service.obtain_conversation(None, thinker).get(timeout=5)
     context.add_user_message("first")
@@ -151,11 +154,7 @@ def test_a_first_save_with_no_wait_still_creates_the_record_before_returning(
 def test_a_store_that_cannot_defer_saves_at_once() -> None:
     memory = MemoryStore()
     with ConversationService(memory, cleanup_interval_s=0) as service:
-        thinker = BasicThinker("alice")
-        cid = thinker.mint_conversation_id()
-        context = service.obtain_conversation(None, thinker).get(timeout=5)
-        context.add_user_message("first")
-        service.save_conversation(context, thinker)
+        thinker, context, cid = _stored_turn(service)
         context.add_user_message("second")
         service.save_conversation(context, thinker, wait=False)
         snapshot = memory.load(cid, "alice")
@@ -211,11 +210,8 @@ class _Uncancellable(BasicThinker):
 def test_a_deferred_save_settled_after_a_force_release_and_a_remove_resurrects_nothing(
     service: ConversationService, store: LmdbStore, cache: MemorySessionCache
 ) -> None:
-    thinker: Any = _Uncancellable("alice")  # no cancel_workflow: not quite a Thinker
-    cid = thinker.mint_conversation_id()
-    context = service.obtain_conversation(None, thinker).get(timeout=5)
-    context.add_user_message("first")
-    service.save_conversation(context, thinker)
+    # no cancel_workflow: not quite a Thinker
+    thinker, context, cid = _stored_turn(service, _Uncancellable("alice"))
     context.add_user_message("question")
     service.save_conversation(context, thinker, wait=False)
     assert service.force_release(cid, "alice") == thinker.job_id  # handed back at once
