@@ -192,15 +192,17 @@ _NO_RETENTION = dt.timedelta(0)
 
 
 def run_service(
-    data_dir: Path, shape: Shape, sync: bool, progress: Progress | None
-) -> tuple[Measured, tuple[float, float]]:
-    """The bare service path; returns it and the restore rates (conversations/s, cold) on
-    the case's threads and on one."""
+    data_dir: Path,
+    shape: Shape,
+    sync: bool,
+    progress: Progress | None,
+    restores: tuple[int, ...] = (),
+) -> tuple[Measured, list[float]]:
+    """The bare service path; returns it and, for a cold case, the restore rate
+    (conversations/s) on each of ``restores`` thread counts (none for a warm one)."""
     with LmdbStore(data_dir, sync=sync) as store:
         ids = _seed(store, shape.conversations) if shape.cold else None
-        restore = (0.0, 0.0)
-        if ids is not None:
-            restore = (measure_restore(store, ids, shape.workers), measure_restore(store, ids, 1))
+        restore = [] if ids is None else [measure_restore(store, ids, n) for n in restores]
         client = ScriptedClient()
         with ConversationService(store, MemorySessionCache(), cleanup_interval_s=0) as service:
             thinkers = [_thinker(i, ids) for i in range(shape.conversations)]
@@ -296,15 +298,26 @@ class CaseResult(msgspec.Struct, frozen=True):
 
 def run_case(name: str, shape: Shape, sync: bool, progress: Progress | None = None) -> CaseResult:
     """Floor, service and agent paths of ``shape``, the service and agent again on one CPU,
-    each on a fresh LMDB directory (the one-CPU run's one-thread restore goes unreported:
-    one thread gains nothing from one CPU)."""
+    each on a fresh LMDB directory."""
+    both = (shape.workers, 1)  # the restore on the case's threads, and on one
     with tempfile.TemporaryDirectory() as tmp:
         floor = run_floor(Path(tmp) / "floor", shape, sync, progress)
-        service, (restore, restore_one) = run_service(Path(tmp) / "service", shape, sync, progress)
+        service, rates = run_service(Path(tmp) / "service", shape, sync, progress, both)
         agent = run_agent(Path(tmp) / "agent", shape, sync, progress)
         with one_core():
-            service_1, (restore_1, _) = run_service(Path(tmp) / "s1", shape, sync, progress)
+            service_1, rates_1 = run_service(Path(tmp) / "s1", shape, sync, progress, both[:1])
             agent_1 = run_agent(Path(tmp) / "a1", shape, sync, progress)
+    restore, restore_one_thread = rates or [0.0, 0.0]
+    (restore_one_cpu,) = rates_1 or [0.0]
     return CaseResult(
-        name, shape, floor, service, agent, service_1, agent_1, restore, restore_1, restore_one
+        name,
+        shape,
+        floor,
+        service,
+        agent,
+        service_1,
+        agent_1,
+        restore,
+        restore_one_cpu,
+        restore_one_thread,
     )
