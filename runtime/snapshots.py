@@ -9,6 +9,7 @@ Decoding never depends on the caller's stack depth, and a stored value nested de
 from __future__ import annotations
 
 import datetime as dt
+import operator
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -129,7 +130,7 @@ class MessageSnapshot(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
         """The message this snapshot describes; it remembers this snapshot as its own when
         reviving changed no block (a typed PojoBlock does not equal its stored dict)."""
         message = self._message(handler)
-        if all(a is b for a, b in zip(message.blocks, self.blocks, strict=True)):
+        if all(map(operator.is_, message.blocks, self.blocks)):  # as many: revive maps each
             object.__setattr__(message, "_snapshot", self)
         return message
 
@@ -266,8 +267,17 @@ def _message_snapshots(
 def _without_orphan_results(messages: list[MessageSnapshot]) -> list[MessageSnapshot]:
     """Drop every tool result whose call appears nowhere in the transcript: a provider
     refuses the whole conversation over one such orphan. A message left with nothing to say
-    goes too."""
-    calls = {b.id for m in messages for b in m.blocks if isinstance(b, ToolUseBlock)}
+    goes too. With no tool result at all (the usual chat) the list itself is returned."""
+    calls: set[str] = set()
+    results = False
+    for m in messages:
+        for b in m.blocks:
+            if isinstance(b, ToolUseBlock):
+                calls.add(b.id)
+            elif isinstance(b, ToolResultBlock):
+                results = True
+    if not results:
+        return messages
     kept = []
     for m in messages:
         blocks = [
