@@ -267,17 +267,8 @@ def _message_snapshots(
 def _without_orphan_results(messages: list[MessageSnapshot]) -> list[MessageSnapshot]:
     """Drop every tool result whose call appears nowhere in the transcript: a provider
     refuses the whole conversation over one such orphan. A message left with nothing to say
-    goes too. With no tool result at all (the usual chat) the list itself is returned."""
-    calls: set[str] = set()
-    results = False
-    for m in messages:
-        for b in m.blocks:
-            if isinstance(b, ToolUseBlock):
-                calls.add(b.id)
-            elif isinstance(b, ToolResultBlock):
-                results = True
-    if not results:
-        return messages
+    goes too."""
+    calls = {b.id for m in messages for b in m.blocks if isinstance(b, ToolUseBlock)}
     kept = []
     for m in messages:
         blocks = [
