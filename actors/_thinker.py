@@ -29,6 +29,7 @@ class _Draws:
 
     SLOT = 16
     _POOL = 4096
+    _state: tuple[bytes, Iterator[int]]  # a pool and the counter of its slots
 
     def __init__(self) -> None:
         self.clear()
@@ -43,7 +44,7 @@ class _Draws:
             self._state = (os.urandom(self._POOL), itertools.count())
 
     def clear(self) -> None:
-        self._state: tuple[bytes, Iterator[int]] = (b"", itertools.count())
+        self._state = (b"", itertools.count())
 
 
 _draws = _Draws()

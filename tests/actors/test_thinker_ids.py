@@ -50,7 +50,7 @@ def test_ids_come_from_os_urandom_one_call_per_pool(monkeypatch: pytest.MonkeyPa
         return real(size)
 
     monkeypatch.setattr(thinker_module, "_draws", thinker_module._Draws())
-    monkeypatch.setattr(thinker_module.os, "urandom", counted)
+    monkeypatch.setattr(os, "urandom", counted)
     per_pool = thinker_module._Draws._POOL // thinker_module._Draws.SLOT
     for _ in range(per_pool * 3):
         BasicThinker("u")
