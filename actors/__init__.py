@@ -22,6 +22,7 @@ from parlour.actors._events import (
     TurnDone,
     TurnError,
 )
+from parlour.actors._gate import TurnGate, turn_gate
 from parlour.actors._joiners import AgentThinker
 from parlour.actors._ledger import CompactionRecord, ModelCallRecord, UsageLedger
 from parlour.actors._obtain import Obtaining
@@ -57,8 +58,10 @@ __all__ = [
     "TurnCancelledError",
     "TurnDone",
     "TurnError",
+    "TurnGate",
     "UsageLedger",
     "asgi_app",
     "one_core",
     "set_provider_concurrency",
+    "turn_gate",
 ]

@@ -12,16 +12,19 @@ user's conversation with it), with whole turns from threads and from asyncio.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from parlour.actors._calls import start_pools
 from parlour.actors._drive import drive, drive_async, run
 from parlour.actors._effects import Compact, RetryPolicy
 from parlour.actors._events import AgentEvent, Reply, TurnDone
+from parlour.actors._gate import gating, turn_gate
 from parlour.actors._joiners import AgentThinker
 from parlour.actors._ledger import LedgerEntry, UsageLedger, decode_entries
 from parlour.actors._otel import tracer, turn_span
@@ -229,6 +232,11 @@ class Chat:
         self.temporary = temporary
         self._busy = threading.Lock()
         self._ledger = agent.ledger(self.conversation_id)  # its id is fixed from here on
+        # ``send`` holds the process's turn gate where every wait lets it go (see _gate.py)
+        gated = gating(service.store, service.session)
+        self._gate: Callable[[], AbstractContextManager[None]] = (
+            turn_gate.held if gated else contextlib.nullcontext
+        )
 
     @property
     def conversation_id(self) -> str:
@@ -270,7 +278,7 @@ class Chat:
         """
         plan = self._begin(deltas=False)
         try:
-            with turn_span(plan.tracer, self.thinker):
+            with self._gate(), turn_span(plan.tracer, self.thinker):
                 reply = run(turn_steps(plan, text, attachments), plan, self.service)
             self._done(plan, reply)
             return reply

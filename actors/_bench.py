@@ -5,9 +5,9 @@ Without ``--case``: C agent chats x T turns on W threads, each turn a whole ``Ch
 (obtaining the conversation from its actor, saving the user message, rendering, answering
 with the ScriptedClient, saving the answer to LMDB and releasing). With ``--case`` (one of
 ``default``, ``hot``, ``cold`` or ``all``): the cases of ``benchmarks/turns.py``, each path
-(the hand-written floor, the bare service, the agent) measured in the same run, every
-figure also a ratio to that floor, the service and agent paths also with every thread on
-one CPU.
+(the hand-written floor, the bare service free and in the turn gate, the agent) measured in
+the same run, every figure also a ratio to that floor, the service and agent paths also
+with every thread on one CPU.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def run_cases(names: list[str], sync: bool) -> int:
     results = []
     for name in names:
         shape = CASES[name]
-        paths = 5 * shape.conversations * shape.turns
+        paths = 6 * shape.conversations * shape.turns
         with _progress(paths, f"{name} case") as bar:
             task = bar.task_ids[0]
             results.append(run_case(name, shape, sync, partial(bar.advance, task)))
@@ -117,6 +117,7 @@ def _cases_table(results: list[CaseResult], sync: bool) -> None:
         for path, measured in (
             ("floor", result.floor),
             ("service", result.service),
+            ("service, gated", result.service_gated),
             ("agent", result.agent),
             ("service, 1 CPU", result.service_one_cpu),
             ("agent, 1 CPU", result.agent_one_cpu),

@@ -18,6 +18,7 @@ from collections.abc import Generator
 from typing import Any
 
 from parlour.actors._events import AgentEvent, TextDelta, TurnCancelledError
+from parlour.actors._gate import waiting
 from parlour.actors._otel import OFF, model_attributes, span_on
 from parlour.actors._tools import prestarted_pool
 from parlour.actors._turn import TurnPlan
@@ -318,7 +319,8 @@ def _inline_call(
     for the caller to publish and yield; else the whole text is published as one delta,
     for the turn's followers (nobody reads it in pieces, and it comes at once anyway)."""
     if plan.before_model_call is not None:
-        plan.before_model_call(context, plan.ledger)
+        with waiting():  # the application's hook may wait: a gated turn lets the gate go
+            plan.before_model_call(context, plan.ledger)
     if plan.thinker.cancelled is not None:
         raise cancelled_error(plan)
     cap = provider_cap(plan.client)

@@ -9,9 +9,11 @@ figure can be read as a ratio to the floor measured in the same run:
 - ``service``: the bare service path: obtain, add the user message, save it deferred (no
   wait), render and answer
   with the ``ScriptedClient``, add the answer, save, release.
+- ``service, gated``: the same turn held in ``turn_gate`` (one turn's own work at a time,
+  let go while it waits for its commit), as a thread-per-request server would hold it.
 - ``agent``: the same turn through ``Chat.send`` (the scripted model answers inline, in the
   turn's thread, as on the service path; a provider's client would be asked on a model
-  worker, a hop this benchmark does not measure).
+  worker, a hop this benchmark does not measure). ``send`` holds the turn gate itself.
 - ``service, 1 CPU`` and ``agent, 1 CPU``: the same two with every thread of the process
   on one CPU (``one_core``: the interpreter lock then changes hands without waking another
   CPU). The floor is measured on both CPUs only: its turns are mostly the kernel's fsync
@@ -26,6 +28,7 @@ CPU; with ``sync=False`` it is the CPU cost alone).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import tempfile
 import threading
@@ -39,6 +42,7 @@ import msgspec
 
 from parlour.actors._agent import Agent
 from parlour.actors._cores import one_core
+from parlour.actors._gate import turn_gate
 from parlour.actors._service import ConversationService
 from parlour.actors._thinker import BasicThinker
 from parlour.actors._workload import TurnStats
@@ -197,19 +201,22 @@ def run_service(
     sync: bool,
     progress: Progress | None,
     restores: tuple[int, ...] = (),
+    gated: bool = False,
 ) -> tuple[Measured, list[float]]:
-    """The bare service path; returns it and, for a cold case, the restore rate
-    (conversations/s) on each of ``restores`` thread counts (none for a warm one)."""
+    """The bare service path (each turn in ``turn_gate`` when ``gated``); returns it and,
+    for a cold case, the restore rate (conversations/s) on each of ``restores`` thread
+    counts (none for a warm one)."""
     with LmdbStore(data_dir, sync=sync) as store:
         ids = _seed(store, shape.conversations) if shape.cold else None
         restore = [] if ids is None else [measure_restore(store, ids, n) for n in restores]
         client = ScriptedClient()
+        hold = turn_gate.held if gated else contextlib.nullcontext
         with ConversationService(store, MemorySessionCache(), cleanup_interval_s=0) as service:
             thinkers = [_thinker(i, ids) for i in range(shape.conversations)]
 
             def one(index: int) -> list[float]:
                 return [
-                    _service_turn(service, client, thinkers[index], index, t)
+                    _service_turn(service, client, thinkers[index], index, t, hold)
                     for t in range(shape.turns)
                 ]
 
@@ -228,18 +235,24 @@ def _thinker(index: int, ids: list[str] | None) -> BasicThinker:
 
 
 def _service_turn(
-    service: ConversationService, client: ScriptedClient, thinker: BasicThinker, i: int, t: int
+    service: ConversationService,
+    client: ScriptedClient,
+    thinker: BasicThinker,
+    i: int,
+    t: int,
+    hold: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext,
 ) -> float:
-    start = time.perf_counter()
-    context = service.obtain_conversation(None, thinker).get()
-    try:
-        context.add_user_message(text(i, t))
-        service.save_conversation(context, thinker, wait=False)  # the answer's save waits
-        response = client.respond(context)
-        context.add_message(IncomingMessage(blocks=response.blocks))
-        service.save_conversation(context, thinker)
-    finally:
-        service.release(thinker)
+    start = time.perf_counter()  # the wait for the gate is part of the turn
+    with hold():
+        context = service.obtain_conversation(None, thinker).get()
+        try:
+            context.add_user_message(text(i, t))
+            service.save_conversation(context, thinker, wait=False)  # the answer's save waits
+            response = client.respond(context)
+            context.add_message(IncomingMessage(blocks=response.blocks))
+            service.save_conversation(context, thinker)
+        finally:
+            service.release(thinker)
     return time.perf_counter() - start
 
 
@@ -288,6 +301,7 @@ class CaseResult(msgspec.Struct, frozen=True):
     shape: Shape
     floor: Measured
     service: Measured
+    service_gated: Measured
     agent: Measured
     service_one_cpu: Measured
     agent_one_cpu: Measured
@@ -297,12 +311,13 @@ class CaseResult(msgspec.Struct, frozen=True):
 
 
 def run_case(name: str, shape: Shape, sync: bool, progress: Progress | None = None) -> CaseResult:
-    """Floor, service and agent paths of ``shape``, the service and agent again on one CPU,
-    each on a fresh LMDB directory."""
+    """Floor, service (free and gated) and agent paths of ``shape``, the service and agent
+    again on one CPU, each on a fresh LMDB directory."""
     both = (shape.workers, 1)  # the restore on the case's threads, and on one
     with tempfile.TemporaryDirectory() as tmp:
         floor = run_floor(Path(tmp) / "floor", shape, sync, progress)
         service, rates = run_service(Path(tmp) / "service", shape, sync, progress, both)
+        gated, _ = run_service(Path(tmp) / "gated", shape, sync, progress, gated=True)
         agent = run_agent(Path(tmp) / "agent", shape, sync, progress)
         with one_core():
             service_1, rates_1 = run_service(Path(tmp) / "s1", shape, sync, progress, both[:1])
@@ -314,6 +329,7 @@ def run_case(name: str, shape: Shape, sync: bool, progress: Progress | None = No
         shape,
         floor,
         service,
+        gated,
         agent,
         service_1,
         agent_1,

@@ -41,6 +41,7 @@ from parlour.actors._calls import (
 )
 from parlour.actors._effects import CallModel, Compact, Obtain, Pause, Release, RunTools, Save
 from parlour.actors._events import AgentEvent, Event, Reply, TextDelta
+from parlour.actors._gate import waiting
 from parlour.actors._otel import model_attributes, span_on
 from parlour.actors._service import ConversationService
 from parlour.actors._tools import run_calls, run_calls_async, tool_pool
@@ -103,7 +104,11 @@ def run(steps: Steps, plan: TurnPlan, service: ConversationService) -> Reply:
         try:
             kind = type(item)
             if kind is CallModel:
-                value = call_model(plan, item.context)
+                if plan.client.answers_inline:
+                    value = call_model(plan, item.context)
+                else:
+                    with waiting():  # on a model worker: a gated turn lets the gate go
+                        value = call_model(plan, item.context)
             elif kind in _PERFORM:
                 value = _PERFORM[kind](item, plan, service)
             else:
@@ -118,7 +123,11 @@ def _perform(effect: Any, plan: TurnPlan, service: ConversationService) -> Any:
 
 
 def _obtain(effect: Obtain, plan: TurnPlan, service: ConversationService) -> Any:
-    return service.obtain_conversation(None, plan.thinker).get()
+    obtaining = service.obtain_conversation(None, plan.thinker)
+    if not obtaining.queued:
+        return obtaining.get()
+    with waiting():  # another owner's lease: a gated turn lets the gate go meanwhile
+        return obtaining.get()
 
 
 def _save(effect: Save, plan: TurnPlan, service: ConversationService) -> None:
@@ -131,16 +140,21 @@ def _save(effect: Save, plan: TurnPlan, service: ConversationService) -> None:
 
 
 def _compact(effect: Compact, plan: TurnPlan, service: ConversationService) -> Any:
-    return effect.manager.fit(effect.context, effect.reserve)
+    with waiting():  # its summaries are model calls
+        return effect.manager.fit(effect.context, effect.reserve)
 
 
 def _run_tools(effect: RunTools, plan: TurnPlan, service: ConversationService) -> Any:
-    with span_on(plan.tracer, "parlour.tools", **{"parlour.tool_calls": len(effect.calls)}):
+    with (
+        waiting(),
+        span_on(plan.tracer, "parlour.tools", **{"parlour.tool_calls": len(effect.calls)}),
+    ):
         return run_calls(plan.tools, effect.calls, plan.tool_timeout_s)
 
 
 def _pause(effect: Pause, plan: TurnPlan, service: ConversationService) -> None:
-    plan.sleep(effect.seconds)
+    with waiting():
+        plan.sleep(effect.seconds)
 
 
 def _release(effect: Release, plan: TurnPlan, service: ConversationService) -> None:

@@ -112,6 +112,12 @@ class Obtaining(Reply):
     def refused(cls, exc: BaseException) -> Obtaining:
         return cls.settled(None, (type(exc), exc, None))
 
+    @property
+    def queued(self) -> bool:
+        """True when the grant is still to come (another owner holds the lease): ``get``
+        may wait."""
+        return self._waiting is not None
+
     def get(self, *, timeout: float | None = None) -> ConversationContext:
         if self._waiting is None:
             return cast(ConversationContext, super().get(timeout=timeout))

@@ -28,6 +28,7 @@ import lmdb
 from loguru import logger
 
 from parlour.runtime.errors import IllegalStateError
+from parlour.stores._waiting import waiting
 
 Write = Callable[[Any], Any]  # applied inside the batch's write transaction
 
@@ -127,8 +128,9 @@ class GroupCommit:
     by one thread); ``close`` once, from any thread.
     """
 
-    def __init__(self, hooks: CommitHooks, where: str, max_batch: int) -> None:
+    def __init__(self, hooks: CommitHooks, where: str, max_batch: int, synced: bool = True) -> None:
         self._hooks = hooks
+        self._synced = synced  # a commit waits for the disk
         self._where = where
         self._max_batch = max_batch
         self._queue: queue.SimpleQueue[Entry] = queue.SimpleQueue()
@@ -190,7 +192,8 @@ class GroupCommit:
                 finally:
                     self._release()
             else:
-                slot.wait()  # answered, or the lock came free
+                with waiting():  # a held turn gate goes to another turn meanwhile
+                    slot.wait()  # answered, or the lock came free
         return slot.result()
 
     def _release(self) -> None:
@@ -205,7 +208,8 @@ class GroupCommit:
     def close(self, finish: Callable[[], None]) -> None:
         """Commit every write queued so far, then call ``finish`` (closing the environment)
         under the commit lock; a write queued later fails with ``IllegalStateError``."""
-        self._lock.acquire()
+        with waiting():  # a leader may be taking the turn gate back, the lock held
+            self._lock.acquire()
         try:
             self._closing = True
             while batch := self._drain(self._max_batch):
@@ -263,7 +267,11 @@ class GroupCommit:
             try:
                 outcomes = self._attempt(txn, writes, failed)
                 if outcomes is not None and any(ok for ok, _ in outcomes):
-                    txn.commit()
+                    if self._synced:
+                        with waiting():  # the fsync: another turn's own work meanwhile
+                            txn.commit()
+                    else:
+                        txn.commit()
                     return outcomes
             except lmdb.MapFullError:
                 txn.abort()

@@ -82,6 +82,7 @@ class LmdbStore(LmdbHistory):
     """
 
     shared = False  # one writing process per directory: warm copies need no check
+    lets_go_while_waiting = True  # every wait runs in ``_waiting.waiting()``
 
     def __init__(
         self,
@@ -116,7 +117,7 @@ class LmdbStore(LmdbHistory):
                 self._lock.release()
             raise
         self._book = Bookkeeping(lambda: self._env, self._gate, self.path, remembered)
-        self._commits = GroupCommit(self._book, str(self.path), max_batch)
+        self._commits = GroupCommit(self._book, str(self.path), max_batch, sync)
         self._listeners: list[Callable[[str], None]] = []
 
     def _take_directory(self) -> WriterLock:

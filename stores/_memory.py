@@ -25,6 +25,8 @@ from parlour.stores._protocols import ConversationSummary, ConversationVersion
 class MemorySessionCache:
     """A bounded LRU of snapshots. Thread-safe (one short lock around the dict)."""
 
+    lets_go_while_waiting = True  # it never waits
+
     def __init__(self, capacity: int = 1024) -> None:
         if capacity < 1:
             raise ValueError(f"Session cache capacity must be at least 1, got {capacity}.")
@@ -72,6 +74,7 @@ class MemoryStore:
     """
 
     shared = False  # one process: warm copies need no check
+    lets_go_while_waiting = True  # it never waits
 
     def __init__(
         self,

@@ -88,10 +88,12 @@ PINNED = {
         "TurnCancelledError",
         "TurnDone",
         "TurnError",
+        "TurnGate",
         "UsageLedger",
         "asgi_app",
         "one_core",
         "set_provider_concurrency",
+        "turn_gate",
     ],
     "parlour.runtime": [
         "Artifact",

@@ -138,7 +138,14 @@ def test_bench_case_prints_every_path_against_the_floor_and_the_restore_rate(
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if "cold 4x2" in line]
     paths = [row.split("│")[2].strip() for row in rows]
-    assert paths == ["floor", "service", "agent", "service, 1 CPU", "agent, 1 CPU"]
+    assert paths == [
+        "floor",
+        "service",
+        "service, gated",
+        "agent",
+        "service, 1 CPU",
+        "agent, 1 CPU",
+    ]
     assert rows[0].split("│")[-2].strip() == "1.00x"
     line = out.split("restore (cold): ")[1].splitlines()[0]
     found = re.fullmatch(

@@ -14,7 +14,7 @@ import pytest
 from parlour.runtime import ConversationContext
 from parlour.runtime.errors import IllegalStateError
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
-from parlour.stores import LmdbStore, _group_commit
+from parlour.stores import LmdbStore, _group_commit, _waiting
 from parlour.stores._group_commit import GroupCommit
 
 
@@ -362,4 +362,67 @@ def test_a_batch_whose_every_write_is_refused_commits_nothing(tmp_path: Path) ->
     with pytest.raises(ValueError, match="refused"):
         other.result()
     assert env.info()["last_txnid"] == before  # no transaction was committed
+    env.close()
+
+
+class _Gate:
+    """A gate as the actors' turn gate is to a store: a lock its holder lets go while it
+    waits (``parlour.stores._waiting``)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def let_go(self) -> None:
+        self.lock.release()
+
+    def take_back(self) -> None:
+        self.lock.acquire()
+
+
+def test_a_writer_waiting_for_its_commit_lets_its_gate_go(tmp_path: Path) -> None:
+    """A leader's commit is held up inside its write; a writer holding a gate queues behind
+    it and waits; a third thread can take the gate only if that wait let it go, and only
+    then lets the leader finish: without the let-go, no thread would ever end."""
+    env = lmdb.open(str(tmp_path), map_size=1 << 22)
+    commits = GroupCommit(_Hooks(env), str(tmp_path), max_batch=64)
+    gate = _Gate()
+    leading, holding, proceed = threading.Event(), threading.Event(), threading.Event()
+    after: list[object] = []
+
+    def slow(txn: Any) -> bytes:
+        leading.set()
+        assert proceed.wait(60)
+        txn.put(b"slow", b"v")
+        return b"slow"
+
+    def gated_writer() -> None:
+        assert leading.wait(60)
+        gate.take_back()
+        _waiting.hold(gate)
+        try:
+            holding.set()
+            commits.submit(_put(b"queued"), 0)  # behind the slow commit: it waits
+            after.append(_waiting.held_gate())
+        finally:
+            _waiting.hold(None)
+            gate.let_go()
+
+    def taker() -> None:
+        assert holding.wait(60)
+        with gate.lock:  # free only while the writer waits
+            proceed.set()
+
+    threads = [
+        threading.Thread(target=commits.submit, args=(slow, 0)),
+        threading.Thread(target=gated_writer),
+        threading.Thread(target=taker),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(t.is_alive() for t in threads), "the waiting writer kept its gate"
+    assert after == [gate]  # taken back after the wait
+    with env.begin() as txn:
+        assert txn.get(b"slow") == txn.get(b"queued") == b"v"
     env.close()

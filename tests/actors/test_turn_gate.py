@@ -1,0 +1,312 @@
+"""The turn gate: a gated turn's own work never runs beside another's, and a gated turn
+lets the gate go at every wait (its commit, another owner's lease, tools, a model worker,
+a retry's pause, the application's hook), so gated turns that wait on one another always
+finish."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import parlour.actors._gate as gate_module
+from parlour.actors import Agent, ConversationService, TurnGate, turn_gate
+from parlour.actors._gate import gating
+from parlour.runtime import Depth, LLMResponse, OutputSize, ScriptedClient
+from parlour.runtime.blocks import TextBlock
+from parlour.runtime.errors import RetryableLLMError
+from parlour.runtime.snapshots import ConversationPersistenceSnapshot
+from parlour.stores import LmdbStore, MemorySessionCache, MemoryStore
+from parlour.stores._waiting import held_gate, waiting
+
+from .agent_helpers import calls, stored
+
+JOIN_S = 60  # a deadlock shows as a thread still alive after this
+
+
+def _join_all(threads: list[threading.Thread]) -> None:
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(JOIN_S)
+    assert not any(t.is_alive() for t in threads), "gated turns waited on one another"
+
+
+def _in_threads(*runs: Callable[[], None]) -> list[BaseException]:
+    errors: list[BaseException] = []
+
+    def guarded(run: Callable[[], None]) -> Callable[[], None]:
+        def body() -> None:
+            try:
+                run()
+            except BaseException as exc:
+                errors.append(exc)
+
+        return body
+
+    _join_all([threading.Thread(target=guarded(run)) for run in runs])
+    return errors
+
+
+def _agent(client: ScriptedClient, **kwargs: Any) -> Agent:
+    return Agent(client, output=OutputSize.STANDARD, depth=Depth.IMMEDIATE, **kwargs)
+
+
+@pytest.fixture
+def gated_service(tmp_path: Path) -> Any:
+    store = LmdbStore(tmp_path / "store")
+    service = ConversationService(store, MemorySessionCache(), cleanup_interval_s=0)
+    yield service
+    service.stop()
+    store.close()
+
+
+# -- the gate itself ----------------------------------------------------------------------------
+
+
+def test_held_takes_the_gate_and_a_nested_hold_on_the_same_thread_does_not_wait() -> None:
+    gate = TurnGate()
+    with gate.held():
+        assert gate.is_held() and held_gate() is gate
+        with gate.held():  # a turn run from a turn's own thread
+            assert held_gate() is gate
+        assert gate.is_held()
+    assert not gate.is_held() and held_gate() is None
+
+
+def test_waiting_lets_the_gate_go_for_the_wait_and_takes_it_back() -> None:
+    gate, inside = TurnGate(), threading.Event()
+    took: list[bool] = []
+
+    def other() -> None:
+        with gate.held():
+            took.append(True)
+            inside.set()
+
+    with gate.held():
+        thread = threading.Thread(target=other)
+        thread.start()
+        with waiting():
+            assert held_gate() is None
+            assert inside.wait(JOIN_S)  # the other thread got the gate meanwhile
+            thread.join(JOIN_S)
+        assert held_gate() is gate and gate.is_held()
+    assert took == [True]
+
+
+def test_waiting_without_a_gate_does_nothing_and_an_error_gives_the_gate_back() -> None:
+    with waiting():
+        assert held_gate() is None
+    gate = TurnGate()
+    with pytest.raises(RuntimeError, match="boom"), gate.held():
+        raise RuntimeError("boom")
+    assert not gate.is_held() and held_gate() is None
+
+
+def test_the_gate_is_used_only_where_every_wait_lets_it_go(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(gate_module, "_cpus", lambda: 2)
+    assert gating(MemoryStore(), MemorySessionCache())
+    assert gating(None, None)
+
+    class Waits:  # a store that does not say its waits let the gate go (PostgreSQL's)
+        pass
+
+    assert not gating(Waits(), None)
+    assert not gating(MemoryStore(), Waits())
+    monkeypatch.setattr(gate_module, "_cpus", lambda: 1)
+    assert not gating(MemoryStore(), None)  # one CPU: the gate costs more than it saves
+    monkeypatch.setattr(gate_module, "_cpus", lambda: 2)
+    monkeypatch.setattr(sys, "_is_gil_enabled", lambda: False, raising=False)
+    assert not gating(MemoryStore(), None)  # free-threaded: turns run in parallel
+
+
+# -- gated agent turns that wait on one another -------------------------------------------------
+
+
+def test_two_chats_on_one_conversation_take_turns_through_the_lease(
+    gated_service: ConversationService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each chat's obtain waits for the other's lease: the waiting turn lets the gate go,
+    so the lease holder finishes its turn."""
+    monkeypatch.setattr(gate_module, "_cpus", lambda: 2)
+    agent = _agent(ScriptedClient())
+    first = agent.chat(gated_service, user_id="alice")
+    second = agent.chat(gated_service, user_id="alice", conversation_id=first.conversation_id)
+    assert first._gate == second._gate == turn_gate.held  # both gated
+    first.send("open")  # the record exists before the second chat adopts it
+    turns = 15
+
+    def talk(chat: Any, name: str) -> Callable[[], None]:
+        def turns_of() -> None:
+            for n in range(turns):
+                chat.send(f"{name} {n}")
+
+        return turns_of
+
+    assert _in_threads(talk(first, "first"), talk(second, "second")) == []
+    snapshot = stored(gated_service, first.conversation_id, "alice")
+    assert len(snapshot.messages) == 2 * (1 + 2 * turns)
+    assert not turn_gate.is_held()
+
+
+def test_a_tool_waiting_for_another_chats_turn_lets_the_gate_go(
+    gated_service: ConversationService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gate_module, "_cpus", lambda: 2)
+    done = threading.Event()
+    seen: list[bool] = []
+
+    def wait_for_the_other() -> str:
+        """Waits until the other chat has answered."""
+        seen.append(done.wait(JOIN_S))
+        return "the other chat answered"
+
+    waiting_agent = _agent(
+        ScriptedClient([calls(("wait_for_the_other", {})), "Both done."]),
+        tools=[wait_for_the_other],
+    )
+    waiter = waiting_agent.chat(gated_service, user_id="alice")
+    other = _agent(ScriptedClient(["Hello."])).chat(gated_service, user_id="bob")
+    started = threading.Event()
+
+    def run_waiter() -> None:
+        started.set()
+        assert waiter.send("wait").text == "Both done."
+
+    def run_other() -> None:
+        assert started.wait(JOIN_S)
+        assert other.send("hi").text == "Hello."
+        done.set()
+
+    assert _in_threads(run_waiter, run_other) == []
+    assert seen == [True]  # the other turn ran while the tool waited
+
+
+def test_a_model_call_on_a_worker_and_the_applications_hook_let_the_gate_go(
+    gated_service: ConversationService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that answers on a model worker waits there until another gated turn has
+    run; so does a ``before_model_call`` hook. Neither holds the gate meanwhile."""
+    monkeypatch.setattr(gate_module, "_cpus", lambda: 2)
+    other_ran, hook_released = threading.Event(), threading.Event()
+
+    def slow(prepared: object) -> LLMResponse:  # a function: asked on a model worker
+        assert other_ran.wait(JOIN_S)
+        return LLMResponse(model_id="scripted", blocks=[TextBlock(text="Late.")])
+
+    def hook(context: object, ledger: object) -> None:
+        assert hook_released.wait(JOIN_S)
+
+    slow_chat = _agent(ScriptedClient([slow])).chat(gated_service, user_id="alice")
+    hooked = _agent(ScriptedClient(["Hooked."]), before_model_call=hook)
+    hooked_chat = hooked.chat(gated_service, user_id="carol")
+    quick = _agent(ScriptedClient(["Quick.", "Again."])).chat(gated_service, user_id="bob")
+
+    def run_quick() -> None:
+        assert quick.send("one").text == "Quick."
+        other_ran.set()
+        assert quick.send("two").text == "Again."
+        hook_released.set()
+
+    errors = _in_threads(
+        lambda: assert_text(slow_chat.send("slow"), "Late."),
+        lambda: assert_text(hooked_chat.send("hook"), "Hooked."),
+        run_quick,
+    )
+    assert errors == []
+
+
+def assert_text(reply: Any, text: str) -> None:
+    assert reply.text == text
+
+
+def test_a_retry_pause_lets_the_gate_go(
+    gated_service: ConversationService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gate_module, "_cpus", lambda: 2)
+    other_ran = threading.Event()
+    failures = iter([True])
+
+    def flaky(prepared: object) -> LLMResponse:
+        if next(failures, False):
+            raise RetryableLLMError("overloaded")
+        return LLMResponse(model_id="scripted", blocks=[TextBlock(text="Retried.")])
+
+    def pause(seconds: float) -> None:  # the backoff: waits until another turn has run
+        assert other_ran.wait(JOIN_S)
+
+    retrying = _agent(ScriptedClient([flaky, flaky]), sleep=pause)
+    retry_chat = retrying.chat(gated_service, user_id="alice")
+    other = _agent(ScriptedClient(["Hello."])).chat(gated_service, user_id="bob")
+
+    def run_other() -> None:
+        assert other.send("hi").text == "Hello."
+        other_ran.set()
+
+    errors = _in_threads(lambda: assert_text(retry_chat.send("retry"), "Retried."), run_other)
+    assert errors == []
+
+
+# -- the property: gated turns' own work never overlaps ------------------------------------------
+
+
+class _Watching(MemorySessionCache):
+    """A session cache whose ``put`` (inside a save, in the turn's own work) does some work
+    and records how many threads were inside it at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inside = 0
+        self.most = 0
+        self.gated = True
+        self._count = threading.Lock()
+
+    def put(self, snapshot: ConversationPersistenceSnapshot) -> None:
+        with self._count:
+            self.inside += 1
+            self.most = max(self.most, self.inside)
+        self.gated = self.gated and held_gate() is turn_gate
+        sum(i * i for i in range(2_000))  # long enough for the interpreter to switch threads
+        with self._count:
+            self.inside -= 1
+        super().put(snapshot)
+
+
+@pytest.mark.parametrize("gated", [True, False])
+def test_gated_turns_never_run_their_own_work_side_by_side(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gated: bool
+) -> None:
+    """With the gate, at most one turn is ever inside its own work; without it (the check
+    can fail), the interpreter interleaves them."""
+    monkeypatch.setattr(gate_module, "_cpus", lambda: 2 if gated else 1)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads as often as the interpreter can
+    watching = _Watching()
+    store = LmdbStore(tmp_path / "store")
+    service = ConversationService(store, watching, cleanup_interval_s=0)
+    try:
+        agent = _agent(ScriptedClient())
+        chats = [agent.chat(service, user_id=f"user-{i}") for i in range(6)]
+
+        def talk(chat: Any) -> Callable[[], None]:
+            def turns_of() -> None:
+                for n in range(8):
+                    chat.send(f"turn {n}")
+
+            return turns_of
+
+        assert _in_threads(*(talk(chat) for chat in chats)) == []
+    finally:
+        sys.setswitchinterval(switch)
+        service.stop()
+        store.close()
+    if gated:
+        assert watching.most == 1 and watching.gated
+    else:
+        assert watching.most > 1 and not watching.gated
