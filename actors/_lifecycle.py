@@ -17,6 +17,7 @@ import pykka
 from loguru import logger
 
 from parlour.actors._deferred import DeferredSaves
+from parlour.actors._gate import waiting
 from parlour.actors._messages import NotifyIdle, Owner, Owners, StopAll
 from parlour.runtime import Clock
 
@@ -57,6 +58,10 @@ class Lifecycle:
         if self._stopping.is_set():
             return
         self._stopping.set()
+        with waiting():  # the owners' gated turns finish meanwhile
+            self._stop_all()
+
+    def _stop_all(self) -> None:
         try:
             self._await_owners()
             for cid in self._deferred.ids():

@@ -46,6 +46,7 @@ from parlour.stores._records import (
     replanned,
     write_run,
 )
+from parlour.stores._waiting import waiting
 
 T = TypeVar("T")
 
@@ -378,7 +379,7 @@ class LmdbStore(LmdbHistory):
     def close(self) -> None:
         """Commit the writes queued so far, then close the environment and release the
         directory. Idempotent; every later call raises ``IllegalStateError``."""
-        with self._close_lock:
+        with waiting(), self._close_lock:  # it waits for another close and the commit lock
             if not self._closed:
                 self._commits.close(self._finish)
 

@@ -5,6 +5,8 @@ finish."""
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import sys
 import threading
 from collections.abc import Callable
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 
 import parlour.actors._gate as gate_module
-from parlour.actors import Agent, ConversationService, TurnGate, turn_gate
+from parlour.actors import Agent, ConversationService, TurnCancelledError, TurnGate, turn_gate
 from parlour.actors._gate import gating
 from parlour.runtime import Depth, LLMResponse, OutputSize, ScriptedClient
 from parlour.runtime.blocks import TextBlock
@@ -310,3 +312,114 @@ def test_gated_turns_never_run_their_own_work_side_by_side(
         assert watching.most == 1 and watching.gated
     else:
         assert watching.most > 1 and not watching.gated
+
+
+def test_gated_turns_under_contention_evictions_and_force_releases_all_end_and_keep_every_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three conversations, two chats on each in their own threads (their obtains queue
+    behind each other's leases), zero-retention agents evicting after every turn, and a
+    meddler force-releasing, evicting and sweeping throughout: every thread ends, and every
+    turn that answered is stored exactly once."""
+    monkeypatch.setattr(gate_module, "_cpus", lambda: 2)
+    store = LmdbStore(tmp_path / "store")
+    service = ConversationService(store, MemorySessionCache(), cleanup_interval_s=0)
+    try:
+        keeping = _agent(ScriptedClient())
+        evicting = Agent(
+            ScriptedClient(),
+            output=OutputSize.STANDARD,
+            depth=Depth.IMMEDIATE,
+            retain=dt.timedelta(0),
+        )
+        owners = [keeping.chat(service, user_id="alice") for _ in range(3)]
+        for chat in owners:
+            chat.send("open")
+        chats = [
+            agent.chat(service, user_id="alice", conversation_id=owner.conversation_id)
+            for owner in owners
+            for agent in (keeping, evicting)
+        ]
+        answered: list[str] = []
+        stop = threading.Event()
+
+        def talk(index: int, chat: Any) -> Callable[[], None]:
+            def turns_of() -> None:
+                for n in range(12):
+                    text = f"chat {index} turn {n}"
+                    try:
+                        chat.send(text)
+                    except TurnCancelledError:
+                        continue
+                    answered.append(text)
+
+            return turns_of
+
+        def meddle() -> None:
+            n = 0
+            while not stop.is_set():
+                cid = owners[n % 3].conversation_id
+                with contextlib.suppress(ValueError):
+                    service.force_release(cid, "alice")
+                service.evict_conversation(cid)
+                service.sweep_expired()
+                n += 1
+
+        talkers = [threading.Thread(target=talk(i, c)) for i, c in enumerate(chats)]
+        meddler = threading.Thread(target=meddle)
+        meddler.start()
+        _join_all(talkers)
+        stop.set()
+        meddler.join(JOIN_S)
+        assert not meddler.is_alive()
+        assert not turn_gate.is_held()
+        texts = [
+            b.text
+            for owner in owners
+            for m in stored(service, owner.conversation_id, "alice").messages
+            if m.role == "user"
+            for b in m.blocks
+            if isinstance(b, TextBlock)
+        ]
+        assert all(texts.count(text) == 1 for text in answered)
+        assert answered  # some turns got through the meddling
+    finally:
+        service.stop()
+        store.close()
+
+
+def test_stop_and_close_from_a_thread_holding_the_gate_let_it_go_while_they_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn is mid-way (its tool waits until stop has begun); the thread that stops the
+    service and closes the store holds the gate: stop waits for that turn, which needs the
+    gate to finish, so stop must let it go."""
+    monkeypatch.setattr(gate_module, "_cpus", lambda: 2)
+    store = LmdbStore(tmp_path / "store")
+    service = ConversationService(store, MemorySessionCache(), cleanup_interval_s=0)
+    in_tool, stopping = threading.Event(), threading.Event()
+
+    def until_stopping() -> str:
+        """Waits until the service is stopping."""
+        in_tool.set()
+        assert stopping.wait(JOIN_S)
+        return "stopping"
+
+    agent = _agent(ScriptedClient([calls(("until_stopping", {})), "Done."]), tools=[until_stopping])
+    chat = agent.chat(service, user_id="alice")
+    replies: list[str] = []
+
+    def turn() -> None:
+        replies.append(chat.send("go").text)
+
+    def stopper() -> None:
+        assert in_tool.wait(JOIN_S)
+        with turn_gate.held():
+            stopping.set()
+            service.stop()
+            store.close()
+            assert held_gate() is turn_gate
+
+    assert _in_threads(turn, stopper) == []
+    assert replies == ["Done."]
+    assert not turn_gate.is_held()
