@@ -11,7 +11,8 @@ async clients on the loop, the scripted model inline, boto3 on a worker thread),
 tools on the loop, the obtain through ``ConversationService.obtain_async`` (its grant
 completes a loop future from the releasing thread; a cancelled turn gives the obtain up, and
 a grant that raced the cancel is released). Both publish every event to the turn's
-followers.
+followers. In a turn gated by ``Chat.send`` (``_gate.py``) the sync driver lets the gate
+go around every effect that may wait.
 
 Thread-safety: a driver runs one turn; many drivers run at once on one service.
 """

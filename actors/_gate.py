@@ -5,17 +5,21 @@ Why: a turn is Python work under the interpreter lock with short waits between (
 durable commit, the fsync). With many turns in threads at once, every LMDB call and lock
 lets the interpreter lock go, and another turn's thread takes it for a slice of its own
 work: the turns interleave in small pieces, and a commit's leader is kept from finishing
-its batch while the others' writers wait on it. Measured on the agent path (8 threads,
-fsync'd): about 2,000 turns/s free against about 2,500 gated, p50 3.9 against 3.0 ms.
+its batch while the others' writers wait on it. Measured (``benchmarks/turns.py --case
+default``: 8 threads, fsync'd): the agent path 1,880 -> 2,310 turns/s gated, p50 4.2 ->
+3.4 ms; the bare service path 2,350 -> 3,170.
 Gated, the other turns' threads wait on the gate, not for the interpreter lock, so a
 turn's work runs whole until it waits, and they take turns at its waits.
 
 A gated turn lets the gate go for every wait: the store's (``parlour.stores._waiting``:
-the wait for its commit, the fsync), a lease held by another owner, a model call on a
-worker, tools, a retry's pause, a compaction, a release that waits for the activation.
-A thread waiting for the gate holds nothing another thread needs, except the commit lock
-of a leader taking the gate back after its fsync, which only ``close`` waits for (and lets
-the gate go first). So gated turns never wait on one another in a cycle.
+the wait for its commit, the fsync, a close), a lease held by another owner, a model call
+on a worker, tools, a retry's pause, a compaction, the ``before_model_call`` hook, and
+``ConversationService.stop`` (which waits for the owners' turns). A thread waiting for the
+gate holds nothing another thread needs, except the commit lock of a leader taking the
+gate back after its fsync, which only ``close`` waits for (and lets the gate go first);
+what a gated turn waits for without letting go (an actor's answer, a release) is a
+handler's work, and handlers never wait for the gate. So gated turns never wait on one
+another in a cycle.
 
 The gate is used only where it pays and is safe: a sync ``send`` on a store whose waits
 let it go (``lets_go_while_waiting``), with the interpreter lock in force (a free-threaded
