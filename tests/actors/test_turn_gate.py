@@ -20,7 +20,7 @@ from parlour.actors import Agent, ConversationService, TurnCancelledError, TurnG
 from parlour.actors._gate import gating
 from parlour.runtime import Depth, LLMResponse, OutputSize, ScriptedClient
 from parlour.runtime.blocks import TextBlock
-from parlour.runtime.errors import RetryableLLMError
+from parlour.runtime.errors import IllegalStateError, RetryableLLMError
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from parlour.stores import LmdbStore, MemorySessionCache, MemoryStore
 from parlour.stores._waiting import held_gate, waiting
@@ -423,3 +423,31 @@ def test_stop_and_close_from_a_thread_holding_the_gate_let_it_go_while_they_wait
     assert _in_threads(turn, stopper) == []
     assert replies == ["Done."]
     assert not turn_gate.is_held()
+
+
+def test_a_raising_hook_and_a_send_after_stop_leave_the_gate_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gate_module, "_cpus", lambda: 2)
+    store = LmdbStore(tmp_path / "store")
+    service = ConversationService(store, MemorySessionCache(), cleanup_interval_s=0)
+
+    def hook(context: object, ledger: object) -> None:
+        assert held_gate() is None  # let go around the application's hook
+        raise RuntimeError("the budget check is down")
+
+    try:
+        failing = _agent(ScriptedClient(["never"]), before_model_call=hook)
+        chat = failing.chat(service, user_id="alice")
+        with pytest.raises(RuntimeError, match="the budget check is down"):
+            chat.send("hi")
+        assert not turn_gate.is_held() and held_gate() is None
+        other = _agent(ScriptedClient(["Fine."])).chat(service, user_id="bob")
+        assert other.send("hi").text == "Fine."
+        service.stop()
+        with pytest.raises(IllegalStateError, match="shutting down"):
+            other.send("after stop")
+        assert not turn_gate.is_held() and held_gate() is None
+    finally:
+        service.stop()
+        store.close()
