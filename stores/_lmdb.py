@@ -83,7 +83,7 @@ class LmdbStore(LmdbHistory):
     """
 
     shared = False  # one writing process per directory: warm copies need no check
-    lets_go_while_waiting = True  # every wait runs in ``_waiting.waiting()``
+    lets_go_while_waiting = True  # its commits' waits run in ``_waiting.waiting()``
 
     def __init__(
         self,
