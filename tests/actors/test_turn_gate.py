@@ -50,7 +50,7 @@ def _in_threads(*runs: Callable[[], None]) -> list[BaseException]:
 
         return body
 
-    _join_all([threading.Thread(target=guarded(run)) for run in runs])
+    _join_all([threading.Thread(target=guarded(run), daemon=True) for run in runs])
     return errors
 
 
@@ -90,7 +90,7 @@ def test_waiting_lets_the_gate_go_for_the_wait_and_takes_it_back() -> None:
             inside.set()
 
     with gate.held():
-        thread = threading.Thread(target=other)
+        thread = threading.Thread(target=other, daemon=True)
         thread.start()
         with waiting():
             assert held_gate() is None
@@ -357,21 +357,25 @@ def test_gated_turns_under_contention_evictions_and_force_releases_all_end_and_k
 
         def meddle() -> None:
             n = 0
-            while not stop.is_set():
-                cid = owners[n % 3].conversation_id
-                with contextlib.suppress(ValueError):
-                    service.force_release(cid, "alice")
-                service.evict_conversation(cid)
-                service.sweep_expired()
-                n += 1
+            try:
+                while not stop.is_set():
+                    cid = owners[n % 3].conversation_id
+                    with contextlib.suppress(ValueError):  # not live just now
+                        service.force_release(cid, "alice")
+                    service.evict_conversation(cid)
+                    service.sweep_expired()
+                    n += 1
+            except BaseException as exc:
+                meddling.append(exc)
 
-        talkers = [threading.Thread(target=talk(i, c)) for i, c in enumerate(chats)]
-        meddler = threading.Thread(target=meddle)
+        meddling: list[BaseException] = []
+        meddler = threading.Thread(target=meddle, daemon=True)
         meddler.start()
-        _join_all(talkers)
+        errors = _in_threads(*(talk(i, c) for i, c in enumerate(chats)))
         stop.set()
         meddler.join(JOIN_S)
         assert not meddler.is_alive()
+        assert errors == [] and meddling == []  # every turn answered or was cancelled
         assert not turn_gate.is_held()
         texts = [
             b.text

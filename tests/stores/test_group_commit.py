@@ -413,9 +413,9 @@ def test_a_writer_waiting_for_its_commit_lets_its_gate_go(tmp_path: Path) -> Non
             proceed.set()
 
     threads = [
-        threading.Thread(target=commits.submit, args=(slow, 0)),
-        threading.Thread(target=gated_writer),
-        threading.Thread(target=taker),
+        threading.Thread(target=commits.submit, args=(slow, 0), daemon=True),
+        threading.Thread(target=gated_writer, daemon=True),
+        threading.Thread(target=taker, daemon=True),
     ]
     for thread in threads:
         thread.start()
