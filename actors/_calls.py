@@ -299,14 +299,15 @@ def call_model(plan: TurnPlan, context: ConversationContext) -> LLMResponse:
     """The model call of a caller that reads only the reply (``send``): no generator."""
     if plan.client.answers_inline:
         return _inline_call(plan, context, None)
-    cap, call = _begin_call(plan, context, deltas=False)
-    try:
-        with model_span(plan) as current:
-            response = call.result()
-            model_attributes(current, response)
-            return response
-    finally:
-        cap.put(None)
+    with waiting():  # on a model worker: a gated turn lets the gate go meanwhile
+        cap, call = _begin_call(plan, context, deltas=False)
+        try:
+            with model_span(plan) as current:
+                response = call.result()
+                model_attributes(current, response)
+                return response
+        finally:
+            cap.put(None)
 
 
 def _inline_call(
@@ -318,9 +319,7 @@ def _inline_call(
     meanwhile is dropped, as a worker's is). Given ``deltas``, its text deltas go into it,
     for the caller to publish and yield; else the whole text is published as one delta,
     for the turn's followers (nobody reads it in pieces, and it comes at once anyway)."""
-    if plan.before_model_call is not None:
-        with waiting():  # the application's hook may wait: a gated turn lets the gate go
-            plan.before_model_call(context, plan.ledger)
+    _before_call(plan, context)
     if plan.thinker.cancelled is not None:
         raise cancelled_error(plan)
     cap = provider_cap(plan.client)
@@ -340,13 +339,20 @@ def _inline_call(
     return response
 
 
+def _before_call(plan: TurnPlan, context: ConversationContext) -> None:
+    """The application's ``before_model_call`` hook, if any; it may wait, so a gated turn
+    lets the gate go for it."""
+    if plan.before_model_call is not None:
+        with waiting():
+            plan.before_model_call(context, plan.ledger)
+
+
 def _begin_call(
     plan: TurnPlan, context: ConversationContext, *, deltas: bool
 ) -> tuple[Cap[None], ThreadedCall]:
     """The hook, the call (cancelled by a force release from now on), then a slot of the
     provider's cap, waited for last."""
-    if plan.before_model_call is not None:
-        plan.before_model_call(context, plan.ledger)
+    _before_call(plan, context)
     call = ThreadedCall(plan, context, deltas=deltas)
     plan.thinker.set_cancel_hook(call.wake)
     cap = provider_cap(plan.client)

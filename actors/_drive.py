@@ -105,11 +105,7 @@ def run(steps: Steps, plan: TurnPlan, service: ConversationService) -> Reply:
         try:
             kind = type(item)
             if kind is CallModel:
-                if plan.client.answers_inline:
-                    value = call_model(plan, item.context)
-                else:
-                    with waiting():  # on a model worker: a gated turn lets the gate go
-                        value = call_model(plan, item.context)
+                value = call_model(plan, item.context)
             elif kind in _PERFORM:
                 value = _PERFORM[kind](item, plan, service)
             else:
@@ -124,11 +120,7 @@ def _perform(effect: Any, plan: TurnPlan, service: ConversationService) -> Any:
 
 
 def _obtain(effect: Obtain, plan: TurnPlan, service: ConversationService) -> Any:
-    obtaining = service.obtain_conversation(None, plan.thinker)
-    if not obtaining.queued:
-        return obtaining.get()
-    with waiting():  # another owner's lease: a gated turn lets the gate go meanwhile
-        return obtaining.get()
+    return service.obtain_conversation(None, plan.thinker).get()
 
 
 def _save(effect: Save, plan: TurnPlan, service: ConversationService) -> None:

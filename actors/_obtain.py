@@ -14,6 +14,7 @@ from typing import Any, cast
 import pykka
 
 from parlour.actors._conversation import ConversationActor
+from parlour.actors._gate import waiting
 from parlour.actors._messages import (
     FutureDelivery,
     GaveUp,
@@ -112,16 +113,10 @@ class Obtaining(Reply):
     def refused(cls, exc: BaseException) -> Obtaining:
         return cls.settled(None, (type(exc), exc, None))
 
-    @property
-    def queued(self) -> bool:
-        """True when the grant is still to come (another owner holds the lease): ``get``
-        may wait."""
-        return self._waiting is not None
-
     def get(self, *, timeout: float | None = None) -> ConversationContext:
         if self._waiting is None:
             return cast(ConversationContext, super().get(timeout=timeout))
-        with self._lock:
+        with waiting(), self._lock:  # another owner's lease: a held turn gate goes meanwhile
             return self._wait(self._waiting, timeout)
 
     def _wait(self, waiting: Waiting, timeout: float | None) -> ConversationContext:

@@ -18,6 +18,7 @@ has the whole transaction aborted and the batch applied again without it.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections import deque
@@ -130,7 +131,10 @@ class GroupCommit:
 
     def __init__(self, hooks: CommitHooks, where: str, max_batch: int, synced: bool = True) -> None:
         self._hooks = hooks
-        self._synced = synced  # a commit waits for the disk
+        # a synced commit waits for the disk: a held turn gate goes to another turn meanwhile
+        self._commit_wait: Callable[[], contextlib.AbstractContextManager[None]] = (
+            waiting if synced else contextlib.nullcontext
+        )
         self._where = where
         self._max_batch = max_batch
         self._queue: queue.SimpleQueue[Entry] = queue.SimpleQueue()
@@ -267,10 +271,7 @@ class GroupCommit:
             try:
                 outcomes = self._attempt(txn, writes, failed)
                 if outcomes is not None and any(ok for ok, _ in outcomes):
-                    if self._synced:
-                        with waiting():  # the fsync: another turn's own work meanwhile
-                            txn.commit()
-                    else:
+                    with self._commit_wait():
                         txn.commit()
                     return outcomes
             except lmdb.MapFullError:

@@ -16,9 +16,16 @@ from typing import Any
 import pytest
 
 import parlour.actors._gate as gate_module
-from parlour.actors import Agent, ConversationService, TurnCancelledError, TurnGate, turn_gate
+from parlour.actors import (
+    Agent,
+    BasicThinker,
+    ConversationService,
+    TurnCancelledError,
+    TurnGate,
+    turn_gate,
+)
 from parlour.actors._gate import gating
-from parlour.runtime import Depth, LLMResponse, OutputSize, ScriptedClient
+from parlour.runtime import Depth, IncomingMessage, LLMResponse, OutputSize, ScriptedClient
 from parlour.runtime.blocks import TextBlock
 from parlour.runtime.errors import IllegalStateError, RetryableLLMError
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
@@ -27,7 +34,7 @@ from parlour.stores._waiting import held_gate, waiting
 
 from .agent_helpers import calls, stored
 
-JOIN_S = 60  # a deadlock shows as a thread still alive after this
+JOIN_S = 6  # a deadlock shows as a thread still alive after this
 
 
 def _join_all(threads: list[threading.Thread]) -> None:
@@ -455,3 +462,43 @@ def test_a_raising_hook_and_a_send_after_stop_leave_the_gate_free(
     finally:
         service.stop()
         store.close()
+
+
+def test_service_path_turns_held_in_the_gate_share_a_conversation_through_its_lease(
+    gated_service: ConversationService,
+) -> None:
+    """Request threads drive the service themselves, each turn in ``turn_gate.held()``, on
+    one conversation: a turn whose obtain queues behind another's lease lets the gate go
+    (``Obtaining.get``), so the lease holder, waiting to take the gate back after its
+    commit, finishes."""
+    owner = BasicThinker("alice")
+    cid = owner.mint_conversation_id()
+    context = gated_service.obtain_conversation(None, owner).get()
+    context.add_user_message("open")
+    gated_service.save_conversation(context, owner)
+    gated_service.release(owner)
+    client = ScriptedClient()
+    turns = 15
+
+    def requests(name: str) -> Callable[[], None]:
+        def turns_of() -> None:
+            thinker = BasicThinker("alice")
+            thinker.set_conversation_id(cid)
+            for n in range(turns):
+                with turn_gate.held():
+                    context = gated_service.obtain_conversation(None, thinker).get()
+                    try:
+                        context.add_user_message(f"{name} {n}")
+                        gated_service.save_conversation(context, thinker, wait=False)
+                        response = client.respond(context)
+                        context.add_message(IncomingMessage(blocks=response.blocks))
+                        gated_service.save_conversation(context, thinker)
+                    finally:
+                        gated_service.release(thinker)
+
+        return turns_of
+
+    assert _in_threads(requests("first"), requests("second"), requests("third")) == []
+    snapshot = stored(gated_service, cid, "alice")
+    assert len(snapshot.messages) == 1 + 3 * 2 * turns
+    assert not turn_gate.is_held()
