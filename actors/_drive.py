@@ -11,8 +11,9 @@ async clients on the loop, the scripted model inline, boto3 on a worker thread),
 tools on the loop, the obtain through ``ConversationService.obtain_async`` (its grant
 completes a loop future from the releasing thread; a cancelled turn gives the obtain up, and
 a grant that raced the cancel is released). Both publish every event to the turn's
-followers. In a turn gated by ``Chat.send`` (``_gate.py``) the sync driver lets the gate
-go around every effect that may wait.
+followers. In a turn gated by ``Chat.send`` (``_gate.py``) every effect that may wait lets
+the gate go: the driver's tools, pause and compaction here, the obtain, the save and the
+worker model call where they wait.
 
 Thread-safety: a driver runs one turn; many drivers run at once on one service.
 """
