@@ -11,7 +11,7 @@ from typing import Protocol, runtime_checkable
 from loguru import logger
 
 from parlour.runtime import ConversationContext, DeclaredTool, Depth, Grade, OutputSize, Transcript
-from parlour.runtime.snapshots import MessageSnapshot
+from parlour.runtime.snapshots import MessageSnapshot, message_snapshots
 
 
 class _Draws:
@@ -165,7 +165,6 @@ def keep_transcript(thinker: Thinker, kept: list[MessageSnapshot]) -> None:
 
 
 def transcript_of(context: ConversationContext) -> list[MessageSnapshot]:
-    """The conversation as it is: the memoized snapshot first (one attribute read per
-    message unchanged since the last save), built only for a changed one."""
-    of = MessageSnapshot.of
-    return [m._snapshot or of(m) for m in context.messages]
+    """The conversation as it is: the snapshots the last save kept while its messages are
+    unchanged (a copy at C speed, however long the history), built only for the rest."""
+    return message_snapshots(context)

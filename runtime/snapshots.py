@@ -25,7 +25,6 @@ from parlour.runtime._messages import (
     last_change,
 )
 from parlour.runtime._roles import Depth, Grade, OutputSize
-from parlour.runtime._settled import Settled
 from parlour.runtime._validation import MAX_NESTING, nesting_depth
 from parlour.runtime.artifacts._serializer import registry_entries, restore_registry
 from parlour.runtime.blocks import (
@@ -51,6 +50,7 @@ __all__ = [
     "decode_snapshot",
     "decode_usage_entry",
     "encode_snapshot",
+    "message_snapshots",
 ]
 
 FORMAT_VERSION = 1
@@ -196,7 +196,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
                 ObjectiveSlot(key=k, block=v) for k, v in context.get_main_objective().items()
             ],
             declared_tools=context.declared_tool_definitions(),
-            messages=_message_snapshots(context.messages, context._settled_snapshots),
+            messages=message_snapshots(context),
             grade=context.grade,
             depth=context.depth,
             output_declaration=context.output_declaration,
@@ -251,12 +251,10 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
         ]
 
 
-def _message_snapshots(
-    messages: list[Message], settled: Settled[MessageSnapshot]
-) -> list[MessageSnapshot]:
-    """Each message's snapshot (a fresh list): the settled ones as the previous save kept
-    them, then the memoized snapshots of the rest (one attribute read per unchanged one)."""
-    stamp = last_change()
+def message_snapshots(context: ConversationContext) -> list[MessageSnapshot]:
+    """Each message's snapshot (a fresh list): the settled ones as the previous call (a save,
+    a transcript) kept them, then the memoized snapshots of the rest (one read each)."""
+    messages, settled, stamp = context.messages, context._settled_snapshots, last_change()
     known = settled.settled(messages, stamp)
     snapshots = settled.values[:known]
     snapshots += [m._snapshot or MessageSnapshot.of(m) for m in messages[known:]]

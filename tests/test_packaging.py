@@ -301,6 +301,7 @@ PINNED = {
         "decode_snapshot",
         "decode_usage_entry",
         "encode_snapshot",
+        "message_snapshots",
     ],
     "parlour.runtime.testing": [
         "ConverseStreamMock",

@@ -194,17 +194,21 @@ class _Tally:
     ) -> None:
         self.turns, self.answered, self.chars, self.announced = turns, answered, chars, announced
 
-    def extended(self, turns: Sequence[Turn]) -> _Tally:
-        """This tally with ``turns`` counted after the ones it holds."""
-        answered, chars, announced = self.answered, self.chars, dict(self.announced)
+    def extended(self, turns: Sequence[Turn], whole: list[Turn] | None = None) -> _Tally:
+        """This tally with ``turns`` counted after the ones it holds; the new one holds
+        ``whole`` (its turns so far, to be remembered) or none. Nothing is copied but the
+        map of tools, and only when a definition is added to it."""
+        answered, chars, announced = self.answered, self.chars, self.announced
         for turn in turns:
             answered += turn.role is TurnRole.ASSISTANT
             for block in turn.blocks:
                 if isinstance(block, TextBlock):
                     chars += len(block.text)
                 elif isinstance(block, ToolDefinitionBlock):
+                    if announced is self.announced:
+                        announced = dict(announced)
                     announced[block.name] = block
-        return _Tally([*self.turns, *turns], answered, chars, announced)
+        return _Tally(whole if whole is not None else [], answered, chars, announced)
 
     def tools(self, prepared: PreparedConversation) -> list[ToolDefinitionBlock]:
         """``prepared.all_tool_definitions()``: the head's palette, then the stream's."""
@@ -235,11 +239,11 @@ class _Tallies:
         if conversation_id is None:
             return _NONE.extended(turns)
         previous = self._records.pop(conversation_id, None)
-        settled = turns[:-1]
+        settled = turns[:-1]  # a fresh list: the new record holds it
         if previous is not None and previous.turns == settled[: len(previous.turns)]:
-            base = previous.extended(settled[len(previous.turns) :])  # same Turns: identity
+            base = previous.extended(settled[len(previous.turns) :], settled)  # by identity
         else:
-            base = _NONE.extended(settled)
+            base = _NONE.extended(settled, settled)
         self._records[conversation_id] = base
         while len(self._records) > self._capacity:
             self._records.popitem(last=False)

@@ -117,6 +117,24 @@ def test_the_transcript_is_there_when_a_retaining_release_returns_and_edits_do_n
     assert thinker.transcript() == expected
 
 
+def test_the_transcript_at_release_shows_changes_made_after_the_last_save(
+    service: ConversationService,
+) -> None:
+    thinker = BasicThinker("alice")
+    thinker.mint_conversation_id()
+    context = service.obtain_conversation(None, thinker).get(timeout=5)
+    first = context.add_user_message("first")
+    replaced = context.add_user_message("second")
+    service.save_conversation(context, thinker)
+    first.blocks.append(TextBlock(text="edited after the save"))
+    context.messages[1] = type(replaced)("third")  # a different message in the same place
+    context.add_user_message("fourth")
+    service.release(thinker, retain=60)
+    assert thinker.transcript() == (
+        "[user]\nfirst\nedited after the save\n[user]\nthird\n[user]\nfourth\n"
+    )
+
+
 def test_identity_decides_persistence_not_the_temporary_flag(
     counted_service: ConversationService, counting: CountingStore
 ) -> None:

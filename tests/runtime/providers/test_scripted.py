@@ -122,21 +122,26 @@ _EDITS = st.lists(
 )
 
 
-@given(_EDITS)
+@given(_EDITS, st.lists(st.sampled_from(["c", "d"]), min_size=10, max_size=10))
 def test_property_the_kept_counts_equal_counts_made_afresh_after_any_edit(
-    edits: list[tuple[str, Turn]],
+    edits: list[tuple[str, Turn]], conversations: list[str]
 ) -> None:
-    tallies, turns = _Tallies(), list[Turn]()
-    for edit, turn in edits:
+    """Two conversations edited in any interleaving: each one's kept counts are its own
+    (a tool one announces never shows in the other's, nor in a fresh tally's)."""
+    tallies, histories = _Tallies(), {"c": list[Turn](), "d": list[Turn]()}
+    for (edit, turn), cid in zip(edits, conversations, strict=False):
+        turns = histories[cid]
         if edit == "grow":
             turns = [*turns, turn]
         elif edit == "edit" and turns:
             turns = [turn, *turns[1:]]
         elif edit == "drop":
             turns = turns[1:]
-        kept, afresh = tallies.of("c", turns), _Tally([], 0, 0, {}).extended(turns)
+        histories[cid] = turns
+        kept, afresh = tallies.of(cid, turns), _Tally([], 0, 0, {}).extended(turns)
         assert (kept.answered, kept.chars) == (afresh.answered, afresh.chars)
         assert list(kept.announced.items()) == list(afresh.announced.items())
+    assert _Tallies().of("e", []).announced == {}
 
 
 def test_a_rewritten_history_is_counted_again_in_the_usage_and_the_turn_number() -> None:
