@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from parlour.actors import BasicThinker, ConversationService
+from parlour.runtime import ConversationContext
 from parlour.runtime.blocks import TextBlock
 from parlour.runtime.errors import IllegalStateError
 from parlour.stores import LmdbStore, MemoryStore
@@ -102,12 +103,17 @@ def test_a_process_that_never_calls_stop_still_exits(tmp_path: Path) -> None:
     assert run.stdout.strip() == "done"
 
 
+def _owned(service: ConversationService) -> tuple[BasicThinker, ConversationContext]:
+    """A new stored conversation of alice's, obtained by a new thinker."""
+    thinker = BasicThinker("alice")
+    thinker.mint_conversation_id()
+    return thinker, service.obtain_conversation(None, thinker).get(timeout=5)
+
+
 def test_the_transcript_is_there_when_a_retaining_release_returns_and_edits_do_not_leak(
     service: ConversationService,
 ) -> None:
-    thinker = BasicThinker("alice")
-    thinker.mint_conversation_id()
-    context = service.obtain_conversation(None, thinker).get(timeout=5)
+    thinker, context = _owned(service)
     message = context.add_user_message("How many days until the end of the year?")
     service.release(thinker, retain=60)
     expected = "[user]\nHow many days until the end of the year?\n"
@@ -120,9 +126,7 @@ def test_the_transcript_is_there_when_a_retaining_release_returns_and_edits_do_n
 def test_the_transcript_at_release_shows_changes_made_after_the_last_save(
     service: ConversationService,
 ) -> None:
-    thinker = BasicThinker("alice")
-    thinker.mint_conversation_id()
-    context = service.obtain_conversation(None, thinker).get(timeout=5)
+    thinker, context = _owned(service)
     first = context.add_user_message("first")
     replaced = context.add_user_message("second")
     service.save_conversation(context, thinker)
