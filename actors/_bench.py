@@ -137,7 +137,8 @@ def _cases_table(results: list[CaseResult], sync: bool) -> None:
         if result.shape.cold:
             console.print(
                 f"restore ({result.name}): {result.restore_per_s:,.0f} conversations/s on "
-                f"{result.shape.workers} threads, {result.restore_one_cpu_per_s:,.0f} on them "
-                f"with 1 CPU, {result.restore_one_thread_per_s:,.0f} on one thread",
+                f"{result.shape.workers} threads ({result.restore_gated_per_s:,.0f} gated), "
+                f"{result.restore_one_cpu_per_s:,.0f} on them with 1 CPU, "
+                f"{result.restore_one_thread_per_s:,.0f} on one thread",
                 soft_wrap=True,  # one line, whatever the terminal's width
             )

@@ -205,12 +205,12 @@ def run_service(
 ) -> tuple[Measured, list[float]]:
     """The bare service path (each turn in ``turn_gate`` when ``gated``); returns it and,
     for a cold case, the restore rate (conversations/s) on each of ``restores`` thread
-    counts (none for a warm one)."""
+    counts (none for a warm one), each restore in the gate as well when ``gated``."""
     with LmdbStore(data_dir, sync=sync) as store:
         ids = _seed(store, shape.conversations) if shape.cold else None
-        restore = [] if ids is None else [measure_restore(store, ids, n) for n in restores]
-        client = ScriptedClient()
         hold = turn_gate.held if gated else contextlib.nullcontext
+        restore = [] if ids is None else [measure_restore(store, ids, n, hold) for n in restores]
+        client = ScriptedClient()
         with ConversationService(store, MemorySessionCache(), cleanup_interval_s=0) as service:
             thinkers = [_thinker(i, ids) for i in range(shape.conversations)]
 
@@ -256,19 +256,31 @@ def _service_turn(
     return time.perf_counter() - start
 
 
-def measure_restore(store: LmdbStore, ids: list[str], workers: int = 8) -> float:
-    """Conversations/s a fresh service restores from ``store``: load, decode, actor."""
+def measure_restore(
+    store: LmdbStore,
+    ids: list[str],
+    workers: int = 8,
+    hold: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext,
+) -> float:
+    """Conversations/s a fresh service restores from ``store``: load, decode, actor (each
+    obtain and its release inside ``hold()``: the turn gate, say)."""
     with ConversationService(store, cleanup_interval_s=0, max_live=len(ids) + 1) as service:
         start = time.perf_counter()
-        _on_threads(lambda i: _restore_one(service, ids, i), len(ids), workers)
+        _on_threads(lambda i: _restore_one(service, ids, i, hold), len(ids), workers)
         return len(ids) / (time.perf_counter() - start)
 
 
-def _restore_one(service: ConversationService, ids: list[str], i: int) -> None:
+def _restore_one(
+    service: ConversationService,
+    ids: list[str],
+    i: int,
+    hold: Callable[[], contextlib.AbstractContextManager[None]],
+) -> None:
     thinker = BasicThinker(_user(i))
     thinker.set_conversation_id(ids[i])
-    service.obtain_conversation(None, thinker).get()
-    service.release(thinker)
+    with hold():
+        service.obtain_conversation(None, thinker).get()
+        service.release(thinker)
 
 
 def run_agent(data_dir: Path, shape: Shape, sync: bool, progress: Progress | None) -> Measured:
@@ -306,6 +318,7 @@ class CaseResult(msgspec.Struct, frozen=True):
     service_one_cpu: Measured
     agent_one_cpu: Measured
     restore_per_s: float  # on the case's threads
+    restore_gated_per_s: float  # on them, each restore in the turn gate
     restore_one_cpu_per_s: float  # on them, every thread on one CPU
     restore_one_thread_per_s: float
 
@@ -317,12 +330,15 @@ def run_case(name: str, shape: Shape, sync: bool, progress: Progress | None = No
     with tempfile.TemporaryDirectory() as tmp:
         floor = run_floor(Path(tmp) / "floor", shape, sync, progress)
         service, rates = run_service(Path(tmp) / "service", shape, sync, progress, both)
-        gated, _ = run_service(Path(tmp) / "gated", shape, sync, progress, gated=True)
+        gated, rates_g = run_service(
+            Path(tmp) / "gated", shape, sync, progress, both[:1], gated=True
+        )
         agent = run_agent(Path(tmp) / "agent", shape, sync, progress)
         with one_core():
             service_1, rates_1 = run_service(Path(tmp) / "s1", shape, sync, progress, both[:1])
             agent_1 = run_agent(Path(tmp) / "a1", shape, sync, progress)
     restore, restore_one_thread = rates or [0.0, 0.0]
+    (restore_gated,) = rates_g or [0.0]
     (restore_one_cpu,) = rates_1 or [0.0]
     return CaseResult(
         name,
@@ -334,6 +350,7 @@ def run_case(name: str, shape: Shape, sync: bool, progress: Progress | None = No
         service_1,
         agent_1,
         restore,
+        restore_gated,
         restore_one_cpu,
         restore_one_thread,
     )

@@ -19,7 +19,7 @@ floor, the bare service path (free, and each turn in ``turn_gate``) and the agen
 on one CPU, every figure also as a
 ratio to that floor, CPU per turn from ``time.process_time()``, and for the cold case the
 restore rate (conversations/s from LMDB: load, decode and the actor it lands in) on the
-case's threads and on one.
+case's threads (free, and each obtain and release in ``turn_gate``) and on one.
 """
 
 from __future__ import annotations

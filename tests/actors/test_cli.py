@@ -149,7 +149,7 @@ def test_bench_case_prints_every_path_against_the_floor_and_the_restore_rate(
     assert rows[0].split("│")[-2].strip() == "1.00x"
     line = out.split("restore (cold): ")[1].splitlines()[0]
     found = re.fullmatch(
-        r"([\d,]+) conversations/s on 2 threads, ([\d,]+) on them with 1 CPU, "
+        r"([\d,]+) conversations/s on 2 threads \(([\d,]+) gated\), ([\d,]+) on them with 1 CPU, "
         r"([\d,]+) on one thread",
         line,
     )
