@@ -18,13 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from parlour.runtime import snapshots
 from parlour.runtime._handlers import ContentFormatter, GenericContentFormatter
-from parlour.runtime._messages import (
-    Message,
-    OutgoingMessage,
-    carried_inputs,
-    first_user_utterance,
-    title_of,
-)
+from parlour.runtime._messages import Message, OutgoingMessage
 from parlour.runtime._objective import ObjectiveMap
 from parlour.runtime._palette import DeclaredTool, Palette
 from parlour.runtime._prepared import PreparedConversation, Turn
@@ -32,6 +26,7 @@ from parlour.runtime._reconcile import companions_to_find, reconcile_head, strea
 from parlour.runtime._render import Renderer, Scan, render_slot, to_llm_block
 from parlour.runtime._roles import Depth, Grade, Input, OutputSize, TurnRole
 from parlour.runtime._settled import Settled
+from parlour.runtime._utterances import carried_inputs, first_user_utterance, title_of
 from parlour.runtime.artifacts._registry import ArtifactRegistry
 from parlour.runtime.artifacts._serializer import build_registry_section
 from parlour.runtime.artifacts._summarizers import Summarizer, TruncatingSummarizer

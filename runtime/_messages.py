@@ -1,19 +1,17 @@
-"""Messages: an ordered list of content blocks under a role, with per-message flags."""
+"""Messages: an ordered list of content blocks under a role, with per-message flags
+(what a list of them says, its first utterance, its title, lives in ``_utterances.py``)."""
 
 from __future__ import annotations
 
 import itertools
 import operator
 from collections.abc import Iterable
-from typing import Any, Self, SupportsIndex
+from typing import Any, ClassVar, Self, SupportsIndex
 
 from parlour.runtime._handlers import ResponseHandler
-from parlour.runtime._roles import Input
 from parlour.runtime._validation import check_text, is_valid_text
 from parlour.runtime.blocks import (
     ContentBlock,
-    FileBlock,
-    ImageBlock,
     TextBlock,
     check_block,
     plainly_storable,
@@ -297,42 +295,52 @@ class Message:
         return f"{type(self).__name__}(role={self.role!r}, blocks={self.blocks!r})"
 
 
-class OutgoingMessage(Message):
+class _Channel(Message):
+    """What an outgoing and an incoming message share: a response handler, and the
+    constructor (each flag by name, not through ``**``: two messages are built a turn).
+    ``role`` defaults to the channel's own."""
+
+    __slots__ = ("response_handler",)
+    response_handler: ResponseHandler | None
+    _ROLE: ClassVar[str]
+
+    def __init__(
+        self,
+        content: str | None = None,
+        blocks: Iterable[ContentBlock] = (),
+        *,
+        response_handler: ResponseHandler | None = None,
+        role: str | None = None,
+        compactable: bool = True,
+        app_authored: bool = False,
+        cache: bool = False,
+        requested_output_tokens: int | None = None,
+    ) -> None:
+        Message.__init__(
+            self,
+            self._ROLE if role is None else role,
+            content,
+            blocks,
+            compactable=compactable,
+            app_authored=app_authored,
+            cache=cache,
+            requested_output_tokens=requested_output_tokens,
+        )
+        object.__setattr__(self, "response_handler", response_handler)  # nothing to forget
+
+
+class OutgoingMessage(_Channel):
     """A message to the model (the user channel), optionally with a response handler."""
 
-    __slots__ = ("response_handler",)
-    response_handler: ResponseHandler | None
-
-    def __init__(
-        self,
-        content: str | None = None,
-        blocks: Iterable[ContentBlock] = (),
-        *,
-        response_handler: ResponseHandler | None = None,
-        role: str = "user",
-        **flags: Any,
-    ) -> None:
-        super().__init__(role, content, blocks, **flags)
-        object.__setattr__(self, "response_handler", response_handler)  # nothing to forget
+    __slots__ = ()
+    _ROLE = "user"
 
 
-class IncomingMessage(Message):
+class IncomingMessage(_Channel):
     """A message from the model (the assistant channel)."""
 
-    __slots__ = ("response_handler",)
-    response_handler: ResponseHandler | None
-
-    def __init__(
-        self,
-        content: str | None = None,
-        blocks: Iterable[ContentBlock] = (),
-        *,
-        response_handler: ResponseHandler | None = None,
-        role: str = "assistant",
-        **flags: Any,
-    ) -> None:
-        super().__init__(role, content, blocks, **flags)
-        object.__setattr__(self, "response_handler", response_handler)  # nothing to forget
+    __slots__ = ()
+    _ROLE = "assistant"
 
     def is_dehydrated(self) -> bool:
         """True for a restored message that has no handler to read its answer yet."""
@@ -353,35 +361,3 @@ class IncomingMessage(Message):
                 "call rehydrate(handler) first."
             )
         return self.response_handler.parse(self.raw_content)
-
-
-def title_of(messages: Iterable[Message], untitled: str) -> str:
-    """The first utterance, cut at 50 characters, or ``untitled``."""
-    utterance = first_user_utterance(messages)
-    if utterance is None:
-        return untitled
-    return utterance if len(utterance) <= 50 else utterance[:50] + "..."
-
-
-def first_user_utterance(messages: Iterable[Message]) -> str | None:
-    """The first non-blank text a human sent: a user-role message not app-authored."""
-    for m in messages:
-        if m.role == "user" and not m.app_authored:
-            text = m.raw_content
-            if text.strip():
-                return text
-    return None
-
-
-def carried_inputs(messages: Iterable[Message]) -> set[Input]:
-    """The inputs beyond text the outgoing messages carry: an image as ``Input.IMAGES``, a
-    file as ``Input.DOCUMENTS``."""
-    carried: set[Input] = set()
-    for m in messages:
-        if isinstance(m, OutgoingMessage):
-            for b in m.blocks:
-                if isinstance(b, ImageBlock):
-                    carried.add(Input.IMAGES)
-                elif isinstance(b, FileBlock):
-                    carried.add(Input.DOCUMENTS)
-    return carried

@@ -137,7 +137,7 @@ class MessageSnapshot(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     def _message(self, handler: ResponseHandler | None) -> Message:
         # decoded blocks are storable by construction: the decoder typed every field and
         # refuses lone surrogates, and decode_snapshot checked the nesting
-        blocks = StoredBlocks(revive(b) for b in self.blocks)
+        blocks = StoredBlocks(map(revive, self.blocks))
         flags: dict[str, Any] = {
             "compactable": self.compactable,
             "app_authored": self.app_authored,

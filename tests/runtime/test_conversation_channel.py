@@ -165,3 +165,28 @@ def test_only_outgoing_messages_carry_inputs() -> None:
     c = ConversationContext()
     c.add_message(IncomingMessage(blocks=[ImageBlock(data="aGk=", mime_type="image/png")]))
     assert c.carried_inputs() == set()
+
+
+class _Answer(msgspec.Struct):
+    text: str
+
+
+def test_each_channel_has_its_own_role_unless_one_is_given_and_takes_every_flag_by_name() -> None:
+    handler = PojoResponseHandler(_Answer)
+    ask = OutgoingMessage("hi", cache=True, app_authored=True, response_handler=handler)
+    answer = IncomingMessage("hello", compactable=False, requested_output_tokens=64)
+    assert (ask.role, answer.role) == ("user", "assistant")
+    assert (ask.cache, ask.app_authored, ask.compactable, ask.response_handler) == (
+        True,
+        True,
+        True,
+        handler,
+    )
+    assert (answer.compactable, answer.requested_output_tokens, answer.response_handler) == (
+        False,
+        64,
+        None,
+    )
+    assert OutgoingMessage("x", role="User").role == "User"  # kept as given
+    with pytest.raises(TypeError):
+        IncomingMessage("x", colour="red")  # type: ignore[call-arg]

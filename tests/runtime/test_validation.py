@@ -262,7 +262,7 @@ def test_a_cyclic_or_shared_value_is_refused_quickly() -> None:
 def test_a_role_or_flag_the_stored_form_could_not_read_back_is_refused() -> None:
     """``1`` for a bool flag encodes, and then never decodes: refused when set."""
     with pytest.raises(ValueError, match="OutgoingMessage cache is 1 of type int, not bool"):
-        OutgoingMessage("hi", cache=1)
+        OutgoingMessage("hi", cache=1)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="requested_output_tokens is True"):
         OutgoingMessage("hi", requested_output_tokens=True)
     with pytest.raises(ValueError, match="role holds a lone surrogate"):

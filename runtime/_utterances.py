@@ -1,0 +1,42 @@
+"""What a conversation's messages say: its first utterance, its title, the inputs its
+outgoing messages carry."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from parlour.runtime._messages import Message, OutgoingMessage
+from parlour.runtime._roles import Input
+from parlour.runtime.blocks import FileBlock, ImageBlock
+
+
+def title_of(messages: Iterable[Message], untitled: str) -> str:
+    """The first utterance, cut at 50 characters, or ``untitled``."""
+    utterance = first_user_utterance(messages)
+    if utterance is None:
+        return untitled
+    return utterance if len(utterance) <= 50 else utterance[:50] + "..."
+
+
+def first_user_utterance(messages: Iterable[Message]) -> str | None:
+    """The first non-blank text a human sent: a user-role message not app-authored."""
+    for m in messages:
+        if m.role == "user" and not m.app_authored:
+            text = m.raw_content
+            if text.strip():
+                return text
+    return None
+
+
+def carried_inputs(messages: Iterable[Message]) -> set[Input]:
+    """The inputs beyond text the outgoing messages carry: an image as ``Input.IMAGES``, a
+    file as ``Input.DOCUMENTS``."""
+    carried: set[Input] = set()
+    for m in messages:
+        if isinstance(m, OutgoingMessage):
+            for b in m.blocks:
+                if isinstance(b, ImageBlock):
+                    carried.add(Input.IMAGES)
+                elif isinstance(b, FileBlock):
+                    carried.add(Input.DOCUMENTS)
+    return carried
