@@ -125,6 +125,39 @@ def tell(ref: pykka.ActorRef[Any], message: Any) -> None:
 
 _URN_PREFIX = uuid.uuid4().urn[:-12]  # one random draw per process, a counter per actor
 _urns = itertools.count(1)
+_MAKING = threading.Lock()  # a _Stopped's condition is made once, under it
+
+
+class _Stopped(threading.Event):
+    """An actor's ``actor_stopped``: ``threading.Event``, its condition made only when a
+    thread first waits (restores start thousands of actors a second; nearly nobody waits
+    for one to stop)."""
+
+    def __init__(self) -> None:  # no Event.__init__: no condition yet
+        self._flag = False
+        self._cond: threading.Condition | None = None
+
+    def set(self) -> None:
+        self._flag = True  # before the condition is read: a waiter that makes it sees this
+        cond = self._cond
+        if cond is not None:
+            with cond:
+                cond.notify_all()
+
+    def clear(self) -> None:
+        self._flag = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._flag:
+            return True
+        with _MAKING:
+            if self._cond is None:
+                self._cond = threading.Condition(threading.Lock())
+            cond = self._cond
+        with cond:
+            return cond.wait_for(lambda: self._flag, timeout)
+
+
 _pykka_log = logging.getLogger("pykka")
 _STOP = pykka.messages._ActorStop
 # What pykka's own _handle_receive handles (a stop, the proxy's calls); the rest is ours.
@@ -276,7 +309,7 @@ class LightActor(pykka.Actor):
     def __init__(self, *_args: Any, **_kwargs: Any) -> None:  # pykka's, with a cheap URN
         self.actor_urn = f"{_URN_PREFIX}{next(_urns) & 0xFFFFFFFFFFFF:012x}"
         self.actor_inbox = Mailbox(self)
-        self.actor_stopped = threading.Event()
+        self.actor_stopped = _Stopped()
         self._actor_ref = pykka.ActorRef(self)
 
     @classmethod

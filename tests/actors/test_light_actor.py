@@ -60,6 +60,25 @@ def test_live_actors_hold_no_thread_and_an_idle_one_answers_in_the_askers_thread
     assert all(not ref.is_alive() for ref in refs)
 
 
+def test_a_thread_waiting_for_an_actor_to_stop_wakes_when_it_stops() -> None:
+    ref = ConversationActor.start(ConversationContext("c-wait"), FakeClock())
+    stopped = ref.actor_stopped
+    assert not stopped.is_set() and stopped.wait(timeout=0) is False
+    waiting, woke = threading.Event(), queue.Queue[bool]()
+
+    def wait() -> None:
+        waiting.set()
+        woke.put(stopped.wait(timeout=30))
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    assert waiting.wait(timeout=5)
+    ref.stop()
+    assert woke.get(timeout=30) is True and stopped.is_set()
+    assert stopped.wait() is True and not ref.is_alive()  # a wait after the stop: at once
+    waiter.join(timeout=5)
+
+
 def test_conversation_actors_stay_out_of_the_global_registry_and_stop_with_the_service() -> None:
     service = ConversationService(cleanup_interval_s=0)
     thinkers = []
