@@ -27,6 +27,8 @@ from typing import Any, ClassVar, Self
 
 import pykka
 
+from parlour.actors._stopping import Stopped, Tombstone
+
 ExcInfo = tuple[Any, Any, Any]
 _UNSET = pykka.Future().__dict__["_get_hook_result"]  # pykka's "no hook result yet"
 
@@ -125,39 +127,6 @@ def tell(ref: pykka.ActorRef[Any], message: Any) -> None:
 
 _URN_PREFIX = uuid.uuid4().urn[:-12]  # one random draw per process, a counter per actor
 _urns = itertools.count(1)
-_MAKING = threading.Lock()  # a _Stopped's condition is made once, under it
-
-
-class _Stopped(threading.Event):
-    """An actor's ``actor_stopped``: ``threading.Event``, its condition made only when a
-    thread first waits (restores start thousands of actors a second; nearly nobody waits
-    for one to stop)."""
-
-    def __init__(self) -> None:  # no Event.__init__: no condition yet
-        self._flag = False
-        self._cond: threading.Condition | None = None
-
-    def set(self) -> None:
-        self._flag = True  # before the condition is read: a waiter that makes it sees this
-        cond = self._cond
-        if cond is not None:
-            with cond:
-                cond.notify_all()
-
-    def clear(self) -> None:
-        self._flag = False
-
-    def wait(self, timeout: float | None = None) -> bool:
-        if self._flag:
-            return True
-        with _MAKING:
-            if self._cond is None:
-                self._cond = threading.Condition(threading.Lock())
-            cond = self._cond
-        with cond:
-            return cond.wait_for(lambda: self._flag, timeout)
-
-
 _pykka_log = logging.getLogger("pykka")
 _STOP = pykka.messages._ActorStop
 # What pykka's own _handle_receive handles (a stop, the proxy's calls); the rest is ours.
@@ -192,7 +161,9 @@ class Mailbox:
     __slots__ = ("_actor", "_claim", "_queue")
 
     def __init__(self, actor: LightActor) -> None:
-        self._actor = actor  # the one strong reference a live actor has: its refs hold this
+        # the one strong reference a live actor has (its refs hold this); a tombstone once
+        # it stopped
+        self._actor: LightActor | Tombstone = actor
         self._queue: deque[Any] = deque()
         self._claim = threading.Lock()
         self._claim.acquire()  # until open(): nothing is handled before on_start
@@ -224,6 +195,13 @@ class Mailbox:
         self._claim.release()
         self._run()
 
+    def bury(self) -> None:
+        """The actor has stopped: keep its name and stop flag instead of the actor, so it
+        is freed when nothing else holds it (no cycle through its refs)."""
+        actor = self._actor
+        if isinstance(actor, LightActor):
+            self._actor = Tombstone(str(actor.actor_ref), actor.actor_stopped)
+
     def _run(self) -> None:
         pending, claim = self._queue, self._claim
         while pending and claim.acquire(blocking=False):
@@ -240,6 +218,9 @@ class Mailbox:
         """Handle every queued message, the claim held (pykka's loop body, message by
         message, with its answers, logs and failure hooks)."""
         actor, pending = self._actor, self._queue
+        if isinstance(actor, Tombstone):
+            self.reject()
+            return
         stopped = actor.actor_stopped
         while pending:
             if stopped.is_set():
@@ -280,7 +261,7 @@ class Mailbox:
                 reply.set_exception(exc_info=_dead(self._actor, "stopped before handling"))
 
 
-def _dead(actor: LightActor, what: str) -> ExcInfo:
+def _dead(actor: LightActor | Tombstone, what: str) -> ExcInfo:
     error = pykka.ActorDeadError(f"{actor.actor_ref} {what} the message")
     return (pykka.ActorDeadError, error, None)
 
@@ -309,7 +290,7 @@ class LightActor(pykka.Actor):
     def __init__(self, *_args: Any, **_kwargs: Any) -> None:  # pykka's, with a cheap URN
         self.actor_urn = f"{_URN_PREFIX}{next(_urns) & 0xFFFFFFFFFFFF:012x}"
         self.actor_inbox = Mailbox(self)
-        self.actor_stopped = _Stopped()
+        self.actor_stopped = Stopped()
         self._actor_ref = pykka.ActorRef(self)
 
     @classmethod
@@ -360,6 +341,7 @@ class LightActor(pykka.Actor):
             self.on_stop()
         except Exception:
             self._handle_failure(*sys.exc_info())
+        self.actor_inbox.bury()
 
     def _fail(self, exc_info: ExcInfo) -> None:
         """A told message's handler raised: pykka's failure path (log, stop, on_failure)."""
@@ -368,6 +350,7 @@ class LightActor(pykka.Actor):
             self.on_failure(*exc_info)
         except Exception:
             self._handle_failure(*sys.exc_info())
+        self.actor_inbox.bury()
 
     def _interrupted(self, reply: Any) -> None:
         """A ``BaseException`` cut a handler short: stop, answering its ask as dead."""

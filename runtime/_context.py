@@ -13,6 +13,7 @@ output budgets this class delegates to.
 from __future__ import annotations
 
 import datetime as dt
+import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -93,7 +94,8 @@ class ConversationContext:
         # persisted with it: never rendered, never part of the conversation's token count.
         self.usage_ledger: list[dict[str, Any]] = []
         self.summarizer: Summarizer = TruncatingSummarizer()
-        self._objective = ObjectiveMap(self._render_slot)
+        render = weakref.WeakMethod(self._render_slot)  # no cycle: freed by refcount alone
+        self._objective = ObjectiveMap(lambda block: render()(block))  # type: ignore[misc]
         self._palette = Palette()
         self._settled_turns: Settled[Turn | None] = Settled()
         self._settled_snapshots: Settled[snapshots.MessageSnapshot] = Settled()

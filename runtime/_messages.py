@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import weakref
 from collections.abc import Iterable
 from typing import Any, ClassVar, Self, SupportsIndex
 
@@ -73,18 +74,25 @@ class _Blocks(list[ContentBlock]):
         self, owner: Message, blocks: Iterable[ContentBlock], *, checked: bool = False
     ) -> None:
         super().__init__(blocks)
-        self._owner = owner
+        self._owner = weakref.ref(owner)  # no cycle: a message is freed by refcount
         if not checked:
             self._check(self, 0)  # a stored record's blocks are checked by the decoder
 
     def _check(self, blocks: Iterable[object], start: int) -> None:
-        owner = self._owner
         for i, block in enumerate(blocks, start):
             if not plainly_storable(block):  # the common case builds no message text
-                check_block(block, f"{type(owner).__name__} (role {owner.role!r}) block {i}")
+                owner = self._owner()
+                where = (
+                    "a message"
+                    if owner is None
+                    else f"{type(owner).__name__} (role {owner.role!r})"
+                )
+                check_block(block, f"{where} block {i}")
 
     def _changed(self) -> None:
-        self._owner._forget()
+        owner = self._owner()
+        if owner is not None:
+            owner._forget()
 
     def append(self, block: ContentBlock) -> None:
         self._check((block,), len(self))
@@ -156,6 +164,7 @@ class Message:
     """
 
     __slots__ = (
+        "__weakref__",
         "_raw_content",
         "_snapshot",
         "_tokens",

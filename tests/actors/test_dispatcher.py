@@ -156,6 +156,7 @@ def test_sends_to_itself_and_nested_drains_on_one_thread_neither_deadlock_nor_re
 
 def test_a_stop_racing_many_senders_answers_every_ask_and_strands_none() -> None:
     ref = Recorder.start()
+    actor = _actor(ref)  # held here: a stopped actor is freed once nothing holds it
     start = threading.Barrier(_SENDERS + 1)
     outcomes: list[str] = []
     lock = threading.Lock()
@@ -184,7 +185,7 @@ def test_a_stop_racing_many_senders_answers_every_ask_and_strands_none() -> None
         thread.join(timeout=30)
     assert len(outcomes) == _SENDERS * 200  # every ask had an outcome: none timed out
     assert "wrong" not in outcomes
-    assert _actor(ref).stops == 1
+    assert actor.stops == 1
     late = Reply()
     # put straight into the mailbox, past the stopped check a ref makes
     ref.actor_inbox.put(_Envelope("after the stop", late))  # type: ignore[arg-type]
@@ -273,10 +274,11 @@ def test_a_keyboard_interrupt_in_a_handler_stops_only_that_actor_and_reaches_its
         return message
 
     ref = Recorder.start(handler)
+    actor = _actor(ref)  # held here: a stopped actor is freed once nothing holds it
     bystander = Recorder.start()
     with pytest.raises(KeyboardInterrupt):
         ref.ask("interrupt", block=True)
-    assert not ref.is_alive() and _actor(ref).stops == 1
+    assert not ref.is_alive() and actor.stops == 1
     with pytest.raises(pykka.ActorDeadError):
         queued[0].get(timeout=0)  # answered, not stranded
     with pytest.raises(pykka.ActorDeadError):

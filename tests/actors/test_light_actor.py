@@ -5,9 +5,12 @@ launch, and the parking of idle actors a batch at a time past the actor cap."""
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import os
 import queue
 import threading
+import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,7 @@ from parlour.actors._reply import Reply
 from parlour.actors._stress import run_stress
 from parlour.runtime import ConversationContext
 from parlour.runtime.testing import FakeClock
+from parlour.stores import LmdbStore
 
 
 def _acquire(job: str, user: str = "alice") -> Acquire:
@@ -265,3 +269,39 @@ def test_the_ownership_stress_parking_two_at_once_never_sees_two_owners_or_loses
     )
     assert report.violations == []
     assert report.turns == report.acknowledged == 48 * 8
+
+
+def test_an_evicted_conversation_is_freed_by_reference_counting_without_the_collector(
+    tmp_path: Path,
+) -> None:
+    """No restored conversation is left in a reference cycle: once evicted, its actor, its
+    context and its messages go as soon as nothing holds them, the cycle collector off."""
+    with (
+        LmdbStore(tmp_path / "db") as store,
+        ConversationService(store, cleanup_interval_s=0) as service,
+    ):
+        writer = BasicThinker("alice")
+        cid = writer.mint_conversation_id()
+        context = service.obtain_conversation(None, writer).get(timeout=5)
+        context.add_user_message("Remember the blue door.")
+        service.save_conversation(context, writer)
+        service.release(writer, retain=0)  # zero retention: evicted at once
+        del context
+        gc.disable()
+        try:
+            reader = BasicThinker("alice")
+            reader.set_conversation_id(cid)
+            restored = service.obtain_conversation(None, reader).get(timeout=5)
+            ref = service._live[cid]
+            gone: list[Callable[[], object | None]] = [
+                weakref.ref(restored),
+                weakref.ref(restored.messages[0]),
+                ref._actor_weakref,  # pykka's own weak reference to the actor
+            ]
+            service.release(reader, retain=0)
+            del restored
+            assert [alive() for alive in gone] == [None, None, None]
+            with pytest.raises(pykka.ActorDeadError):  # its mailbox still answers
+                ref.ask(QueryOwner(), block=True, timeout=5)
+        finally:
+            gc.enable()

@@ -276,3 +276,12 @@ class SettledMachine(RuleBasedStateMachine):
 
 TestSettledMachine = SettledMachine.TestCase
 TestSettledMachine.settings = settings(max_examples=60, stateful_step_count=15, deadline=None)
+
+
+def test_a_block_list_outliving_its_message_still_checks_blocks_and_changes_quietly() -> None:
+    blocks = OutgoingMessage("gone", [TextBlock(text="kept")]).blocks  # the message is freed
+    blocks.append(TextBlock(text="added"))  # nothing left to forget: no error
+    assert [b.text for b in blocks if isinstance(b, TextBlock)] == ["kept", "added"]
+    with pytest.raises(ValueError, match="a message block 2"):
+        blocks.append(TextBlock(text="\ud800"))
+    assert len(blocks) == 2
