@@ -89,6 +89,10 @@ class _Blocks(list[ContentBlock]):
                 )
                 check_block(block, f"{where} block {i}")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a plain list: the unpickled message wraps (and checks) it again on assignment
+        return (list, (list(self),))
+
     def _changed(self) -> None:
         owner = self._owner()
         if owner is not None:

@@ -7,6 +7,7 @@ re-setting the value a field already holds).
 
 from __future__ import annotations
 
+import pickle
 import threading
 
 import msgspec
@@ -285,3 +286,12 @@ def test_a_block_list_outliving_its_message_still_checks_blocks_and_changes_quie
     with pytest.raises(ValueError, match="a message block 2"):
         blocks.append(TextBlock(text="\ud800"))
     assert len(blocks) == 2
+
+
+def test_a_message_with_blocks_pickles_and_its_copy_still_checks_its_blocks() -> None:
+    message = IncomingMessage(blocks=[TextBlock(text="yo")], compactable=False)
+    copy = pickle.loads(pickle.dumps(message))
+    assert type(copy) is IncomingMessage and copy.compactable is False
+    assert copy.blocks == [TextBlock(text="yo")] and copy.role == "assistant"
+    with pytest.raises(ValueError, match=r"IncomingMessage \(role 'assistant'\) block 1"):
+        copy.blocks.append(TextBlock(text="\ud800"))
