@@ -36,9 +36,10 @@ from parlour.actors._messages import (
 )
 from parlour.actors._reply import tell
 from parlour.actors._supervisor import Mirror, Seams, Supervisor
-from parlour.actors._thinker import Thinker, keep_transcript, transcript_of
+from parlour.actors._thinker import Thinker, keep_transcript
 from parlour.runtime import Clock, ConversationContext, SystemClock
 from parlour.runtime.errors import IllegalStateError, StaleVersionError, not_owned
+from parlour.runtime.snapshots import message_snapshots
 from parlour.stores import PersistentStore, SessionStore
 
 ActorRef = pykka.ActorRef[ConversationActor]
@@ -189,7 +190,8 @@ class ConversationService(Activations, Lifecycle):
         if self._stopped:
             return
         held = self._held.pop((cid, thinker.job_id), None)
-        kept = None if held is None else transcript_of(held[0])
+        # the conversation as it is: what the last save kept, built only for what changed
+        kept = None if held is None else message_snapshots(held[0])
         retain_s = seconds(thinker.retain_duration if retain is None else retain)
         try:
             self._hand_back(cid, thinker.job_id, retain_s, None if held is None else held[1])

@@ -10,8 +10,8 @@ from typing import Protocol, runtime_checkable
 
 from loguru import logger
 
-from parlour.runtime import ConversationContext, DeclaredTool, Depth, Grade, OutputSize, Transcript
-from parlour.runtime.snapshots import MessageSnapshot, message_snapshots
+from parlour.runtime import DeclaredTool, Depth, Grade, OutputSize, Transcript
+from parlour.runtime.snapshots import MessageSnapshot
 
 
 class _Draws:
@@ -162,9 +162,3 @@ def keep_transcript(thinker: Thinker, kept: list[MessageSnapshot]) -> None:
         keep(kept)
     except Exception:  # a hook never stops the handoff, which has already happened
         logger.exception("keep_transcript failed for job {}", thinker.job_id)
-
-
-def transcript_of(context: ConversationContext) -> list[MessageSnapshot]:
-    """The conversation as it is: the snapshots the last save kept while its messages are
-    unchanged (a copy at C speed, however long the history), built only for the rest."""
-    return message_snapshots(context)
