@@ -50,6 +50,7 @@ from parlour.runtime import Depth, IncomingMessage, OutputSize, ScriptedClient
 from parlour.stores import LmdbStore, MemorySessionCache
 
 Progress = Callable[[int], None]  # called with how many turns just finished
+Hold = Callable[[], contextlib.AbstractContextManager[None]]  # the turn gate's held, or not
 T = TypeVar("T")
 
 
@@ -240,7 +241,7 @@ def _service_turn(
     thinker: BasicThinker,
     i: int,
     t: int,
-    hold: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext,
+    hold: Hold = contextlib.nullcontext,
 ) -> float:
     start = time.perf_counter()  # the wait for the gate is part of the turn
     with hold():
@@ -260,7 +261,7 @@ def measure_restore(
     store: LmdbStore,
     ids: list[str],
     workers: int = 8,
-    hold: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext,
+    hold: Hold = contextlib.nullcontext,
 ) -> float:
     """Conversations/s a fresh service restores from ``store``: load, decode, actor (each
     obtain and its release inside ``hold()``: the turn gate, say)."""
@@ -274,7 +275,7 @@ def _restore_one(
     service: ConversationService,
     ids: list[str],
     i: int,
-    hold: Callable[[], contextlib.AbstractContextManager[None]],
+    hold: Hold,
 ) -> None:
     thinker = BasicThinker(_user(i))
     thinker.set_conversation_id(ids[i])
