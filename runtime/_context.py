@@ -52,6 +52,7 @@ __all__ = ["ConversationContext"]
 UNTITLED = "Untitled Conversation"
 
 _GENERIC = GenericContentFormatter()
+_TRUNCATING = TruncatingSummarizer()
 
 
 class ConversationContext:
@@ -93,9 +94,9 @@ class ConversationContext:
         # What each model call and compaction cost, kept beside the conversation and
         # persisted with it: never rendered, never part of the conversation's token count.
         self.usage_ledger: list[dict[str, Any]] = []
-        self.summarizer: Summarizer = TruncatingSummarizer()
-        render = weakref.WeakMethod(self._render_slot)  # no cycle: freed by refcount alone
-        self._objective = ObjectiveMap(lambda block: render()(block))  # type: ignore[misc]
+        self.summarizer: Summarizer = _TRUNCATING  # stateless: one for every conversation
+        # held weakly: no cycle, so a context is freed by reference counting alone
+        self._objective = ObjectiveMap(ConversationContext._render_slot, weakref.ref(self))
         self._palette = Palette()
         self._settled_turns: Settled[Turn | None] = Settled()
         self._settled_snapshots: Settled[snapshots.MessageSnapshot] = Settled()

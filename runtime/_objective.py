@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import sys
 import types
+import weakref
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from loguru import logger
 
@@ -48,21 +50,27 @@ class ObjectiveMap:
     """An insertion-ordered map of slots with the freeze. Single-flow, like its context.
 
     Args:
-        render: the text a slot contributes to the system content; the conversation's own
-            pipeline, so the head and the turns render alike (and freeze-time equality means
-            equal rendered form).
+        render: the text a slot contributes to the system content, called as
+            ``render(owner, block)``; the conversation's own pipeline, so the head and the
+            turns render alike (and freeze-time equality means equal rendered form).
+        owner: a weak reference to what ``render`` renders for (the conversation, which
+            holds this map: a weak one leaves no cycle, and one object, where a bound
+            method held weakly is eight).
     """
 
-    __slots__ = ("_render", "_rendered", "_slots", "_tools", "frozen")
+    __slots__ = ("_owner", "_render_of", "_rendered", "_slots", "_tools", "frozen")
 
-    def __init__(self, render: Callable[[ContentBlock], str]) -> None:
-        self._render = render
+    def __init__(self, render: Callable[[Any, ContentBlock], str], owner: weakref.ref[Any]) -> None:
+        self._render_of, self._owner = render, owner
         self._slots: dict[str, ContentBlock] = {}
         self.frozen = False
         # system text per dialect (native tools or not); filled only once frozen, when the
         # map can no longer change, so a render never recomputes the head
         self._rendered: dict[bool, str] = {}
         self._tools: dict[str, ToolDefinitionBlock] | None = None  # likewise, the palette
+
+    def _render(self, block: ContentBlock) -> str:
+        return self._render_of(self._owner(), block)
 
     def put(self, key: str, value: object) -> None:
         """Put ``value`` in slot ``key``, enforcing the freeze (see the module docstring).
