@@ -9,6 +9,7 @@ declared anywhere is an error naming the seat. The result is capped at the model
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING
 
 from parlour.runtime._messages import OutgoingMessage
@@ -41,7 +42,18 @@ class ModelBinding:
         self.depth = depth
         self.output_declaration = output_declaration
         self.spec = spec
-        self.conversation: ConversationContext | None = None
+        self._conversation: weakref.ref[ConversationContext] | None = None
+
+    @property
+    def conversation(self) -> ConversationContext | None:
+        """The conversation this binding is wired to (``set_model_binding``), held weakly:
+        the conversation holds its binding, and a cycle would leave an evicted conversation
+        to the cycle collector instead of freeing it at once. None when unwired or gone."""
+        return None if self._conversation is None else self._conversation()
+
+    @conversation.setter
+    def conversation(self, context: ConversationContext | None) -> None:
+        self._conversation = None if context is None else weakref.ref(context)
 
     @classmethod
     def resolved(

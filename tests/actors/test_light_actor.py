@@ -17,7 +17,7 @@ from typing import Any
 import pykka
 import pytest
 
-from parlour.actors import BasicThinker, ConversationService
+from parlour.actors import Agent, BasicThinker, ConversationService
 from parlour.actors._conversation import ConversationActor
 from parlour.actors._messages import (
     Acquire,
@@ -31,7 +31,7 @@ from parlour.actors._messages import (
 from parlour.actors._obtain import Obtaining
 from parlour.actors._reply import Reply
 from parlour.actors._stress import run_stress
-from parlour.runtime import ConversationContext
+from parlour.runtime import ConversationContext, Depth, IncomingMessage, OutputSize, ScriptedClient
 from parlour.runtime.testing import FakeClock
 from parlour.stores import LmdbStore
 
@@ -303,5 +303,51 @@ def test_an_evicted_conversation_is_freed_by_reference_counting_without_the_coll
             assert [alive() for alive in gone] == [None, None, None]
             with pytest.raises(pykka.ActorDeadError):  # its mailbox still answers
                 ref.ask(QueryOwner(), block=True, timeout=5)
+        finally:
+            gc.enable()
+
+
+def test_a_conversation_that_took_model_turns_is_freed_by_reference_counting_when_evicted(
+    tmp_path: Path,
+) -> None:
+    """A turn leaves no reference cycle behind either (its model binding, its render memos,
+    its saved snapshots): a conversation evicted after model turns, on the service path and
+    through an agent's chat, goes as soon as nothing holds it, the cycle collector off."""
+    with (
+        LmdbStore(tmp_path / "db") as store,
+        ConversationService(store, cleanup_interval_s=0) as service,
+    ):
+        client = ScriptedClient()
+        agent = Agent(client, output=OutputSize.STANDARD, depth=Depth.IMMEDIATE)
+        gc.collect()
+        gc.disable()
+        try:
+            thinker = BasicThinker("alice", output_declaration=OutputSize.STANDARD)
+            cid = thinker.mint_conversation_id()
+            context = service.obtain_conversation(None, thinker).get(timeout=5)
+            for turn in range(2):
+                context.add_user_message(f"Question {turn}: where is the blue door?")
+                context.add_message(IncomingMessage(blocks=client.respond(context).blocks))
+                service.save_conversation(context, thinker)
+            assert context.model_binding is not None  # the call attached one
+            assert context.model_binding.conversation is context
+            gone = [weakref.ref(context), weakref.ref(context.model_binding)]
+            gone += [weakref.ref(m) for m in context.messages]
+            service.release(thinker, retain=0)  # zero retention: evicted at once
+            del context
+            assert cid not in service._live
+            assert [alive() for alive in gone] == [None] * len(gone)
+
+            chat = agent.chat(service, user_id="bob")
+            chat.send("Where is the blue door?")
+            chat.send("And the red one?")
+            chatted = chat.conversation_id
+            assert chatted is not None
+            actor = service._live[chatted]._actor_weakref()
+            gone = [weakref.ref(actor), weakref.ref(actor.context)]
+            gone += [weakref.ref(m) for m in actor.context.messages]
+            del actor
+            assert service.evict_conversation(chatted)
+            assert [alive() for alive in gone] == [None] * len(gone)
         finally:
             gc.enable()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 
 from parlour.runtime import (
@@ -42,6 +44,18 @@ def test_set_model_binding_wires_both_ways() -> None:
     c.set_model_binding(b)
     assert c.model_binding is b
     assert b.conversation is c
+
+
+def test_a_binding_holds_its_conversation_weakly() -> None:
+    """The conversation holds its binding; the binding's way back is weak, so the pair is
+    no reference cycle: dropping the conversation frees it at once."""
+    c = ConversationContext("c-1")
+    b = ModelBinding(Grade.SMALL, Depth.IMMEDIATE, OutputSize.VERDICT)
+    c.set_model_binding(b)
+    gone = weakref.ref(c)
+    del c
+    assert gone() is None
+    assert b.conversation is None
 
 
 def test_a_bound_conversation_survives_a_round_trip_unbound_with_its_spec_recorded() -> None:
