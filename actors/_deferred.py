@@ -15,6 +15,7 @@ once the owners are done); distinct conversations from any threads.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,21 @@ from loguru import logger
 from parlour.stores import SessionStore
 
 Settle = Callable[[], int]  # waits for a deferred save; its new version
+
+
+def weakly(method: Callable[..., None]) -> Callable[..., None]:
+    """``method`` (a bound method) through a weak reference to its object: a call once the
+    object is gone does nothing. What a service hands the parts it holds (its deferred
+    saves, its store's delete listeners), so that none holds it back: no reference cycle,
+    and a stopped service goes with its last reference, not at the collector's pass."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(*args)
+
+    return call
 
 
 class DeferredSaves:

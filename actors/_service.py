@@ -19,7 +19,7 @@ from loguru import logger
 from parlour.actors import _joiners
 from parlour.actors._activation import Activations, seconds, shutting_down
 from parlour.actors._conversation import ConversationActor
-from parlour.actors._deferred import DeferredSaves
+from parlour.actors._deferred import DeferredSaves, weakly
 from parlour.actors._events import AgentEvent
 from parlour.actors._lifecycle import Lifecycle
 from parlour.actors._messages import (
@@ -106,12 +106,12 @@ class ConversationService(Activations, Lifecycle):
         self._live = self._mirror.refs
         # What each job holds, for the transcript at release: {(conversation, job): context}.
         self._held: dict[tuple[str, str], tuple[ConversationContext, ActorRef]] = {}
-        self._deferred = DeferredSaves(store, session, self._forget_everywhere)
+        self._deferred = DeferredSaves(store, session, weakly(self._forget_everywhere))
         self._supervisor = Supervisor.start(
             self.clock, max_live, self._mirror, self._seams, max_active
         )
         if store is not None:
-            store.add_delete_listener(self._on_deleted)
+            store.add_delete_listener(weakly(self._on_deleted))
         self._ticker: threading.Thread | None = None
         if cleanup_interval_s > 0:
             self._ticker = threading.Thread(target=self._tick, name="parlour-sweep", daemon=True)

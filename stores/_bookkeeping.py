@@ -32,7 +32,7 @@ class Bookkeeping:
     """The ``CommitHooks`` of one store: transactions, map growth, the written-messages
     memory (bounded to ``remembered`` conversations, least recently written dropped)."""
 
-    def __init__(self, env: Callable[[], Any], gate: ReadGate, path: Path, remembered: int) -> None:
+    def __init__(self, env: Any, gate: ReadGate, path: Path, remembered: int) -> None:
         self._env = env
         self._gate = gate
         self._path = path
@@ -77,7 +77,7 @@ class Bookkeeping:
         self._pending[cid] = written
 
     def begin(self, write: bool, parent: Any) -> Any:
-        return self._env().begin(write=write, parent=parent)
+        return self._env.begin(write=write, parent=parent)
 
     def attempt(self) -> None:
         self._pending.clear()
@@ -121,7 +121,7 @@ class Bookkeeping:
         self._unchecked -= 4 * incoming + (1 << 20)
         if self._unchecked >= 0:
             return
-        info = self._env().info()
+        info = self._env.info()
         used, size = (info["last_pgno"] + 1) * self._page_size(), info["map_size"]
         if used + 4 * incoming + (1 << 20) > size // 2:
             self.grow(max(2 * size, 2 * (used + 4 * incoming + (1 << 20))))
@@ -129,17 +129,17 @@ class Bookkeeping:
         self._unchecked = size // 2 - used - 4 * incoming - (1 << 20)
 
     def used_bytes(self) -> int:
-        return int((self._env().info()["last_pgno"] + 1) * self._page_size())
+        return int((self._env.info()["last_pgno"] + 1) * self._page_size())
 
     def _page_size(self) -> int:
         if self._psize is None:
-            self._psize = int(self._env().stat()["psize"])
+            self._psize = int(self._env.stat()["psize"])
         return self._psize
 
     def grow(self, size: int | None = None) -> None:
         """Grow the map (to ``size``, else twice). Under the commit lock, so no write
         transaction is open; the gate keeps readers out, as ``set_mapsize`` requires."""
-        env = self._env()
+        env = self._env
         size = size or env.info()["map_size"] * 2
         logger.info("growing the LMDB map at {} to {} bytes", self._path, size)
         with self._gate.exclusive():

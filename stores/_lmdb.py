@@ -117,7 +117,7 @@ class LmdbStore(LmdbHistory):
             if self._lock is not None:
                 self._lock.release()
             raise
-        self._book = Bookkeeping(lambda: self._env, self._gate, self.path, remembered)
+        self._book = Bookkeeping(self._env, self._gate, self.path, remembered)
         self._commits = GroupCommit(self._book, str(self.path), max_batch, sync)
         self._listeners: list[Callable[[str], None]] = []
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import subprocess
 import sys
 import threading
+import weakref
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from parlour.actors import BasicThinker, ConversationService
 from parlour.runtime import ConversationContext
 from parlour.runtime.blocks import TextBlock
 from parlour.runtime.errors import IllegalStateError
-from parlour.stores import LmdbStore, MemoryStore
+from parlour.stores import LmdbStore, MemorySessionCache, MemoryStore
 
 from .conftest import CountingStore
 
@@ -154,3 +156,39 @@ def test_identity_decides_persistence_not_the_temporary_flag(
     minted.temporary = True
     counted_service.save_conversation(minted, durable)
     assert counting.calls["create"] == 1 and counting.version_of(cid, "alice") == 1
+
+
+def test_a_stopped_service_goes_with_its_last_reference_and_no_store_holds_it_back(
+    tmp_path: Path,
+) -> None:
+    """A service that saved (deferred and waited), deleted and stopped is no reference
+    cycle, nor is its store: each goes as soon as nothing holds it, the cycle collector
+    off. A store that lives on does not keep the stopped service (nor its session cache)
+    alive through the delete listener it registered, and a delete after the service is
+    gone still works."""
+    gc.collect()
+    gc.disable()
+    try:
+        store = LmdbStore(tmp_path / "db")
+        session = MemorySessionCache()
+        service = ConversationService(store, session, cleanup_interval_s=30)
+        thinker = BasicThinker("alice")
+        cid = thinker.mint_conversation_id()
+        context = service.obtain_conversation(None, thinker).get(timeout=5)
+        context.add_user_message("First.")
+        service.save_conversation(context, thinker)
+        context.add_user_message("Second.")
+        service.save_conversation(context, thinker, wait=False)
+        service.release(thinker)
+        service.stop()
+        gone_service, gone_session = weakref.ref(service), weakref.ref(session)
+        del service, session, context
+        assert gone_service() is None
+        assert gone_session() is None
+        assert store.delete(cid, "alice")  # its listener outlived the service: a no-op
+        gone_store = weakref.ref(store)
+        store.close()
+        del store
+        assert gone_store() is None
+    finally:
+        gc.enable()
