@@ -81,7 +81,8 @@ class ObjectiveSlot(msgspec.Struct, frozen=True, kw_only=True):
     block: ContentBlock
 
 
-class MessageSnapshot(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+# gc=False: it holds only blocks (values that encode: finite trees), so it closes no cycle
+class MessageSnapshot(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     direction: Literal["outgoing", "incoming", "plain"]
     role: str
     blocks: list[ContentBlock]

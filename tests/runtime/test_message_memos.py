@@ -7,6 +7,7 @@ re-setting the value a field already holds).
 
 from __future__ import annotations
 
+import gc
 import pickle
 import threading
 
@@ -65,6 +66,21 @@ def test_building_snapshotting_and_rendering_messages_never_counts_as_a_change(
     restored.to_snapshot()
     assert changes == []
     assert all(m._snapshot is not None for m in c.messages)
+
+
+def test_a_messages_kept_snapshot_and_turn_are_no_work_for_the_cycle_collector() -> None:
+    """The memos every message of a live conversation keeps (its snapshot, its rendered
+    turn) hold only blocks, so they close no cycle and the collector does not track them:
+    a full pass over many live conversations visits five objects per message, not seven."""
+    c = ConversationContext("memo-gc")
+    c.add_user_message("hello")
+    c.add_message(IncomingMessage(blocks=[TextBlock(text="hi")], response_handler=HANDLER))
+    c.to_snapshot()
+    c.prepare_messages_for_llm(GenericContentFormatter())
+    for m in c.messages:
+        assert m._snapshot is not None and m._turn is not None
+        assert not gc.is_tracked(m._snapshot)
+        assert not gc.is_tracked(m._turn)
 
 
 def test_re_setting_the_value_a_field_holds_keeps_the_memos_and_a_new_value_forgets_them() -> None:
