@@ -331,7 +331,8 @@ def test_a_conversation_that_took_model_turns_is_freed_by_reference_counting_whe
                 service.save_conversation(context, thinker)
             assert context.model_binding is not None  # the call attached one
             assert context.model_binding.conversation is context
-            gone = [weakref.ref(context), weakref.ref(context.model_binding)]
+            gone: list[weakref.ref[Any]] = [weakref.ref(context)]
+            gone += [weakref.ref(context.model_binding)]
             gone += [weakref.ref(m) for m in context.messages]
             service.release(thinker, retain=0)  # zero retention: evicted at once
             del context
@@ -344,10 +345,11 @@ def test_a_conversation_that_took_model_turns_is_freed_by_reference_counting_whe
             chatted = chat.conversation_id
             assert chatted is not None
             actor = service._live[chatted]._actor_weakref()
-            gone = [weakref.ref(actor), weakref.ref(actor.context)]
-            gone += [weakref.ref(m) for m in actor.context.messages]
+            assert isinstance(actor, ConversationActor)
+            held: list[weakref.ref[Any]] = [weakref.ref(actor), weakref.ref(actor.context)]
+            held += [weakref.ref(m) for m in actor.context.messages]
             del actor
             assert service.evict_conversation(chatted)
-            assert [alive() for alive in gone] == [None] * len(gone)
+            assert [alive() for alive in held] == [None] * len(held)
         finally:
             gc.enable()
