@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self
 
@@ -37,6 +38,8 @@ class Lifecycle:
     _live: dict[str, Any]
     _held: dict[Any, Any]
     _deferred: DeferredSaves
+    store: Any
+    _listener: Callable[[str], None]  # its store's delete listener
 
     def _ask(self, message: Any, default: Any) -> Any:
         raise NotImplementedError
@@ -71,6 +74,9 @@ class Lifecycle:
             self._supervisor.stop()
             self._stopped = True
             self._held.clear()
+            remove = getattr(self.store, "remove_delete_listener", None)
+            if remove is not None:  # a store of an older protocol keeps the no-op
+                remove(self._listener)
         if self._ticker is not None:
             self._ticker.join()
 

@@ -110,8 +110,9 @@ class ConversationService(Activations, Lifecycle):
         self._supervisor = Supervisor.start(
             self.clock, max_live, self._mirror, self._seams, max_active
         )
+        self._listener = weakly(self._on_deleted)  # removed from the store at stop
         if store is not None:
-            store.add_delete_listener(weakly(self._on_deleted))
+            store.add_delete_listener(self._listener)
         self._ticker: threading.Thread | None = None
         if cleanup_interval_s > 0:
             self._ticker = threading.Thread(target=self._tick, name="parlour-sweep", daemon=True)

@@ -32,7 +32,7 @@ from parlour.stores._ids import check_owner, conversation_key, order_bytes, requ
 from parlour.stores._layout import Databases
 from parlour.stores._lmdb_history import LmdbHistory
 from parlour.stores._lock import ReadGate, WriterLock
-from parlour.stores._memory import notify_deleted
+from parlour.stores._memory import notify_deleted, without
 from parlour.stores._protocols import ConversationSummary
 from parlour.stores._records import (
     Header,
@@ -282,6 +282,9 @@ class LmdbStore(LmdbHistory):
 
     def add_delete_listener(self, listener: Callable[[str], None]) -> None:
         self._listeners.append(listener)
+
+    def remove_delete_listener(self, listener: Callable[[str], None]) -> None:
+        self._listeners = without(self._listeners, listener)
 
     # -- reads ------------------------------------------------------------------------------
 

@@ -251,6 +251,9 @@ class MemoryStore:
     def add_delete_listener(self, listener: Callable[[str], None]) -> None:
         self._listeners.append(listener)
 
+    def remove_delete_listener(self, listener: Callable[[str], None]) -> None:
+        self._listeners = without(self._listeners, listener)
+
 
 class _Record:
     __slots__ = ("snapshot", "summary", "user_id")
@@ -261,6 +264,16 @@ class _Record:
         self.user_id = user_id
         self.summary = summary
         self.snapshot = snapshot
+
+
+Listeners = list[Callable[[str], None]]
+
+
+def without(listeners: Listeners, listener: object) -> Listeners:
+    """``listeners`` less those equal to ``listener`` (a bound method equals another of the
+    same object and function), as a new list: a delete notifying meanwhile goes on over
+    the list it started with."""
+    return [each for each in listeners if each != listener]
 
 
 def notify_deleted(listeners: list[Callable[[str], None]], conversation_id: str) -> None:

@@ -20,7 +20,7 @@ from parlour.runtime.errors import (
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from parlour.stores import _pg_sql as sql
 from parlour.stores._ids import require_id, user_key
-from parlour.stores._memory import notify_deleted
+from parlour.stores._memory import notify_deleted, without
 from parlour.stores._pg_schema import migrate
 from parlour.stores._pg_support import (
     Remembered,
@@ -199,6 +199,9 @@ class PostgresStore:
 
     def add_delete_listener(self, listener: Callable[[str], None]) -> None:
         self._listeners.append(listener)
+
+    def remove_delete_listener(self, listener: Callable[[str], None]) -> None:
+        self._listeners = without(self._listeners, listener)
 
     def prune(self, conversation_id: str | None = None) -> int:
         """Apply the retention policy to one conversation, or to all. Safe while the store

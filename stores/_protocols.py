@@ -163,6 +163,12 @@ class PersistentStore(Protocol):
         raises is logged and does not fail the delete."""
         ...
 
+    def remove_delete_listener(self, listener: Callable[[str], None]) -> None:
+        """Stop calling ``listener`` (one equal to a listener given to
+        ``add_delete_listener``; one never added is ignored). A service removes its own
+        when it stops."""
+        ...
+
 
 class SessionStore(Protocol):
     """A cache consulted before the persistent store. It must never serve a snapshot older

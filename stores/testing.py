@@ -12,6 +12,8 @@ saves with it lists and dates versions deterministically. Override ``damage`` to
 corrupt-record test break a stored record; without it that test is skipped.
 
 Thread-safety: the concurrent-writer tests call the store from several threads at once.
+
+Why this module is long: it is the one suite every store must pass, one test per promise.
 """
 
 from __future__ import annotations
@@ -326,6 +328,19 @@ class StoreContract:
         store.delete("c1", "alice")
         assert heard == also == ["c1"]
         assert not store.exists("c1", "alice")
+
+    def test_a_removed_delete_listener_hears_no_more_deletes(self, store: PersistentStore) -> None:
+        heard: list[str] = []
+        kept: list[str] = []
+        store.add_delete_listener(heard.append)
+        store.add_delete_listener(kept.append)
+        for cid in ("c1", "c2"):
+            store.create_context(snapshot(cid), "alice")
+        assert store.delete("c1", "alice")
+        store.remove_delete_listener(heard.append)  # an equal bound method: removed
+        store.remove_delete_listener(print)  # never added: ignored
+        assert store.delete("c2", "alice")
+        assert (heard, kept) == (["c1"], ["c1", "c2"])
 
     # -- corrupt records ---------------------------------------------------------------------
 

@@ -164,8 +164,8 @@ def test_a_stopped_service_goes_with_its_last_reference_and_no_store_holds_it_ba
     """A service that saved (deferred and waited), deleted and stopped is no reference
     cycle, nor is its store: each goes as soon as nothing holds it, the cycle collector
     off. A store that lives on does not keep the stopped service (nor its session cache)
-    alive through the delete listener it registered, and a delete after the service is
-    gone still works."""
+    alive: the service takes its delete listener back when it stops, and a delete after
+    the service is gone still works."""
     gc.collect()
     gc.disable()
     try:
@@ -185,7 +185,8 @@ def test_a_stopped_service_goes_with_its_last_reference_and_no_store_holds_it_ba
         del service, session, context
         assert gone_service() is None
         assert gone_session() is None
-        assert store.delete(cid, "alice")  # its listener outlived the service: a no-op
+        assert store._listeners == []  # the service took its listener back at stop
+        assert store.delete(cid, "alice")
         gone_store = weakref.ref(store)
         store.close()
         del store
