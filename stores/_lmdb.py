@@ -32,7 +32,7 @@ from parlour.stores._ids import check_owner, conversation_key, order_bytes, requ
 from parlour.stores._layout import Databases
 from parlour.stores._lmdb_history import LmdbHistory
 from parlour.stores._lock import ReadGate, WriterLock
-from parlour.stores._memory import notify_deleted, without
+from parlour.stores._memory import DeleteListeners
 from parlour.stores._protocols import ConversationSummary
 from parlour.stores._records import (
     Header,
@@ -119,7 +119,7 @@ class LmdbStore(LmdbHistory):
             raise
         self._book = Bookkeeping(self._env, self._gate, self.path, remembered)
         self._commits = GroupCommit(self._book, str(self.path), max_batch, sync)
-        self._listeners: list[Callable[[str], None]] = []
+        self._listeners = DeleteListeners()
 
     def _take_directory(self) -> WriterLock:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -277,14 +277,14 @@ class LmdbStore(LmdbHistory):
 
     def _removed(self, conversation_id: str, removed: bool) -> bool:
         if removed:
-            notify_deleted(self._listeners, conversation_id)
+            self._listeners.notify(conversation_id)
         return removed
 
     def add_delete_listener(self, listener: Callable[[str], None]) -> None:
-        self._listeners.append(listener)
+        self._listeners.add(listener)
 
     def remove_delete_listener(self, listener: Callable[[str], None]) -> None:
-        self._listeners = without(self._listeners, listener)
+        self._listeners.remove(listener)
 
     # -- reads ------------------------------------------------------------------------------
 

@@ -89,7 +89,7 @@ class MemoryStore:
         self._versions: dict[str, list[tuple[ConversationVersion, _Record]]] = {}
         self._records: dict[str, _Record] = {}
         self._last_versions: dict[str, int] = {}  # survives deletes: versions never restart
-        self._listeners: list[Callable[[str], None]] = []
+        self._listeners = DeleteListeners()
         self._lock = threading.Lock()
 
     def create_context(
@@ -181,7 +181,7 @@ class MemoryStore:
                 return False
             del self._records[conversation_id]
             self._versions.pop(conversation_id, None)
-        notify_deleted(self._listeners, conversation_id)
+        self._listeners.notify(conversation_id)
         return True
 
     def exists(self, conversation_id: str, user_id: str) -> bool:
@@ -249,10 +249,10 @@ class MemoryStore:
         )
 
     def add_delete_listener(self, listener: Callable[[str], None]) -> None:
-        self._listeners.append(listener)
+        self._listeners.add(listener)
 
     def remove_delete_listener(self, listener: Callable[[str], None]) -> None:
-        self._listeners = without(self._listeners, listener)
+        self._listeners.remove(listener)
 
 
 class _Record:
@@ -266,20 +266,34 @@ class _Record:
         self.snapshot = snapshot
 
 
-Listeners = list[Callable[[str], None]]
+class DeleteListeners:
+    """A store's delete listeners. Added and removed under a lock, each time as a new
+    tuple, so a delete notifying meanwhile goes on over the listeners it started with and
+    no add or remove racing another is lost. Thread-safe."""
 
+    __slots__ = ("_all", "_lock")
 
-def without(listeners: Listeners, listener: object) -> Listeners:
-    """``listeners`` less those equal to ``listener`` (a bound method equals another of the
-    same object and function), as a new list: a delete notifying meanwhile goes on over
-    the list it started with."""
-    return [each for each in listeners if each != listener]
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._all: tuple[Callable[[str], None], ...] = ()
 
+    def __len__(self) -> int:
+        return len(self._all)
 
-def notify_deleted(listeners: list[Callable[[str], None]], conversation_id: str) -> None:
-    """Tell every delete listener; one that raises is logged and the rest still hear."""
-    for listener in listeners:
-        try:
-            listener(conversation_id)
-        except Exception:
-            logger.exception("a delete listener failed for conversation {}", conversation_id)
+    def add(self, listener: Callable[[str], None]) -> None:
+        with self._lock:
+            self._all = (*self._all, listener)
+
+    def remove(self, listener: Callable[[str], None]) -> None:
+        """Drop every listener equal to ``listener`` (a bound method equals another of the
+        same object and function); none: nothing to do."""
+        with self._lock:
+            self._all = tuple(each for each in self._all if each != listener)
+
+    def notify(self, conversation_id: str) -> None:
+        """Tell every listener; one that raises is logged and the rest still hear."""
+        for listener in self._all:
+            try:
+                listener(conversation_id)
+            except Exception:
+                logger.exception("a delete listener failed for conversation {}", conversation_id)

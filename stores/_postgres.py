@@ -20,7 +20,7 @@ from parlour.runtime.errors import (
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from parlour.stores import _pg_sql as sql
 from parlour.stores._ids import require_id, user_key
-from parlour.stores._memory import notify_deleted, without
+from parlour.stores._memory import DeleteListeners
 from parlour.stores._pg_schema import migrate
 from parlour.stores._pg_support import (
     Remembered,
@@ -93,7 +93,7 @@ class PostgresStore:
             self._pool.close()
             raise
         self._known = Remembered(remembered)
-        self._listeners: list[Callable[[str], None]] = []
+        self._listeners = DeleteListeners()
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -194,14 +194,14 @@ class PostgresStore:
                 raise not_owned(cid, user_id)
             return False
         self._known.forget(cid)
-        notify_deleted(self._listeners, cid)
+        self._listeners.notify(cid)
         return True
 
     def add_delete_listener(self, listener: Callable[[str], None]) -> None:
-        self._listeners.append(listener)
+        self._listeners.add(listener)
 
     def remove_delete_listener(self, listener: Callable[[str], None]) -> None:
-        self._listeners = without(self._listeners, listener)
+        self._listeners.remove(listener)
 
     def prune(self, conversation_id: str | None = None) -> int:
         """Apply the retention policy to one conversation, or to all. Safe while the store

@@ -3,7 +3,9 @@ LMDB's id limits."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sys
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -79,3 +81,37 @@ def test_an_invalid_user_id_is_refused(store: PersistentStore, user: str) -> Non
         store.load("c1", user)
     with pytest.raises(ValueError, match="user id"):
         store.list_conversations(user)
+
+
+def test_listeners_added_and_removed_from_many_threads_at_once_are_none_of_them_lost(
+    store: PersistentStore,
+) -> None:
+    """Services start and stop on one store from any thread: adds and removes racing one
+    another lose none, and a delete reaches exactly the listeners left."""
+    heard: list[int] = []
+    start = threading.Barrier(8)
+
+    def hearing(n: int) -> Callable[[str], None]:
+        return lambda cid: heard.append(n)
+
+    def churn(worker: int) -> None:
+        mine = [hearing(worker * 1000 + i) for i in range(100)]
+        start.wait()
+        for listener in mine:
+            store.add_delete_listener(listener)
+        for listener in mine[::2]:  # every other one goes again
+            store.remove_delete_listener(listener)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows
+    try:
+        threads = [threading.Thread(target=churn, args=(w,)) for w in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    store.create_context(snapshot("c1"), "alice")
+    assert store.delete("c1", "alice")
+    assert sorted(heard) == [w * 1000 + i for w in range(8) for i in range(1, 100, 2)]
