@@ -327,10 +327,10 @@ class CaseResult(msgspec.Struct, frozen=True):
 
 def run_case(name: str, shape: Shape, sync: bool, progress: Progress | None = None) -> CaseResult:
     """Floor, service (free and gated) and agent paths of ``shape``, the service and agent
-    again on one CPU, each on a fresh LMDB directory and a heap collected first: a stopped
-    service and its store are a reference cycle (with the session cache's snapshots and the
-    store's remembered records), left to the collector, whose passes would scan it in the
-    next path's time (measured: the gated cold path's restores 3,500 -> 6,000/s)."""
+    again on one CPU, each on a fresh LMDB directory and a heap collected first: garbage
+    a path left for the collector would be scanned in the next path's time (none is left
+    today: a stopped service, its store and its conversations go by reference counting;
+    when they were cycles, the gated cold path's restores measured 3,500 against 6,000/s)."""
     both = (shape.workers, 1)  # the restore on the case's threads, and on one
     with tempfile.TemporaryDirectory() as tmp:
         floor = run_floor(Path(tmp) / "floor", shape, sync, progress)
