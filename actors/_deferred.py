@@ -41,6 +41,27 @@ def weakly(method: Callable[..., None]) -> Callable[..., None]:
     return call
 
 
+class OnDeleted:
+    """A service's delete listener on its store. It holds the service weakly (no cycle:
+    the service holds the store) and the session cache strongly: a delete clears the
+    conversation from the service while the service lives, and from the session cache
+    even after the service stopped, so a later service reading the same cache never
+    serves a conversation deleted in between. A service with no session cache takes it
+    back from the store when it stops; one with a cache leaves it (it keeps the cache,
+    not the service)."""
+
+    __slots__ = ("_forget", "_session")
+
+    def __init__(self, forget: Callable[[str], None], session: SessionStore | None) -> None:
+        self._forget = weakly(forget)
+        self._session = session
+
+    def __call__(self, conversation_id: str) -> None:
+        if self._session is not None:
+            self._session.delete(conversation_id)
+        self._forget(conversation_id)
+
+
 class DeferredSaves:
     """Deferred saves by conversation id; ``later`` is the store's ``save_context_later``
     (None: the store cannot defer, and every save waits)."""

@@ -39,6 +39,7 @@ class Lifecycle:
     _held: dict[Any, Any]
     _deferred: DeferredSaves
     store: Any
+    session: Any
     _listener: Callable[[str], None]  # its store's delete listener
 
     def _ask(self, message: Any, default: Any) -> Any:
@@ -75,7 +76,7 @@ class Lifecycle:
             self._stopped = True
             self._held.clear()
             remove = getattr(self.store, "remove_delete_listener", None)
-            if remove is not None:  # a store of an older protocol keeps the no-op
+            if remove is not None and self.session is None:  # see OnDeleted
                 remove(self._listener)
         if self._ticker is not None:
             self._ticker.join()

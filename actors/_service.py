@@ -19,7 +19,7 @@ from loguru import logger
 from parlour.actors import _joiners
 from parlour.actors._activation import Activations, seconds, shutting_down
 from parlour.actors._conversation import ConversationActor
-from parlour.actors._deferred import DeferredSaves, weakly
+from parlour.actors._deferred import DeferredSaves, OnDeleted, weakly
 from parlour.actors._events import AgentEvent
 from parlour.actors._lifecycle import Lifecycle
 from parlour.actors._messages import (
@@ -110,7 +110,7 @@ class ConversationService(Activations, Lifecycle):
         self._supervisor = Supervisor.start(
             self.clock, max_live, self._mirror, self._seams, max_active
         )
-        self._listener = weakly(self._on_deleted)  # removed from the store at stop
+        self._listener = OnDeleted(self._on_deleted, session)
         if store is not None:
             store.add_delete_listener(self._listener)
         self._ticker: threading.Thread | None = None

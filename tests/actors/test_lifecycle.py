@@ -163,30 +163,39 @@ def test_a_stopped_service_goes_with_its_last_reference_and_no_store_holds_it_ba
 ) -> None:
     """A service that saved (deferred and waited), deleted and stopped is no reference
     cycle, nor is its store: each goes as soon as nothing holds it, the cycle collector
-    off. A store that lives on does not keep the stopped service (nor its session cache)
-    alive: the service takes its delete listener back when it stops, and a delete after
-    the service is gone still works."""
+    off. A store that lives on does not keep the stopped service alive: with no session
+    cache, the service takes its delete listener back when it stops; with one, the
+    listener stays for the cache alone, so a delete after the service is gone still
+    clears the cache a later service would read."""
     gc.collect()
     gc.disable()
     try:
         store = LmdbStore(tmp_path / "db")
-        session = MemorySessionCache()
-        service = ConversationService(store, session, cleanup_interval_s=30)
-        thinker = BasicThinker("alice")
-        cid = thinker.mint_conversation_id()
-        context = service.obtain_conversation(None, thinker).get(timeout=5)
-        context.add_user_message("First.")
-        service.save_conversation(context, thinker)
-        context.add_user_message("Second.")
-        service.save_conversation(context, thinker, wait=False)
-        service.release(thinker)
-        service.stop()
-        gone_service, gone_session = weakref.ref(service), weakref.ref(session)
-        del service, session, context
-        assert gone_service() is None
-        assert gone_session() is None
-        assert len(store._listeners) == 0  # the service took its listener back at stop
-        assert store.delete(cid, "alice")
+        for session in (MemorySessionCache(), None):
+            service = ConversationService(store, session, cleanup_interval_s=30)
+            thinker = BasicThinker("alice")
+            cid = thinker.mint_conversation_id()
+            context = service.obtain_conversation(None, thinker).get(timeout=5)
+            context.add_user_message("First.")
+            service.save_conversation(context, thinker)
+            context.add_user_message("Second.")
+            service.save_conversation(context, thinker, wait=False)
+            context.add_user_message("Third.")
+            service.save_conversation(context, thinker)  # settles the deferred one, caches
+            service.release(thinker)
+            service.stop()
+            gone = weakref.ref(service)
+            del service, context
+            assert gone() is None
+            if session is not None:
+                assert session.get(cid, "alice") is not None
+                assert len(store._listeners) == 1  # for the cache
+                assert store.delete(cid, "alice")
+                assert session.get(cid, "alice") is None  # the delete reached it
+                store.remove_delete_listener(store._listeners._all[0])
+            else:
+                assert len(store._listeners) == 0  # taken back at stop
+                assert store.delete(cid, "alice")
         gone_store = weakref.ref(store)
         store.close()
         del store
