@@ -334,7 +334,7 @@ def run_case(name: str, shape: Shape, sync: bool, progress: Progress | None = No
     both = (shape.workers, 1)  # the restore on the case's threads, and on one
     with tempfile.TemporaryDirectory() as tmp:
         floor = run_floor(Path(tmp) / "floor", shape, sync, progress)
-        gc.collect()  # each path on a heap clear of the path before's garbage (below)
+        gc.collect()  # each path on a heap clear of the path before's garbage (see above)
         service, rates = run_service(Path(tmp) / "service", shape, sync, progress, both)
         gc.collect()
         gated, rates_g = run_service(

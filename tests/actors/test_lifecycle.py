@@ -161,7 +161,7 @@ def test_identity_decides_persistence_not_the_temporary_flag(
 def test_a_stopped_service_goes_with_its_last_reference_and_no_store_holds_it_back(
     tmp_path: Path,
 ) -> None:
-    """A service that saved (deferred and waited), deleted and stopped is no reference
+    """A service that saved (deferred and waited) and stopped is no reference
     cycle, nor is its store: each goes as soon as nothing holds it, the cycle collector
     off. A store that lives on does not keep the stopped service alive: with no session
     cache, the service takes its delete listener back when it stops; with one, the
