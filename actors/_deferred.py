@@ -28,9 +28,9 @@ Settle = Callable[[], int]  # waits for a deferred save; its new version
 
 def weakly(method: Callable[..., None]) -> Callable[..., None]:
     """``method`` (a bound method) through a weak reference to its object: a call once the
-    object is gone does nothing. What a service hands the parts it holds (its deferred
-    saves, its store's delete listeners), so that none holds it back: no reference cycle,
-    and a stopped service goes with its last reference, not at the collector's pass."""
+    object is gone does nothing. What a service hands its deferred saves, so that they do
+    not hold it back: no reference cycle, and a stopped service goes with its last
+    reference, not at the collector's pass."""
     ref = weakref.WeakMethod(method)
 
     def call(*args: Any) -> None:
@@ -53,13 +53,15 @@ class OnDeleted:
     __slots__ = ("_forget", "_session")
 
     def __init__(self, forget: Callable[[str], None], session: SessionStore | None) -> None:
-        self._forget = weakly(forget)
+        self._forget = weakref.WeakMethod(forget)  # the service's: it clears the cache too
         self._session = session
 
     def __call__(self, conversation_id: str) -> None:
-        if self._session is not None:
+        forget = self._forget()
+        if forget is not None:
+            forget(conversation_id)
+        elif self._session is not None:
             self._session.delete(conversation_id)
-        self._forget(conversation_id)
 
 
 class DeferredSaves:
