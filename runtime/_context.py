@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from parlour.runtime import snapshots
+from parlour.runtime import _utterances, snapshots
 from parlour.runtime._handlers import ContentFormatter, GenericContentFormatter
 from parlour.runtime._messages import Message, OutgoingMessage
 from parlour.runtime._objective import ObjectiveMap
@@ -26,8 +26,7 @@ from parlour.runtime._prepared import PreparedConversation, Turn
 from parlour.runtime._reconcile import companions_to_find, reconcile_head, stream_additions
 from parlour.runtime._render import Renderer, Scan, render_slot, to_llm_block
 from parlour.runtime._roles import Depth, Grade, Input, OutputSize, TurnRole
-from parlour.runtime._settled import Settled
-from parlour.runtime._utterances import carried_inputs, first_user_utterance, title_of
+from parlour.runtime._settled import Messages, Settled, as_messages
 from parlour.runtime.artifacts._registry import ArtifactRegistry
 from parlour.runtime.artifacts._serializer import build_registry_section
 from parlour.runtime.artifacts._summarizers import Summarizer, TruncatingSummarizer
@@ -79,7 +78,7 @@ class ConversationContext:
         self.workflow_id = workflow_id
         self.temporary = temporary
         self.created_at = created_at or dt.datetime.now(dt.UTC)
-        self.messages: list[Message] = []
+        self._messages = Messages()
         self.compactable = True
         self.cache_main_objective = True
         # the seat's declarations: readable before any resolution, None until set
@@ -150,6 +149,15 @@ class ConversationContext:
 
     # -- messages ---------------------------------------------------------------------------
 
+    @property
+    def messages(self) -> Messages:
+        """The messages, in order. Assigning an iterable of messages replaces them."""
+        return self._messages
+
+    @messages.setter
+    def messages(self, messages: Iterable[Message]) -> None:
+        self._messages = as_messages(messages)  # a list that notes its changes
+
     def add_message(self, message: Message) -> None:
         """Append ``message``; it validated its own text and blocks as they entered it.
 
@@ -161,7 +169,7 @@ class ConversationContext:
                 f"Conversation {self.conversation_id} accepts Message instances, "
                 f"not {type(message).__name__}; refused"
             )
-        self.messages.append(message)
+        self._messages.append(message)
 
     def add_user_message(self, text: str, **flags: Any) -> OutgoingMessage:
         """Append a user message saying ``text``.
@@ -169,21 +177,21 @@ class ConversationContext:
         Raises:
             ValueError: ``text`` holds a lone surrogate (the message names where).
         """
-        self.messages.append(message := OutgoingMessage(text, [TextBlock(text=text)], **flags))
+        self._messages.append(message := OutgoingMessage(text, [TextBlock(text=text)], **flags))
         return message
 
     def first_user_utterance(self) -> str | None:
         """The first message a human sent: user-role, not app-authored."""
-        return first_user_utterance(self.messages)
+        return _utterances.first_user_utterance(self._messages)
 
     @property
     def title(self) -> str:
         """The first utterance, cut at 50 characters, or "Untitled Conversation"."""
-        return title_of(self.messages, UNTITLED)
+        return _utterances.title_of(self._messages, UNTITLED)
 
     def carried_inputs(self) -> set[Input]:
         """What outgoing messages carry anywhere: ``Input.IMAGES``, ``Input.DOCUMENTS``."""
-        return carried_inputs(self.messages)
+        return _utterances.carried_inputs(self._messages)
 
     # -- skills -----------------------------------------------------------------------------
 
@@ -197,7 +205,7 @@ class ConversationContext:
                 a field of the wrong type); the message names the skill.
         """
         if self._palette.admit(skill) and self._objective.frozen:
-            self.messages.append(OutgoingMessage(blocks=[skill], app_authored=True))
+            self._messages.append(OutgoingMessage(blocks=[skill], app_authored=True))
 
     def admitted_skills(self) -> list[SkillBlock]:
         """Every admitted skill, in admission order."""
@@ -233,11 +241,9 @@ class ConversationContext:
         """Tools the model has been shown, derived from the content itself: the head's
         palette, then definitions announced in outgoing messages, a later one winning."""
         announced = dict(self._objective.head_tools())
-        for m in self.messages:
-            if isinstance(m, OutgoingMessage):
-                for b in m.blocks:
-                    if isinstance(b, ToolDefinitionBlock):
-                        announced[b.name] = b
+        for b in _utterances.outgoing_blocks(self._messages):
+            if isinstance(b, ToolDefinitionBlock):
+                announced[b.name] = b
         return announced
 
     # -- rendering --------------------------------------------------------------------------
@@ -263,11 +269,11 @@ class ConversationContext:
         # to_llm_block is the pipeline seam: every block of every turn goes through it
         head = self._objective
         renderer = Renderer(self._to_llm_block, native, thinking_active, companions_to_find(head))
-        scan = renderer.walk(self.messages, self._settled_turns)
+        scan = renderer.walk(self._messages, self._settled_turns)
         pending = self._palette.pending(head.head_tools(), scan.announced)
         if head.frozen:
             if scan.uses_notation or pending:  # only then may a companion be missing
-                renderer.note_companions(self.messages)
+                renderer.note_companions(self._messages)
             for blocks in stream_additions(head, scan, pending):
                 self._append(scan, renderer, blocks)
         else:
@@ -283,11 +289,11 @@ class ConversationContext:
             turns=turns,
             cache_system=self.cache_main_objective,
             tool_definitions=self._objective.tool_definitions(),
-            skills=self._palette.unsaid_skills(self.messages),
+            skills=self._palette.unsaid_skills(self._messages),
         )
 
     def _append(self, scan: Scan, renderer: Renderer, blocks: list[ContentBlock]) -> None:
-        self.messages.append(message := OutgoingMessage(blocks=blocks, app_authored=True))
+        self._messages.append(message := OutgoingMessage(blocks=blocks, app_authored=True))
         scan.turns.append(renderer.turn(message))
 
     # -- the pipeline, bound to this conversation's registry ----------------------------------
@@ -301,21 +307,19 @@ class ConversationContext:
     # -- tokens -----------------------------------------------------------------------------
 
     def get_total_tokens(self, spec: object) -> int:
-        """A fresh estimate of the whole conversation's input tokens.
-
-        The objective and the registry are counted on the strings a render would send; messages on
-        their raw content plus fixed per-image and per-file costs; the response instructions are not
-        counted. ``spec.encoding`` (if any) names the tokenizer. Every piece and message is
-        memoized, so a warm count encodes only what is new. ``ValueError``: no ``spec``.
-        """
+        """A fresh estimate of the whole conversation's input tokens: the objective and the
+        registry as a render sends them, messages on their raw content plus fixed per-image
+        and per-file costs, never the response instructions; ``spec.encoding`` (if any) names
+        the tokenizer. A warm count encodes only what is new. ``ValueError``: no ``spec``."""
         c = spec_counter(spec)
-        return self._tally(c.count, c.count_messages(self.messages, self._weighed, self._bounds))
+        return self._tally(c.count, c.count_messages(self._messages, self._weighed, self._bounds))
 
     def get_token_bound(self, spec: object) -> int:
         """At least ``get_total_tokens(spec)``, encoding nothing: each message's memoized
         count, else its UTF-8 length, summed anew only past ``models._bounds``'s kept sum."""
         c = spec_counter(spec)
-        return self._tally(utf8_bound, c.bound_messages(self.messages, self._weighed, self._bounds))
+        bound = c.bound_messages(self._messages, self._weighed, self._bounds)
+        return self._tally(utf8_bound, bound)
 
     def _tally(self, count: Callable[[str], int], messages: int) -> int:
         skills = [render_text(skill) for skill in self._palette.skills()]
@@ -384,11 +388,7 @@ class ConversationContext:
         context = ConversationContext(temporary=True)
         context.depth = Depth.IMMEDIATE
         context.output_declaration = backstop_tokens
-        context.add_message(
-            OutgoingMessage(
-                prompt, [TextBlock(text=prompt)], requested_output_tokens=backstop_tokens
-            )
-        )
+        context.add_user_message(prompt, requested_output_tokens=backstop_tokens)
         context.set_model_binding(
             ModelBinding.resolved(spec, depth=Depth.IMMEDIATE, output_declaration=backstop_tokens)
         )

@@ -49,6 +49,11 @@ def last_change() -> int:
     return _last_change[0]
 
 
+def note_change() -> None:
+    """Move the change stamp: something a memo was derived from changed. Thread-safe."""
+    _last_change[0] = next(_CHANGES)
+
+
 class StoredBlocks(list[ContentBlock]):
     """Blocks decoded from a stored record: the decoder already proved them storable (typed
     fields, no lone surrogate, values within the nesting cap), so a message given them
@@ -271,7 +276,7 @@ class Message:
         object.__setattr__(self, "_snapshot", None)
         object.__setattr__(self, "_turn", None)
         object.__setattr__(self, "_tokens", None)
-        _last_change[0] = next(_CHANGES)
+        note_change()
 
     @property
     def raw_content(self) -> str:

@@ -105,7 +105,8 @@ class Renderer:
         stamp = last_change()
         settled = Settled() if settled is None else settled
         known = settled.settled(messages, stamp)
-        kept = settled.values[:known]  # a memo per settled message, None for an impure one
+        # a memo per settled message, None for an impure one; appended to below
+        kept: list[Turn | None] = settled.values if known else []
         impure = settled.gaps if known else []  # still impure: nothing of them changed
         tail = list(map(_MEMO, messages[known:]))
         new = [known + at for at in compress(range(len(tail)), map(not_, tail))]
@@ -114,7 +115,8 @@ class Renderer:
             turns[at] = self._fresh_turn(messages[at])
         if known < len(messages) or not known:
             impure = impure + [at for at in new if messages[at]._turn is None]
-            settled.keep(messages, kept + list(map(_MEMO, messages[known:])), stamp, impure)
+            kept += map(_MEMO, messages[known:])
+            settled.keep(messages, kept, stamp, impure)
         self.scan.turns = turns
         return self.scan
 

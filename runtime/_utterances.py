@@ -3,11 +3,11 @@ outgoing messages carry."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from parlour.runtime._messages import Message, OutgoingMessage
 from parlour.runtime._roles import Input
-from parlour.runtime.blocks import FileBlock, ImageBlock
+from parlour.runtime.blocks import ContentBlock, FileBlock, ImageBlock
 
 
 def title_of(messages: Iterable[Message], untitled: str) -> str:
@@ -32,11 +32,16 @@ def carried_inputs(messages: Iterable[Message]) -> set[Input]:
     """The inputs beyond text the outgoing messages carry: an image as ``Input.IMAGES``, a
     file as ``Input.DOCUMENTS``."""
     carried: set[Input] = set()
+    for b in outgoing_blocks(messages):
+        if isinstance(b, ImageBlock):
+            carried.add(Input.IMAGES)
+        elif isinstance(b, FileBlock):
+            carried.add(Input.DOCUMENTS)
+    return carried
+
+
+def outgoing_blocks(messages: Iterable[Message]) -> Iterator[ContentBlock]:
+    """Every block of the outgoing messages, in order."""
     for m in messages:
         if isinstance(m, OutgoingMessage):
-            for b in m.blocks:
-                if isinstance(b, ImageBlock):
-                    carried.add(Input.IMAGES)
-                elif isinstance(b, FileBlock):
-                    carried.add(Input.DOCUMENTS)
-    return carried
+            yield from m.blocks

@@ -257,7 +257,7 @@ def message_snapshots(context: ConversationContext) -> list[MessageSnapshot]:
     a transcript) kept them, then the memoized snapshots of the rest (one read each)."""
     messages, settled, stamp = context.messages, context._settled_snapshots, last_change()
     known = settled.settled(messages, stamp)
-    snapshots = settled.values[:known]
+    snapshots = settled.values if known else []
     snapshots += [m._snapshot or MessageSnapshot.of(m) for m in messages[known:]]
     settled.keep(messages, snapshots, stamp)
     return list(snapshots)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from parlour.runtime._messages import Message, last_change
+from parlour.runtime._settled import Messages
 
 __all__ = ["BoundMemo"]
 
@@ -15,9 +16,9 @@ BoundOf = Callable[[Message, Callable[..., str]], int]  # EncodingCounter.bound_
 
 class BoundMemo:
     """What ``EncodingCounter.bound_messages`` summed over a conversation's leading
-    messages. It holds while the conversation's list still starts with the very same
-    messages (compared by identity, at C speed), no message has changed since
-    (``last_change``) and the same counter's memo is in force (its epoch); then the sum of
+    messages. It holds while the conversation's list is the same ``Messages`` list, only
+    appended to, and no message has changed since (both read from ``last_change``, see
+    ``_settled.py``), and the same counter's memo is in force (its epoch); then the sum of
     those messages is reused, except for the ones whose bound depends on the render
     (``gaps``), which are bounded again. Anything else starts over. A kept sum is never
     below the exact count: each of its terms was at least its message's count, and the
@@ -26,14 +27,15 @@ class BoundMemo:
     Not thread-safe: it belongs to one conversation, reached by its owner only.
     """
 
-    __slots__ = ("_epoch", "_fixed", "_gaps", "_messages", "_stamp")
+    __slots__ = ("_epoch", "_fixed", "_gaps", "_length", "_messages", "_stamp")
 
     def __init__(self) -> None:
         self.clear()
 
     def clear(self) -> None:
         """Forget the kept sum (an exact count tightened the messages' own memos)."""
-        self._messages: list[Message] = []
+        self._messages: list[Message] | None = None
+        self._length = 0
         self._stamp = -1
         self._epoch: object = None
         self._fixed = 0
@@ -60,9 +62,9 @@ class BoundMemo:
                     varying += n
                     continue
             fixed += kept[1]
-        if start != len(messages):  # a copy of the list: the conversation's own changes
-            self._messages, self._stamp, self._epoch = list(messages), stamp, epoch
-            self._fixed, self._gaps = fixed, gaps
+        if start != len(messages) and type(messages) is Messages:  # a plain list: no stamp
+            self._messages, self._length, self._stamp = messages, len(messages), stamp
+            self._epoch, self._fixed, self._gaps = epoch, fixed, gaps
         return fixed + varying
 
     def _settled(
@@ -70,7 +72,6 @@ class BoundMemo:
     ) -> tuple[int, int, list[int]]:
         """How many leading ``messages`` the kept sum covers, the sum, and the places among
         them to bound again (the kept list itself, appended to); none when nothing holds."""
-        known = self._messages
-        if stamp == self._stamp and epoch is self._epoch and messages[: len(known)] == known:
-            return len(known), self._fixed, self._gaps
+        if stamp == self._stamp and epoch is self._epoch and messages is self._messages:
+            return self._length, self._fixed, self._gaps
         return 0, 0, []

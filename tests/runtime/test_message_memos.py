@@ -26,9 +26,12 @@ from parlour.runtime import (
     ThinkingResponseHandler,
 )
 from parlour.runtime._messages import last_change
+from parlour.runtime._prepared import Turn
 from parlour.runtime._render import Renderer
+from parlour.runtime._settled import Messages, Settled
 from parlour.runtime.blocks import ContentBlock, PojoBlock, TextBlock, ToolDefinitionBlock
 from parlour.runtime.snapshots import MessageSnapshot
+from tests.runtime._list_changes import LIST_CHANGES
 
 
 class Answer(msgspec.Struct):
@@ -221,6 +224,43 @@ def test_a_shortened_or_replaced_message_list_is_read_afresh() -> None:
     assert [t.blocks[0].text for t in turns] == ["four", "two", "three"]  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("change", sorted(LIST_CHANGES))
+def test_every_change_to_a_message_list_but_an_append_moves_the_change_stamp(change: str) -> None:
+    c = ConversationContext("list-stamp")
+    for text in ("one", "two", "three"):
+        c.add_user_message(text)
+    before = last_change()
+    c.messages.append(OutgoingMessage("four"))
+    c.messages.extend([OutgoingMessage("five")])
+    c.messages += [OutgoingMessage("six")]
+    assert last_change() == before  # appends leave every leading message where it was
+    LIST_CHANGES[change](c.messages, 1, OutgoingMessage("new"))
+    assert last_change() != before
+
+
+def test_a_list_given_as_the_messages_is_copied_into_one_that_notes_its_changes() -> None:
+    c = ConversationContext("assigned")
+    given = [OutgoingMessage("one", [TextBlock(text="one")])]
+    c.messages = given
+    assert type(c.messages) is Messages and c.messages == given
+    given.append(OutgoingMessage("not in the conversation"))
+    c.prepare_messages_for_llm(GenericContentFormatter())
+    c.messages[0] = OutgoingMessage("two", [TextBlock(text="two")])
+    turns = c.prepare_messages_for_llm(GenericContentFormatter()).turns
+    assert [t.blocks[0].text for t in turns] == ["two"]  # type: ignore[union-attr]
+    kept = c.messages
+    c.messages = kept
+    assert c.messages is kept  # already such a list: taken as it is
+
+
+def test_nothing_is_kept_as_settled_for_a_plain_list_whose_changes_move_no_stamp() -> None:
+    messages: list[Message] = [OutgoingMessage("one", [TextBlock(text="one")])]
+    settled: Settled[Turn | None] = Settled()
+    Renderer(lambda b: b, native_tools=False, thinking_active=False).walk(messages, settled)
+    messages[0] = OutgoingMessage("two", [TextBlock(text="two")])  # no stamp moves
+    assert settled.settled(messages, last_change()) == 0
+
+
 def test_every_change_takes_a_stamp_no_reader_saw_before_it_even_across_threads() -> None:
     workers, rounds = 4, 500
     start = threading.Barrier(workers + 1)
@@ -278,6 +318,12 @@ class SettledMachine(RuleBasedStateMachine):
     @rule()
     def replace_list(self) -> None:
         self.c.messages = list(reversed(self.c.messages))
+
+    @rule(change=st.sampled_from(sorted(LIST_CHANGES)), at=st.integers(0, 9))
+    def change_the_list_in_place(self, change: str, at: int) -> None:
+        if self.c.messages:
+            new = OutgoingMessage(f"new {at}", [TextBlock(text=f"new {at}")])
+            LIST_CHANGES[change](self.c.messages, at, new)
 
     @invariant()
     def a_save_keeps_nothing_stale(self) -> None:

@@ -22,6 +22,7 @@ from parlour.runtime import (
 )
 from parlour.runtime.blocks import PojoBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from parlour.runtime.models._tokens import utf8_bound
+from tests.runtime._list_changes import LIST_CHANGES
 
 
 class FakeSpec:
@@ -76,6 +77,12 @@ class BoundMachine(RuleBasedStateMachine):
     @rule()
     def remove_last(self) -> None:
         self.context.messages.pop()
+
+    @precondition(lambda self: self.context.messages)
+    @rule(change=st.sampled_from(sorted(LIST_CHANGES)), at=st.integers(0, 9), text=_TEXT)
+    def change_the_list_in_place(self, change: str, at: int, text: str) -> None:
+        self.made += 1
+        LIST_CHANGES[change](self.context.messages, at, _message(0, text, self.made))
 
     @rule(step=st.integers(1, 3))
     def rewrite_the_list(self, step: int) -> None:

@@ -1,0 +1,36 @@
+"""Every way to change a conversation's message list in place other than appending, named,
+for the state machines that check a memo never outlives such a change."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+
+from parlour.runtime import Message
+
+Change = Callable[[list[Message], int, Message], object]
+
+
+def _sort(messages: list[Message], at: int, new: Message) -> None:
+    messages.sort(key=lambda m: m.raw_content, reverse=bool(at % 2))
+
+
+def _imul(messages: list[Message], at: int, new: Message) -> None:
+    messages *= at % 3  # no copy, one copy more, or nothing left
+
+
+# each one leaves the list the same length or shorter, or one longer: no memo may survive
+LIST_CHANGES: dict[str, Change] = {
+    "set one": lambda ms, at, new: operator.setitem(ms, at % len(ms), new),
+    "set a slice": lambda ms, at, new: operator.setitem(ms, slice(at % len(ms), None), [new]),
+    "delete one": lambda ms, at, new: operator.delitem(ms, at % len(ms)),
+    "delete a slice": lambda ms, at, new: operator.delitem(ms, slice(None, at % len(ms))),
+    "insert": lambda ms, at, new: ms.insert(at % len(ms), new),
+    "pop the last": lambda ms, at, new: ms.pop(),
+    "pop one": lambda ms, at, new: ms.pop(at % len(ms)),
+    "remove": lambda ms, at, new: ms.remove(ms[at % len(ms)]),
+    "reverse": lambda ms, at, new: ms.reverse(),
+    "sort": _sort,
+    "clear": lambda ms, at, new: ms.clear(),
+    "multiply": _imul,
+}
