@@ -234,8 +234,10 @@ def plan_records(base: list[T] | None, items: list[T], encode: Callable[[T], byt
     there on, an item the store wrote is compared by its encoded bytes, never by ``==``
     (which takes ``1`` for ``True``, ``0.0`` for ``-0.0``), so a changed item is always
     written. A list shorter than the base writes nothing for the missing tail: the store
-    removes it by the counts.
+    removes it by the counts. The plan holds a copy of ``items``: the caller's list may
+    change after the save (a snapshot edited and saved again), the next base may not.
     """
+    items = list(items)
     if base is None:
         writes = _encode_from(items, 0, encode)
     else:

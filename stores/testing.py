@@ -249,6 +249,21 @@ class StoreContract:
         assert store.version_of("c1", "alice") == 2
         assert [v.version for v in store.get_version_history("c1", "alice")] == [2, 1]
 
+    def test_a_snapshot_edited_in_place_after_its_save_is_stored_as_edited(
+        self, store: PersistentStore
+    ) -> None:
+        context = ConversationContext("c1", user_id="alice")
+        context.add_user_message("First question")
+        context.usage_ledger.append({"type": "model_call", "input_tokens": 1})
+        saved = context.to_snapshot()
+        saved.stored_version = store.create_context(saved, "alice")
+        saved.messages[0] = snapshot(text="edited").messages[0]  # the very lists the save had
+        saved.messages.append(snapshot(text="added").messages[0])
+        saved.usage[0] = {"type": "model_call", "input_tokens": 2}
+        saved.stored_version = store.save_context(saved, "alice")
+        assert store.load("c1", "alice") == saved
+        assert said(store) == ["edited", "added"]
+
     def test_versions_continue_across_delete_and_recreate(self, store: PersistentStore) -> None:
         store.create_context(snapshot(), "alice")
         store.save_context(snapshot(text="second", version=1), "alice")
