@@ -21,53 +21,100 @@ from parlour.runtime._messages import Message, note_change
 T = TypeVar("T")
 
 
-class Messages(list[Message]):
-    """A conversation's message list: a list whose every change but an append (``append``,
-    ``extend``, ``+=``) moves the change stamp, so that a memo kept for its leading
-    messages knows, by the stamp alone, that they are still the ones it was kept for.
-
-    Reads and appends are the list's own, at C speed. Not thread-safe, as any list.
-    """
+class _Noted(list[T]):
+    """A list that calls ``_rewritten`` after every change in place but an append
+    (``append``, ``extend``, ``+=`` are the list's own, at C speed)."""
 
     __slots__ = ()
 
+    def _rewritten(self) -> None:
+        raise NotImplementedError
+
     def __setitem__(self, index: Any, value: Any) -> None:
         super().__setitem__(index, value)
-        note_change()
+        self._rewritten()
 
     def __delitem__(self, index: Any) -> None:
         super().__delitem__(index)
-        note_change()
+        self._rewritten()
 
     def __imul__(self, n: SupportsIndex) -> Self:
         super().__imul__(n)
-        note_change()
+        self._rewritten()
         return self
 
-    def insert(self, index: SupportsIndex, message: Message) -> None:
-        super().insert(index, message)
-        note_change()
+    def insert(self, index: SupportsIndex, item: T) -> None:
+        super().insert(index, item)
+        self._rewritten()
 
-    def pop(self, index: SupportsIndex = -1) -> Message:
-        message = super().pop(index)
-        note_change()
-        return message
+    def pop(self, index: SupportsIndex = -1) -> T:
+        item = super().pop(index)
+        self._rewritten()
+        return item
 
-    def remove(self, message: Message) -> None:
-        super().remove(message)
-        note_change()
+    def remove(self, item: T) -> None:
+        super().remove(item)
+        self._rewritten()
 
     def clear(self) -> None:
         super().clear()
-        note_change()
+        self._rewritten()
 
     def reverse(self) -> None:
         super().reverse()
-        note_change()
+        self._rewritten()
 
     def sort(self, *args: Any, **kwargs: Any) -> None:
         super().sort(*args, **kwargs)
+        self._rewritten()
+
+
+class Messages(_Noted[Message]):
+    """A conversation's message list: a list whose every change but an append moves the
+    change stamp, so that a memo kept for its leading messages knows, by the stamp alone,
+    that they are still the ones it was kept for. Not thread-safe, as any list."""
+
+    __slots__ = ()
+
+    def _rewritten(self) -> None:
         note_change()
+
+
+class Copy(_Noted[T]):
+    """A copy of a ``Settled``'s kept values that knows them as its ``origin``, for as
+    long as it is not changed (any change, an append included, forgets it).
+
+    A kept list is only ever appended to while it is kept, and left as it is after, so two
+    unchanged copies with one origin hold the very same objects as far as the shorter
+    goes: a store compares a save's message snapshots with its last save's by that
+    (``stores._records.plan_records``) instead of item by item. ``copy()`` keeps the
+    origin. Not thread-safe, as any list.
+    """
+
+    __slots__ = ("origin",)
+
+    def __init__(self, items: Iterable[T] = (), origin: list[T] | None = None) -> None:
+        super().__init__(items)
+        self.origin = origin
+
+    def _rewritten(self) -> None:
+        self.origin = None
+
+    def append(self, item: T) -> None:
+        super().append(item)
+        self.origin = None
+
+    def extend(self, items: Iterable[T]) -> None:
+        super().extend(items)
+        self.origin = None
+
+    def __iadd__(self, items: Iterable[T]) -> Self:  # type: ignore[override,misc]
+        super().__iadd__(items)
+        self.origin = None
+        return self
+
+    def copy(self) -> Copy[T]:
+        return Copy(list.copy(self), self.origin)  # from an exact list: copied at C speed
 
 
 def as_messages(messages: Iterable[Message]) -> Messages:
@@ -78,7 +125,8 @@ def as_messages(messages: Iterable[Message]) -> Messages:
 class Settled(Generic[T]):
     """One derivation per message, kept for the next pass over the same conversation.
 
-    ``values`` is the keeper's own list: a pass over the same list may append to it.
+    ``values`` is the keeper's own list: a pass over the same list may append to it, and
+    nothing else changes it.
     Not thread-safe: it belongs to one conversation, reached by its owner only.
     """
 
@@ -98,6 +146,10 @@ class Settled(Generic[T]):
         if stamp == self._stamp and messages is self._messages:
             return len(self.values)
         return 0
+
+    def copy(self) -> Copy[T]:
+        """A fresh list of the kept values, knowing them as its origin."""
+        return Copy(self.values, self.values)
 
     def keep(
         self, messages: list[Message], values: list[T], stamp: int, gaps: list[int] | None = None

@@ -260,7 +260,7 @@ def message_snapshots(context: ConversationContext) -> list[MessageSnapshot]:
     snapshots = settled.values if known else []
     snapshots += [m._snapshot or MessageSnapshot.of(m) for m in messages[known:]]
     settled.keep(messages, snapshots, stamp)
-    return list(snapshots)
+    return settled.copy()
 
 
 def _without_orphan_results(messages: list[MessageSnapshot]) -> list[MessageSnapshot]:

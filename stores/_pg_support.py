@@ -15,7 +15,7 @@ import msgspec
 
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot, MessageSnapshot
 from parlour.stores._ids import conversation_key, user_key
-from parlour.stores._records import decode_record, encode_body, usage_encoder
+from parlour.stores._records import decode_record, encode_body, shares_prefix, usage_encoder
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
@@ -101,7 +101,8 @@ class Remembered:
             known = self._known.get(cid)
             if known is not None and known[0] > version:
                 return  # a newer state is already remembered
-            self._known[cid] = (version, list(messages), None if usage is None else list(usage))
+            kept = messages.copy() if isinstance(messages, list) else list(messages)
+            self._known[cid] = (version, kept, None if usage is None else list(usage))
             self._known.move_to_end(cid)
             while len(self._known) > self._size:
                 self._known.popitem(last=False)
@@ -114,7 +115,7 @@ class Remembered:
 def _common(base: list[Any], items: list[Any]) -> int:
     """How many leading items are the base's very objects."""
     common = min(len(base), len(items))
-    if all(map(operator.is_, base[:common], items[:common])):
+    if shares_prefix(base, items) or all(map(operator.is_, base[:common], items[:common])):
         return common
     return list(map(operator.is_, base, items)).index(False)
 

@@ -229,25 +229,36 @@ def plan_records(base: list[T] | None, items: list[T], encode: Callable[[T], byt
     (all of them without a ``base``).
 
     Memoized message snapshots (and ledger entries, appended and never changed) make
-    unchanged items the very same objects, so one pass of identity checks
-    (``map(operator.is_, ...)``, about 20 ns an item) finds the first that is not; from
-    there on, an item the store wrote is compared by its encoded bytes, never by ``==``
-    (which takes ``1`` for ``True``, ``0.0`` for ``-0.0``), so a changed item is always
-    written. A list shorter than the base writes nothing for the missing tail: the store
-    removes it by the counts. The plan holds a copy of ``items``: the caller's list may
-    change after the save (a snapshot edited and saved again), the next base may not.
+    unchanged items the very same objects. Two unchanged copies of one conversation's kept
+    snapshots (``message_snapshots`` gives such a list: its ``origin`` says which) share
+    them as far as the shorter goes, and nothing is compared; else one pass of identity
+    checks (``map(operator.is_, ...)``, about 20 ns an item) finds the first that is not;
+    from there on, an item the store wrote is compared by its encoded bytes, never by
+    ``==`` (which takes ``1`` for ``True``, ``0.0`` for ``-0.0``), so a changed item is
+    always written. A list shorter than the base writes nothing for the missing tail: the
+    store removes it by the counts. The plan holds a copy of ``items`` (``copy()``, which
+    keeps an origin): the caller's list may change after the save (a snapshot edited and
+    saved again), the next base may not.
     """
-    items = list(items)
+    items = items.copy() if isinstance(items, list) else list(items)
     if base is None:
         writes = _encode_from(items, 0, encode)
     else:
         common = min(len(base), len(items))
         # the usual turn: nothing before the end changed
-        same = all(map(operator.is_, base, items))
+        same = shares_prefix(base, items) or all(map(operator.is_, base, items))
         writes = [] if same else _changed(base, items, common, encode)
         if len(items) > common:
             writes += _encode_from(items, common, encode)
     return Plan(base, writes, items, sum(len(data) for _, data in writes) if writes else 0)
+
+
+def shares_prefix(base: list[Any], items: list[Any]) -> bool:
+    """Whether ``base`` and ``items`` are unchanged copies of one kept list (the very
+    same objects as far as the shorter goes), by their ``origin`` (see
+    ``runtime._settled.Copy``)."""
+    origin = getattr(items, "origin", None)
+    return origin is not None and getattr(base, "origin", None) is origin
 
 
 def _changed(

@@ -1,21 +1,21 @@
-"""Every way to change a conversation's message list in place other than appending, named,
-for the state machines that check a memo never outlives such a change."""
+"""Every way to change a list in place other than appending, named, for the tests that check
+a memo kept for a message list (or a store's knowledge of a snapshot list) never outlives
+such a change."""
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable
+from typing import Any
 
-from parlour.runtime import Message
-
-Change = Callable[[list[Message], int, Message], object]
-
-
-def _sort(messages: list[Message], at: int, new: Message) -> None:
-    messages.sort(key=lambda m: m.raw_content, reverse=bool(at % 2))
+Change = Callable[[list[Any], int, Any], object]
 
 
-def _imul(messages: list[Message], at: int, new: Message) -> None:
+def _sort(messages: list[Any], at: int, new: Any) -> None:
+    messages.sort(key=id, reverse=bool(at % 2))
+
+
+def _imul(messages: list[Any], at: int, new: Any) -> None:
     messages *= at % 3  # no copy, one copy more, or nothing left
 
 

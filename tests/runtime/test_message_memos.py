@@ -30,7 +30,7 @@ from parlour.runtime._prepared import Turn
 from parlour.runtime._render import Renderer
 from parlour.runtime._settled import Messages, Settled
 from parlour.runtime.blocks import ContentBlock, PojoBlock, TextBlock, ToolDefinitionBlock
-from parlour.runtime.snapshots import MessageSnapshot
+from parlour.runtime.snapshots import MessageSnapshot, message_snapshots
 from tests.runtime._list_changes import LIST_CHANGES
 
 
@@ -251,6 +251,28 @@ def test_a_list_given_as_the_messages_is_copied_into_one_that_notes_its_changes(
     kept = c.messages
     c.messages = kept
     assert c.messages is kept  # already such a list: taken as it is
+
+
+@pytest.mark.parametrize("change", [*sorted(LIST_CHANGES), "append", "extend", "+="])
+def test_a_saves_list_of_kept_snapshots_forgets_where_it_came_from_on_any_change(
+    change: str,
+) -> None:
+    c = ConversationContext("copied")
+    for text in ("one", "two", "three"):
+        c.add_user_message(text)
+    snapshots = message_snapshots(c)
+    origin = getattr(snapshots, "origin", None)
+    assert origin is not None and getattr(snapshots.copy(), "origin", None) is origin
+    new = MessageSnapshot.of(OutgoingMessage("new"))
+    if change == "append":
+        snapshots.append(new)
+    elif change == "extend":
+        snapshots.extend([new])
+    elif change == "+=":
+        snapshots += [new]
+    else:
+        LIST_CHANGES[change](snapshots, 1, new)
+    assert getattr(snapshots, "origin", None) is None
 
 
 def test_nothing_is_kept_as_settled_for_a_plain_list_whose_changes_move_no_stamp() -> None:
