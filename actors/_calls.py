@@ -334,8 +334,8 @@ def _inline_call(
         cap.put(None)
     if plan.thinker.cancelled is not None:
         raise cancelled_error(plan)
-    if deltas is None and response.text:
-        plan.state.publish(TextDelta(text=response.text))
+    if deltas is None and (text := response.text):
+        plan.state.publish(TextDelta(text=text))
     return response
 
 

@@ -11,7 +11,11 @@ import msgspec
 from loguru import logger
 
 from parlour.runtime.errors import ConversationNotFoundError, StaleVersionError
-from parlour.runtime.snapshots import ConversationPersistenceSnapshot
+from parlour.runtime.snapshots import (
+    ConversationPersistenceSnapshot,
+    decode_snapshot,
+    encode_snapshot,
+)
 from parlour.stores._ids import (
     check_owner,
     conversation_key,
@@ -67,8 +71,10 @@ class MemoryStore:
     checks, fencing, versions that never restart), keeps the owner, title and creation
     time from the first save, and lists in the same order.
 
-    Every save is kept as a version (a private copy), the newest ``keep_versions`` of
-    each conversation (None: all); a delete removes them.
+    Every save is kept as a version, in its encoded bytes as a durable store keeps it (so
+    nothing the caller does to its snapshot afterwards reaches the stored one, and a load
+    decodes, refusing what does not), the newest ``keep_versions`` of each conversation
+    (None: all); a delete removes them.
 
     Thread-safety: every method from any thread (one lock around the dict).
     """
@@ -107,7 +113,7 @@ class MemoryStore:
             else:
                 summary = msgspec.structs.replace(existing.summary, updated_at=now)
             version = self._last_versions.get(key, 0) + 1
-            self._store(key, _Record(user_id, summary, snapshot), version)
+            self._store(key, _Record(user_id, summary, snapshot, version))
             return version
 
     def save_context(
@@ -123,18 +129,11 @@ class MemoryStore:
             if snapshot.stored_version != current:
                 raise StaleVersionError(key, snapshot.stored_version, current)
             summary = msgspec.structs.replace(existing.summary, updated_at=self._now())
-            self._store(key, _Record(user_id, summary, snapshot), current + 1)
+            self._store(key, _Record(user_id, summary, snapshot, current + 1))
             return current + 1
 
-    def _store(self, key: str, record: _Record, version: int) -> None:
-        # a private copy stamped with its version: the caller's snapshot stays the caller's
-        snapshot = record.snapshot
-        record.snapshot = msgspec.structs.replace(
-            snapshot,
-            messages=list(snapshot.messages),
-            usage=list(snapshot.usage),
-            stored_version=version,
-        )
+    def _store(self, key: str, record: _Record) -> None:
+        version = record.version
         self._records[key] = record
         self._last_versions[key] = version
         kept = self._versions.setdefault(key, [])
@@ -163,17 +162,12 @@ class MemoryStore:
     ) -> ConversationPersistenceSnapshot | None:
         with self._lock:
             existing = self._owned(conversation_id, user_id)
-        if existing is None:
-            return None
-        snapshot = existing.snapshot
-        return msgspec.structs.replace(
-            snapshot, messages=list(snapshot.messages), usage=list(snapshot.usage)
-        )
+        return None if existing is None else decode_snapshot(existing.data, conversation_id)
 
     def version_of(self, conversation_id: str, user_id: str) -> int | None:
         with self._lock:
             existing = self._owned(conversation_id, user_id)
-        return None if existing is None else existing.snapshot.stored_version
+        return None if existing is None else existing.version
 
     def delete(self, conversation_id: str, user_id: str) -> bool:
         with self._lock:
@@ -243,10 +237,7 @@ class MemoryStore:
             kept = [(v, r) for v, r in kept if v.version == version]
         if not kept:
             return None
-        snapshot = kept[-1][1].snapshot
-        return msgspec.structs.replace(
-            snapshot, messages=list(snapshot.messages), usage=list(snapshot.usage)
-        )
+        return decode_snapshot(kept[-1][1].data, conversation_id)
 
     def add_delete_listener(self, listener: Callable[[str], None]) -> None:
         self._listeners.add(listener)
@@ -256,14 +247,22 @@ class MemoryStore:
 
 
 class _Record:
-    __slots__ = ("snapshot", "summary", "user_id")
+    """One stored version: its owner, its summary, and the snapshot's bytes (stamped with
+    the version)."""
+
+    __slots__ = ("data", "summary", "user_id", "version")
 
     def __init__(
-        self, user_id: str, summary: ConversationSummary, snapshot: ConversationPersistenceSnapshot
+        self,
+        user_id: str,
+        summary: ConversationSummary,
+        snapshot: ConversationPersistenceSnapshot,
+        version: int,
     ) -> None:
         self.user_id = user_id
         self.summary = summary
-        self.snapshot = snapshot
+        self.version = version
+        self.data = encode_snapshot(msgspec.structs.replace(snapshot, stored_version=version))
 
 
 class DeleteListeners:

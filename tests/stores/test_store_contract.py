@@ -19,6 +19,10 @@ class TestMemoryStore(StoreContract):
     def store(self, clock: Ticks) -> MemoryStore:
         return MemoryStore(now=clock)
 
+    def damage(self, store: PersistentStore, conversation_id: str) -> None:
+        assert isinstance(store, MemoryStore)
+        store._records[conversation_id].data = b"{not json"
+
 
 class TestLmdbStore(StoreContract):
     @pytest.fixture
