@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any, ClassVar, Self, SupportsIndex
 
 from parlour.runtime._handlers import ResponseHandler
+from parlour.runtime._lists import Noted
 from parlour.runtime._validation import check_text, is_valid_text
 from parlour.runtime.blocks import (
     ContentBlock,
@@ -62,7 +63,7 @@ class StoredBlocks(list[ContentBlock]):
     __slots__ = ()
 
 
-class _Blocks(list[ContentBlock]):
+class _Blocks(Noted[ContentBlock]):
     """A message's block list: every block that enters it is validated, and any change in
     place forgets the message's memoized snapshot.
 
@@ -98,7 +99,7 @@ class _Blocks(list[ContentBlock]):
         # a plain list: the unpickled message wraps (and checks) it again on assignment
         return (list, (list(self),))
 
-    def _changed(self) -> None:
+    def _rewritten(self) -> None:
         owner = self._owner()
         if owner is not None:
             owner._forget()
@@ -106,18 +107,17 @@ class _Blocks(list[ContentBlock]):
     def append(self, block: ContentBlock) -> None:
         self._check((block,), len(self))
         super().append(block)
-        self._changed()
+        self._rewritten()
 
     def extend(self, blocks: Iterable[ContentBlock]) -> None:
         blocks = list(blocks)
         self._check(blocks, len(self))
         super().extend(blocks)
-        self._changed()
+        self._rewritten()
 
     def insert(self, index: SupportsIndex, block: ContentBlock) -> None:
         self._check((block,), operator.index(index))
-        super().insert(index, block)
-        self._changed()
+        super().insert(index, block)  # and forgets
 
     def __setitem__(self, index: Any, value: Any) -> None:
         if isinstance(index, slice):
@@ -125,37 +125,11 @@ class _Blocks(list[ContentBlock]):
             self._check(value, 0)
         else:
             self._check((value,), index)
-        super().__setitem__(index, value)
-        self._changed()
-
-    def __delitem__(self, index: Any) -> None:
-        super().__delitem__(index)
-        self._changed()
+        super().__setitem__(index, value)  # and forgets
 
     def __iadd__(self, blocks: Iterable[ContentBlock]) -> Self:  # type: ignore[override,misc]
         self.extend(blocks)
         return self
-
-    def pop(self, index: SupportsIndex = -1) -> ContentBlock:
-        block = super().pop(index)
-        self._changed()
-        return block
-
-    def remove(self, block: ContentBlock) -> None:
-        super().remove(block)
-        self._changed()
-
-    def clear(self) -> None:
-        super().clear()
-        self._changed()
-
-    def reverse(self) -> None:
-        super().reverse()
-        self._changed()
-
-    def sort(self, *args: Any, **kwargs: Any) -> None:
-        super().sort(*args, **kwargs)
-        self._changed()
 
 
 class Message:

@@ -14,62 +14,15 @@ then only appended and read; a compaction or an edit is the exception).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Generic, Self, SupportsIndex, TypeVar
+from typing import Generic, Self, TypeVar
 
+from parlour.runtime._lists import Noted
 from parlour.runtime._messages import Message, note_change
 
 T = TypeVar("T")
 
 
-class _Noted(list[T]):
-    """A list that calls ``_rewritten`` after every change in place but an append
-    (``append``, ``extend``, ``+=`` are the list's own, at C speed)."""
-
-    __slots__ = ()
-
-    def _rewritten(self) -> None:
-        raise NotImplementedError
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        super().__setitem__(index, value)
-        self._rewritten()
-
-    def __delitem__(self, index: Any) -> None:
-        super().__delitem__(index)
-        self._rewritten()
-
-    def __imul__(self, n: SupportsIndex) -> Self:
-        super().__imul__(n)
-        self._rewritten()
-        return self
-
-    def insert(self, index: SupportsIndex, item: T) -> None:
-        super().insert(index, item)
-        self._rewritten()
-
-    def pop(self, index: SupportsIndex = -1) -> T:
-        item = super().pop(index)
-        self._rewritten()
-        return item
-
-    def remove(self, item: T) -> None:
-        super().remove(item)
-        self._rewritten()
-
-    def clear(self) -> None:
-        super().clear()
-        self._rewritten()
-
-    def reverse(self) -> None:
-        super().reverse()
-        self._rewritten()
-
-    def sort(self, *args: Any, **kwargs: Any) -> None:
-        super().sort(*args, **kwargs)
-        self._rewritten()
-
-
-class Messages(_Noted[Message]):
+class Messages(Noted[Message]):
     """A conversation's message list: a list whose every change but an append moves the
     change stamp, so that a memo kept for its leading messages knows, by the stamp alone,
     that they are still the ones it was kept for. Not thread-safe, as any list."""
@@ -80,7 +33,7 @@ class Messages(_Noted[Message]):
         note_change()
 
 
-class Copy(_Noted[T]):
+class Copy(Noted[T]):
     """A copy of a ``Settled``'s kept values that knows them as its ``origin``, for as
     long as it is not changed (any change, an append included, forgets it).
 

@@ -363,6 +363,25 @@ TestSettledMachine = SettledMachine.TestCase
 TestSettledMachine.settings = settings(max_examples=60, stateful_step_count=15, deadline=None)
 
 
+@pytest.mark.parametrize("change", [*sorted(LIST_CHANGES), "append", "extend", "+="])
+def test_every_change_in_place_to_a_messages_blocks_forgets_its_snapshot(change: str) -> None:
+    m = OutgoingMessage("m", [TextBlock(text="one"), TextBlock(text="two")])
+    kept = MessageSnapshot.of(m)
+    before = last_change()
+    blocks = m.blocks  # another name: no assignment to the message tells it
+    new = TextBlock(text="new")
+    if change == "append":
+        blocks.append(new)
+    elif change == "extend":
+        blocks.extend([new])
+    elif change == "+=":
+        blocks += [new]
+    else:
+        LIST_CHANGES[change](blocks, 1, new)
+    assert MessageSnapshot.of(m) is not kept and last_change() != before
+    assert MessageSnapshot.of(m).blocks == list(m.blocks)
+
+
 def test_a_block_list_outliving_its_message_still_checks_blocks_and_changes_quietly() -> None:
     blocks = OutgoingMessage("gone", [TextBlock(text="kept")]).blocks  # the message is freed
     blocks.append(TextBlock(text="added"))  # nothing left to forget: no error
