@@ -34,19 +34,21 @@ class Messages(Noted[Message]):
 
 
 class Copy(Noted[T]):
-    """A copy of a ``Settled``'s kept values that knows them as its ``origin``, for as
-    long as it is not changed (any change, an append included, forgets it).
+    """A copy of a ``Settled``'s kept values that carries their ``origin`` (a token the
+    kept list has for as long as it is kept), for as long as the copy is not changed (any
+    change, an append included, forgets it).
 
     A kept list is only ever appended to while it is kept, and left as it is after, so two
     unchanged copies with one origin hold the very same objects as far as the shorter
     goes: a store compares a save's message snapshots with its last save's by that
     (``stores._records.plan_records``) instead of item by item. ``copy()`` keeps the
-    origin. Not thread-safe, as any list.
+    origin. The token holds nothing, so a store's copy keeps no kept list alive. Not
+    thread-safe, as any list.
     """
 
     __slots__ = ("origin",)
 
-    def __init__(self, items: Iterable[T] = (), origin: list[T] | None = None) -> None:
+    def __init__(self, items: Iterable[T] = (), origin: object = None) -> None:
         super().__init__(items)
         self.origin = origin
 
@@ -83,12 +85,13 @@ class Settled(Generic[T]):
     Not thread-safe: it belongs to one conversation, reached by its owner only.
     """
 
-    __slots__ = ("_messages", "_stamp", "gaps", "values")
+    __slots__ = ("_messages", "_origin", "_stamp", "gaps", "values")
 
     def __init__(self) -> None:
         self._messages: list[Message] | None = None
         self._stamp = -1
         self.values: list[T] = []  # one per kept message, in order
+        self._origin = object()  # the token of this very values list (see ``Copy``)
         self.gaps: list[int] = []  # the places whose value is a placeholder, ascending
 
     def settled(self, messages: list[Message], stamp: int) -> int:
@@ -101,8 +104,8 @@ class Settled(Generic[T]):
         return 0
 
     def copy(self) -> Copy[T]:
-        """A fresh list of the kept values, knowing them as its origin."""
-        return Copy(self.values, self.values)
+        """A fresh list of the kept values, carrying their origin."""
+        return Copy(self.values, self._origin)
 
     def keep(
         self, messages: list[Message], values: list[T], stamp: int, gaps: list[int] | None = None
@@ -111,5 +114,7 @@ class Settled(Generic[T]):
         read, and the places of ``gaps``. Nothing is kept for a plain list: its changes
         move no stamp."""
         self._messages = messages if type(messages) is Messages else None
-        self.values, self._stamp = values, stamp
+        if values is not self.values:  # another list: copies of the last one share nothing
+            self.values, self._origin = values, object()
+        self._stamp = stamp
         self.gaps = [] if gaps is None else gaps
