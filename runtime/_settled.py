@@ -47,10 +47,7 @@ class Copy(Noted[T]):
     """
 
     __slots__ = ("origin",)
-
-    def __init__(self, items: Iterable[T] = (), origin: object = None) -> None:
-        super().__init__(items)
-        self.origin = origin
+    origin: object  # set by whoever makes one (no __init__ of its own: made thrice a turn)
 
     def _rewritten(self) -> None:
         self.origin = None
@@ -69,7 +66,9 @@ class Copy(Noted[T]):
         return self
 
     def copy(self) -> Copy[T]:
-        return Copy(list.copy(self), self.origin)  # from an exact list: copied at C speed
+        copy = Copy(list.copy(self))  # from an exact list: copied at C speed
+        copy.origin = getattr(self, "origin", None)
+        return copy
 
 
 def as_messages(messages: Iterable[Message]) -> Messages:
@@ -105,7 +104,9 @@ class Settled(Generic[T]):
 
     def copy(self) -> Copy[T]:
         """A fresh list of the kept values, carrying their origin."""
-        return Copy(self.values, self._origin)
+        copy = Copy(self.values)
+        copy.origin = self._origin
+        return copy
 
     def keep(
         self, messages: list[Message], values: list[T], stamp: int, gaps: list[int] | None = None
