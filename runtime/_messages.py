@@ -76,12 +76,10 @@ class _Blocks(Noted[ContentBlock]):
 
     __slots__ = ("_owner",)
 
-    def __init__(
-        self, owner: Message, blocks: Iterable[ContentBlock], *, checked: bool = False
-    ) -> None:
+    def __init__(self, owner: Message, blocks: Iterable[ContentBlock]) -> None:
         super().__init__(blocks)
         self._owner = weakref.ref(owner)  # no cycle: a message is freed by refcount
-        if not checked:
+        if type(blocks) is not StoredBlocks:
             self._check(self, 0)  # a stored record's blocks are checked by the decoder
 
     def _check(self, blocks: Iterable[object], start: int) -> None:
@@ -190,7 +188,7 @@ class Message:
         if type(role) is not str or not role.isascii():
             self._check_field("role", role)
         init(self, "role", role)
-        init(self, "blocks", _Blocks(self, blocks, checked=type(blocks) is StoredBlocks))
+        init(self, "blocks", _Blocks(self, blocks))
         if content is not None and (type(content) is not str or not content.isascii()):
             self._check_content(content)
         init(self, "_raw_content", content)  # set here only
@@ -212,7 +210,7 @@ class Message:
         # and _render.py); re-setting the very value a field holds changes nothing, so it
         # keeps them. The block list reports its own in-place changes.
         if name == "blocks":
-            value = _Blocks(self, value, checked=type(value) is StoredBlocks)  # type: ignore[arg-type]
+            value = _Blocks(self, value)  # type: ignore[arg-type]
         elif name in _MEMOS:
             object.__setattr__(self, name, value)
             return
