@@ -34,7 +34,7 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 
 from parlour.stores._waiting import held_gate, hold, waiting
 
@@ -50,6 +50,7 @@ class TurnGate:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._holding = _Holding(self)  # no state of its own: one serves every thread
 
     def let_go(self) -> None:
         self._lock.release()
@@ -61,20 +62,32 @@ class TurnGate:
         """True while some thread holds it."""
         return self._lock.locked()
 
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
+    def held(self) -> AbstractContextManager[None]:
         """Hold the gate for the block (waiting for it first), except while the block waits
-        inside ``waiting()``."""
-        if held_gate() is not None:  # already held by this thread
-            yield
-            return
-        self._lock.acquire()
-        hold(self)
-        try:
-            yield
-        finally:
-            hold(None)
-            self._lock.release()
+        inside ``waiting()``; a no-op in a thread that holds it already. Use it at once
+        (``with gate.held():``)."""
+        return _ALREADY if held_gate() is not None else self._holding
+
+
+class _Holding:
+    """The hold of ``TurnGate.held``: a plain class, not a generator (it is taken every
+    gated turn), and stateless, so one per gate serves every thread."""
+
+    __slots__ = ("_gate",)
+
+    def __init__(self, gate: TurnGate) -> None:
+        self._gate = gate
+
+    def __enter__(self) -> None:
+        self._gate._lock.acquire()
+        hold(self._gate)
+
+    def __exit__(self, *exc: object) -> None:
+        hold(None)
+        self._gate._lock.release()
+
+
+_ALREADY = contextlib.nullcontext()  # reusable: it holds nothing
 
 
 turn_gate = TurnGate()  # the process's: every gated turn shares it
