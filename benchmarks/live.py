@@ -3,7 +3,8 @@
 For each count (default 100 and 10,000) it makes that many warm idle conversations in one
 service (each obtained, given a message and released with a long retention), then prints
 the process's RSS and thread count, the median and p99 latency of a warm obtain plus
-release, how long ``get_stats()`` and ``sweep_expired()`` take, and how long a spawn (the
+release, how long ``get_stats()`` and ``sweep_expired()`` take (each after a collection of
+the heap, so that none pays for one it happens to trigger), and how long a spawn (the
 obtain of a new conversation) waits while a ``get_stats()`` runs beside it.
 
     python benchmarks/live.py [--counts 100 10000] [--samples 1000]
