@@ -34,3 +34,16 @@ LIST_CHANGES: dict[str, Change] = {
     "clear": lambda ms, at, new: ms.clear(),
     "multiply": _imul,
 }
+
+
+def _add(messages: list[Any], at: int, new: Any) -> None:
+    messages += [new]
+
+
+# the appends: a memo of the leading items survives them, a copy that names its origin not
+APPENDS: dict[str, Change] = {
+    "append": lambda ms, at, new: ms.append(new),
+    "extend": lambda ms, at, new: ms.extend([new]),
+    "+=": _add,
+}
+EVERY_CHANGE: dict[str, Change] = {**LIST_CHANGES, **APPENDS}

@@ -31,7 +31,7 @@ from parlour.runtime._render import Renderer
 from parlour.runtime._settled import Messages, Settled
 from parlour.runtime.blocks import ContentBlock, PojoBlock, TextBlock, ToolDefinitionBlock
 from parlour.runtime.snapshots import MessageSnapshot, message_snapshots
-from tests.runtime._list_changes import LIST_CHANGES
+from tests.runtime._list_changes import EVERY_CHANGE, LIST_CHANGES
 
 
 class Answer(msgspec.Struct):
@@ -253,7 +253,7 @@ def test_a_list_given_as_the_messages_is_copied_into_one_that_notes_its_changes(
     assert c.messages is kept  # already such a list: taken as it is
 
 
-@pytest.mark.parametrize("change", [*sorted(LIST_CHANGES), "append", "extend", "+="])
+@pytest.mark.parametrize("change", sorted(EVERY_CHANGE))
 def test_a_saves_list_of_kept_snapshots_forgets_where_it_came_from_on_any_change(
     change: str,
 ) -> None:
@@ -264,14 +264,7 @@ def test_a_saves_list_of_kept_snapshots_forgets_where_it_came_from_on_any_change
     origin = getattr(snapshots, "origin", None)
     assert origin is not None and getattr(snapshots.copy(), "origin", None) is origin
     new = MessageSnapshot.of(OutgoingMessage("new"))
-    if change == "append":
-        snapshots.append(new)
-    elif change == "extend":
-        snapshots.extend([new])
-    elif change == "+=":
-        snapshots += [new]
-    else:
-        LIST_CHANGES[change](snapshots, 1, new)
+    EVERY_CHANGE[change](snapshots, 1, new)
     assert getattr(snapshots, "origin", None) is None
 
 
@@ -363,21 +356,14 @@ TestSettledMachine = SettledMachine.TestCase
 TestSettledMachine.settings = settings(max_examples=60, stateful_step_count=15, deadline=None)
 
 
-@pytest.mark.parametrize("change", [*sorted(LIST_CHANGES), "append", "extend", "+="])
+@pytest.mark.parametrize("change", sorted(EVERY_CHANGE))
 def test_every_change_in_place_to_a_messages_blocks_forgets_its_snapshot(change: str) -> None:
     m = OutgoingMessage("m", [TextBlock(text="one"), TextBlock(text="two")])
     kept = MessageSnapshot.of(m)
     before = last_change()
     blocks = m.blocks  # another name: no assignment to the message tells it
     new = TextBlock(text="new")
-    if change == "append":
-        blocks.append(new)
-    elif change == "extend":
-        blocks.extend([new])
-    elif change == "+=":
-        blocks += [new]
-    else:
-        LIST_CHANGES[change](blocks, 1, new)
+    EVERY_CHANGE[change](blocks, 1, new)
     assert MessageSnapshot.of(m) is not kept and last_change() != before
     assert MessageSnapshot.of(m).blocks == list(m.blocks)
 

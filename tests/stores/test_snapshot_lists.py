@@ -32,9 +32,8 @@ from parlour.runtime.snapshots import (
     encode_snapshot,
 )
 from parlour.stores import LmdbStore, MemoryStore, PersistentStore, PostgresStore
-from tests.runtime._list_changes import LIST_CHANGES
+from tests.runtime._list_changes import APPENDS, EVERY_CHANGE, LIST_CHANGES
 
-_APPENDS = ("append", "extend", "add")
 SETTINGS = settings(
     max_examples=40,
     stateful_step_count=20,
@@ -91,19 +90,13 @@ class HeldSnapshots(RuleBasedStateMachine):
 
     @rule(
         which=st.integers(0, 3),
-        change=st.sampled_from(sorted(LIST_CHANGES) + list(_APPENDS)),
+        change=st.sampled_from(sorted(EVERY_CHANGE)),
         at=st.integers(0, 9),
     )
     def a_held_snapshot_is_changed_by_hand(self, which: int, change: str, at: int) -> None:
         messages = self.held[which % len(self.held)].messages
-        if change == "append":
-            messages.append(self._new())
-        elif change == "extend":
-            messages.extend([self._new()])
-        elif change == "add":
-            messages += [self._new()]
-        elif messages:
-            LIST_CHANGES[change](messages, at, self._new())
+        if messages or change in APPENDS:
+            EVERY_CHANGE[change](messages, at, self._new())
 
     @precondition(lambda self: self.held)
     @rule(which=st.integers(0, 3))
