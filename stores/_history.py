@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from parlour.stores._layout import Databases
 
 MAX_CHAIN = 256  # most deltas after a checkpoint
+# the deltas' message bytes a chain may reach before a checkpoint is due, however small
+# its checkpoint: a young conversation's saves are not each a full copy
+CHAIN_FLOOR = 16 * 1024
 PRUNE_EVERY = 64  # a save whose version is a multiple of this prunes its conversation
 CHECKPOINT, DELTA = b"C", b"D"
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -113,7 +116,12 @@ def record(
     with one). Returns the chain this version leaves, for its header."""
     size = plan.size + usage.size
     full = len(plan.writes) == len(plan.items) and len(usage.writes) == len(usage.items)
-    if chain is None or full or chain[0] >= MAX_CHAIN or chain[1] + size > chain[2]:
+    if (
+        chain is None
+        or full
+        or chain[0] >= MAX_CHAIN
+        or chain[1] + size > max(chain[2], CHAIN_FLOOR)
+    ):
         # the records as this save left them: the stored bytes, none encoded again
         writes = _all_of(txn, dbs.messages, key, plan.writes, len(plan.items))
         entries = _all_of(txn, dbs.usage, key, usage.writes, len(usage.items))

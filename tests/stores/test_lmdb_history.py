@@ -111,6 +111,27 @@ def test_a_version_costs_what_its_save_wrote_and_reads_replay_a_bounded_chain(
             assert _loaded(store, version) == saved[version]
 
 
+def test_a_young_conversations_saves_are_deltas_until_they_reach_the_chain_floor(
+    tmp_path: Path,
+) -> None:
+    """A short conversation's first checkpoint is small: its deltas soon outweigh it, but a
+    checkpoint (a full copy) is due only once they also pass the floor, and then the
+    chain's bytes start over."""
+    with LmdbStore(tmp_path, keep_versions=None) as store:
+        c = _conversation()
+        saved = _saves(store, c, 12)
+        assert [v for v, checkpoint in _kinds(store).items() if checkpoint] == [1]
+        padding = "x" * (_history.CHAIN_FLOOR // 4)  # stored twice: text and its block
+        for i in range(3):  # deltas of over half the floor each
+            c.add_user_message(f"{padding} {i}")
+            c.stored_version = store.save_context(c.to_snapshot(), "alice")
+            saved[c.stored_version] = encode_snapshot(c.to_snapshot())
+        checkpoints = [v for v, checkpoint in _kinds(store).items() if checkpoint]
+        assert checkpoints == [1, 15]  # the second big delta passed the floor
+        for version in saved:
+            assert _loaded(store, version) == saved[version]
+
+
 def test_retention_keeps_the_newest_versions_and_every_kept_one_still_reads(
     tmp_path: Path,
 ) -> None:
