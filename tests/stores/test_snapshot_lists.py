@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,
-    precondition,
     rule,
     run_state_machine_as_test,
 )
@@ -98,7 +97,6 @@ class HeldSnapshots(RuleBasedStateMachine):
         if messages or change in APPENDS:
             EVERY_CHANGE[change](messages, at, self._new())
 
-    @precondition(lambda self: self.held)
     @rule(which=st.integers(0, 3))
     def a_held_snapshot_is_saved(self, which: int) -> None:
         snapshot = self.held[which % len(self.held)]
