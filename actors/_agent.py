@@ -168,7 +168,10 @@ class Agent:
         (the model call then refuses or binds the seat, as without compaction)."""
         if not self.compaction:
             return None
-        spec = context.get_model() if context.is_model_resolved() else self.client.spec
+        binding = context.model_binding  # resolved: its spec, else the client's
+        spec = binding.spec if binding is not None else None
+        if spec is None:
+            spec = self.client.spec
         manager = self._window(spec)
         if manager.surely_fits(context, spec.max_output_tokens):
             return None  # far below the window: nothing to measure, nothing to climb

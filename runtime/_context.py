@@ -322,8 +322,9 @@ class ConversationContext:
         return self._tally(utf8_bound, bound)
 
     def _tally(self, count: Callable[[str], int], messages: int) -> int:
-        skills = [render_text(skill) for skill in self._palette.skills()]
-        system_text = "\n\n".join([*skills, self._objective.system_text(False)])
+        system_text = self._objective.system_text(False)
+        if skills := self._palette.skills():  # joined only when there are any
+            system_text = "\n\n".join([*map(render_text, skills), system_text])
         section = build_registry_section(self.artifact_registry, self.summarizer)
         return count(system_text) + messages + count(section)
 

@@ -88,6 +88,7 @@ class ContextWindowManager:
         self.trigger = _trigger(trigger_override)
         self.compactor = compactor
         self._counter = counter or LocalTokenCounter(spec)
+        self._trigger_at = self.trigger_tokens()  # the check before every call reads it
 
     # -- the numbers ----------------------------------------------------------------------------
 
@@ -136,8 +137,11 @@ class ContextWindowManager:
         Raises:
             UncorrectableLLMError: as ``absolute_limit``.
         """
-        limit = min(self.trigger_tokens(), self.absolute_limit(conversation, reserve))
-        return self._bounded_under(conversation, limit)
+        if reserve is None:
+            reserve = conversation.output_reserve(self.spec)
+        return self._bounded_under(
+            conversation, min(self._trigger_at, self.spec.max_context_tokens - reserve)
+        )
 
     def _bounded_under(self, conversation: ConversationContext, limit: float) -> bool:
         counter = self._counter

@@ -27,19 +27,16 @@ class BoundMemo:
     Not thread-safe: it belongs to one conversation, reached by its owner only.
     """
 
-    __slots__ = ("_epoch", "_fixed", "_gaps", "_length", "_messages", "_stamp")
+    __slots__ = ("_kept",)
 
     def __init__(self) -> None:
         self.clear()
 
     def clear(self) -> None:
         """Forget the kept sum (an exact count tightened the messages' own memos)."""
-        self._messages: list[Message] | None = None
-        self._length = 0
-        self._stamp = -1
-        self._epoch: object = None
-        self._fixed = 0
-        self._gaps: list[int] = []
+        # (the list, how many leading messages the sum covers, the stamp and the counter's
+        # epoch it was made under, the sum, the places among them to bound again)
+        self._kept: tuple[list[Message], int, int, object, int, list[int]] | None = None
 
     def bound(
         self, messages: list[Message], epoch: object, bound_of: BoundOf, render: Callable[..., str]
@@ -47,31 +44,25 @@ class BoundMemo:
         """The sum of ``bound_of(m, render)`` over ``messages``, each message memoized by
         the counter whose memo is ``epoch`` looked at once while this memo holds."""
         stamp = last_change()
-        start, fixed, gaps = self._settled(messages, stamp, epoch)
+        kept = self._kept
+        if kept is not None and kept[0] is messages and kept[2] == stamp and kept[3] is epoch:
+            start, fixed, gaps = kept[1], kept[4], kept[5]  # the kept list, appended to
+        else:
+            start, fixed, gaps = 0, 0, []
         varying = 0
         for at in gaps:
             varying += bound_of(messages[at], render)
         for at in range(start, len(messages)):
             m = messages[at]
-            kept = m._tokens
-            if kept is None or kept[0] is not epoch:
+            memo = m._tokens
+            if memo is None or memo[0] is not epoch:
                 n = bound_of(m, render)
-                kept = m._tokens
-                if kept is None or kept[0] is not epoch:  # it needs the render: not kept
+                memo = m._tokens
+                if memo is None or memo[0] is not epoch:  # it needs the render: not kept
                     gaps.append(at)
                     varying += n
                     continue
-            fixed += kept[1]
+            fixed += memo[1]
         if start != len(messages) and type(messages) is Messages:  # a plain list: no stamp
-            self._messages, self._length, self._stamp = messages, len(messages), stamp
-            self._epoch, self._fixed, self._gaps = epoch, fixed, gaps
+            self._kept = (messages, len(messages), stamp, epoch, fixed, gaps)
         return fixed + varying
-
-    def _settled(
-        self, messages: list[Message], stamp: int, epoch: object
-    ) -> tuple[int, int, list[int]]:
-        """How many leading ``messages`` the kept sum covers, the sum, and the places among
-        them to bound again (the kept list itself, appended to); none when nothing holds."""
-        if stamp == self._stamp and epoch is self._epoch and messages is self._messages:
-            return self._length, self._fixed, self._gaps
-        return 0, 0, []

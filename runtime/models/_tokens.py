@@ -184,7 +184,7 @@ class EncodingCounter:
             return memo[1]  # type: ignore[no-any-return]
         total, plain = self._sum(message, render, self.count, self.count_block)
         if plain:
-            message._tokens = (self._epoch, total, True)
+            _remember(message, (self._epoch, total, True))
         return total
 
     def bound_message(self, message: Message, render: BlockText) -> int:
@@ -195,7 +195,7 @@ class EncodingCounter:
             return memo[1]  # type: ignore[no-any-return]
         total, plain = self._sum(message, render, utf8_bound, self._bound_block)
         if plain:
-            message._tokens = (self._epoch, total, False)
+            _remember(message, (self._epoch, total, False))
         return total
 
     def count_messages(
@@ -242,7 +242,7 @@ class EncodingCounter:
     ) -> tuple[int, bool]:
         """The message's total by ``text`` and ``block``, and whether no block needed
         ``render`` (so the total depends on the message alone)."""
-        raw = message.raw_content if message.has_raw_text else None
+        raw = message._raw_content
         total = 0 if raw is None else text(raw)
         plain = True
         for b in message.blocks:
@@ -283,6 +283,10 @@ def utf8_bound(text: str) -> int:
         return len(text)
     return len(text.encode("utf-8", "surrogatepass"))
 
+
+# a message's token memo set directly: a memo is no change, so ``Message.__setattr__`` (a
+# Python call, twice a turn before the model call) has nothing to do for it
+_remember: Callable[[Message, object], None] = Message.__dict__["_tokens"].__set__
 
 _PLAIN = frozenset(
     {JsonBlock, ToolUseBlock, ToolResultBlock, ThinkingBlock, RedactedThinkingBlock, SkillBlock}
