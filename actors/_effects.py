@@ -1,13 +1,16 @@
 """What a turn asks its driver to do (the effects ``turn_steps`` yields) and how it backs off.
 
 ``_turn.turn_steps`` yields one of these, and the sync or async driver (``_drive.py``)
-performs it and sends back its result. They carry data only.
+performs it and sends back its result. They carry data only (frozen structs: several
+are made every turn, and a struct is made in C).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import msgspec
 
 from parlour.runtime import ConversationContext
 from parlour.runtime.blocks import ToolUseBlock
@@ -35,13 +38,11 @@ class RetryPolicy:
         return wait
 
 
-@dataclass(frozen=True, slots=True)
-class Obtain:
+class Obtain(msgspec.Struct, frozen=True):
     """Obtain the lease; the result is the context."""
 
 
-@dataclass(frozen=True, slots=True)
-class Save:
+class Save(msgspec.Struct, frozen=True):
     """Save at a boundary; ``wait=False`` where the turn goes on working (the save is
     deferred, and the turn's next waited save or its release waits for it)."""
 
@@ -49,8 +50,7 @@ class Save:
     wait: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class Compact:
+class Compact(msgspec.Struct, frozen=True):
     """Fit the conversation to its window (``fit``, ``afit`` on a loop) with the seat's
     reserve; the result is the ``FitReport``."""
 
@@ -59,27 +59,23 @@ class Compact:
     reserve: int
 
 
-@dataclass(frozen=True, slots=True)
-class CallModel:
+class CallModel(msgspec.Struct, frozen=True):
     """One model call; the driver streams its text as events; the result is the response."""
 
     context: ConversationContext
 
 
-@dataclass(frozen=True, slots=True)
-class RunTools:
+class RunTools(msgspec.Struct, frozen=True):
     """Run the calls concurrently; the result is one ``ToolResultBlock`` per call, in order."""
 
     calls: Sequence[ToolUseBlock]
 
 
-@dataclass(frozen=True, slots=True)
-class Pause:
+class Pause(msgspec.Struct, frozen=True):
     seconds: float
 
 
-@dataclass(frozen=True, slots=True)
-class Release:
+class Release(msgspec.Struct, frozen=True):
     """Release the lease with the thinker's retention."""
 
 
