@@ -335,7 +335,7 @@ def _inline_call(
     if plan.thinker.cancelled is not None:
         raise cancelled_error(plan)
     if deltas is None and (text := response.text):
-        plan.state.publish(TextDelta(text=text))
+        plan.state.publish_text(text)
     return response
 
 

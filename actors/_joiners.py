@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from parlour.actors._events import AgentEvent, Restarted, TextDelta, TurnDone
 from parlour.actors._thinker import BasicThinker
@@ -33,6 +33,17 @@ class TurnState:
     Thread-safety: every method may be called from any thread; one lock guards both.
     """
 
+    __slots__ = (
+        "_closed",
+        "_committed",
+        "_ended",
+        "_followers",
+        "_lock",
+        "_offers",
+        "_partial",
+        "_source",
+    )
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._committed: list[str] = []
@@ -47,12 +58,26 @@ class TurnState:
 
     def publish(self, event: AgentEvent) -> None:
         """Record ``event`` in the text so far and pass it to every follower."""
+        kind = type(event)
         with self._lock:
-            if isinstance(event, TextDelta):
-                self._partial.append(event.text)
-            elif isinstance(event, Restarted):
+            if kind is TextDelta:
+                self._partial.append(cast(TextDelta, event).text)
+            elif kind is Restarted:
                 self._partial.clear()
+            if not self._followers:
+                return
             followers = list(self._followers)
+        for loop, queue in followers:
+            _post(loop, queue, event)
+
+    def publish_text(self, text: str) -> None:
+        """``publish(TextDelta(text=text))``, the event built only for a follower."""
+        with self._lock:
+            self._partial.append(text)
+            if not self._followers:
+                return
+            followers = list(self._followers)
+        event = TextDelta(text=text)
         for loop, queue in followers:
             _post(loop, queue, event)
 

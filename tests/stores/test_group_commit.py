@@ -298,12 +298,12 @@ def test_writers_answered_by_another_writers_commit_never_take_the_commit_lock(
     env.close()
 
 
-def test_a_refusal_in_a_batch_costs_the_others_nothing_and_a_late_failure_one_reapplication(
+def test_each_failing_write_in_a_batch_costs_one_reapplication_and_leaves_nothing(
     tmp_path: Path,
 ) -> None:
-    """A write that raises before writing is left out and the batch goes on in the same
-    transaction; one that raises after writing has the batch applied again without it. Either
-    way every other write is committed, once, in one commit, and the failing ones left
+    """A write that raises, a refusal before its first put or a failure part-way, has the
+    batch applied again without it. Every other write is committed, in one commit; each
+    failure costs one more run of the writes before it; a failing one runs once and leaves
     nothing."""
     env = lmdb.open(str(tmp_path), map_size=1 << 22, writemap=True)
     hooks = _Hooks(env)
@@ -335,9 +335,9 @@ def test_a_refusal_in_a_batch_costs_the_others_nothing_and_a_late_failure_one_re
     with pytest.raises(RuntimeError, match="failed part-way"):
         answers[3].result()
     # the submitter leads with the writes queued before its own: a, the refusal, b, the late
-    # failure, then c. Those before the late failure ran once more without it, c once; the
-    # refusal never again
-    assert runs == {b"a": 2, b"b": 2, b"c": 1}
+    # failure, then c. a ran again after each failure, b after the late one, c once; neither
+    # failing write ran twice
+    assert runs == {b"a": 3, b"b": 2, b"c": 1}
     assert refusals == [b"v"]
     assert (hooks.committed_batches, hooks.failed_batches) == (1, 0)
     with env.begin() as txn:
