@@ -107,9 +107,9 @@ def is_model_resolved(context: ConversationContext) -> bool:
 
 def served_spec_id(context: ConversationContext) -> str | None:
     """The spec id a snapshot records: the bound spec's, else the prior one carried forward."""
-    if is_model_resolved(context):
-        return get_model(context).id
-    return context.prior_spec_id
+    binding = context.model_binding  # read here, not through get_model: every snapshot asks
+    spec = None if binding is None else binding.spec
+    return context.prior_spec_id if spec is None else spec.id
 
 
 def _declared_output(context: ConversationContext, spec: ModelSpec) -> int:
