@@ -193,9 +193,15 @@ class EncodingCounter:
         memo = message._tokens
         if memo is not None and memo[0] is self._epoch:
             return memo[1]  # type: ignore[no-any-return]
-        total, plain = self._sum(message, render, utf8_bound, self._bound_block)
-        if plain:
-            _remember(message, (self._epoch, total, False))
+        blocks, raw = message.blocks, message._raw_content
+        if len(blocks) == 1 and type(blocks[0]) is TextBlock:  # two such messages a turn
+            text = cast(TextBlock, blocks[0]).text if raw is None else raw
+            total = len(text) if text.isascii() else utf8_bound(text)
+        else:
+            total, plain = self._sum(message, render, utf8_bound, self._bound_block)
+            if not plain:
+                return total
+        _remember(message, (self._epoch, total, False))
         return total
 
     def count_messages(
