@@ -11,7 +11,8 @@ deltas after it.
 The chain (deltas since the checkpoint, their bytes, the checkpoint's bytes), kept in the
 conversation's header as its version left it, decides when a save is a checkpoint: when its
 delta would make the chain longer than ``MAX_CHAIN`` records or its messages heavier than
-the checkpoint's, or when the previous version was not recorded with a chain. (Stores
+the checkpoint's, or when the previous version was not recorded with a chain; so does the
+retention: a version the next prune will keep oldest is one (``oldest_kept_at_prune``). (Stores
 written before kept it in ``chains``, id -> four 8-byte integers; the code reads it no
 more, and drops it with the history.) So a read replays at most ``MAX_CHAIN`` deltas and
 about twice a full copy's message bytes (a read uses only the last record's body), and a
@@ -21,6 +22,8 @@ conversation's history costs about what its saves wrote plus a few full copies.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
+import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -109,15 +112,18 @@ def record(
     plan: MessagePlan,
     usage: UsagePlan,
     chain: Chain | None,
+    checkpoint: bool = False,
 ) -> Chain:
     """Record the save that wrote ``body``, ``plan`` and ``usage`` as ``version``: a delta
     of what it wrote, or a checkpoint of every message and ledger entry when the chain
-    calls for one. ``chain`` is what the previous version left (None: it was not recorded
-    with one). Returns the chain this version leaves, for its header."""
+    calls for one or ``checkpoint`` asks (a version a coming prune keeps oldest: see
+    ``oldest_kept_at_prune``). ``chain`` is what the previous version left (None: it was
+    not recorded with one). Returns the chain this version leaves, for its header."""
     size = plan.size + usage.size
     full = len(plan.writes) == len(plan.items) and len(usage.writes) == len(usage.items)
     if (
-        chain is None
+        checkpoint
+        or chain is None
         or full
         or chain[0] >= MAX_CHAIN
         or chain[1] + size > max(chain[2], CHAIN_FLOOR)
@@ -163,6 +169,12 @@ def _raw_records(txn: Any, db: Any, key: bytes, limit: int | None = None) -> lis
     prefix = message_prefix(key)
     cursor = txn.cursor(db=db)
     found: list[bytes] = []
+    if limit and cursor.set_range(prefix):
+        # the usual call (a save's checkpoint): ``limit`` records, taken at C speed when the
+        # last of them is still the conversation's (its keys sort together: so are all)
+        items = list(itertools.islice(cursor.iternext(), limit))
+        if len(items) == limit and all(bytes(items[i][0]).startswith(prefix) for i in (0, -1)):
+            return list(map(bytes, map(operator.itemgetter(1), items)))
     if cursor.set_range(prefix):
         for item_key, value in cursor:
             if len(found) == limit or not bytes(item_key).startswith(prefix):
@@ -221,7 +233,8 @@ def _replay(held: list[bytes], count: int, writes: list[tuple[int, bytes]]) -> l
     Raises:
         IndexError: a write past ``count`` (a damaged record)."""
     del held[count:]
-    held.extend(b"" for _ in range(count - len(held)))
+    if count > len(held):
+        held.extend([b""] * (count - len(held)))
     for index, data in writes:
         held[index] = data
     return held
@@ -293,19 +306,44 @@ def prune(txn: Any, dbs: Databases, key: bytes, retention: Retention) -> int:
     return keep_from
 
 
+def oldest_kept_at_prune(version: int, retention: Retention) -> bool:
+    """Whether ``version`` is the oldest one the prune at a later save will keep, when the
+    versions are counted only (the prune at each ``PRUNE_EVERY``-th version keeps the newest
+    ``keep``): recorded as a checkpoint, it is not rebuilt from its chain then."""
+    keep = retention.keep
+    return (
+        retention.keep_for is None and keep is not None and not (version + keep - 1) % PRUNE_EVERY
+    )
+
+
 def _prune_count(txn: Any, dbs: Databases, key: bytes, keep: int) -> int:
     """``prune`` by count alone: every record but the newest ``keep`` goes, the oldest one
-    kept made a checkpoint first; of the rest only the keys are read."""
-    numbers = _numbers(txn, dbs, key)
-    if len(numbers) <= keep:
+    kept made a checkpoint first. Only keys are read: the newest ``keep`` of them walked
+    back from the conversation's end at C speed, then the older ones deleted in order."""
+    prefix = message_prefix(key)
+    cursor = txn.cursor(db=dbs.versions)
+    if cursor.set_range(prefix + _PAST):  # the first key after the conversation's records
+        if not cursor.prev():
+            return 0
+    elif not cursor.last():
         return 0
-    gone, oldest = numbers[:-keep], numbers[-keep]
-    raw = txn.get(version_key(key, oldest), db=dbs.versions)
+    newest = list(itertools.islice(cursor.iterprev(keys=True, values=False), keep + 1))
+    if len(newest) <= keep or not bytes(newest[keep]).startswith(prefix):
+        return 0  # no more than ``keep`` of its records (the next key is another's)
+    oldest = bytes(newest[keep - 1])
+    raw = txn.get(oldest, db=dbs.versions)
     if bytes(raw[:1]) != CHECKPOINT:
-        _materialize(txn, dbs, key, Kept(oldest, _moment(raw), False))
-    for version in gone:
-        txn.delete(version_key(key, version), db=dbs.versions)
-    return len(gone)
+        version = int.from_bytes(oldest[len(prefix) :], "big")
+        _materialize(txn, dbs, key, Kept(version, _moment(raw), False))
+    gone = 0
+    cursor.set_range(prefix)
+    while bytes(cursor.key()) < oldest:  # every key before it is the conversation's
+        cursor.delete()
+        gone += 1
+    return gone
+
+
+_PAST = b"\xff" * 9  # after every version key of a conversation's prefix (8-byte numbers)
 
 
 def _materialize(txn: Any, dbs: Databases, key: bytes, item: Kept) -> None:

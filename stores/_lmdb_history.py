@@ -118,8 +118,18 @@ class LmdbHistory:
         if self._retention is None:
             return None
         previous = None if old is None else old.history
+        checkpoint = _history.oldest_kept_at_prune(head.version, self._retention)
         chain = _history.record(
-            txn, self._dbs, key, head.version, head.updated_at, body, plan, usage, previous
+            txn,
+            self._dbs,
+            key,
+            head.version,
+            head.updated_at,
+            body,
+            plan,
+            usage,
+            previous,
+            checkpoint,
         )
         if head.version % _history.PRUNE_EVERY == 0:
             _history.prune(txn, self._dbs, key, self._retention)
