@@ -41,7 +41,9 @@ def _loaded(store: LmdbStore, cid: str, version: int) -> bytes:
 def _kinds(store: LmdbStore, cid: str) -> dict[int, bool]:
     """Each recorded version of ``cid``: whether it is a checkpoint."""
     with store._env.begin() as txn:
-        return {k.version: k.checkpoint for k in _history.kept(txn, store._dbs, conversation_key(cid))}
+        return {
+            k.version: k.checkpoint for k in _history.kept(txn, store._dbs, conversation_key(cid))
+        }
 
 
 def test_the_version_a_coming_prune_keeps_oldest_is_a_checkpoint_so_the_prune_rebuilds_nothing(
