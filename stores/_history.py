@@ -133,7 +133,7 @@ def record(
         entries = _all_of(txn, dbs.usage, key, usage.writes, len(usage.items))
         payload = Payload(body, len(plan.items), writes, len(usage.items), entries)
         txn.put(version_key(key, version), _record(CHECKPOINT, saved_at, payload), db=dbs.versions)
-        return (0, 0, sum(len(data) for _, data in writes + entries))
+        return (0, 0, sum(map(len, map(operator.itemgetter(1), writes + entries))))
     payload = Payload(body, len(plan.items), plan.writes, len(usage.items), usage.writes)
     txn.put(version_key(key, version), _record(DELTA, saved_at, payload), db=dbs.versions)
     return (chain[0] + 1, chain[1] + size, chain[2])
