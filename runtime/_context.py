@@ -26,7 +26,7 @@ from parlour.runtime._prepared import PreparedConversation, Turn
 from parlour.runtime._reconcile import companions_to_find, reconcile_head, stream_additions
 from parlour.runtime._render import Renderer, Scan, render_slot, to_llm_block
 from parlour.runtime._roles import Depth, Grade, Input, OutputSize, TurnRole
-from parlour.runtime._settled import Messages, Settled, as_messages
+from parlour.runtime._settled import Ledger, Messages, Settled, as_messages
 from parlour.runtime.artifacts._registry import ArtifactRegistry
 from parlour.runtime.artifacts._serializer import build_registry_section
 from parlour.runtime.artifacts._summarizers import Summarizer, TruncatingSummarizer
@@ -92,7 +92,7 @@ class ConversationContext:
         self.artifact_registry = ArtifactRegistry()
         # What each model call and compaction cost, kept beside the conversation and
         # persisted with it: never rendered, never part of the conversation's token count.
-        self.usage_ledger: list[dict[str, Any]] = []
+        self.usage_ledger: list[dict[str, Any]] = Ledger()  # its copies share by origin
         self.summarizer: Summarizer = _TRUNCATING  # stateless: one for every conversation
         # held weakly: no cycle, so a context is freed by reference counting alone
         self._objective = ObjectiveMap(ConversationContext._render_slot, weakref.ref(self))

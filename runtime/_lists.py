@@ -1,6 +1,6 @@
 """``Noted``: a list that hears its own changes in place, the base of the lists whose
-changes must reach a memo (a message's blocks, a conversation's messages, a copy of kept
-snapshots)."""
+changes must reach a memo (a message's blocks, a conversation's messages and usage ledger,
+a copy of kept snapshots)."""
 
 from __future__ import annotations
 

@@ -34,9 +34,9 @@ class Messages(Noted[Message]):
 
 
 class Copy(Noted[T]):
-    """A copy of a ``Settled``'s kept values that carries their ``origin`` (a token the
-    kept list has for as long as it is kept), for as long as the copy is not changed (any
-    change, an append included, forgets it).
+    """A copy of a ``Settled``'s kept values (or of a ``Ledger``) that carries their
+    ``origin`` (a token the kept list has for as long as it is kept), for as long as the
+    copy is not changed (any change, an append included, forgets it).
 
     A kept list is only ever appended to while it is kept, and left as it is after, so two
     unchanged copies with one origin hold the very same objects as far as the shorter
@@ -69,6 +69,33 @@ class Copy(Noted[T]):
         copy = Copy(list.copy(self))  # from an exact list: copied at C speed
         copy.origin = getattr(self, "origin", None)
         return copy
+
+
+class Ledger(Noted[T]):
+    """A conversation's usage ledger (its entries in their plain form): a list that takes
+    a new ``origin`` token at every change in place but an append, so two ``Copy``s of it
+    made under one token (``copy_entries``) hold the very same entries as far as the
+    shorter goes, and a save compares none of them (``stores._records.plan_records``).
+    Not thread-safe, as any list."""
+
+    __slots__ = ("origin",)
+
+    def __init__(self, entries: Iterable[T] = ()) -> None:
+        super().__init__(entries)
+        self.origin = object()
+
+    def _rewritten(self) -> None:
+        self.origin = object()
+
+
+def copy_entries(entries: list[T]) -> list[T]:
+    """A snapshot's copy of a ledger: a ``Copy`` carrying a ``Ledger``'s origin, a plain
+    list of any other list (an assigned one: compared entry by entry when saved)."""
+    if type(entries) is not Ledger:
+        return list(entries)
+    copy = Copy(list.copy(entries))  # from an exact list: copied at C speed
+    copy.origin = entries.origin
+    return copy
 
 
 def as_messages(messages: Iterable[Message]) -> Messages:

@@ -25,6 +25,7 @@ from parlour.runtime._messages import (
     last_change,
 )
 from parlour.runtime._roles import Depth, Grade, OutputSize
+from parlour.runtime._settled import Ledger, copy_entries
 from parlour.runtime._validation import MAX_NESTING, nesting_depth
 from parlour.runtime.artifacts._serializer import registry_entries, restore_registry
 from parlour.runtime.blocks import (
@@ -209,7 +210,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
             artifacts=registry_entries(context.artifact_registry),
             skills=context.admitted_skills(),
             stored_version=context.stored_version,
-            usage=list(context.usage_ledger),
+            usage=copy_entries(context.usage_ledger),
         )
 
     def to_conversation(self, handler: ResponseHandler | None = None) -> ConversationContext:
@@ -232,7 +233,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
         c.cache_main_objective = self.cache_main_objective
         c.prior_spec_id = self.prior_spec_id
         c.stored_version = self.stored_version
-        c.usage_ledger = list(self.usage)
+        c.usage_ledger = Ledger(self.usage)
         for skill in self.skills:
             c.admit_skill(skill)
         restore_registry(c.artifact_registry, self.artifacts)  # unknown aliases: skipped

@@ -220,7 +220,7 @@ def plan_usage(base: list[dict[str, Any]] | None, usage: list[dict[str, Any]]) -
     is recognized by identity, as a message snapshot is: an entry changes by being replaced
     (a new dict), never in place."""
     if not usage and base is not None and not base:  # the service turn: no ledger at all
-        return Plan(base, [], usage, 0)
+        return Plan(base, [], [], 0)  # never the caller's list: it may grow after the save
     return plan_records(base, usage, usage_encoder.encode)
 
 

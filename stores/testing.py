@@ -264,6 +264,18 @@ class StoreContract:
         assert store.load("c1", "alice") == saved
         assert said(store) == ["edited", "added"]
 
+    def test_a_snapshot_saved_without_a_ledger_then_given_one_in_place_is_stored_with_it(
+        self, store: PersistentStore
+    ) -> None:
+        context = ConversationContext("c1", user_id="alice")
+        context.add_user_message("First question")
+        saved = context.to_snapshot()
+        saved.stored_version = store.create_context(saved, "alice")
+        saved.stored_version = store.save_context(saved, "alice")  # no ledger before or now
+        saved.usage.append({"type": "model_call", "input_tokens": 1})  # the very list saved
+        saved.stored_version = store.save_context(saved, "alice")
+        assert store.load("c1", "alice") == saved
+
     def test_versions_continue_across_delete_and_recreate(self, store: PersistentStore) -> None:
         store.create_context(snapshot(), "alice")
         store.save_context(snapshot(text="second", version=1), "alice")

@@ -1,7 +1,8 @@
 """A save is stored exactly as its snapshot held it, however the snapshot's message list
-came about: taken from a conversation (whose kept snapshots a store recognizes by their
-origin instead of comparing them one by one), taken earlier and saved after a newer one,
-or changed in place by hand (an edit, an append, any list operation) after another save.
+and usage ledger came about: taken from a conversation (whose kept snapshots, and ledger
+entries, a store recognizes by their origin instead of comparing them one by one), taken
+earlier and saved after a newer one, or changed in place by hand (an edit, an append, any
+list operation) after another save.
 
 Every store, under a state machine of such snapshots and saves; each acknowledged save
 loads back byte for byte."""
@@ -15,6 +16,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -74,6 +76,10 @@ class HeldSnapshots(RuleBasedStateMachine):
         self.made += 1
         return _snapshot_of(f"by hand {self.made}")
 
+    def _entry(self) -> dict[str, object]:
+        self.made += 1
+        return {"type": "model_call", "input_tokens": self.made}
+
     @rule(text=st.text(max_size=6))
     def the_conversation_says_more(self, text: str) -> None:
         self.context.add_user_message(f"said {text}")
@@ -82,6 +88,12 @@ class HeldSnapshots(RuleBasedStateMachine):
     def the_conversation_is_rewritten(self, change: str, at: int) -> None:
         if self.context.messages:
             LIST_CHANGES[change](self.context.messages, at, OutgoingMessage(f"new {at}"))
+
+    @rule(change=st.sampled_from(sorted(EVERY_CHANGE)), at=st.integers(0, 9))
+    def the_ledger_changes(self, change: str, at: int) -> None:
+        ledger = self.context.usage_ledger
+        if ledger or change in APPENDS:
+            EVERY_CHANGE[change](ledger, at, self._entry())
 
     @rule()
     def a_snapshot_is_taken(self) -> None:
@@ -96,6 +108,16 @@ class HeldSnapshots(RuleBasedStateMachine):
         messages = self.held[which % len(self.held)].messages
         if messages or change in APPENDS:
             EVERY_CHANGE[change](messages, at, self._new())
+
+    @rule(
+        which=st.integers(0, 3),
+        change=st.sampled_from(sorted(EVERY_CHANGE)),
+        at=st.integers(0, 9),
+    )
+    def a_held_snapshots_ledger_is_changed_by_hand(self, which: int, change: str, at: int) -> None:
+        usage = self.held[which % len(self.held)].usage
+        if usage or change in APPENDS:
+            EVERY_CHANGE[change](usage, at, self._entry())
 
     @rule(which=st.integers(0, 3))
     def a_held_snapshot_is_saved(self, which: int) -> None:
@@ -160,3 +182,22 @@ def test_an_older_snapshot_extended_by_hand_after_a_newer_save_is_stored_as_exte
         version = store.save_context(older, "alice")
         loaded = store.load("older", "alice")
         assert loaded is not None and _stored_form(loaded) == _stored_form(older)
+
+
+@pytest.mark.parametrize("change", sorted(LIST_CHANGES))
+@pytest.mark.parametrize("kind", ["lmdb", "memory"])
+def test_every_change_in_place_to_a_conversations_ledger_reaches_its_next_save(
+    change: str, kind: str
+) -> None:
+    """The ledger's copies in two snapshots share their leading entries only until the
+    ledger is changed in place: after any such change the next save stores the ledger as
+    it now is."""
+    with _lmdb() if kind == "lmdb" else nullcontext(MemoryStore()) as store:
+        c = ConversationContext("ledger", user_id="alice")
+        c.add_user_message("first")
+        c.usage_ledger.extend({"type": "model_call", "input_tokens": n} for n in range(3))
+        c.stored_version = store.create_context(c.to_snapshot(), "alice")
+        LIST_CHANGES[change](c.usage_ledger, 1, {"type": "model_call", "input_tokens": 9})
+        c.stored_version = store.save_context(c.to_snapshot(), "alice")
+        loaded = store.load("ledger", "alice")
+        assert loaded is not None and loaded.usage == list(c.usage_ledger)
