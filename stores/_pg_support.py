@@ -9,7 +9,7 @@ import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
@@ -63,6 +63,14 @@ def decode_row(
     return snapshot
 
 
+T = TypeVar("T")
+
+
+def _copied(items: Sequence[T]) -> list[T]:
+    """A copy of ``items`` (``copy()`` of a list: a ``Copy`` keeps its origin)."""
+    return items.copy() if isinstance(items, list) else list(items)
+
+
 class Remembered:
     """What a store last wrote or read of each conversation, at which version (an LRU of
     ``size`` conversations): its messages, and its ledger entries when they are rows (None:
@@ -101,8 +109,9 @@ class Remembered:
             known = self._known.get(cid)
             if known is not None and known[0] > version:
                 return  # a newer state is already remembered
-            kept = messages.copy() if isinstance(messages, list) else list(messages)
-            self._known[cid] = (version, kept, None if usage is None else list(usage))
+            kept = _copied(messages)
+            entries = None if usage is None else _copied(usage)
+            self._known[cid] = (version, kept, entries)
             self._known.move_to_end(cid)
             while len(self._known) > self._size:
                 self._known.popitem(last=False)
