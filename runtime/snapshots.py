@@ -25,7 +25,7 @@ from parlour.runtime._messages import (
     last_change,
 )
 from parlour.runtime._roles import Depth, Grade, OutputSize
-from parlour.runtime._settled import Ledger, copy_entries
+from parlour.runtime._settled import copy_entries
 from parlour.runtime._validation import MAX_NESTING, nesting_depth
 from parlour.runtime.artifacts._serializer import registry_entries, restore_registry
 from parlour.runtime.blocks import (
@@ -233,7 +233,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
         c.cache_main_objective = self.cache_main_objective
         c.prior_spec_id = self.prior_spec_id
         c.stored_version = self.stored_version
-        c.usage_ledger = Ledger(self.usage)
+        c.usage_ledger.extend(self.usage)  # its own fresh Ledger: an append keeps its token
         for skill in self.skills:
             c.admit_skill(skill)
         restore_registry(c.artifact_registry, self.artifacts)  # unknown aliases: skipped
