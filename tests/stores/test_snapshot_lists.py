@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -101,23 +102,17 @@ class HeldSnapshots(RuleBasedStateMachine):
 
     @rule(
         which=st.integers(0, 3),
+        ledger=st.booleans(),
         change=st.sampled_from(sorted(EVERY_CHANGE)),
         at=st.integers(0, 9),
     )
-    def a_held_snapshot_is_changed_by_hand(self, which: int, change: str, at: int) -> None:
-        messages = self.held[which % len(self.held)].messages
-        if messages or change in APPENDS:
-            EVERY_CHANGE[change](messages, at, self._new())
-
-    @rule(
-        which=st.integers(0, 3),
-        change=st.sampled_from(sorted(EVERY_CHANGE)),
-        at=st.integers(0, 9),
-    )
-    def a_held_snapshots_ledger_is_changed_by_hand(self, which: int, change: str, at: int) -> None:
-        usage = self.held[which % len(self.held)].usage
-        if usage or change in APPENDS:
-            EVERY_CHANGE[change](usage, at, self._entry())
+    def a_held_snapshot_is_changed_by_hand(
+        self, which: int, ledger: bool, change: str, at: int
+    ) -> None:
+        held = self.held[which % len(self.held)]
+        items: list[Any] = held.usage if ledger else held.messages
+        if items or change in APPENDS:
+            EVERY_CHANGE[change](items, at, self._entry() if ledger else self._new())
 
     @rule(which=st.integers(0, 3))
     def a_held_snapshot_is_saved(self, which: int) -> None:
