@@ -91,7 +91,7 @@ class Ledger(Noted[T]):
 def copy_entries(entries: list[T]) -> list[T]:
     """A snapshot's copy of a ledger: a ``Copy`` carrying a ``Ledger``'s origin, a plain
     list of any other list (an assigned one: compared entry by entry when saved)."""
-    if type(entries) is not Ledger:
+    if not entries or type(entries) is not Ledger:  # an empty one shares nothing
         return list(entries)
     copy = Copy(list.copy(entries))  # from an exact list: copied at C speed
     copy.origin = entries.origin

@@ -12,7 +12,7 @@ The chain (deltas since the checkpoint, their bytes, the checkpoint's bytes), ke
 conversation's header as its version left it, decides when a save is a checkpoint: when its
 delta would make the chain longer than ``MAX_CHAIN`` records or its messages heavier than
 the checkpoint's, or when the previous version was not recorded with a chain; so does the
-retention: a version the next prune will keep oldest is one (``oldest_kept_at_prune``). (Stores
+retention: a version the next prune will keep oldest is one (``Retention.whole_at``). (Stores
 written before kept it in ``chains``, id -> four 8-byte integers; the code reads it no
 more, and drops it with the history.) So a read replays at most ``MAX_CHAIN`` deltas and
 about twice a full copy's message bytes (a read uses only the last record's body), and a
@@ -79,11 +79,23 @@ class Kept(NamedTuple):
 
 class Retention(NamedTuple):
     """Which versions to keep: the newest ``keep`` (None: all) and those younger than
-    ``keep_for`` (None: any age). The current version always stays."""
+    ``keep_for`` (None: any age). The current version always stays. ``whole_at``: the
+    remainder, modulo ``PRUNE_EVERY``, of the versions a save's own prune will keep oldest
+    (by count alone: each is recorded as a checkpoint when saved, so the prune rebuilds
+    none; None: no such versions). Made by ``of``."""
 
     keep: int | None
     keep_for: dt.timedelta | None
     now: Callable[[], dt.datetime]
+    whole_at: int | None = None
+
+    @classmethod
+    def of(
+        cls, keep: int | None, keep_for: dt.timedelta | None, now: Callable[[], dt.datetime]
+    ) -> Retention:
+        # the prune at version 64k keeps 64k - keep + 1 onwards
+        by_count = None if keep is None or keep_for is not None else (1 - keep) % PRUNE_EVERY
+        return cls(keep, keep_for, now, by_count)
 
 
 def version_key(key: bytes, version: int) -> bytes:
@@ -117,7 +129,7 @@ def record(
     """Record the save that wrote ``body``, ``plan`` and ``usage`` as ``version``: a delta
     of what it wrote, or a checkpoint of every message and ledger entry when the chain
     calls for one or ``checkpoint`` asks (a version a coming prune keeps oldest: see
-    ``oldest_kept_at_prune``). ``chain`` is what the previous version left (None: it was
+    ``Retention.whole_at``). ``chain`` is what the previous version left (None: it was
     not recorded with one). Returns the chain this version leaves, for its header."""
     size = plan.size + usage.size
     full = len(plan.writes) == len(plan.items) and len(usage.writes) == len(usage.items)
@@ -304,16 +316,6 @@ def prune(txn: Any, dbs: Databases, key: bytes, retention: Retention) -> int:
     for item in versions[:keep_from]:
         txn.delete(version_key(key, item.version), db=dbs.versions)
     return keep_from
-
-
-def oldest_kept_at_prune(version: int, retention: Retention) -> bool:
-    """Whether ``version`` is the oldest one the prune at a later save will keep, when the
-    versions are counted only (the prune at each ``PRUNE_EVERY``-th version keeps the newest
-    ``keep``): recorded as a checkpoint, it is not rebuilt from its chain then."""
-    keep = retention.keep
-    return (
-        retention.keep_for is None and keep is not None and not (version + keep - 1) % PRUNE_EVERY
-    )
 
 
 def _prune_count(txn: Any, dbs: Databases, key: bytes, keep: int) -> int:

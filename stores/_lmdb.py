@@ -103,7 +103,7 @@ class LmdbStore(LmdbHistory):
             raise ValueError(f"keep_versions must be at least 1 (or None), got {keep_versions}.")
         self._now = now or (lambda: dt.datetime.now(dt.UTC))
         self._retention = (
-            _history.Retention(keep_versions, keep_for, self._now) if history else None
+            _history.Retention.of(keep_versions, keep_for, self._now) if history else None
         )
         self.path = Path(path)
         self.readonly = readonly

@@ -118,7 +118,7 @@ class LmdbHistory:
         if self._retention is None:
             return None
         previous = None if old is None else old.history
-        checkpoint = _history.oldest_kept_at_prune(head.version, self._retention)
+        checkpoint = head.version % _history.PRUNE_EVERY == self._retention.whole_at
         chain = _history.record(
             txn,
             self._dbs,

@@ -172,8 +172,12 @@ def output_reserve(context: ConversationContext, spec: ModelSpec) -> int:
     Raises:
         UncorrectableLLMError: nothing declares an output size or a depth.
     """
-    reserve = budget_on(context, spec)
-    depth = resolve_depth(context)
+    return reserve_for(spec, budget_on(context, spec), resolve_depth(context))
+
+
+def reserve_for(spec: ModelSpec, budget: int, depth: Depth) -> int:
+    """``output_reserve`` of a call whose budget on ``spec`` is ``budget`` at ``depth`` (a
+    client that resolved both already: nothing is resolved again)."""
     if spec.thinking_mode.reasoning_reserved(depth):
-        reserve += spec.get_thinking_budget(depth)
-    return min(reserve, spec.max_output_tokens)
+        budget += spec.get_thinking_budget(depth)
+    return min(budget, spec.max_output_tokens)

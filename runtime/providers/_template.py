@@ -27,7 +27,7 @@ from parlour.runtime.errors import (
     ProviderRefusalError,
     UncorrectableLLMError,
 )
-from parlour.runtime.models._budget import ModelBinding, OutputDeclaration
+from parlour.runtime.models._budget import ModelBinding, OutputDeclaration, budget_on, reserve_for
 from parlour.runtime.models._spec import ModelSpec
 from parlour.runtime.providers._prefix import PrefixMonitor
 from parlour.runtime.providers._response import LLMResponse, StopReason
@@ -174,8 +174,8 @@ class LLMClient(ABC):
         """
         spec = self._bind(conversation)
         depth = conversation.resolve_depth()
-        budget = conversation.resolve_output_budget()  # before the render appends anything
-        max_tokens = conversation.output_reserve(spec)
+        budget = budget_on(conversation, spec)  # before the render appends anything
+        max_tokens = reserve_for(spec, budget, depth)  # output_reserve(spec), resolved once
         active = (
             spec.thinking_mode.thinking_active(spec, depth)
             if thinking_active is None
