@@ -20,15 +20,20 @@ from parlour.runtime.blocks import ContentBlock, TextBlock, ToolDefinitionBlock
 
 _LEGEND_BLOCK = TextBlock(text=SCHEMA_NOTATION_GUIDANCE)
 _TOOL_WEIGHTS_BLOCK = TextBlock(text=TOOL_WEIGHT_GUIDANCE)
-_COMPANIONS = ((LEGEND_KEY, SCHEMA_NOTATION_GUIDANCE), (TOOL_WEIGHTS_KEY, TOOL_WEIGHT_GUIDANCE))
+# the texts to look for, by whether the head lacks the legend and the tool-weight guidance
+_TO_FIND = {
+    (legend, weights): (SCHEMA_NOTATION_GUIDANCE,) * legend + (TOOL_WEIGHT_GUIDANCE,) * weights
+    for legend in (False, True)
+    for weights in (False, True)
+}
 
 
 def companions_to_find(head: ObjectiveMap) -> tuple[str, ...]:
     """The companion texts a render must look for in the stream: only a frozen head that
-    lacks a companion needs to."""
-    if not head.frozen or (LEGEND_KEY in head and TOOL_WEIGHTS_KEY in head):
+    lacks a companion needs to (every render asks: one of four tuples made once)."""
+    if not head.frozen:
         return ()
-    return tuple(text for key, text in _COMPANIONS if key not in head)
+    return _TO_FIND[LEGEND_KEY not in head, TOOL_WEIGHTS_KEY not in head]
 
 
 def reconcile_head(head: ObjectiveMap, scan: Scan, pending: list[ToolDefinitionBlock]) -> None:
