@@ -195,8 +195,7 @@ class EncodingCounter:
             return memo[1]  # type: ignore[no-any-return]
         blocks, raw = message.blocks, message._raw_content
         if len(blocks) == 1 and type(blocks[0]) is TextBlock:  # two such messages a turn
-            text = blocks[0].text if raw is None else raw
-            total = len(text) if text.isascii() else utf8_bound(text)
+            total = utf8_bound(blocks[0].text if raw is None else raw)
         else:
             total, plain = self._sum(message, render, utf8_bound, self._bound_block)
             if not plain:
