@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import queue
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
+import msgspec
 import pykka
 from loguru import logger
 
@@ -111,7 +112,7 @@ def _set_exception(future: asyncio.Future[ConversationContext], exc: BaseExcepti
 # -- to a conversation actor ------------------------------------------------------------------
 
 
-class Owner(NamedTuple):
+class Owner(msgspec.Struct, frozen=True):
     """Who holds the lease: the job, its user and workflow, the thinker, a unique token."""
 
     job_id: str
@@ -121,7 +122,7 @@ class Owner(NamedTuple):
     token: int
 
 
-class Acquire(NamedTuple):
+class Acquire(msgspec.Struct, frozen=True):
     """Ask for the lease; a busy conversation queues ``delivery`` until handoff."""
 
     owner: Owner
@@ -131,7 +132,7 @@ class Acquire(NamedTuple):
     delivery: Delivery | None = None
 
 
-class GiveUp(NamedTuple):
+class GiveUp(msgspec.Struct, frozen=True, gc=False):
     """The waiter ``token`` gives up. With ``release_if_granted`` a grant that raced the
     give-up is released (the caller never sees it); without, it is answered ``Granted``."""
 
@@ -139,7 +140,7 @@ class GiveUp(NamedTuple):
     release_if_granted: bool = False
 
 
-class Release(NamedTuple):
+class Release(msgspec.Struct, frozen=True, gc=False):
     """``released_at`` is the releaser's clock reading: retention counts from the release
     call, not from when the actor got to it (None: the actor's own reading)."""
 
@@ -148,19 +149,19 @@ class Release(NamedTuple):
     released_at: float | None = None
 
 
-class ReleaseForJob(NamedTuple):
+class ReleaseForJob(msgspec.Struct, frozen=True, gc=False):
     job_id: str
 
 
-class QueryOwner(NamedTuple):
+class QueryOwner(msgspec.Struct, frozen=True, gc=False):
     pass
 
 
-class QueryHolder(NamedTuple):
+class QueryHolder(msgspec.Struct, frozen=True, gc=False):
     """Answered with ``Holder``."""
 
 
-class StopIfIdle(NamedTuple):
+class StopIfIdle(msgspec.Struct, frozen=True, gc=False):
     """Answer ``Idle`` and from then on refuse every acquire (``Retiring``) when unowned with
     nobody waiting (and, with ``expired_only``, past retention); else ``Busy``. Expired
     waiters are failed first. With ``stop`` an activation that answers ``Idle`` also stops
@@ -171,39 +172,39 @@ class StopIfIdle(NamedTuple):
     stop: bool = False
 
 
-class Doom(NamedTuple):
+class Doom(msgspec.Struct, frozen=True, gc=False):
     """The activation must not be served again (its record was deleted, or a save found it
     stale): fail the waiters, refuse every later acquire, stop once unowned."""
 
     reason: str
 
 
-class NotifyIdle(NamedTuple):
+class NotifyIdle(msgspec.Struct, frozen=True):
     future: pykka.Future[None]
 
 
 # -- answers from a conversation actor --------------------------------------------------------
 
 
-class Granted(NamedTuple):
+class Granted(msgspec.Struct, frozen=True):
     context: ConversationContext
 
 
-class Queued(NamedTuple):
+class Queued(msgspec.Struct, frozen=True, gc=False):
     """The request waits; its delivery completes at handoff."""
 
 
-class Retiring(NamedTuple):
+class Retiring(msgspec.Struct, frozen=True, gc=False):
     """This activation has agreed to stop: look the conversation up again (never a grant)."""
 
 
-class GaveUp(NamedTuple):
+class GaveUp(msgspec.Struct, frozen=True, gc=False):
     """The waiter was removed; ``owner_job`` held the lease at the time (None: nobody)."""
 
     owner_job: str | None
 
 
-class Released(NamedTuple):
+class Released(msgspec.Struct, frozen=True, gc=False):
     """``owned``: the releaser held the lease. ``evict``: nobody took it over and the
     retention is zero, so the caller should evict now."""
 
@@ -211,7 +212,7 @@ class Released(NamedTuple):
     evict: bool = False
 
 
-class Idle(NamedTuple):
+class Idle(msgspec.Struct, frozen=True):
     """The activation agreed to stop; ``stored_version`` is the last version its owners
     saved (every acknowledged save of this activation is at or below it). ``context`` and
     ``expires_at`` are what the supervisor may park (None from one already retiring)."""
@@ -221,11 +222,11 @@ class Idle(NamedTuple):
     expires_at: float = 0.0
 
 
-class Busy(NamedTuple):
+class Busy(msgspec.Struct, frozen=True, gc=False):
     """Owned or waited for (or not yet expired): not stopping."""
 
 
-class Holder(NamedTuple):
+class Holder(msgspec.Struct, frozen=True):
     owner: Owner | None
     user_id: str | None
 
@@ -233,11 +234,11 @@ class Holder(NamedTuple):
 # -- to the supervisor --------------------------------------------------------------------------
 
 
-class Lookup(NamedTuple):
+class Lookup(msgspec.Struct, frozen=True, gc=False):
     conversation_id: str
 
 
-class Forward(NamedTuple):
+class Forward(msgspec.Struct, frozen=True):
     """Send ``request`` to the live activation from the supervisor's handler, so it is in
     the activation's mailbox before any eviction the supervisor asks later: answered
     ``Forwarded``, or None when no activation is live."""
@@ -246,7 +247,7 @@ class Forward(NamedTuple):
     request: Acquire
 
 
-class Spawn(NamedTuple):
+class Spawn(msgspec.Struct, frozen=True):
     """Install ``context`` unless an actor is live, then forward ``request`` to the
     activation (``Forwarded``); ``epoch`` is the supervisor's retirement count read before
     the context was loaded (``Reload`` when the load may be stale)."""
@@ -256,31 +257,31 @@ class Spawn(NamedTuple):
     request: Acquire
 
 
-class Forwarded(NamedTuple):
+class Forwarded(msgspec.Struct, frozen=True):
     """The activation and the future of its answer to the forwarded ``Acquire``."""
 
     ref: pykka.ActorRef[Any]  # a ConversationActor's (that module imports this one)
     reply: pykka.Future[Any]
 
 
-class Reload(NamedTuple):
+class Reload(msgspec.Struct, frozen=True, gc=False):
     """An activation of this conversation retired (or its record was deleted) after the
     caller loaded it: the loaded state may be stale, load again."""
 
 
-class Evict(NamedTuple):
+class Evict(msgspec.Struct, frozen=True, gc=False):
     conversation_id: str
     expired_only: bool = False
 
 
-class Sweep(NamedTuple):
+class Sweep(msgspec.Struct, frozen=True):
     """Evict what expired. Without ``done`` the answer is the count; with it the answer is
     None at once and ``done`` gets the count when the last slice has run."""
 
     done: pykka.Future[int] | None = None
 
 
-class SweepSlice(NamedTuple):
+class SweepSlice(msgspec.Struct, frozen=True):
     """The rest of a sweep: the conversations still to look at and the count so far."""
 
     remaining: list[str]
@@ -288,15 +289,15 @@ class SweepSlice(NamedTuple):
     done: pykka.Future[int]
 
 
-class Owners(NamedTuple):
+class Owners(msgspec.Struct, frozen=True, gc=False):
     """Answer {conversation_id: Owner | None} for every live actor."""
 
 
-class ReleaseAllForJob(NamedTuple):
+class ReleaseAllForJob(msgspec.Struct, frozen=True, gc=False):
     job_id: str
 
 
-class Drop(NamedTuple):
+class Drop(msgspec.Struct, frozen=True, gc=False):
     """Unregister the conversation's activation at once and doom it (see ``Doom``); record
     a retirement even when none is live, so a restore racing this never installs."""
 
@@ -304,7 +305,7 @@ class Drop(NamedTuple):
     reason: str
 
 
-class StopAll(NamedTuple):
+class StopAll(msgspec.Struct, frozen=True, gc=False):
     pass
 
 

@@ -21,8 +21,8 @@ from parlour.runtime._messages import (
     IncomingMessage,
     Message,
     OutgoingMessage,
-    StoredBlocks,
     last_change,
+    stored_message,
 )
 from parlour.runtime._roles import Depth, Grade, OutputSize
 from parlour.runtime._settled import copy_entries
@@ -131,28 +131,16 @@ class MessageSnapshot(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     def to_message(self, handler: ResponseHandler | None) -> Message:
         """The message this snapshot describes; it remembers this snapshot as its own when
         reviving changed no block (a typed PojoBlock does not equal its stored dict)."""
-        message = self._message(handler)
+        # decoded blocks are storable by construction: the decoder typed every field and
+        # refuses lone surrogates, and decode_snapshot checked the nesting
+        flags = (self.compactable, self.app_authored, self.cache, self.requested_output_tokens)
+        blocks = map(revive, self.blocks)
+        message = stored_message(
+            self.direction, self.role, self.raw_content, blocks, flags, handler
+        )
         if all(map(operator.is_, message.blocks, self.blocks)):  # as many: revive maps each
             object.__setattr__(message, "_snapshot", self)
         return message
-
-    def _message(self, handler: ResponseHandler | None) -> Message:
-        # decoded blocks are storable by construction: the decoder typed every field and
-        # refuses lone surrogates, and decode_snapshot checked the nesting
-        blocks = StoredBlocks(map(revive, self.blocks))
-        flags: dict[str, Any] = {
-            "compactable": self.compactable,
-            "app_authored": self.app_authored,
-            "cache": self.cache,
-            "requested_output_tokens": self.requested_output_tokens,
-        }
-        if self.direction == "outgoing":
-            return OutgoingMessage(self.raw_content, blocks, role=self.role, **flags)
-        if self.direction == "incoming":
-            return IncomingMessage(
-                self.raw_content, blocks, role=self.role, response_handler=handler, **flags
-            )
-        return Message(self.role, self.raw_content, blocks, **flags)
 
 
 class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
@@ -268,7 +256,16 @@ def _without_orphan_results(messages: list[MessageSnapshot]) -> list[MessageSnap
     """Drop every tool result whose call appears nowhere in the transcript: a provider
     refuses the whole conversation over one such orphan. A message left with nothing to say
     goes too."""
-    calls = {b.id for m in messages for b in m.blocks if isinstance(b, ToolUseBlock)}
+    calls: set[str] = set()
+    answered: set[str] = set()
+    for m in messages:
+        for b in m.blocks:
+            if isinstance(b, ToolUseBlock):
+                calls.add(b.id)
+            elif isinstance(b, ToolResultBlock):
+                answered.add(b.tool_use_id)
+    if answered <= calls:
+        return messages  # no orphan: the usual record
     kept = []
     for m in messages:
         blocks = [
