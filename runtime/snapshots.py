@@ -22,10 +22,10 @@ from parlour.runtime._messages import (
     Message,
     OutgoingMessage,
     last_change,
-    stored_message,
 )
 from parlour.runtime._roles import Depth, Grade, OutputSize
 from parlour.runtime._settled import copy_entries
+from parlour.runtime._stored import stored_message
 from parlour.runtime._validation import MAX_NESTING, nesting_depth
 from parlour.runtime.artifacts._serializer import registry_entries, restore_registry
 from parlour.runtime.blocks import (
