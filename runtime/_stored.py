@@ -39,7 +39,7 @@ def stored_message(
     role, text and flags are of the types the constructor takes at once; anything else
     goes through the constructor, which refuses what it must. A restore builds every
     message this way, so it skips four constructor frames and two lists a message."""
-    cls = _KINDS[direction]
+    cls = _KINDS.get(direction, Message)  # as before: any other direction is plain
     compactable, app_authored, cache, requested = flags
     if not (
         type(role) is str
