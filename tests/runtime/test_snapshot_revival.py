@@ -40,6 +40,9 @@ def test_a_restored_message_has_every_slot_its_constructor_gives(index: int) -> 
     for slot in _SLOTS:
         assert getattr(revived, slot) == getattr(made, slot), slot
     assert list(revived.blocks) == list(made.blocks)
+    every_slot = {n for k in type(made).__mro__ for n in getattr(k, "__slots__", ())}
+    for slot in every_slot - {"__weakref__"}:  # a slot the revival forgot is unset
+        assert hasattr(revived, slot), slot
     assert revived.raw_content == made.raw_content
     if isinstance(made, (OutgoingMessage, IncomingMessage)):
         assert isinstance(revived, (OutgoingMessage, IncomingMessage))
