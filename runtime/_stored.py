@@ -38,7 +38,7 @@ def stored_message(
     ones (storable by construction, see ``StoredBlocks``). Built slot by slot when the
     role, text and flags are of the types the constructor takes at once; anything else
     goes through the constructor, which refuses what it must. A restore builds every
-    message this way, so it skips four constructor frames and two lists a message."""
+    message this way: four constructor frames and one of two lists fewer a message."""
     cls = _KINDS.get(direction, Message)  # as before: any other direction is plain
     compactable, app_authored, cache, requested = flags
     if not (
