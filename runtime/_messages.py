@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import operator
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Self, SupportsIndex
 
 from parlour.runtime._handlers import ResponseHandler
@@ -179,19 +179,18 @@ class Message:
         cache: bool = False,
         requested_output_tokens: int | None = None,
     ) -> None:
-        # set directly (the memos are empty, nothing to forget): one check per value, and
-        # nothing built for the common case
-        init = object.__setattr__
-        init(self, "_snapshot", None)  # a MessageSnapshot, memoized by snapshots.py
-        init(self, "_turn", None)  # a Turn, memoized by the render (_render.py)
-        init(self, "_tokens", None)  # a token count, memoized by models._tokens
+        # set slot by slot (the memos are empty, nothing to forget): one check per value,
+        # and nothing built for the common case
+        _set_snapshot(self, None)  # a MessageSnapshot, memoized by snapshots.py
+        _set_turn(self, None)  # a Turn, memoized by the render (_render.py)
+        _set_tokens(self, None)  # a token count, memoized by models._tokens
         if type(role) is not str or not role.isascii():
             self._check_field("role", role)
-        init(self, "role", role)
-        init(self, "blocks", _Blocks(self, blocks))
+        _set_role(self, role)
+        _set_blocks(self, _Blocks(self, blocks))
         if content is not None and (type(content) is not str or not content.isascii()):
             self._check_content(content)
-        init(self, "_raw_content", content)  # set here only
+        _set_raw_content(self, content)  # set here only
         if type(compactable) is not bool:
             self._check_field("compactable", compactable)
         if type(app_authored) is not bool:
@@ -200,10 +199,10 @@ class Message:
             self._check_field("cache", cache)
         if requested_output_tokens is not None and type(requested_output_tokens) is not int:
             self._check_field("requested_output_tokens", requested_output_tokens)
-        init(self, "compactable", compactable)
-        init(self, "app_authored", app_authored)
-        init(self, "cache", cache)
-        init(self, "requested_output_tokens", requested_output_tokens)
+        _set_compactable(self, compactable)
+        _set_app_authored(self, app_authored)
+        _set_cache(self, cache)
+        _set_requested_output_tokens(self, requested_output_tokens)
 
     def __setattr__(self, name: str, value: object) -> None:
         # a change forgets the memoized snapshot and turn (see snapshots.MessageSnapshot.of
@@ -245,9 +244,9 @@ class Message:
     def _forget(self) -> None:
         """Drop what was derived from this message (its snapshot, its turn, its token
         count), and move the change stamp."""
-        object.__setattr__(self, "_snapshot", None)
-        object.__setattr__(self, "_turn", None)
-        object.__setattr__(self, "_tokens", None)
+        _set_snapshot(self, None)
+        _set_turn(self, None)
+        _set_tokens(self, None)
         note_change()
 
     @property
@@ -316,7 +315,26 @@ class _Channel(Message):
             cache=cache,
             requested_output_tokens=requested_output_tokens,
         )
-        object.__setattr__(self, "response_handler", response_handler)  # nothing to forget
+        _set_response_handler(self, response_handler)  # nothing to forget
+
+
+# Each slot's own setter (its member descriptor's ``__set__``): construction, a restore
+# and the memos set a slot with it, bypassing ``Message.__setattr__``. It costs half of
+# ``object.__setattr__(m, name, v)``, which looks the name up and checks the class's
+# bases before it sets anything (measured: 115 against 230 ns a slot).
+_Setter = Callable[[Any, Any], None]
+_set_snapshot: _Setter = Message.__dict__["_snapshot"].__set__
+_set_turn: _Setter = Message.__dict__["_turn"].__set__
+_set_tokens: _Setter = Message.__dict__["_tokens"].__set__
+_set_role: _Setter = Message.__dict__["role"].__set__
+_set_blocks: _Setter = Message.__dict__["blocks"].__set__
+_set_raw_content: _Setter = Message.__dict__["_raw_content"].__set__
+_set_compactable: _Setter = Message.__dict__["compactable"].__set__
+_set_app_authored: _Setter = Message.__dict__["app_authored"].__set__
+_set_cache: _Setter = Message.__dict__["cache"].__set__
+_set_requested_output_tokens: _Setter = Message.__dict__["requested_output_tokens"].__set__
+_set_response_handler: _Setter = _Channel.__dict__["response_handler"].__set__
+remember_snapshot, remember_turn, remember_tokens = _set_snapshot, _set_turn, _set_tokens
 
 
 class OutgoingMessage(_Channel):

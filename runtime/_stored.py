@@ -13,11 +13,21 @@ from parlour.runtime._messages import (
     OutgoingMessage,
     StoredBlocks,
     _Blocks,
+    _set_app_authored,
+    _set_blocks,
+    _set_cache,
+    _set_compactable,
+    _set_raw_content,
+    _set_requested_output_tokens,
+    _set_response_handler,
+    _set_role,
+    _set_snapshot,
+    _set_tokens,
+    _set_turn,
 )
 from parlour.runtime._validation import is_valid_text
 from parlour.runtime.blocks import ContentBlock
 
-_init = object.__setattr__
 _KINDS: dict[str, type[Message]] = {
     "outgoing": OutgoingMessage,
     "incoming": IncomingMessage,
@@ -69,16 +79,16 @@ def stored_message(
     listed = _Blocks.__new__(_Blocks)
     list.extend(listed, blocks)
     listed._owner = weakref.ref(message)
-    _init(message, "_snapshot", None)
-    _init(message, "_turn", None)
-    _init(message, "_tokens", None)
-    _init(message, "role", role)
-    _init(message, "blocks", listed)
-    _init(message, "_raw_content", content)
-    _init(message, "compactable", compactable)
-    _init(message, "app_authored", app_authored)
-    _init(message, "cache", cache)
-    _init(message, "requested_output_tokens", requested)
+    _set_snapshot(message, None)
+    _set_turn(message, None)
+    _set_tokens(message, None)
+    _set_role(message, role)
+    _set_blocks(message, listed)
+    _set_raw_content(message, content)
+    _set_compactable(message, compactable)
+    _set_app_authored(message, app_authored)
+    _set_cache(message, cache)
+    _set_requested_output_tokens(message, requested)
     if cls is not Message:
-        _init(message, "response_handler", handler)
+        _set_response_handler(message, handler)
     return message

@@ -30,7 +30,7 @@ import tiktoken.load
 import tiktoken.registry
 from loguru import logger
 
-from parlour.runtime._messages import Message
+from parlour.runtime._messages import Message, remember_tokens
 from parlour.runtime.blocks import (
     ContentBlock,
     FileBlock,
@@ -184,7 +184,7 @@ class EncodingCounter:
             return memo[1]  # type: ignore[no-any-return]
         total, plain = self._sum(message, render, self.count, self.count_block)
         if plain:
-            _remember(message, (self._epoch, total, True))
+            remember_tokens(message, (self._epoch, total, True))
         return total
 
     def bound_message(self, message: Message, render: BlockText) -> int:
@@ -200,7 +200,7 @@ class EncodingCounter:
             total, plain = self._sum(message, render, utf8_bound, self._bound_block)
             if not plain:
                 return total
-        _remember(message, (self._epoch, total, False))
+        remember_tokens(message, (self._epoch, total, False))
         return total
 
     def count_messages(
@@ -288,10 +288,6 @@ def utf8_bound(text: str) -> int:
         return len(text)
     return len(text.encode("utf-8", "surrogatepass"))
 
-
-# a message's token memo set directly: a memo is no change, so ``Message.__setattr__`` (a
-# Python call, twice a turn before the model call) has nothing to do for it
-_remember: Callable[[Message, object], None] = Message.__dict__["_tokens"].__set__
 
 _PLAIN = frozenset(
     {JsonBlock, ToolUseBlock, ToolResultBlock, ThinkingBlock, RedactedThinkingBlock, SkillBlock}
