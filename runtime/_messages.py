@@ -334,7 +334,6 @@ _set_app_authored: _Setter = Message.__dict__["app_authored"].__set__
 _set_cache: _Setter = Message.__dict__["cache"].__set__
 _set_requested_output_tokens: _Setter = Message.__dict__["requested_output_tokens"].__set__
 _set_response_handler: _Setter = _Channel.__dict__["response_handler"].__set__
-remember_snapshot, remember_turn, remember_tokens = _set_snapshot, _set_turn, _set_tokens
 
 
 class OutgoingMessage(_Channel):

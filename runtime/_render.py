@@ -20,7 +20,7 @@ from operator import attrgetter, not_
 
 import msgspec
 
-from parlour.runtime._messages import Message, OutgoingMessage, last_change, remember_turn
+from parlour.runtime._messages import Message, OutgoingMessage, _set_turn, last_change
 from parlour.runtime._prepared import Turn
 from parlour.runtime._roles import TurnRole
 from parlour.runtime._settled import Settled
@@ -153,7 +153,7 @@ class Renderer:
             pure = False
         turn = Turn(role=role, blocks=out, cache=message.cache)
         if pure:
-            remember_turn(message, turn)  # a memo, no change: nothing to forget
+            _set_turn(message, turn)  # a memo, no change: nothing to forget
         return turn
 
     def _convert(self, message: Message) -> list[ContentBlock]:

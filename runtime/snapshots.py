@@ -21,8 +21,8 @@ from parlour.runtime._messages import (
     IncomingMessage,
     Message,
     OutgoingMessage,
+    _set_snapshot,
     last_change,
-    remember_snapshot,
 )
 from parlour.runtime._roles import Depth, Grade, OutputSize
 from parlour.runtime._settled import copy_entries
@@ -106,7 +106,7 @@ class MessageSnapshot(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
         if memo is not None:
             return memo  # type: ignore[no-any-return]  # only this method sets it
         snapshot = cls._build(m)
-        remember_snapshot(m, snapshot)  # a memo, no change: nothing to forget
+        _set_snapshot(m, snapshot)  # a memo, no change: nothing to forget
         return snapshot
 
     @classmethod
@@ -140,7 +140,7 @@ class MessageSnapshot(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
             self.direction, self.role, self.raw_content, blocks, flags, handler
         )
         if all(map(operator.is_, message.blocks, self.blocks)):  # as many: revive maps each
-            remember_snapshot(message, self)
+            _set_snapshot(message, self)
         return message
 
 

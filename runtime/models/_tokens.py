@@ -30,7 +30,7 @@ import tiktoken.load
 import tiktoken.registry
 from loguru import logger
 
-from parlour.runtime._messages import Message, remember_tokens
+from parlour.runtime._messages import Message, _set_tokens
 from parlour.runtime.blocks import (
     ContentBlock,
     FileBlock,
@@ -184,7 +184,7 @@ class EncodingCounter:
             return memo[1]  # type: ignore[no-any-return]
         total, plain = self._sum(message, render, self.count, self.count_block)
         if plain:
-            remember_tokens(message, (self._epoch, total, True))
+            _set_tokens(message, (self._epoch, total, True))
         return total
 
     def bound_message(self, message: Message, render: BlockText) -> int:
@@ -200,7 +200,7 @@ class EncodingCounter:
             total, plain = self._sum(message, render, utf8_bound, self._bound_block)
             if not plain:
                 return total
-        remember_tokens(message, (self._epoch, total, False))
+        _set_tokens(message, (self._epoch, total, False))
         return total
 
     def count_messages(
