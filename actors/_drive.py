@@ -102,17 +102,11 @@ def run(steps: Steps, plan: TurnPlan, service: ConversationService) -> Reply:
             item = steps.throw(error) if error is not None else steps.send(value)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
-        value, error = None, None
+        perform: Perform = _RUN.get(type(item), _publish)
         try:
-            kind = type(item)
-            if kind is CallModel:
-                value = call_model(plan, item.context)
-            elif kind in _PERFORM:
-                value = _PERFORM[kind](item, plan, service)
-            else:
-                plan.state.publish(cast(AgentEvent, item))
+            value, error = perform(item, plan, service), None
         except BaseException as exc:
-            error = exc
+            value, error = None, exc
 
 
 def _perform(effect: Any, plan: TurnPlan, service: ConversationService) -> Any:
@@ -155,13 +149,29 @@ def _release(effect: Release, plan: TurnPlan, service: ConversationService) -> N
     service.release(plan.thinker)
 
 
-_PERFORM: dict[type, Callable[[Any, TurnPlan, ConversationService], Any]] = {
+Perform = Callable[[Any, TurnPlan, ConversationService], Any]
+_PERFORM: dict[type, Perform] = {
     Obtain: _obtain,
     Save: _save,
     Compact: _compact,
     RunTools: _run_tools,
     Pause: _pause,
     Release: _release,
+}
+
+
+def _call_model(effect: CallModel, plan: TurnPlan, service: ConversationService) -> Any:
+    return call_model(plan, effect.context)
+
+
+def _publish(event: Any, plan: TurnPlan, service: ConversationService) -> None:
+    plan.state.publish(event)
+
+
+# ``run``'s: every effect, the model call included; an event is published (``_publish``)
+_RUN: dict[type, Perform] = {
+    **_PERFORM,
+    CallModel: _call_model,
 }
 
 

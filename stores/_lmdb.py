@@ -254,7 +254,7 @@ class LmdbStore(LmdbHistory):
         if known is None or body != known[1]:  # the usual turn leaves the body as it was
             txn.put(key, body, db=self._dbs.bodies)
         write_run(txn, self._dbs.messages, key, plan, 0 if old is None else old.message_count)
-        if usage.writes or (old is not None and old.usage_count):  # no ledger: nothing
+        if usage.writes or (old is not None and len(usage.items) < old.usage_count):
             write_run(txn, self._dbs.usage, key, usage, 0 if old is None else old.usage_count)
         chain = self._record(txn, key, old, head, body, plan, usage)  # it reads the records
         head = head if chain == head.history else msgspec.structs.replace(head, history=chain)

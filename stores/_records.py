@@ -219,8 +219,11 @@ def plan_usage(base: list[dict[str, Any]] | None, usage: list[dict[str, Any]]) -
     wrote: the usual save appends one or two entries and writes only those. A ledger entry
     is recognized by identity, as a message snapshot is: an entry changes by being replaced
     (a new dict), never in place."""
-    if not usage and base is not None and not base:  # the service turn: no ledger at all
-        return Plan(base, [], [], 0)  # never the caller's list: it may grow after the save
+    if base is not None and len(base) == len(usage):
+        if not base:  # the service turn: no ledger at all
+            return Plan(base, [], [], 0)  # never the caller's list: it may grow after the save
+        if shares_prefix(base, usage):  # unchanged since the store wrote it (a turn's first
+            return Plan(base, [], base, 0)  # save): the very objects it wrote, no copy
     return plan_records(base, usage, usage_encoder.encode)
 
 

@@ -72,6 +72,26 @@ def test_the_ledger_plan_writes_exactly_what_turns_the_stored_bytes_into_the_new
     assert plan.size == sum(len(d) for _, d in plan.writes)
 
 
+def test_a_ledger_unchanged_since_the_last_plan_is_planned_as_that_plan_with_nothing_to_write() -> (
+    None
+):
+    """Two snapshots of a conversation whose ledger did not change between them (the turn's
+    first save): the second plan writes nothing and keeps the first plan's very list; one
+    entry appended after it is the only write of the next."""
+    c = ConversationContext("c1", user_id="alice")
+    c.usage_ledger.extend(call(i) for i in range(3))  # its own ledger: an assigned list is not
+    first = plan_usage(None, c.to_snapshot().usage)
+    c.add_user_message("only a message changed")
+    again = plan_usage(first.items, c.to_snapshot().usage)
+    assert again.writes == [] and again.size == 0 and again.items is first.items
+    c.usage_ledger.append(call(3))
+    after = plan_usage(again.items, c.to_snapshot().usage)
+    assert after.writes == [(3, msgspec.json.encode(call(3)))]
+    c.usage_ledger[0] = call(9)  # a replaced entry: no longer the kept list's
+    changed = plan_usage(after.items, c.to_snapshot().usage)
+    assert changed.writes == [(0, msgspec.json.encode(call(9)))]
+
+
 def test_an_appended_entry_is_the_only_ledger_record_a_save_writes(tmp_path: Path) -> None:
     c = with_ledger("c1", 3, "alice")
     with LmdbStore(tmp_path) as store:
