@@ -84,6 +84,12 @@ def _job_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         default=None,
         help="run a benchmark case against the hand-written floor (ignores the sizes above)",
     )
+    bench.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="--case: run each case this many times and show the medians (default: 1)",
+    )
 
     serve = commands.add_parser("serve", help="the chat API and inspector page over HTTP")
     serve.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
@@ -120,9 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.remove()
     logger.enable("parlour")
     logger.add(sys.stderr, level="INFO" if args.verbose or args.command == "serve" else "WARNING")
-    sizes = (getattr(args, name, 1) for name in ("conversations", "turns", "workers"))
+    sizes = (getattr(args, name, 1) for name in ("conversations", "turns", "workers", "rounds"))
     if min(sizes) < 1:
-        parser.error("--conversations, --turns and --workers must be at least 1")
+        parser.error("--conversations, --turns, --workers and --rounds must be at least 1")
     if args.command == "chat":
         return run_chat(args.data_dir, args.user, args.resume, args.model)
     if args.command == "demo" and args.long:
@@ -134,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "cluster":
         return run_cluster(args)
     if args.command == "bench" and args.case is not None:
-        return run_cases(list(CASES) if args.case == "all" else [args.case], args.sync)
+        return run_cases(list(CASES) if args.case == "all" else [args.case], args.sync, args.rounds)
     if args.command == "bench":
         return run_bench(args.data_dir, args.conversations, args.turns, args.workers, args.sync)
     return _admin.run(args)

@@ -13,7 +13,8 @@ Prints turns/s, p50 and p99 turn latency for both, and parlour's ratio to the fl
     python benchmarks/turns.py [--conversations 200] [--turns 10] [--workers 8]
 
 With ``--case default|hot|cold|all`` it runs the named cases of ``parlour.actors._cases``
-instead (default 200x10, hot 8x200, cold 2,000x3 with every first turn a restore): the
+instead (default 200x10, hot 8x200, cold 2,000x3 with every first turn a restore), each
+``--rounds`` times (3: each path's median round and the range of its ratios): the
 floor, the bare service path (free, and each turn in ``turn_gate``) and the agent path
 (gated by ``send`` itself) in one run each, the service and agent again with every thread
 on one CPU, every figure also as a
@@ -103,9 +104,12 @@ def main() -> None:
         help="skip fsync on both sides: measures CPU cost, not the disk",
     )
     parser.add_argument("--case", choices=[*CASES, "all"], default=None)
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="--case: rounds of each case, medians shown"
+    )
     args = parser.parse_args()
     if args.case is not None:
-        run_cases(list(CASES) if args.case == "all" else [args.case], args.sync)
+        run_cases(list(CASES) if args.case == "all" else [args.case], args.sync, args.rounds)
         return
     shape = (args.conversations, args.turns, args.workers, args.sync)
     with tempfile.TemporaryDirectory() as tmp:

@@ -136,8 +136,9 @@ def test_bench_case_prints_every_path_against_the_floor_and_the_restore_rate(
     monkeypatch.setitem(_cases.CASES, "cold", _cases.Shape(4, 2, workers=2, cold=True))
     assert main(["bench", "--case", "cold", "--no-sync"]) == 0
     out = capsys.readouterr().out
-    rows = [line for line in out.splitlines() if "cold 4x2" in line]
-    paths = [row.split("│")[2].strip() for row in rows]
+    assert "cold 4x2 on 2 threads, unsynced commits" in out
+    rows = [line for line in out.splitlines() if line.startswith("│")]
+    paths = [row.split("│")[1].strip() for row in rows]
     assert paths == [
         "floor",
         "service",
