@@ -4,8 +4,10 @@ For each count (default 100 and 10,000) it makes that many warm idle conversatio
 service (each obtained, given a message and released with a long retention), then prints
 the process's RSS and thread count, the median and p99 latency of a warm obtain plus
 release, how long ``get_stats()`` and ``sweep_expired()`` take (each after a collection of
-the heap, so that none pays for one it happens to trigger), and how long a spawn (the
-obtain of a new conversation) waits while a ``get_stats()`` runs beside it.
+the heap, so that none pays for one it happens to trigger), and how many spawns (each the
+obtain of a new conversation) are made one after another while a ``get_stats()``, then a
+sweep, runs in another thread, and the longest of them: neither may hold a spawn up for
+more than a few milliseconds.
 
     python benchmarks/live.py [--counts 100 10000] [--samples 1000]
 """
@@ -69,27 +71,39 @@ def _obtain_latencies(
     return sorted(latencies)
 
 
-def _spawn_beside_stats(service: ConversationService) -> float:
-    """How long one spawn takes while a get_stats runs in another thread."""
+def _spawns_beside(service: ConversationService, call: Callable[[], object]) -> tuple[float, int]:
+    """The longest of the spawns (each the obtain of a new conversation) made one after
+    another while ``call`` runs in another thread, and how many there were (at least one).
+    The collector is off meanwhile: what is timed is whether ``call`` holds a spawn up."""
+    gc.collect()
+    gc.disable()
     started = threading.Event()
 
-    def stats() -> None:
+    def beside() -> None:
         started.set()
-        service.get_stats()
+        call()
 
-    beside = threading.Thread(target=stats)
-    beside.start()
-    started.wait()
-    spent = _timed(lambda: _warm(service, 1))
-    beside.join()
-    return spent
+    thread = threading.Thread(target=beside)
+    try:
+        thread.start()
+        started.wait()
+        longest, spawns = 0.0, 0
+        while thread.is_alive() or not spawns:
+            start = time.perf_counter()
+            _warm(service, 1)
+            longest, spawns = max(longest, time.perf_counter() - start), spawns + 1
+        thread.join()
+    finally:
+        gc.enable()
+    return longest, spawns
 
 
 def measure(count: int, samples: int) -> dict[str, float]:
-    with ConversationService(cleanup_interval_s=0, max_live=count + 16) as service:
+    # room for the spawns made beside get_stats and the sweep: no eviction among them
+    with ConversationService(cleanup_interval_s=0, max_live=2 * count + 10_000) as service:
         thinkers = _warm(service, count)
         latencies = _obtain_latencies(service, thinkers, samples)
-        return {
+        figures = {
             "live": service.get_stats().total,
             "rss MiB": _rss_mib(),
             "threads": threading.active_count(),
@@ -97,8 +111,12 @@ def measure(count: int, samples: int) -> dict[str, float]:
             "obtain p99 us": latencies[int(0.99 * (len(latencies) - 1))] * 1e6,
             "get_stats ms": _timed(service.get_stats) * 1e3,
             "sweep ms": _timed(service.sweep_expired) * 1e3,
-            "spawn beside get_stats ms": _spawn_beside_stats(service) * 1e3,
         }
+        for name, call in (("get_stats", service.get_stats), ("the sweep", service.sweep_expired)):
+            longest, spawns = _spawns_beside(service, call)
+            figures[f"spawns beside {name}"] = spawns
+            figures[f"  the longest ms ({name})"] = longest * 1e3
+        return figures
 
 
 def main() -> None:
