@@ -14,13 +14,13 @@ Prints turns/s, p50 and p99 turn latency for both, and parlour's ratio to the fl
 
 With ``--case default|hot|cold|all`` it runs the named cases of ``parlour.actors._cases``
 instead (default 200x10, hot 8x200, cold 2,000x3 with every first turn a restore), each
-``--rounds`` times (3: each path's median round and the range of its ratios): the
-floor, the bare service path (free, and each turn in ``turn_gate``) and the agent path
-(gated by ``send`` itself) in one run each, the service and agent again with every thread
-on one CPU, every figure also as a
-ratio to that floor, CPU per turn from ``time.process_time()``, and for the cold case the
-restore rate (conversations/s from LMDB: load, decode and the actor it lands in) on the
-case's threads (free, and each obtain and release in ``turn_gate``) and on one.
+``--rounds`` times (3 by default: each path shows its median round and the range of its
+ratios). A round runs the floor, the bare service path (free, and each turn in
+``turn_gate``), the agent path (gated by ``send`` itself), and the service and agent again
+with every thread on one CPU; every figure is also a ratio to the floor of its round, CPU
+per turn comes from ``time.process_time()``, and for the cold case the restore rate
+(conversations/s from LMDB: load, decode and the actor it lands in) on the case's threads
+(free, and each obtain and release in ``turn_gate``) and on one.
 """
 
 from __future__ import annotations
