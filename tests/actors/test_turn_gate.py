@@ -9,6 +9,7 @@ import contextlib
 import datetime as dt
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,18 +35,29 @@ from parlour.stores._waiting import held_gate, waiting
 
 from .agent_helpers import calls, stored
 
-JOIN_S = 6  # a deadlock shows as a thread still alive after this
+JOIN_S = 6  # how long a test waits for one awaited event
+STALL_S = 20  # a deadlock shows as no progress for this long (a slow disk only slows it)
 
 
-def _join_all(threads: list[threading.Thread]) -> None:
+def _join_all(threads: list[threading.Thread], progress: Callable[[], int] | None) -> None:
+    """Start ``threads`` and wait for all of them, failing once nothing has progressed for
+    ``STALL_S``: ``progress`` counts what is done so far (by default, the threads that have
+    finished). A deadlock stops every thread; fsyncs that take long only slow them."""
     for thread in threads:
         thread.start()
+    done = progress or (lambda: sum(not t.is_alive() for t in threads))
+    last, since = done(), time.monotonic()
     for thread in threads:
-        thread.join(JOIN_S)
-    assert not any(t.is_alive() for t in threads), "gated turns waited on one another"
+        while thread.is_alive():
+            thread.join(0.1)
+            if (now := done()) != last:
+                last, since = now, time.monotonic()
+            assert time.monotonic() - since < STALL_S, "gated turns waited on one another"
 
 
-def _in_threads(*runs: Callable[[], None]) -> list[BaseException]:
+def _in_threads(
+    *runs: Callable[[], None], progress: Callable[[], int] | None = None
+) -> list[BaseException]:
     errors: list[BaseException] = []
 
     def guarded(run: Callable[[], None]) -> Callable[[], None]:
@@ -57,7 +69,7 @@ def _in_threads(*runs: Callable[[], None]) -> list[BaseException]:
 
         return body
 
-    _join_all([threading.Thread(target=guarded(run), daemon=True) for run in runs])
+    _join_all([threading.Thread(target=guarded(run), daemon=True) for run in runs], progress)
     return errors
 
 
@@ -348,6 +360,7 @@ def test_gated_turns_under_contention_evictions_and_force_releases_all_end_and_k
             for agent in (keeping, evicting)
         ]
         answered: list[str] = []
+        attempts: list[int] = []  # every turn that ended, answered or cancelled
         stop = threading.Event()
 
         def talk(index: int, chat: Any) -> Callable[[], None]:
@@ -358,6 +371,8 @@ def test_gated_turns_under_contention_evictions_and_force_releases_all_end_and_k
                         chat.send(text)
                     except TurnCancelledError:
                         continue
+                    finally:
+                        attempts.append(n)
                     answered.append(text)
 
             return turns_of
@@ -378,9 +393,11 @@ def test_gated_turns_under_contention_evictions_and_force_releases_all_end_and_k
         meddling: list[BaseException] = []
         meddler = threading.Thread(target=meddle, daemon=True)
         meddler.start()
-        errors = _in_threads(*(talk(i, c) for i, c in enumerate(chats)))
+        errors = _in_threads(
+            *(talk(i, c) for i, c in enumerate(chats)), progress=lambda: len(attempts)
+        )
         stop.set()
-        meddler.join(JOIN_S)
+        meddler.join(STALL_S)
         assert not meddler.is_alive()
         assert errors == [] and meddling == []  # every turn answered or was cancelled
         assert not turn_gate.is_held()
