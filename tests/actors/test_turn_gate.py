@@ -36,13 +36,14 @@ from parlour.stores._waiting import held_gate, waiting
 from .agent_helpers import calls, stored
 
 JOIN_S = 6  # how long a test waits for one awaited event
-STALL_S = 20  # a deadlock shows as no progress for this long (a slow disk only slows it)
+STALL_S = 20  # a deadlock shows as no progress for this long (a busy machine only slows it)
 
 
 def _join_all(threads: list[threading.Thread], progress: Callable[[], int] | None) -> None:
     """Start ``threads`` and wait for all of them, failing once nothing has progressed for
     ``STALL_S``: ``progress`` counts what is done so far (by default, the threads that have
-    finished). A deadlock stops every thread; fsyncs that take long only slow them."""
+    finished). A deadlock stops every thread; a busy machine, or a thread off the gate that
+    keeps taking the interpreter lock back, only slows them."""
     for thread in threads:
         thread.start()
     done = progress or (lambda: sum(not t.is_alive() for t in threads))
