@@ -1,0 +1,162 @@
+"""Instructions per durable turn (callgrind): the floor, the service path and the agent path.
+
+Turns per second on a shared machine move between sittings by more than most changes do;
+instruction counts do not (the same binary, inputs and environment give nearly the same
+count whatever else the machine runs). So this compares a change's CPU cost per turn.
+
+Each path runs on one thread, unsynced (the kernel's fsync work is not counted anyway), over
+C conversations: 3 turns of warm-up, then K more turns each, under ``valgrind
+--tool=callgrind``, once with K=``--short`` and once with K=``--long``; the difference of the
+two totals divided by the turns between them is the cost of one turn, start-up, warm-up and
+exit cancelled out. The heap is frozen after warm-up (``gc.freeze``), so a full collection
+of the start-up heap does not land in one run and not the other; the young collections the
+turns cause are counted. The paths:
+
+- floor: a dict of message lists, msgspec to encode the whole list, one LMDB put and commit;
+- service: obtain, add the user message, save it deferred, the scripted model, add the
+  answer, save, release (``ConversationService`` on ``LmdbStore``, no session-cache misses);
+- agent: ``Chat.send`` of an ``Agent`` on the scripted model (the same turn, plus the usage
+  ledger, the window check before the model call and the turn's followers).
+
+Prints each path's instructions per turn and its ratio to the floor and to the service path.
+Needs valgrind (``apt-get install valgrind``); takes about three minutes.
+
+    python benchmarks/instructions.py [--conversations 20] [--short 5] [--long 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+PATHS = ("floor", "service", "agent")
+_TOTAL = re.compile(rb"^(?:summary|totals): (\d+)", re.MULTILINE)
+
+
+def _turn_of(path: str, data_dir: Path) -> Callable[[int, int], object]:
+    """One turn of conversation ``i`` (its ``t``-th) on ``path``, set up in ``data_dir``."""
+    import lmdb
+    import msgspec
+
+    from parlour.actors import Agent, ConversationService
+    from parlour.actors._cases import _floor_turn, _service_turn, _thinker, text
+    from parlour.runtime import Depth, OutputSize, ScriptedClient
+    from parlour.stores import LmdbStore, MemorySessionCache
+
+    if path == "floor":
+        env = lmdb.open(str(data_dir), map_size=1 << 31, sync=False, metasync=False)
+        encode = msgspec.json.Encoder().encode
+        lists: dict[int, list[dict[str, str]]] = {}
+
+        def floor(i: int, t: int) -> None:
+            messages = lists.setdefault(i, [])
+            messages.extend(_floor_turn(i, t))
+            with env.begin(write=True) as txn:
+                txn.put(f"c{i}".encode(), encode(messages))
+
+        return floor
+    store = LmdbStore(data_dir, sync=False)
+    service = ConversationService(store, MemorySessionCache(), cleanup_interval_s=0)
+    if path == "service":
+        client, thinkers = ScriptedClient(), {}
+
+        def service_turn(i: int, t: int) -> float:
+            thinker = thinkers.get(i) or thinkers.setdefault(i, _thinker(i, None))
+            return _service_turn(service, client, thinker, i, t)
+
+        return service_turn
+    agent = Agent(ScriptedClient(), output=OutputSize.STANDARD, depth=Depth.IMMEDIATE)
+    chats: dict[int, object] = {}
+
+    def agent_turn(i: int, t: int) -> object:
+        chat = chats.get(i) or chats.setdefault(i, agent.chat(service, user_id=f"user-{i % 16}"))
+        return chat.send(text(i, t))  # type: ignore[attr-defined]
+
+    return agent_turn
+
+
+def child(path: str, conversations: int, turns: int) -> None:
+    """Run under callgrind: warm up, freeze the heap, run ``turns`` more turns each, exit."""
+    with tempfile.TemporaryDirectory() as tmp:
+        turn = _turn_of(path, Path(tmp))
+        for t in range(3):
+            for i in range(conversations):
+                turn(i, t)
+        gc.collect()
+        gc.freeze()
+        for t in range(3, 3 + turns):
+            for i in range(conversations):
+                turn(i, t)
+        sys.stdout.flush()
+        os._exit(0)  # no teardown counted: both runs would pay it alike, but it is noise
+
+
+def _total(path: str, conversations: int, turns: int, out_dir: Path) -> int:
+    out = out_dir / f"callgrind.{path}.{turns}"
+    command = [
+        "valgrind",
+        "--tool=callgrind",
+        f"--callgrind-out-file={out}",
+        sys.executable,
+        __file__,
+        "--child",
+        path,
+        "--conversations",
+        str(conversations),
+        "--turns",
+        str(turns),
+    ]
+    env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same dict and set layouts every run
+    done = subprocess.run(command, capture_output=True, check=False, env=env)
+    if done.returncode != 0:
+        tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:]
+        raise SystemExit(f"callgrind of the {path} path failed: {' '.join(tail)}")
+    found = _TOTAL.search(out.read_bytes())
+    if found is None:
+        raise SystemExit(f"callgrind wrote no total for the {path} path ({out})")
+    return int(found.group(1))
+
+
+def per_turn(path: str, conversations: int, short: int, long: int) -> float:
+    """The instructions of one turn on ``path``: the two runs' difference over their turns."""
+    with tempfile.TemporaryDirectory() as tmp:
+        low = _total(path, conversations, short, Path(tmp))
+        high = _total(path, conversations, long, Path(tmp))
+    return (high - low) / ((long - short) * conversations)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--conversations", type=int, default=20)
+    parser.add_argument("--short", type=int, default=5, help="turns each in the shorter run")
+    parser.add_argument("--long", type=int, default=15, help="turns each in the longer run")
+    parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
+    parser.add_argument("--child", choices=PATHS, help=argparse.SUPPRESS)
+    parser.add_argument("--turns", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.conversations, args.turns)
+    if args.conversations < 1 or not 0 <= args.short < args.long:
+        parser.error("needs --conversations of at least 1 and 0 <= --short < --long")
+    if shutil.which("valgrind") is None:
+        parser.error("valgrind is not installed (apt-get install valgrind)")
+    costs = {path: per_turn(path, args.conversations, args.short, args.long) for path in args.paths}
+    floor, service = costs.get("floor"), costs.get("service")
+    print(f"instructions per turn, one thread, unsynced, {args.conversations} conversations")
+    print(f"{'path':<10}{'instructions':>14}{'x floor':>10}{'x service':>11}")
+    for path, cost in costs.items():
+        to_floor = f"{cost / floor:.2f}x" if floor else "-"
+        to_service = f"{cost / service:.2f}x" if service else "-"
+        print(f"{path:<10}{cost:>14,.0f}{to_floor:>10}{to_service:>11}")
+
+
+if __name__ == "__main__":
+    main()
