@@ -46,7 +46,7 @@ def _turn_of(path: str, data_dir: Path) -> Callable[[int, int], object]:
     import lmdb
     import msgspec
 
-    from parlour.actors import Agent, ConversationService
+    from parlour.actors import Agent, BasicThinker, Chat, ConversationService
     from parlour.actors._cases import _floor_turn, _service_turn, _thinker, text
     from parlour.runtime import Depth, OutputSize, ScriptedClient
     from parlour.stores import LmdbStore, MemorySessionCache
@@ -66,7 +66,8 @@ def _turn_of(path: str, data_dir: Path) -> Callable[[int, int], object]:
     store = LmdbStore(data_dir, sync=False)
     service = ConversationService(store, MemorySessionCache(), cleanup_interval_s=0)
     if path == "service":
-        client, thinkers = ScriptedClient(), {}
+        client = ScriptedClient()
+        thinkers: dict[int, BasicThinker] = {}
 
         def service_turn(i: int, t: int) -> float:
             thinker = thinkers.get(i) or thinkers.setdefault(i, _thinker(i, None))
@@ -74,11 +75,11 @@ def _turn_of(path: str, data_dir: Path) -> Callable[[int, int], object]:
 
         return service_turn
     agent = Agent(ScriptedClient(), output=OutputSize.STANDARD, depth=Depth.IMMEDIATE)
-    chats: dict[int, object] = {}
+    chats: dict[int, Chat] = {}
 
     def agent_turn(i: int, t: int) -> object:
         chat = chats.get(i) or chats.setdefault(i, agent.chat(service, user_id=f"user-{i % 16}"))
-        return chat.send(text(i, t))  # type: ignore[attr-defined]
+        return chat.send(text(i, t))
 
     return agent_turn
 
