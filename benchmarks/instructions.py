@@ -2,7 +2,9 @@
 
 Turns per second on a shared machine move between sittings by more than most changes do;
 instruction counts do not (the same binary, inputs and environment give nearly the same
-count whatever else the machine runs). So this compares a change's CPU cost per turn.
+count whatever else the machine runs: the floor's repeats to a few instructions, the
+service's and the agent's to about 0.5%, as their actor threads interleave a little
+differently). So this compares a change's CPU cost per turn.
 
 Each path runs on one thread, unsynced (the kernel's fsync work is not counted anyway), over
 C conversations: 3 turns of warm-up, then K more turns each, under ``valgrind
@@ -14,7 +16,7 @@ turns cause are counted. The paths:
 
 - floor: a dict of message lists, msgspec to encode the whole list, one LMDB put and commit;
 - service: obtain, add the user message, save it deferred, the scripted model, add the
-  answer, save, release (``ConversationService`` on ``LmdbStore``, no session-cache misses);
+  answer, save, release (``ConversationService`` on ``LmdbStore``, every conversation live);
 - agent: ``Chat.send`` of an ``Agent`` on the scripted model (the same turn, plus the usage
   ledger, the window check before the model call and the turn's followers).
 
@@ -86,18 +88,19 @@ def _turn_of(path: str, data_dir: Path) -> Callable[[int, int], object]:
 
 def child(path: str, conversations: int, turns: int) -> None:
     """Run under callgrind: warm up, freeze the heap, run ``turns`` more turns each, exit."""
-    with tempfile.TemporaryDirectory() as tmp:
-        turn = _turn_of(path, Path(tmp))
-        for t in range(3):
-            for i in range(conversations):
-                turn(i, t)
-        gc.collect()
-        gc.freeze()
-        for t in range(3, 3 + turns):
-            for i in range(conversations):
-                turn(i, t)
-        sys.stdout.flush()
-        os._exit(0)  # no teardown counted: both runs would pay it alike, but it is noise
+    tmp = tempfile.mkdtemp(prefix="parlour-instructions-")
+    turn = _turn_of(path, Path(tmp))
+    for t in range(3):
+        for i in range(conversations):
+            turn(i, t)
+    gc.collect()
+    gc.freeze()
+    for t in range(3, 3 + turns):
+        for i in range(conversations):
+            turn(i, t)
+    shutil.rmtree(tmp, ignore_errors=True)  # the same in both runs: it cancels out
+    sys.stdout.flush()
+    os._exit(0)  # no shutdown of actors and store: both runs would pay it, but it is noise
 
 
 def _total(path: str, conversations: int, turns: int, out_dir: Path) -> int:
