@@ -6,7 +6,7 @@ count whatever else the machine runs: the floor's repeats to a few instructions,
 service's and the agent's to about 0.5%, as their actor threads interleave a little
 differently). So this compares a change's CPU cost per turn.
 
-Each path runs on one thread, unsynced (the kernel's fsync work is not counted anyway), over
+Each path is driven by one thread, unsynced (the kernel's fsync work is not counted anyway), over
 C conversations: 3 turns of warm-up, then K more turns each, under ``valgrind
 --tool=callgrind``, once with K=``--short`` and once with K=``--long``; the difference of the
 two totals divided by the turns between them is the cost of one turn, start-up, warm-up and
