@@ -43,53 +43,42 @@ PATHS = ("floor", "service", "agent")
 _TOTAL = re.compile(rb"^(?:summary|totals): (\d+)", re.MULTILINE)
 
 
-def _turn_of(path: str, data_dir: Path) -> Callable[[int, int], object]:
+def _turn_of(path: str, data_dir: Path, conversations: int) -> Callable[[int, int], object]:
     """One turn of conversation ``i`` (its ``t``-th) on ``path``, set up in ``data_dir``."""
     import lmdb
     import msgspec
 
-    from parlour.actors import Agent, BasicThinker, Chat, ConversationService
-    from parlour.actors._cases import _floor_turn, _service_turn, _thinker, text
+    from parlour.actors import Agent, ConversationService
+    from parlour.actors._cases import _floor_turn, _service_turn, _thinker, _user, text
     from parlour.runtime import Depth, OutputSize, ScriptedClient
     from parlour.stores import LmdbStore, MemorySessionCache
 
     if path == "floor":
         env = lmdb.open(str(data_dir), map_size=1 << 31, sync=False, metasync=False)
         encode = msgspec.json.Encoder().encode
-        lists: dict[int, list[dict[str, str]]] = {}
+        lists: list[list[dict[str, str]]] = [[] for _ in range(conversations)]
 
         def floor(i: int, t: int) -> None:
-            messages = lists.setdefault(i, [])
-            messages.extend(_floor_turn(i, t))
+            lists[i].extend(_floor_turn(i, t))
             with env.begin(write=True) as txn:
-                txn.put(f"c{i}".encode(), encode(messages))
+                txn.put(f"c{i}".encode(), encode(lists[i]))
 
         return floor
     store = LmdbStore(data_dir, sync=False)
     service = ConversationService(store, MemorySessionCache(), cleanup_interval_s=0)
     if path == "service":
         client = ScriptedClient()
-        thinkers: dict[int, BasicThinker] = {}
-
-        def service_turn(i: int, t: int) -> float:
-            thinker = thinkers.get(i) or thinkers.setdefault(i, _thinker(i, None))
-            return _service_turn(service, client, thinker, i, t)
-
-        return service_turn
+        thinkers = [_thinker(i, None) for i in range(conversations)]
+        return lambda i, t: _service_turn(service, client, thinkers[i], i, t)
     agent = Agent(ScriptedClient(), output=OutputSize.STANDARD, depth=Depth.IMMEDIATE)
-    chats: dict[int, Chat] = {}
-
-    def agent_turn(i: int, t: int) -> object:
-        chat = chats.get(i) or chats.setdefault(i, agent.chat(service, user_id=f"user-{i % 16}"))
-        return chat.send(text(i, t))
-
-    return agent_turn
+    chats = [agent.chat(service, user_id=_user(i)) for i in range(conversations)]
+    return lambda i, t: chats[i].send(text(i, t))
 
 
 def child(path: str, conversations: int, turns: int) -> None:
     """Run under callgrind: warm up, freeze the heap, run ``turns`` more turns each, exit."""
     tmp = tempfile.mkdtemp(prefix="parlour-instructions-")
-    turn = _turn_of(path, Path(tmp))
+    turn = _turn_of(path, Path(tmp), conversations)
     for t in range(3):
         for i in range(conversations):
             turn(i, t)
