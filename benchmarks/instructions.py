@@ -1,4 +1,5 @@
-"""Instructions per durable turn (callgrind): the floor, the service path and the agent path.
+"""Instructions per durable turn (callgrind): the floor, the service path and the agent path
+(bare, and with tools).
 
 Turns per second on a shared machine move between sittings by more than most changes do;
 instruction counts do not (the same binary, inputs and environment give nearly the same
@@ -18,10 +19,12 @@ turns cause are counted. The paths:
 - service: obtain, add the user message, save it deferred, the scripted model, add the
   answer, save, release (``ConversationService`` on ``LmdbStore``, every conversation live);
 - agent: ``Chat.send`` of an ``Agent`` on the scripted model (the same turn, plus the usage
-  ledger, the window check before the model call and the turn's followers).
+  ledger, the window check before the model call and the turn's followers);
+- tools: the agent path with what a real agent carries: twenty function tools (four
+  parameters each) and an objective of about 800 characters (the model calls none of them).
 
 Prints each path's instructions per turn and its ratio to the floor and to the service path.
-Needs valgrind (``apt-get install valgrind``); takes about three minutes.
+Needs valgrind (``apt-get install valgrind``); takes about four minutes.
 
     python benchmarks/instructions.py [--conversations 20] [--short 5] [--long 15]
 """
@@ -39,7 +42,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-PATHS = ("floor", "service", "agent")
+PATHS = ("floor", "service", "agent", "tools")
+TOOLS, OBJECTIVE = 20, "Answer briefly, and look things up before you answer. " * 15
 _TOTAL = re.compile(rb"^(?:summary|totals): (\d+)", re.MULTILINE)
 
 
@@ -70,9 +74,25 @@ def _turn_of(path: str, data_dir: Path, conversations: int) -> Callable[[int, in
         client = ScriptedClient()
         thinkers = [_thinker(i, None) for i in range(conversations)]
         return lambda i, t: _service_turn(service, client, thinkers[i], i, t)
-    agent = Agent(ScriptedClient(), output=OutputSize.STANDARD, depth=Depth.IMMEDIATE)
+    agent = Agent(
+        ScriptedClient(),
+        tools=[_tool(n) for n in range(TOOLS)] if path == "tools" else (),
+        objective=OBJECTIVE if path == "tools" else None,
+        output=OutputSize.STANDARD,
+        depth=Depth.IMMEDIATE,
+    )
     chats = [agent.chat(service, user_id=_user(i)) for i in range(conversations)]
     return lambda i, t: chats[i].send(text(i, t))
+
+
+def _tool(n: int) -> Callable[..., str]:
+    def forecast(city: str, days: int = 3, units: str = "metric", hourly: bool = False) -> str:
+        """The weather forecast for a city: the next days, in metric or imperial units, by
+        day or by hour (the model calls it with the city as the user wrote it)."""
+        return f"Sunny in {city}."
+
+    forecast.__name__ = f"forecast_{n}"
+    return forecast
 
 
 def child(path: str, conversations: int, turns: int) -> None:
@@ -149,6 +169,8 @@ def main() -> None:
         to_floor = f"{cost / floor:.2f}x" if floor else "-"
         to_service = f"{cost / service:.2f}x" if service else "-"
         print(f"{path:<10}{cost:>14,.0f}{to_floor:>10}{to_service:>11}")
+    if "tools" in costs:
+        print(f"(tools: the agent path with {TOOLS} function tools and a long objective)")
 
 
 if __name__ == "__main__":

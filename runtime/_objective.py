@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import msgspec
 from loguru import logger
 
 from parlour.runtime._validation import check_text, is_valid_text
@@ -30,6 +31,13 @@ from parlour.runtime.errors import IllegalStateError
 LEGEND_KEY = "legend"
 TOOL_WEIGHTS_KEY = "toolWeights"
 TOOL_KEY_PREFIX = "tool:"
+
+
+class ObjectiveSlot(msgspec.Struct, frozen=True, kw_only=True):
+    """One slot of the objective map as a snapshot stores it."""
+
+    key: str
+    block: ContentBlock
 
 
 def as_slot_block(value: object) -> ContentBlock | None:
@@ -58,7 +66,7 @@ class ObjectiveMap:
             method held weakly is eight).
     """
 
-    __slots__ = ("_owner", "_render_of", "_rendered", "_slots", "_tools", "frozen")
+    __slots__ = ("_owner", "_render_of", "_rendered", "_slots", "_stored", "_tools", "frozen")
 
     def __init__(self, render: Callable[[Any, ContentBlock], str], owner: weakref.ref[Any]) -> None:
         self._render_of, self._owner = render, owner
@@ -68,6 +76,7 @@ class ObjectiveMap:
         # map can no longer change, so a render never recomputes the head
         self._rendered: dict[bool, str] = {}
         self._tools: dict[str, ToolDefinitionBlock] | None = None  # likewise, the palette
+        self._stored: tuple[ObjectiveSlot, ...] | None = None  # and the slots (``stored``)
 
     def _render(self, block: ContentBlock) -> str:
         return self._render_of(self._owner(), block)
@@ -130,6 +139,17 @@ class ObjectiveMap:
         if self.frozen:
             self._rendered[native_tools] = text
         return text
+
+    def stored(self) -> list[ObjectiveSlot]:
+        """The slots in order, as a snapshot stores them (a fresh list; once frozen, of the
+        same slot objects every time, so a save can tell by identity that they are as
+        they were)."""
+        if self._stored is not None:
+            return list(self._stored)
+        slots = [ObjectiveSlot(key=k, block=v) for k, v in self._slots.items()]
+        if self.frozen:
+            self._stored = tuple(slots)
+        return slots
 
     def tool_definitions(self) -> list[ToolDefinitionBlock]:
         """The palette announced in the head, in slot order (a fresh list)."""

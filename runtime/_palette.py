@@ -31,29 +31,39 @@ class DeclaredTool(Protocol):
 class Palette:
     """Declared tools by name and admitted skills by name, in the order they came."""
 
-    __slots__ = ("_skills", "_tools")
+    __slots__ = ("_converted", "_skills", "_tools")
 
     def __init__(self) -> None:
         self._tools: dict[str, DeclaredTool] = {}
         self._skills: dict[str, SkillBlock] = {}
+        self._converted = True  # every declaration is its own definition already
 
     def declare(self, tool: DeclaredTool) -> None:
-        """Declare ``tool``; a name already declared is a no-op.
+        """Declare ``tool``; a name already declared is a no-op (nothing is checked: the
+        tool is not taken), so a turn that declares its agent's tools again costs a lookup.
 
         Raises:
             ValueError: the tool's name, or the definition given, could not be stored.
         """
+        name = tool.name
+        if type(name) is str and name in self._tools:
+            return
         if isinstance(tool, ToolDefinitionBlock):
-            check_block(tool, f"tool definition {tool.name!r}")
+            check_block(tool, f"tool definition {name!r}")
         else:
-            check_text(tool.name, "a declared tool's name")
-        self._tools.setdefault(tool.name, tool)
+            check_text(name, "a declared tool's name")
+        if self._tools.setdefault(name, tool) is tool and not isinstance(tool, ToolDefinitionBlock):
+            self._converted = False
 
     def tools(self) -> dict[str, DeclaredTool]:
         return dict(self._tools)
 
     def definitions(self) -> list[ToolDefinitionBlock]:
-        return [self.definition(name) for name in self._tools]
+        if self._converted:  # each save asks: a copy of the values, the same blocks each time
+            return list(self._tools.values())  # type: ignore[arg-type]
+        definitions = [self.definition(name) for name in self._tools]
+        self._converted = True  # only now: a conversion that raised leaves it False
+        return definitions
 
     def definition(self, name: str) -> ToolDefinitionBlock:
         """The wire definition of tool ``name``, converting its declaration the first time.

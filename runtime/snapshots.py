@@ -24,6 +24,7 @@ from parlour.runtime._messages import (
     _set_snapshot,
     last_change,
 )
+from parlour.runtime._objective import ObjectiveSlot
 from parlour.runtime._roles import Depth, Grade, OutputSize
 from parlour.runtime._settled import copy_entries
 from parlour.runtime._stored import stored_message
@@ -76,11 +77,6 @@ def _conversation_class() -> type[ConversationContext]:
             "parlour.runtime before restoring one."
         )
     return _restore_class[0]
-
-
-class ObjectiveSlot(msgspec.Struct, frozen=True, kw_only=True):
-    key: str
-    block: ContentBlock
 
 
 # gc=False: it holds only blocks (values that encode: finite trees), so it closes no cycle
@@ -183,9 +179,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
             workflow_id=context.workflow_id,
             title=context.title,
             created_at=context.created_at,
-            objective=[
-                ObjectiveSlot(key=k, block=v) for k, v in context.get_main_objective().items()
-            ],
+            objective=context._objective.stored(),
             declared_tools=context.declared_tool_definitions(),
             messages=message_snapshots(context),
             grade=context.grade,

@@ -20,12 +20,13 @@ from parlour.runtime.snapshots import MessageSnapshot
 from parlour.stores._lock import ReadGate
 
 if TYPE_CHECKING:
+    from parlour.stores._body import Body
     from parlour.stores._records import Header
 
 # A conversation as the store last wrote it: its messages and ledger entries (by identity),
-# its body's bytes and its header (None: a deferred write's plan, not written yet). A plain
-# tuple: one is made per save (a NamedTuple costs 5 times more).
-Written = tuple[list[MessageSnapshot], bytes, list[dict[str, Any]], "Header | None"]
+# its body (bytes and what they encode) and its header (None: a deferred write's plan, not
+# written yet). A plain tuple: one is made per save (a NamedTuple costs 5 times more).
+Written = tuple[list[MessageSnapshot], "Body", list[dict[str, Any]], "Header | None"]
 
 
 class Bookkeeping:

@@ -26,6 +26,7 @@ from parlour.runtime.errors import (
 )
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from parlour.stores import _history, _layout, _reads
+from parlour.stores._body import Body, body_after
 from parlour.stores._bookkeeping import Bookkeeping
 from parlour.stores._group_commit import GroupCommit, Write
 from parlour.stores._ids import check_owner, conversation_key, order_bytes, require_id, user_key
@@ -39,7 +40,6 @@ from parlour.stores._records import (
     MessagePlan,
     UsagePlan,
     advanced,
-    encode_body,
     header_encoder,
     plan_messages,
     plan_usage,
@@ -60,8 +60,7 @@ class LmdbStore(LmdbHistory):
         sync: fsync each commit (durable). False trades durability for speed: an OS crash
             (not a killed process) can lose commits and, the map written in place, the file.
         max_batch: most writes one group commit takes.
-        remembered: how many conversations' written messages, ledgers and bodies the
-            store remembers, to write only what changed.
+        remembered: how many conversations' written records to remember (to write changes).
         readonly: open for reading only, beside the directory's writer (in this or another
             process); every write raises ``IllegalStateError``.
         history: keep every save as a version (``get_version_history``, ``load_version``).
@@ -161,7 +160,7 @@ class LmdbStore(LmdbHistory):
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
     ) -> int:
         key = require_id(snapshot, user_id)
-        cid, body = str(snapshot.conversation_id), encode_body(snapshot)
+        cid, body = str(snapshot.conversation_id), body_after(snapshot, None)
         plan = plan_messages(None, snapshot.messages)  # a create writes every message
         usage = plan_usage(None, snapshot.usage)
 
@@ -185,7 +184,7 @@ class LmdbStore(LmdbHistory):
             self._put(txn, key, cid, old, head, body, plan, usage)
             return head.version
 
-        return int(self._submit(write, len(body) + plan.size + usage.size))
+        return int(self._submit(write, len(body.data) + plan.size + usage.size))
 
     def save_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
@@ -206,8 +205,9 @@ class LmdbStore(LmdbHistory):
     ) -> tuple[Write, int]:
         """An update's write and size; the next save plans against a ``queued`` (deferred) one."""
         key = require_id(snapshot, user_id)
-        cid, body = str(snapshot.conversation_id), encode_body(snapshot)
-        last = self._book.planning_base(cid)
+        cid = str(snapshot.conversation_id)
+        last = self._book.planning_base(cid)  # its body, when this one is the same: no encoding
+        body = body_after(snapshot, None if last is None else last[1])
         plan = plan_messages(None if last is None else last[0], snapshot.messages)
         usage = plan_usage(None if last is None else last[2], snapshot.usage)
         planned = (plan.items, body, usage.items, None)
@@ -229,7 +229,7 @@ class LmdbStore(LmdbHistory):
             self._put(txn, key, cid, old, head, body, plan, usage)
             return head.version
 
-        return write, len(body) + plan.size + usage.size
+        return write, len(body.data) + plan.size + usage.size
 
     def _put(
         self,
@@ -238,7 +238,7 @@ class LmdbStore(LmdbHistory):
         cid: str,
         old: Header | None,
         head: Header,
-        body: bytes,
+        body: Body,
         plan: MessagePlan,
         usage: UsagePlan,
     ) -> None:
@@ -251,12 +251,12 @@ class LmdbStore(LmdbHistory):
         if plan.base is not base or usage.base is not ledger:  # another write landed since
             plan, usage = replanned(base, ledger, plan, usage)
         _layout.reindex(txn, self._dbs, old, head, key)
-        if known is None or body != known[1]:  # the usual turn leaves the body as it was
-            txn.put(key, body, db=self._dbs.bodies)
+        if known is None or (body is not known[1] and body.data != known[1].data):  # as it was
+            txn.put(key, body.data, db=self._dbs.bodies)
         write_run(txn, self._dbs.messages, key, plan, 0 if old is None else old.message_count)
         if usage.writes or (old is not None and len(usage.items) < old.usage_count):
             write_run(txn, self._dbs.usage, key, usage, 0 if old is None else old.usage_count)
-        chain = self._record(txn, key, old, head, body, plan, usage)  # it reads the records
+        chain = self._record(txn, key, old, head, body.data, plan, usage)  # it reads the records
         head = head if chain == head.history else msgspec.structs.replace(head, history=chain)
         txn.put(key, header_encoder.encode(head), db=self._dbs.heads)
         self._book.note(cid, (plan.items, body, usage.items, head))  # never after a raise

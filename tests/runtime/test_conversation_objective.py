@@ -325,6 +325,22 @@ def test_a_restored_head_takes_new_tools_in_the_head() -> None:
     assert restored.messages == []
 
 
+def test_a_frozen_heads_stored_slots_are_the_same_slots_in_a_fresh_list() -> None:
+    """Once frozen the head cannot change, so each snapshot gets the very slot objects of the
+    last one (a save tells by identity that they are as they were), in a list of its own."""
+    c = ConversationContext("c-slots")
+    c.put_main_objective("task", "TASK")
+    c.add_tool(ToolDefinitionBlock(name="x", description="d"))
+    before = c.to_snapshot().objective
+    prepare(c)
+    first, second, third = (c.to_snapshot().objective for _ in range(3))
+    assert [s.key for s in first] == ["task", "toolWeights", "tool:x"]
+    assert [s.key for s in before] == ["task"]
+    assert all(x is y is z for x, y, z in zip(first, second, third, strict=True))
+    second.clear()  # a snapshot's own list
+    assert second is not third and c.to_snapshot().objective == third == first
+
+
 # -- properties ------------------------------------------------------------------------------
 
 keys = st.sampled_from(["task", "extra", "style", "scope", "k5"])

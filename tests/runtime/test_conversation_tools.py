@@ -56,6 +56,32 @@ def test_add_tools_keeps_the_first_declaration_of_each_name_in_order() -> None:
     assert c.declared_tools()["a"] is a
 
 
+def test_declaring_a_taken_name_again_takes_nothing_and_checks_nothing() -> None:
+    """A turn declares its agent's tools on every turn: a name already declared keeps its
+    first declaration, and what comes under it again is not looked at (not even a
+    definition that could not be stored)."""
+    first = tool("lookup")
+    c = ConversationContext()
+    c.add_tool(first)
+    c.add_tool(ToolDefinitionBlock(name="lookup", description="\ud800 a lone surrogate"))
+    assert c.declared_tools()["lookup"] is first
+    assert c.declared_tool_definitions() == [first]
+
+
+def test_definitions_are_the_same_blocks_each_time_and_later_ones_are_converted() -> None:
+    counting, later = CountingTool("probe"), CountingTool("later")
+    c = ConversationContext()
+    c.add_tools([tool("plain"), counting])
+    first = c.declared_tool_definitions()
+    again = c.declared_tool_definitions()
+    assert first == again and first is not again
+    assert all(x is y for x, y in zip(first, again, strict=True))
+    again.clear()  # a caller's copy: the next call is whole
+    c.add_tool(later)
+    assert [t.name for t in c.declared_tool_definitions()] == ["plain", "probe", "later"]
+    assert (counting.calls, later.calls) == (1, 1)
+
+
 def test_declaring_announces_nothing_before_a_render() -> None:
     c = ConversationContext()
     c.add_tool(tool("x"))

@@ -1,14 +1,23 @@
 """The body record (the snapshot less its messages and its stored version): a save that
-leaves it as it was skips writing it, one that changes it writes it, and every load, of the
-current record or of a kept version, gives the body its save had."""
+leaves it as it was skips writing it (and encoding it: the store reuses the last save's
+bytes only when the new body would encode to them), one that changes it writes it, and every
+load, of the current record or of a kept version, gives the body its save had."""
 
 from __future__ import annotations
 
+import datetime as dt
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import lmdb
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from parlour.runtime import ConversationContext
+from parlour.runtime import Artifact, ConversationContext, tool_from_function, type_alias
+from parlour.runtime.blocks import PojoBlock, SkillBlock, ToolDefinitionBlock
 from parlour.stores import LmdbStore
 from parlour.stores._records import encode_body
 
@@ -53,3 +62,113 @@ def test_a_body_is_the_same_bytes_whatever_version_the_snapshot_was_loaded_at() 
     before = encode_body(c.to_snapshot())
     c.stored_version = 41
     assert encode_body(c.to_snapshot()) == before
+
+
+# -- a body kept from the last save: reused only when it would encode to the same bytes -------
+
+
+@type_alias("test:counted")
+class _Counted(Artifact, kw_only=True):
+    n: Any = 1
+
+
+def _bool_in_an_artifact(c: ConversationContext) -> None:
+    artifact = next(iter(c.artifact_registry.get_all_artifacts().values()))
+    assert isinstance(artifact, _Counted)
+    artifact.n = True  # equal to 1, encoded as true
+
+
+def _bool_in_a_pojo_slot(c: ConversationContext) -> None:
+    block = c.get_main_objective()["data"]
+    assert isinstance(block, PojoBlock)
+    block.value["n"] = True  # the frozen block's dict, changed in place: equal to 1
+
+
+def _same_moment_elsewhere(c: ConversationContext) -> None:
+    c.created_at = c.created_at.astimezone(dt.timezone(dt.timedelta(hours=2)))  # equal
+
+
+@pytest.mark.parametrize(
+    "change",
+    [_bool_in_an_artifact, _bool_in_a_pojo_slot, _same_moment_elsewhere],
+)
+def test_a_body_that_compares_equal_to_the_last_but_encodes_otherwise_is_written(
+    tmp_path: Path, change: Callable[[ConversationContext], None]
+) -> None:
+    """Values that are equal and still encode apart (``1`` and ``True``, one moment in two
+    offsets, a PojoBlock's value changed in place) get the new body into the store."""
+    c = ConversationContext("c1", user_id="alice")
+    c.put_main_objective("data", {"n": 1})
+    c.artifact_registry.register(_Counted(n=1))
+    c.add_user_message("first")
+    with LmdbStore(tmp_path / "db") as store:
+        c.stored_version = store.create_context(c.to_snapshot(), "alice")
+        c.add_user_message("second")
+        c.stored_version = store.save_context(c.to_snapshot(), "alice")
+        before = encode_body(c.to_snapshot())
+        change(c)
+        c.add_user_message("third")
+        c.stored_version = store.save_context(c.to_snapshot(), "alice")
+        assert encode_body(c.to_snapshot()) != before
+        loaded = store.load("c1", "alice")
+        assert loaded is not None and encode_body(loaded) == encode_body(c.to_snapshot())
+    assert _stored_body(tmp_path / "db", "c1") == encode_body(c.to_snapshot())
+
+
+def test_changing_a_saved_snapshots_lists_afterwards_does_not_decide_the_next_body(
+    tmp_path: Path,
+) -> None:
+    """A store keeps copies of what a body was encoded from, so a caller changing the lists
+    of a snapshot it saved cannot make the next save's new body look like the last one."""
+    c = ConversationContext("c1", user_id="alice")
+    c.add_user_message("first")
+    late = ToolDefinitionBlock(name="late", description="declared after the save")
+    with LmdbStore(tmp_path / "db") as store:
+        saved = c.to_snapshot()
+        c.stored_version = store.create_context(saved, "alice")
+        saved.declared_tools.append(late)  # the caller's own snapshot, changed after the save
+        c.add_tool(late)
+        c.add_user_message("second")
+        c.stored_version = store.save_context(c.to_snapshot(), "alice")
+        loaded = store.load("c1", "alice")
+        assert loaded is not None and [t.name for t in loaded.declared_tools] == ["late"]
+
+
+def _lookup(city: str) -> str:
+    """Look a city up."""
+    return city
+
+
+_BODY_CHANGES: dict[str, Callable[[ConversationContext, int], None]] = {
+    "a message": lambda c, i: c.add_user_message(f"message {i}"),
+    "an objective slot": lambda c, i: c.put_main_objective(f"slot {i % 3}", f"objective {i}"),
+    "a pojo slot": lambda c, i: c.put_main_objective("pojo", {"n": i % 2 == 0}),
+    "a tool definition": lambda c, i: c.add_tool(
+        ToolDefinitionBlock(name=f"tool_{i % 4}", description=f"tool {i}")
+    ),
+    "a function tool": lambda c, i: c.add_tool(tool_from_function(_lookup)),
+    "a skill": lambda c, i: c.admit_skill(SkillBlock(name=f"skill_{i % 3}", body=f"do {i}")),
+    "an artifact": lambda c, i: c.artifact_registry.register(_Counted(n=i if i % 2 else True)),
+    "a flag": lambda c, i: setattr(c, "compactable", i % 2 == 0),
+    "a render": lambda c, i: c.prepare_messages_for_llm(),
+}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(sorted(_BODY_CHANGES)), min_size=1, max_size=12))
+def test_after_any_changes_and_saves_the_stored_body_is_the_one_the_context_encodes(
+    changes: list[str],
+) -> None:
+    """Whatever a conversation goes through (objective puts before and after the freeze,
+    tools, skills, artifacts, flags, renders), each save leaves the body its snapshot
+    encodes, read back as such."""
+    with tempfile.TemporaryDirectory() as tmp, LmdbStore(Path(tmp) / "db") as store:
+        c = ConversationContext("c1", user_id="alice")
+        c.add_user_message("first")
+        c.stored_version = store.create_context(c.to_snapshot(), "alice")
+        for i, change in enumerate(changes):
+            _BODY_CHANGES[change](c, i)
+            snapshot = c.to_snapshot()
+            c.stored_version = store.save_context(snapshot, "alice")
+            loaded = store.load("c1", "alice")
+            assert loaded is not None and encode_body(loaded) == encode_body(snapshot)

@@ -1,0 +1,68 @@
+"""A conversation's body encoded once while it stays the same.
+
+The body (``_records.encode_body``: the snapshot without its messages, ledger and stored version)
+is the same on almost every save, yet building its bytes meant encoding the whole objective
+and every tool definition again: for an agent with twenty tools, most of a turn's encoding.
+``body_after`` hands back the previous save's ``Body`` when the new body is provably the
+same: its scalar fields and artifacts encode to the same bytes (encoding that part alone is
+cheap), and its block lists hold equal blocks, none of them a ``PojoBlock``. Equal blocks of
+the other kinds encode alike (frozen, every field a str, a bool or None, each type checked
+as the block entered its conversation); a PojoBlock's value is anything (and ``1 == True``
+while they encode differently), so a body holding one is encoded every time.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import msgspec
+
+from parlour.runtime.blocks import PojoBlock
+from parlour.runtime.snapshots import ConversationPersistenceSnapshot, encode_snapshot
+from parlour.stores._records import encode_body
+
+__all__ = ["Body", "body_after"]
+
+_block = operator.attrgetter("block")
+
+
+class Body:
+    """A body's bytes (``data``) and what they were encoded from: the bytes of its scalar
+    fields and artifacts, and its block lists (copied: a snapshot's lists are its holder's)."""
+
+    __slots__ = ("data", "lists", "scalars")
+
+    def __init__(self, data: bytes, scalars: bytes, lists: _Lists) -> None:
+        self.data, self.scalars, self.lists = data, scalars, lists
+
+
+_Lists = tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]  # objective, tools, skills
+
+
+def body_after(snapshot: ConversationPersistenceSnapshot, previous: Body | None) -> Body:
+    """``snapshot``'s body: ``previous`` (the body of an earlier save of the conversation)
+    when it is provably the same (see the module docstring), else encoded anew."""
+    scalars = encode_snapshot(
+        msgspec.structs.replace(
+            snapshot,
+            messages=[],
+            usage=[],
+            stored_version=0,
+            objective=[],
+            legacy_objective=None,
+            declared_tools=[],
+            skills=[],
+        )
+    )
+    objective = tuple(snapshot.objective)
+    lists = (objective, tuple(snapshot.declared_tools), tuple(snapshot.skills))
+    if (
+        previous is not None
+        and scalars == previous.scalars
+        and lists == previous.lists
+        and snapshot.legacy_objective is None
+        and PojoBlock not in map(type, map(_block, objective))
+    ):
+        return previous
+    return Body(encode_body(snapshot), scalars, lists)
