@@ -2,11 +2,12 @@
 
 A version record (``versions``: id + NUL + 8-byte version -> record) is a kind byte
 (``C`` checkpoint, ``D`` delta), the save's time (8 bytes, microseconds since the epoch)
-and a msgpack ``Payload``: the body, the message count, the messages written (index,
-bytes): every message for a checkpoint, the changed ones for a delta, and the same two for
-the usage ledger (absent from records written before layout 4, whose bodies hold their
-ledger). Reading version N starts at the newest checkpoint at or before N and replays the
-deltas after it.
+and a msgpack ``Payload``: the body (empty in a delta whose save left it as it was: no
+body is empty; since layout 5), the message count, the messages written (index, bytes):
+every message for a checkpoint, the changed ones for a delta, and the same two for the
+usage ledger (absent from records written before layout 4, whose bodies hold their ledger).
+Reading version N starts at the newest checkpoint at or before N and replays the deltas
+after it, each body replacing the one before unless empty.
 
 The chain (deltas since the checkpoint, their bytes, the checkpoint's bytes), kept in the
 conversation's header as its version left it, decides when a save is a checkpoint: when its
@@ -15,7 +16,7 @@ the checkpoint's, or when the previous version was not recorded with a chain; so
 retention: a version the next prune will keep oldest is one (``Retention.whole_at``). (Stores
 written before kept it in ``chains``, id -> four 8-byte integers; the code reads it no
 more, and drops it with the history.) So a read replays at most ``MAX_CHAIN`` deltas and
-about twice a full copy's message bytes (a read uses only the last record's body), and a
+about twice a full copy's message bytes (a read uses only the last body it meets), and a
 conversation's history costs about what its saves wrote plus a few full copies.
 """
 
@@ -40,6 +41,7 @@ MAX_CHAIN = 256  # most deltas after a checkpoint
 CHAIN_FLOOR = 16 * 1024
 PRUNE_EVERY = 64  # a save whose version is a multiple of this prunes its conversation
 CHECKPOINT, DELTA = b"C", b"D"
+_SAME_BODY = b""  # a delta's body when its save left the body as it was (no body is empty)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)
 
@@ -120,17 +122,19 @@ def record(
     key: bytes,
     version: int,
     saved_at: dt.datetime,
-    body: bytes,
+    body: bytes | None,
     plan: MessagePlan,
     usage: UsagePlan,
     chain: Chain | None,
     checkpoint: bool = False,
 ) -> Chain:
-    """Record the save that wrote ``body``, ``plan`` and ``usage`` as ``version``: a delta
-    of what it wrote, or a checkpoint of every message and ledger entry when the chain
-    calls for one or ``checkpoint`` asks (a version a coming prune keeps oldest: see
-    ``Retention.whole_at``). ``chain`` is what the previous version left (None: it was
-    not recorded with one). Returns the chain this version leaves, for its header."""
+    """Record the save that wrote ``body`` (None: it left the body as the previous version
+    did), ``plan`` and ``usage`` as ``version``: a delta of what it wrote (an empty body
+    when it left the body as it was), or a checkpoint of the body and every message and
+    ledger entry when the chain calls for one or ``checkpoint`` asks (a version a coming
+    prune keeps oldest: see ``Retention.whole_at``). ``chain`` is what the previous version
+    left (None: it was not recorded with one). Returns the chain this version leaves, for
+    its header."""
     size = plan.size + usage.size
     full = len(plan.writes) == len(plan.items) and len(usage.writes) == len(usage.items)
     if (
@@ -141,14 +145,23 @@ def record(
         or chain[1] + size > max(chain[2], CHAIN_FLOOR)
     ):
         # the records as this save left them: the stored bytes, none encoded again
+        body = _body_of(txn, dbs, key) if body is None else body
         writes = _all_of(txn, dbs.messages, key, plan.writes, len(plan.items))
         entries = _all_of(txn, dbs.usage, key, usage.writes, len(usage.items))
         payload = Payload(body, len(plan.items), writes, len(usage.items), entries)
         txn.put(version_key(key, version), _record(CHECKPOINT, saved_at, payload), db=dbs.versions)
         return (0, 0, sum(map(len, map(operator.itemgetter(1), writes + entries))))
-    payload = Payload(body, len(plan.items), plan.writes, len(usage.items), usage.writes)
+    kept = _SAME_BODY if body is None else body
+    payload = Payload(kept, len(plan.items), plan.writes, len(usage.items), usage.writes)
     txn.put(version_key(key, version), _record(DELTA, saved_at, payload), db=dbs.versions)
     return (chain[0] + 1, chain[1] + size, chain[2])
+
+
+def _body_of(txn: Any, dbs: Databases, key: bytes) -> bytes:
+    raw = txn.get(key, db=dbs.bodies)
+    if raw is None:  # a save writes the body first, so only a damaged file lacks it
+        raise KeyError(f"{key!r} has no body to record")
+    return bytes(raw)
 
 
 def _all_of(
@@ -228,7 +241,7 @@ def state(txn: Any, dbs: Databases, key: bytes, version: int) -> State | None:
         return None
     body, messages, usage = b"", list[bytes](), None
     for i, payload in enumerate(_chain_to(txn, dbs, key, version)):  # a checkpoint first
-        body = payload.body
+        body = payload.body or body  # empty: the body as the record before left it
         _replay(messages, payload.count, payload.writes)
         if payload.usage_count is None:
             usage = None  # the body holds the ledger

@@ -3,7 +3,9 @@ index, tombstones and quarantine: everything a transaction does besides one reco
 
 Layouts: 1 (no meta database, headers without a version or with versions that restart
 after a delete, no owner index, no tombstones), 2 (no version history), 3 (the usage
-ledger inside the body) and 4 (this code: the ledger one record per entry).
+ledger inside the body), 4 (the ledger one record per entry) and 5 (this code: a version
+record that left the body as it was holds an empty body; layout 4's records read alike,
+and a parlour knowing only 4 refuses the directory instead of misreading them).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from parlour.stores._records import (
     usage_encoder,
 )
 
-LAYOUT = 4
+LAYOUT = 5
 _LAYOUT_KEY = b"layout"
 NAMES = (
     b"heads",
@@ -98,7 +100,7 @@ def open_databases(env: Any, path: Path, readonly: bool) -> Databases:
         layout = _layout_of(txn, dbs, path)
         if layout is None:
             upgrade(txn, dbs, path)
-        if layout is None or layout < LAYOUT:
+        if layout is None or layout < 4:
             split_ledgers(txn, dbs, path)
         if layout is None or layout < 3:
             seed_history(txn, dbs, path)

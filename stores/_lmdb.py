@@ -244,19 +244,19 @@ class LmdbStore(LmdbHistory):
     ) -> None:
         """Write a conversation inside its save's write: owner index, body (when it
         changed), the changed messages and ledger entries, the removal of those past the
-        new ends, the version record, and the header (last: it carries the history's
-        chain)."""
+        new ends, the version record, and the header (last: it holds the history's chain)."""
         known = None if old is None else self._book.known(cid)  # a new record: everything
         base, ledger = (None, None) if known is None else (known[0], known[2])
         if plan.base is not base or usage.base is not ledger:  # another write landed since
             plan, usage = replanned(base, ledger, plan, usage)
         _layout.reindex(txn, self._dbs, old, head, key)
-        if known is None or (body is not known[1] and body.data != known[1].data):  # as it was
+        same = known is not None and (body is known[1] or body.data == known[1].data)
+        if not same:  # the usual turn leaves the body as it was (its version records none)
             txn.put(key, body.data, db=self._dbs.bodies)
         write_run(txn, self._dbs.messages, key, plan, 0 if old is None else old.message_count)
         if usage.writes or (old is not None and len(usage.items) < old.usage_count):
             write_run(txn, self._dbs.usage, key, usage, 0 if old is None else old.usage_count)
-        chain = self._record(txn, key, old, head, body.data, plan, usage)  # it reads the records
+        chain = self._record(txn, key, old, head, None if same else body.data, plan, usage)
         head = head if chain == head.history else msgspec.structs.replace(head, history=chain)
         txn.put(key, header_encoder.encode(head), db=self._dbs.heads)
         self._book.note(cid, (plan.items, body, usage.items, head))  # never after a raise

@@ -108,13 +108,14 @@ class LmdbHistory:
         key: bytes,
         old: Header | None,
         head: Header,
-        body: bytes,
+        body: bytes | None,
         plan: MessagePlan,
         usage: UsagePlan,
     ) -> Chain | None:
-        """Record a save as a version (in the save's own transaction); every
-        ``PRUNE_EVERY``-th version of a conversation also prunes it. Returns the chain for
-        the save's header (None: history is off)."""
+        """Record a save as a version (in the save's own transaction; ``body`` None: the
+        body as the previous version left it); every ``PRUNE_EVERY``-th version of a
+        conversation also prunes it. Returns the chain for the save's header (None:
+        history is off)."""
         if self._retention is None:
             return None
         previous = None if old is None else old.history

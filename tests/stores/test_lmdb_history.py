@@ -235,11 +235,12 @@ def test_a_store_written_before_history_is_upgraded_and_its_current_versions_kep
 
 
 # Each step: ("add", text) appends, ("edit", i) replaces message i, ("drop", i) removes it,
-# ("reopen", 0) closes the store and opens it again; a save follows every step.
+# ("objective", i) changes the body, ("reopen", 0) closes the store and opens it again; a
+# save follows every step.
 _steps = st.lists(
     st.one_of(
         st.tuples(st.just("add"), st.text(max_size=6)),
-        st.tuples(st.sampled_from(["edit", "drop", "reopen"]), st.integers(0, 20)),
+        st.tuples(st.sampled_from(["edit", "drop", "objective", "reopen"]), st.integers(0, 20)),
     ),
     max_size=20,
 )
@@ -262,6 +263,8 @@ def test_any_sequence_of_edits_keeps_every_version_exactly_as_saved(
                     store = LmdbStore(tmp, keep_versions=keep)
                 elif op == "add":
                     c.add_user_message(f"said {arg}")
+                elif op == "objective":
+                    c.put_main_objective("goal", f"objective {int(str(arg)) % 3}")
                 elif c.messages:
                     i = int(str(arg)) % len(c.messages)
                     if op == "edit":
@@ -278,6 +281,62 @@ def test_any_sequence_of_edits_keeps_every_version_exactly_as_saved(
                 assert _loaded(store, version) == saved[version]
         finally:
             store.close()
+
+
+def _payloads(store: LmdbStore) -> dict[int, _history.Payload]:
+    with store._env.begin() as txn:
+        cursor = txn.cursor(db=store._dbs.versions)
+        return {
+            int.from_bytes(bytes(key)[-8:], "big"): _history._decoder.decode(bytes(value)[9:])
+            for key, value in cursor
+        }
+
+
+def test_a_version_that_left_the_body_as_it_was_stores_none_and_reads_back_whole(
+    tmp_path: Path,
+) -> None:
+    """A delta whose save kept the body holds an empty body (a tool-laden body is most of a
+    record); every version, and the oldest a prune keeps, still reads back with its own."""
+    c = _conversation()
+    c.put_main_objective("goal", "a long objective " * 50)
+    saved: dict[int, bytes] = {}
+    with LmdbStore(tmp_path, keep_versions=None) as store:
+        saved |= _saves(store, c, 3)  # versions 1 to 4: the body as it was
+        c.put_main_objective("goal", "another objective")
+        saved |= _saves(store, c, 2)  # 5 changes it, 6 keeps it
+        payloads = _payloads(store)
+        assert [v for v, p in payloads.items() if not p.body] == [2, 3, 4, 6]
+        assert _kinds(store)[1] and not any(_kinds(store)[v] for v in (2, 3, 4, 5, 6))
+        for version, expected in saved.items():
+            assert _loaded(store, version) == expected
+    with LmdbStore(tmp_path, keep_versions=2) as store:
+        assert store.prune() == 4  # 5 becomes the oldest: a checkpoint
+        assert _payloads(store)[5].body and _kinds(store)[5]
+        assert _loaded(store, 5) == saved[5] and _loaded(store, 6) == saved[6]
+
+
+def test_a_layout_4_store_opens_as_it_is_and_is_marked_with_this_layout(tmp_path: Path) -> None:
+    """Layout 4 recorded every version's body; this code reads those records as they are
+    and only records its layout, so a parlour that knows only 4 refuses the directory."""
+    c = _conversation()
+    with LmdbStore(tmp_path) as store:
+        saved = _saves(store, c, 3)
+    env = lmdb.open(str(tmp_path), max_dbs=16)
+    with env.begin(write=True) as txn:  # as layout 4 left it: the body in every record
+        versions, meta = env.open_db(b"versions", txn=txn), env.open_db(b"meta", txn=txn)
+        body = bytes(txn.get(b"c1", db=env.open_db(b"bodies", txn=txn)))
+        for key, value in list(txn.cursor(db=versions)):
+            payload = _history._decoder.decode(bytes(value)[9:])
+            full = msgspec.structs.replace(payload, body=payload.body or body)
+            txn.put(key, bytes(value)[:9] + msgspec.msgpack.encode(full), db=versions)
+        txn.put(b"layout", b"4", db=meta)
+    env.close()
+    with LmdbStore(tmp_path) as store:
+        assert all(p.body for p in _payloads(store).values())
+        for version, expected in saved.items():
+            assert _loaded(store, version) == expected
+        with store._env.begin() as txn:
+            assert bytes(txn.get(b"layout", db=store._dbs.meta)) == b"5"
 
 
 def test_a_backup_taken_while_writers_save_opens_with_every_acknowledged_save(

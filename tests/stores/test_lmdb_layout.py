@@ -13,6 +13,7 @@ import pytest
 from parlour.runtime import ConversationContext
 from parlour.runtime.errors import IllegalStateError, StaleVersionError
 from parlour.stores import LmdbStore
+from parlour.stores._layout import LAYOUT
 
 LAYOUT1 = Path(__file__).parent / "data" / "layout1"
 
@@ -53,7 +54,7 @@ def test_a_store_written_before_layout_versions_is_upgraded_in_place(old_store: 
         with pytest.raises(StaleVersionError):
             store.save_context(msgspec.structs.replace(loaded, stored_version=0), "alice")
         assert store.save_context(loaded, "alice") == 2
-    assert _meta(old_store) == b"4"
+    assert _meta(old_store) == str(LAYOUT).encode()
     with LmdbStore(old_store) as again:  # the upgrade ran once; the store opens as it is
         assert again.version_of("alice-1", "alice") == 2
         history = again.get_version_history("alice-1", "alice")
@@ -88,12 +89,12 @@ def test_a_layout_newer_than_the_code_is_refused_and_left_alone(tmp_path: Path) 
         store.create_context(c.to_snapshot(), "alice")
     env = lmdb.open(str(tmp_path), max_dbs=8)
     with env.begin(write=True) as txn:
-        txn.put(b"layout", b"5", db=env.open_db(b"meta", txn=txn))
+        txn.put(b"layout", b"99", db=env.open_db(b"meta", txn=txn))
     env.close()
     for readonly in (False, True):
-        with pytest.raises(IllegalStateError, match="layout 5, newer than this parlour knows"):
+        with pytest.raises(IllegalStateError, match="layout 99, newer than this parlour knows"):
             LmdbStore(tmp_path, readonly=readonly)
-    assert _meta(tmp_path) == b"5"
+    assert _meta(tmp_path) == b"99"
     with LmdbStore(tmp_path / "elsewhere") as other:  # the refused open released the directory
         assert other.list_conversations("alice") == []
 

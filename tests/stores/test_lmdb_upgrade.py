@@ -15,6 +15,7 @@ from parlour.runtime import ConversationContext
 from parlour.runtime.errors import IllegalStateError
 from parlour.runtime.snapshots import decode_snapshot
 from parlour.stores import LmdbStore
+from parlour.stores._layout import LAYOUT
 
 from .ledger_helpers import raw_db
 
@@ -75,7 +76,7 @@ def test_every_version_of_a_layout_3_store_reads_back_exactly_after_the_upgrade(
                 assert len(kept.messages) == MESSAGES[cid][version - 1]
             current = store.load(cid, user)
             assert current is not None and current.usage == ledgers[max(ledgers)]
-    assert raw_db(old_store, b"meta")[b"layout"] == b"4"
+    assert raw_db(old_store, b"meta")[b"layout"] == str(LAYOUT).encode()
 
 
 def test_the_upgrade_moves_each_ledger_out_of_its_body_into_one_record_per_entry(
