@@ -177,7 +177,8 @@ def _prepare(context: ConversationContext, plan: TurnPlan) -> None:
     plan.ledger.seed(context)
     if plan.objective and not context.has_main_objective(OBJECTIVE_KEY):
         context.put_main_objective(OBJECTIVE_KEY, plan.objective)
-    if plan.tools.tools:
+    tools = plan.tools.tools
+    if tools and not tools.keys() <= context.declared_tools().keys():  # a set test, in C
         context.add_tools(plan.tools.declarations())  # add-only: a fresh chat has them too
 
 

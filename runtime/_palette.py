@@ -8,7 +8,7 @@ or skill enters, so nothing stored can poison a later render. Held by
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Mapping
 from typing import Protocol
 
 from parlour.runtime._messages import Message
@@ -80,9 +80,13 @@ class Palette:
         self._tools[name] = definition
         return definition
 
-    def pending(self, head: Container[str], stream: Container[str]) -> list[ToolDefinitionBlock]:
+    def pending(
+        self, head: Mapping[str, object], stream: Container[str]
+    ) -> list[ToolDefinitionBlock]:
         """The definitions of the declared tools shown neither in the head nor in the
         stream, in declaration order (converting them, once)."""
+        if self._tools.keys() <= head.keys():  # every render asks: the head shows them all
+            return []
         return [self.definition(n) for n in self._tools if n not in head and n not in stream]
 
     def admit(self, skill: SkillBlock) -> bool:

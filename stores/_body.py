@@ -9,6 +9,11 @@ cheap), and its block lists hold equal blocks, none of them a ``PojoBlock``. Equ
 the other kinds encode alike (frozen, every field a str, a bool or None, each type checked
 as the block entered its conversation); a PojoBlock's value is anything (and ``1 == True``
 while they encode differently), so a body holding one is encoded every time.
+
+A body encoded anew is decoded once, as a load would: one that would not read back (a flag
+set to ``1`` where a bool belongs, say) is refused before anything is written, instead of
+leaving a record no load can open. Bodies change rarely, so this costs a save next to
+nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +24,12 @@ from typing import Any
 import msgspec
 
 from parlour.runtime.blocks import PojoBlock
-from parlour.runtime.snapshots import ConversationPersistenceSnapshot, encode_snapshot
+from parlour.runtime.errors import CorruptSnapshotError
+from parlour.runtime.snapshots import (
+    ConversationPersistenceSnapshot,
+    decode_snapshot,
+    encode_snapshot,
+)
 from parlour.stores._records import encode_body
 
 __all__ = ["Body", "body_after"]
@@ -42,7 +52,11 @@ _Lists = tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]  # objective, 
 
 def body_after(snapshot: ConversationPersistenceSnapshot, previous: Body | None) -> Body:
     """``snapshot``'s body: ``previous`` (the body of an earlier save of the conversation)
-    when it is provably the same (see the module docstring), else encoded anew."""
+    when it is provably the same (see the module docstring), else encoded anew.
+
+    Raises:
+        ValueError: the body would not read back; nothing was written.
+    """
     scalars = encode_snapshot(
         msgspec.structs.replace(
             snapshot,
@@ -65,4 +79,15 @@ def body_after(snapshot: ConversationPersistenceSnapshot, previous: Body | None)
         and PojoBlock not in map(type, map(_block, objective))
     ):
         return previous
-    return Body(encode_body(snapshot), scalars, lists)
+    return Body(_readable(encode_body(snapshot), str(snapshot.conversation_id)), scalars, lists)
+
+
+def _readable(data: bytes, cid: str) -> bytes:
+    try:
+        decode_snapshot(data, cid)
+    except CorruptSnapshotError as exc:
+        raise ValueError(
+            f"The snapshot of conversation {cid} would not read back ({exc}); it was refused "
+            "and nothing was written."
+        ) from exc
+    return data

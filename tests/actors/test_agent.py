@@ -75,6 +75,25 @@ def test_a_turn_runs_the_tool_with_its_arguments_and_answers_the_result(
     assert reply.usage.input_tokens > 0 and chat.durable
 
 
+def test_an_agent_with_a_new_tool_declares_it_on_a_conversation_resumed_without_it(
+    service: ConversationService,
+) -> None:
+    """A turn declares only what the conversation lacks: the tools it has are not declared
+    again, a tool the agent gained since is, and the model is offered it."""
+    first = agent_for(ScriptedClient(["Hello."]), tools=[weather]).chat(service, user_id="alice")
+    first.send("Hi")
+    client = ScriptedClient([calls(("broken", {"city": "Oslo"}))])
+    later = agent_for(client, tools=[weather, broken])
+    resumed = later.chat(service, user_id="alice", conversation_id=first.conversation_id)
+    reply = resumed.send("And Oslo?")
+    assert "the weather service is down for Oslo" in " ".join(
+        r.content for r in stored_results(stored(service, first.conversation_id, "alice"))
+    )
+    assert reply.text
+    snapshot = stored(service, first.conversation_id, "alice")
+    assert [d.name for d in snapshot.declared_tools] == ["weather", "broken"]
+
+
 def test_a_raising_tool_becomes_an_error_result_and_the_turn_goes_on(
     service: ConversationService,
 ) -> None:

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from parlour.runtime import Artifact, ConversationContext, tool_from_function, type_alias
 from parlour.runtime.blocks import PojoBlock, SkillBlock, ToolDefinitionBlock
+from parlour.runtime.snapshots import encode_snapshot
 from parlour.stores import LmdbStore
 from parlour.stores._records import encode_body
 
@@ -172,3 +173,26 @@ def test_after_any_changes_and_saves_the_stored_body_is_the_one_the_context_enco
             c.stored_version = store.save_context(snapshot, "alice")
             loaded = store.load("c1", "alice")
             assert loaded is not None and encode_body(loaded) == encode_body(snapshot)
+
+
+def test_a_body_that_would_not_read_back_is_refused_and_the_stored_record_still_loads(
+    tmp_path: Path,
+) -> None:
+    """A flag set to ``1`` where a bool belongs encodes, and then never decodes: the save
+    is refused at once, and the conversation loads as its last save left it."""
+    c = ConversationContext("c1", user_id="alice")
+    c.add_user_message("first")
+    with LmdbStore(tmp_path / "db") as store:
+        c.stored_version = store.create_context(c.to_snapshot(), "alice")
+        kept = encode_snapshot(c.to_snapshot())
+        c.interactive = 1  # type: ignore[assignment]
+        c.add_user_message("second")
+        with pytest.raises(ValueError, match=r"c1 would not read back .*interactive"):
+            store.save_context(c.to_snapshot(), "alice")
+        fresh = ConversationContext("c2", user_id="alice", created_at=c.created_at)
+        fresh.interactive = 1  # type: ignore[assignment]
+        with pytest.raises(ValueError, match="nothing was written"):
+            store.create_context(fresh.to_snapshot(), "alice")
+        loaded = store.load("c1", "alice")
+        assert loaded is not None and encode_snapshot(loaded) == kept
+        assert store.load("c2", "alice") is None
