@@ -32,7 +32,7 @@ from parlour.runtime.snapshots import (
 )
 from parlour.stores._records import encode_body
 
-__all__ = ["Body", "body_after"]
+__all__ = ["Body", "body_after", "readable"]
 
 _block = operator.attrgetter("block")
 
@@ -79,10 +79,15 @@ def body_after(snapshot: ConversationPersistenceSnapshot, previous: Body | None)
         and PojoBlock not in map(type, map(_block, objective))
     ):
         return previous
-    return Body(_readable(encode_body(snapshot), str(snapshot.conversation_id)), scalars, lists)
+    return Body(readable(encode_body(snapshot), str(snapshot.conversation_id)), scalars, lists)
 
 
-def _readable(data: bytes, cid: str) -> bytes:
+def readable(data: bytes, cid: str) -> bytes:
+    """``data`` (an encoded snapshot or body) once it decodes as a load would decode it.
+
+    Raises:
+        ValueError: it would not read back; nothing was written.
+    """
     try:
         decode_snapshot(data, cid)
     except CorruptSnapshotError as exc:

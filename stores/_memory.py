@@ -16,6 +16,7 @@ from parlour.runtime.snapshots import (
     decode_snapshot,
     encode_snapshot,
 )
+from parlour.stores._body import readable
 from parlour.stores._ids import (
     check_owner,
     conversation_key,
@@ -262,7 +263,8 @@ class _Record:
         self.user_id = user_id
         self.summary = summary
         self.version = version
-        self.data = encode_snapshot(msgspec.structs.replace(snapshot, stored_version=version))
+        data = encode_snapshot(msgspec.structs.replace(snapshot, stored_version=version))
+        self.data = readable(data, str(snapshot.conversation_id))  # or ValueError: none kept
 
 
 class DeleteListeners:

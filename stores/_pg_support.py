@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot, MessageSnapshot
+from parlour.stores._body import Body
 from parlour.stores._ids import conversation_key, user_key
-from parlour.stores._records import decode_record, encode_body, shares_prefix, usage_encoder
+from parlour.stores._records import decode_record, shares_prefix, usage_encoder
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
@@ -24,7 +25,6 @@ __all__ = [
     "Remembered",
     "checked",
     "decode_row",
-    "encode_body",
     "encode_messages",
     "encode_usage",
     "open_pool",
@@ -84,7 +84,7 @@ class Remembered:
     def __init__(self, size: int) -> None:
         self._size = size
         self._known: OrderedDict[
-            str, tuple[int, list[MessageSnapshot], list[dict[str, Any]] | None]
+            str, tuple[int, list[MessageSnapshot], list[dict[str, Any]] | None, Body | None]
         ] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -98,12 +98,20 @@ class Remembered:
         usage = 0 if known[2] is None else _common(known[2], snapshot.usage)
         return _common(known[1], snapshot.messages), usage
 
+    def body(self, cid: str) -> Body | None:
+        """The body this store last wrote of ``cid`` (any version: a ``Body`` is only ever
+        reused for a body that encodes to its bytes)."""
+        with self._lock:
+            known = self._known.get(cid)
+        return None if known is None else known[3]
+
     def remember(
         self,
         cid: str,
         version: int,
         messages: Sequence[MessageSnapshot],
         usage: Sequence[dict[str, Any]] | None,
+        body: Body | None = None,
     ) -> None:
         with self._lock:
             known = self._known.get(cid)
@@ -111,7 +119,9 @@ class Remembered:
                 return  # a newer state is already remembered
             kept = _copied(messages)
             entries = None if usage is None else _copied(usage)
-            self._known[cid] = (version, kept, entries)
+            if body is None and known is not None:
+                body = known[3]  # a load: the body last written still pairs with its bytes
+            self._known[cid] = (version, kept, entries, body)
             self._known.move_to_end(cid)
             while len(self._known) > self._size:
                 self._known.popitem(last=False)

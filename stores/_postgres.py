@@ -19,6 +19,7 @@ from parlour.runtime.errors import (
 )
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from parlour.stores import _pg_sql as sql
+from parlour.stores._body import Body, body_after
 from parlour.stores._ids import require_id, user_key
 from parlour.stores._memory import DeleteListeners
 from parlour.stores._pg_schema import migrate
@@ -26,7 +27,6 @@ from parlour.stores._pg_support import (
     Remembered,
     checked,
     decode_row,
-    encode_body,
     encode_messages,
     encode_usage,
     open_pool,
@@ -107,17 +107,18 @@ class PostgresStore:
             The new version: 1, or one past the last version the id ever had.
 
         Raises:
-            ValueError: the snapshot has no usable id.
+            ValueError: the snapshot has no usable id, or it would not read back.
             PermissionError: the id belongs to another user, or the snapshot names another
                 user than ``user_id``.
         """
         cid = require_id(snapshot, user_id).decode()
-        params = self._write_params(snapshot, user_id, (0, 0))
+        body = body_after(snapshot, None)
+        params = self._write_params(snapshot, user_id, (0, 0), body)
         params["title"] = snapshot.title
         version = self._fetch_version(sql.CREATE, params)
         if version is None:
             raise not_owned(cid, user_id)
-        self._known.remember(cid, version, snapshot.messages, snapshot.usage)
+        self._known.remember(cid, version, snapshot.messages, snapshot.usage, body)
         return version
 
     def save_context(
@@ -130,26 +131,31 @@ class PostgresStore:
             The record's new version.
 
         Raises:
-            ValueError: the snapshot has no usable id.
+            ValueError: the snapshot has no usable id, or it would not read back.
             ConversationNotFoundError: no record holds the id (it was deleted).
             PermissionError: the record belongs to another user, or the snapshot names
                 another user than ``user_id``.
             StaleVersionError: the record has moved past ``snapshot.stored_version``.
         """
         cid = require_id(snapshot, user_id).decode()
-        params = self._write_params(snapshot, user_id, self._known.unchanged(cid, snapshot))
+        body = body_after(snapshot, self._known.body(cid))  # the last one's, when the same
+        params = self._write_params(snapshot, user_id, self._known.unchanged(cid, snapshot), body)
         params["expected"] = snapshot.stored_version
         version = self._fetch_version(sql.SAVE, params)
         if version is None:
             raise self._refusal(cid, user_id, snapshot.stored_version)
-        self._known.remember(cid, version, snapshot.messages, snapshot.usage)
+        self._known.remember(cid, version, snapshot.messages, snapshot.usage, body)
         limited = self._keep_versions is not None or self._keep_for is not None
         if limited and version % _PRUNE_EVERY == 0:
             self.prune(cid)
         return version
 
     def _write_params(
-        self, snapshot: ConversationPersistenceSnapshot, user_id: str, starts: tuple[int, int]
+        self,
+        snapshot: ConversationPersistenceSnapshot,
+        user_id: str,
+        starts: tuple[int, int],
+        body: Body,
     ) -> dict[str, Any]:
         """The parameters of a write that keeps the first ``starts`` messages and ledger
         entries of the stored version and writes the rest."""
@@ -160,7 +166,7 @@ class PostgresStore:
             "user": user_id,
             "now": self._now(),
             "count": len(messages),
-            "body": encode_body(snapshot),
+            "body": body.data,
             "start": start,
             "messages": encode_messages(messages[start:]),
             "ucount": len(usage),

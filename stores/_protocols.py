@@ -67,7 +67,8 @@ class PersistentStore(Protocol):
             The new record's version.
 
         Raises:
-            ValueError: the snapshot has no conversation id, or an invalid id.
+            ValueError: the snapshot has no conversation id, an invalid id, or it would not
+                read back (a field holding a value its type cannot decode); nothing is written.
             PermissionError: the id exists and belongs to another user, or the snapshot
                 names another user.
         """
@@ -82,7 +83,8 @@ class PersistentStore(Protocol):
             The record's new version.
 
         Raises:
-            ValueError: the snapshot has no conversation id, or an invalid id.
+            ValueError: the snapshot has no conversation id, an invalid id, or it would not
+                read back (a field holding a value its type cannot decode); nothing is written.
             ConversationNotFoundError: no record holds the id (it was deleted).
             PermissionError: the record belongs to another user, or the snapshot names
                 another user.

@@ -249,6 +249,49 @@ class StoreContract:
         assert store.version_of("c1", "alice") == 2
         assert [v.version for v in store.get_version_history("c1", "alice")] == [2, 1]
 
+    def test_a_snapshot_that_would_not_read_back_is_refused_and_writes_nothing(
+        self, store: PersistentStore
+    ) -> None:
+        """A field holding a value that encodes but never decodes (``1`` for a bool) is
+        refused at the save, and the record stays as its last save left it."""
+        store.create_context(snapshot(), "alice")
+        broken = snapshot(text="second", version=1)
+        broken.interactive = 1  # type: ignore[assignment]
+        for save in (store.save_context, store.create_context):
+            with pytest.raises(ValueError, match="would not read back"):
+                save(broken, "alice")
+        with pytest.raises(ValueError, match="would not read back"):
+            store.create_context(msgspec.structs.replace(broken, conversation_id="c2"), "alice")
+        assert said(store) == ["Are you working?"]
+        assert store.version_of("c1", "alice") == 1 and not store.exists("c2", "alice")
+
+    def test_a_body_equal_to_the_last_but_encoded_otherwise_is_stored_as_it_is(
+        self, store: PersistentStore
+    ) -> None:
+        """A store that skips re-encoding an unchanged body must not take equal for same:
+        a PojoBlock's dict changed in place (``True`` where ``1`` was) and one moment in
+        another offset both reach the store."""
+        context = ConversationContext("c1", user_id="alice")
+        context.put_main_objective("data", {"n": 1})
+        context.add_user_message("first")
+        context.stored_version = store.create_context(context.to_snapshot(), "alice")
+        context.stored_version = store.save_context(context.to_snapshot(), "alice")
+        block = context.get_main_objective()["data"]
+        block.value["n"] = True  # type: ignore[union-attr]  # the frozen block's own dict
+        context.stored_version = store.save_context(context.to_snapshot(), "alice")
+        loaded = store.load("c1", "alice")
+        assert loaded is not None
+        value = loaded.objective_slots()[0][1].value  # type: ignore[union-attr]
+        assert msgspec.json.encode(value) == b'{"n":true}'  # equal to {"n": 1}, as it must be
+        plain = ConversationContext("c2", user_id="alice")  # no PojoBlock: its body is kept
+        plain.add_user_message("first")
+        plain.stored_version = store.create_context(plain.to_snapshot(), "alice")
+        plain.stored_version = store.save_context(plain.to_snapshot(), "alice")
+        plain.created_at = plain.created_at.astimezone(dt.timezone(dt.timedelta(hours=2)))
+        plain.stored_version = store.save_context(plain.to_snapshot(), "alice")
+        loaded = store.load("c2", "alice")
+        assert loaded is not None and loaded.created_at.utcoffset() == dt.timedelta(hours=2)
+
     def test_a_snapshot_edited_in_place_after_its_save_is_stored_as_edited(
         self, store: PersistentStore
     ) -> None:

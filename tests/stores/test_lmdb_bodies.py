@@ -99,7 +99,8 @@ def test_a_body_that_compares_equal_to_the_last_but_encodes_otherwise_is_written
     """Values that are equal and still encode apart (``1`` and ``True``, one moment in two
     offsets, a PojoBlock's value changed in place) get the new body into the store."""
     c = ConversationContext("c1", user_id="alice")
-    c.put_main_objective("data", {"n": 1})
+    if change is _bool_in_a_pojo_slot:  # otherwise none: a body holding one is never kept
+        c.put_main_objective("data", {"n": 1})
     c.artifact_registry.register(_Counted(n=1))
     c.add_user_message("first")
     with LmdbStore(tmp_path / "db") as store:
