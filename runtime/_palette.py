@@ -48,11 +48,12 @@ class Palette:
         name = tool.name
         if type(name) is str and name in self._tools:
             return
-        if isinstance(tool, ToolDefinitionBlock):
+        defined = isinstance(tool, ToolDefinitionBlock)
+        if defined:
             check_block(tool, f"tool definition {name!r}")
         else:
             check_text(name, "a declared tool's name")
-        if self._tools.setdefault(name, tool) is tool and not isinstance(tool, ToolDefinitionBlock):
+        if self._tools.setdefault(name, tool) is tool and not defined:
             self._converted = False
 
     def tools(self) -> dict[str, DeclaredTool]:

@@ -122,19 +122,19 @@ def record(
     key: bytes,
     version: int,
     saved_at: dt.datetime,
-    body: bytes | None,
+    body: bytes,
     plan: MessagePlan,
     usage: UsagePlan,
     chain: Chain | None,
     checkpoint: bool = False,
+    same_body: bool = False,
 ) -> Chain:
-    """Record the save that wrote ``body`` (None: it left the body as the previous version
-    did), ``plan`` and ``usage`` as ``version``: a delta of what it wrote (an empty body
-    when it left the body as it was), or a checkpoint of the body and every message and
-    ledger entry when the chain calls for one or ``checkpoint`` asks (a version a coming
-    prune keeps oldest: see ``Retention.whole_at``). ``chain`` is what the previous version
-    left (None: it was not recorded with one). Returns the chain this version leaves, for
-    its header."""
+    """Record the save that left ``body``, wrote ``plan`` and ``usage`` as ``version``: a
+    delta of what it wrote (an empty body when ``same_body``: the previous version left
+    that body too), or a checkpoint of the body and every message and ledger entry when the
+    chain calls for one or ``checkpoint`` asks (a version a coming prune keeps oldest: see
+    ``Retention.whole_at``). ``chain`` is what the previous version left (None: it was not
+    recorded with one). Returns the chain this version leaves, for its header."""
     size = plan.size + usage.size
     full = len(plan.writes) == len(plan.items) and len(usage.writes) == len(usage.items)
     if (
@@ -145,23 +145,15 @@ def record(
         or chain[1] + size > max(chain[2], CHAIN_FLOOR)
     ):
         # the records as this save left them: the stored bytes, none encoded again
-        body = _body_of(txn, dbs, key) if body is None else body
         writes = _all_of(txn, dbs.messages, key, plan.writes, len(plan.items))
         entries = _all_of(txn, dbs.usage, key, usage.writes, len(usage.items))
         payload = Payload(body, len(plan.items), writes, len(usage.items), entries)
         txn.put(version_key(key, version), _record(CHECKPOINT, saved_at, payload), db=dbs.versions)
         return (0, 0, sum(map(len, map(operator.itemgetter(1), writes + entries))))
-    kept = _SAME_BODY if body is None else body
+    kept = _SAME_BODY if same_body else body
     payload = Payload(kept, len(plan.items), plan.writes, len(usage.items), usage.writes)
     txn.put(version_key(key, version), _record(DELTA, saved_at, payload), db=dbs.versions)
     return (chain[0] + 1, chain[1] + size, chain[2])
-
-
-def _body_of(txn: Any, dbs: Databases, key: bytes) -> bytes:
-    raw = txn.get(key, db=dbs.bodies)
-    if raw is None:  # a save writes the body first, so only a damaged file lacks it
-        raise KeyError(f"{key!r} has no body to record")
-    return bytes(raw)
 
 
 def _all_of(

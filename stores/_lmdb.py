@@ -256,7 +256,7 @@ class LmdbStore(LmdbHistory):
         write_run(txn, self._dbs.messages, key, plan, 0 if old is None else old.message_count)
         if usage.writes or (old is not None and len(usage.items) < old.usage_count):
             write_run(txn, self._dbs.usage, key, usage, 0 if old is None else old.usage_count)
-        chain = self._record(txn, key, old, head, None if same else body.data, plan, usage)
+        chain = self._record(txn, key, old, head, body.data, same, plan, usage)
         head = head if chain == head.history else msgspec.structs.replace(head, history=chain)
         txn.put(key, header_encoder.encode(head), db=self._dbs.heads)
         self._book.note(cid, (plan.items, body, usage.items, head))  # never after a raise

@@ -108,12 +108,13 @@ class LmdbHistory:
         key: bytes,
         old: Header | None,
         head: Header,
-        body: bytes | None,
+        body: bytes,
+        same_body: bool,
         plan: MessagePlan,
         usage: UsagePlan,
     ) -> Chain | None:
-        """Record a save as a version (in the save's own transaction; ``body`` None: the
-        body as the previous version left it); every ``PRUNE_EVERY``-th version of a
+        """Record a save as a version (in the save's own transaction; ``same_body``: the
+        previous version left this body too); every ``PRUNE_EVERY``-th version of a
         conversation also prunes it. Returns the chain for the save's header (None:
         history is off)."""
         if self._retention is None:
@@ -131,6 +132,7 @@ class LmdbHistory:
             usage,
             previous,
             checkpoint,
+            same_body,
         )
         if head.version % _history.PRUNE_EVERY == 0:
             _history.prune(txn, self._dbs, key, self._retention)
