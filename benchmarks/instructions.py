@@ -32,6 +32,7 @@ Needs valgrind (``apt-get install valgrind``); takes about four minutes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import re
@@ -39,7 +40,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 PATHS = ("floor", "service", "agent", "tools")
@@ -47,8 +48,12 @@ TOOLS, OBJECTIVE = 20, "Answer briefly, and look things up before you answer. " 
 _TOTAL = re.compile(rb"^(?:summary|totals): (\d+)", re.MULTILINE)
 
 
-def _turn_of(path: str, data_dir: Path, conversations: int) -> Callable[[int, int], object]:
-    """One turn of conversation ``i`` (its ``t``-th) on ``path``, set up in ``data_dir``."""
+@contextlib.contextmanager
+def turns_of(
+    path: str, data_dir: Path, conversations: int
+) -> Iterator[Callable[[int, int], object]]:
+    """One turn of conversation ``i`` (its ``t``-th) on ``path``, set up in ``data_dir`` and
+    closed when the block ends."""
     import lmdb
     import msgspec
 
@@ -58,31 +63,36 @@ def _turn_of(path: str, data_dir: Path, conversations: int) -> Callable[[int, in
     from parlour.stores import LmdbStore, MemorySessionCache
 
     if path == "floor":
-        env = lmdb.open(str(data_dir), map_size=1 << 31, sync=False, metasync=False)
         encode = msgspec.json.Encoder().encode
         lists: list[list[dict[str, str]]] = [[] for _ in range(conversations)]
+        env = lmdb.open(str(data_dir), map_size=1 << 31, sync=False, metasync=False)
 
         def floor(i: int, t: int) -> None:
             lists[i].extend(_floor_turn(i, t))
             with env.begin(write=True) as txn:
                 txn.put(f"c{i}".encode(), encode(lists[i]))
 
-        return floor
-    store = LmdbStore(data_dir, sync=False)
-    service = ConversationService(store, MemorySessionCache(), cleanup_interval_s=0)
-    if path == "service":
-        client = ScriptedClient()
-        thinkers = [_thinker(i, None) for i in range(conversations)]
-        return lambda i, t: _service_turn(service, client, thinkers[i], i, t)
-    agent = Agent(
-        ScriptedClient(),
-        tools=[_tool(n) for n in range(TOOLS)] if path == "tools" else (),
-        objective=OBJECTIVE if path == "tools" else None,
-        output=OutputSize.STANDARD,
-        depth=Depth.IMMEDIATE,
-    )
-    chats = [agent.chat(service, user_id=_user(i)) for i in range(conversations)]
-    return lambda i, t: chats[i].send(text(i, t))
+        with contextlib.closing(env):
+            yield floor
+        return
+    with (
+        LmdbStore(data_dir, sync=False) as store,
+        ConversationService(store, MemorySessionCache(), cleanup_interval_s=0) as service,
+    ):
+        if path == "service":
+            client = ScriptedClient()
+            thinkers = [_thinker(i, None) for i in range(conversations)]
+            yield lambda i, t: _service_turn(service, client, thinkers[i], i, t)
+            return
+        agent = Agent(
+            ScriptedClient(),
+            tools=[_tool(n) for n in range(TOOLS)] if path == "tools" else (),
+            objective=OBJECTIVE if path == "tools" else None,
+            output=OutputSize.STANDARD,
+            depth=Depth.IMMEDIATE,
+        )
+        chats = [agent.chat(service, user_id=_user(i)) for i in range(conversations)]
+        yield lambda i, t: chats[i].send(text(i, t))
 
 
 def _tool(n: int) -> Callable[..., str]:
@@ -98,18 +108,18 @@ def _tool(n: int) -> Callable[..., str]:
 def child(path: str, conversations: int, turns: int) -> None:
     """Run under callgrind: warm up, freeze the heap, run ``turns`` more turns each, exit."""
     tmp = tempfile.mkdtemp(prefix="parlour-instructions-")
-    turn = _turn_of(path, Path(tmp), conversations)
-    for t in range(3):
-        for i in range(conversations):
-            turn(i, t)
-    gc.collect()
-    gc.freeze()
-    for t in range(3, 3 + turns):
-        for i in range(conversations):
-            turn(i, t)
-    shutil.rmtree(tmp, ignore_errors=True)  # the same in both runs: it cancels out
-    sys.stdout.flush()
-    os._exit(0)  # no shutdown of actors and store: both runs would pay it, but it is noise
+    with turns_of(path, Path(tmp), conversations) as turn:
+        for t in range(3):
+            for i in range(conversations):
+                turn(i, t)
+        gc.collect()
+        gc.freeze()
+        for t in range(3, 3 + turns):
+            for i in range(conversations):
+                turn(i, t)
+        shutil.rmtree(tmp, ignore_errors=True)  # the same in both runs: it cancels out
+        sys.stdout.flush()
+        os._exit(0)  # no shutdown of actors and store: both runs would pay it, but it is noise
 
 
 def _total(path: str, conversations: int, turns: int, out_dir: Path) -> int:
