@@ -2,12 +2,12 @@
 
 A durable turn waits at least once (its fsync), and a turn among many threads waits more (its
 commit's leader, the interpreter lock). On a virtual machine whose idle CPU halts at once
-(the guest's ``haltpoll`` with ``guest_halt_poll_ns=0``, as here) the host may run other
-work on that CPU meanwhile, so the code after a wait finds its caches cold and runs slower;
-how much slower grows with what the turn touches: the floor's turn is a few C calls, the
-service path's hundreds of Python calls. This measures that, on the same machine in one run,
-so a figure of ``turns.py`` (CPU per turn, turns/s against the floor) can be read for what
-it is.
+(the guest's ``haltpoll`` with ``guest_halt_poll_ns=0``, as on the machines this project
+runs on) the host may run other work on that CPU meanwhile, so the code after a wait finds
+its caches cold and runs slower; how much slower grows with what the turn touches: the
+floor's turn is a few C calls, the service path's hundreds of Python calls. This measures
+that on the same machine in one run, so a figure of ``turns.py`` (CPU per turn, turns/s
+against the floor) can be read for what it is.
 
 Each path (the floor and the bare service path of ``instructions.py``) is driven by one
 thread, unsynced, over C conversations: 3 turns of warm-up, the heap frozen, then rounds of
