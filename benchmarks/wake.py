@@ -69,9 +69,7 @@ def measure(turn: Callable[[int, int], object], args: argparse.Namespace) -> tup
 
 
 def measure_path(path: str, args: argparse.Namespace) -> tuple[float, float]:
-    """``measure`` of ``path``'s turn ("pause": of no turn at all)."""
-    if path == "pause":
-        return measure(_nothing, args)
+    """``measure`` of ``path``'s turn."""
     with (
         tempfile.TemporaryDirectory() as tmp,
         turns_of(path, Path(tmp), args.conversations) as turn,
@@ -92,7 +90,7 @@ def main() -> None:
     args = parser.parse_args()
     if min(args.conversations, args.turns, args.rounds, args.pause_us) < 1:
         parser.error("--conversations, --turns, --rounds and --pause-us must be at least 1")
-    _, own = measure_path("pause", args)  # the sleep's own system calls, taken off below
+    _, own = measure(_nothing, args)  # the sleep's own system calls, taken off below
     print(
         f"CPU per turn, one thread, unsynced, {args.conversations} conversations, medians of "
         f"{args.rounds} rounds; a {args.pause_us} us pause costs {own * 1e6:.1f} us by itself"
