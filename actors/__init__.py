@@ -1,15 +1,18 @@
-"""parlour.actors: live conversations as Pykka actors, the supervisor, the service, the CLI.
+"""parlour.actors: live conversations as Pykka actors, the service, and the agent host.
 
-The only package that knows Pykka. ``ConversationService`` is the facade applications call;
-``obtain_conversation`` returns an ``Obtaining`` future (``get``, ``cancel``).
+The only package that knows Pykka. ``ConversationService`` is the facade applications call
+(``obtain_conversation`` returns an ``Obtaining`` future: ``get``, ``cancel``); an ``Agent``
+opens a ``Chat`` whose turns run on it. The wings: ``agent`` (the agent host), ``app`` (the
+``parlour`` command and ``serve``), ``cluster`` (sharding over Ray); ``tuning`` holds the
+process knobs. This module re-exports what an application uses.
 """
 
-from parlour.actors._agent import Agent, Chat
-from parlour.actors._conversation import ConversationActor
-from parlour.actors._cores import one_core
-from parlour.actors._drive import set_provider_concurrency
-from parlour.actors._effects import RetryPolicy
-from parlour.actors._events import (
+from ._obtain import Obtaining
+from ._service import ConversationService, ServiceStats
+from ._thinker import BasicThinker, Thinker
+from .agent._agent import Agent, Chat
+from .agent._effects import RetryPolicy
+from .agent._events import (
     AgentEvent,
     Compacted,
     OfferAccepted,
@@ -22,14 +25,9 @@ from parlour.actors._events import (
     TurnDone,
     TurnError,
 )
-from parlour.actors._gate import TurnGate, turn_gate
-from parlour.actors._joiners import AgentThinker
-from parlour.actors._ledger import CompactionRecord, ModelCallRecord, UsageLedger
-from parlour.actors._obtain import Obtaining
-from parlour.actors._serve import TokenBook, asgi_app
-from parlour.actors._service import ConversationService, ServiceStats
-from parlour.actors._supervisor import Seams, Supervisor
-from parlour.actors._thinker import BasicThinker, Thinker
+from .agent._joiners import AgentThinker
+from .agent._ledger import CompactionRecord, ModelCallRecord, UsageLedger
+from .app.serve import TokenBook, asgi_app
 
 __all__ = [
     "Agent",
@@ -39,7 +37,6 @@ __all__ = [
     "Chat",
     "Compacted",
     "CompactionRecord",
-    "ConversationActor",
     "ConversationService",
     "ModelCallRecord",
     "Obtaining",
@@ -47,9 +44,7 @@ __all__ = [
     "Reply",
     "Restarted",
     "RetryPolicy",
-    "Seams",
     "ServiceStats",
-    "Supervisor",
     "TextDelta",
     "Thinker",
     "TokenBook",
@@ -58,10 +53,6 @@ __all__ = [
     "TurnCancelledError",
     "TurnDone",
     "TurnError",
-    "TurnGate",
     "UsageLedger",
     "asgi_app",
-    "one_core",
-    "set_provider_concurrency",
-    "turn_gate",
 ]

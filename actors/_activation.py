@@ -19,8 +19,12 @@ from typing import Any
 import pykka
 from loguru import logger
 
-from parlour.actors._conversation import ConversationActor
-from parlour.actors._messages import (
+from parlour.runtime import Clock, ConversationContext, ResponseHandler
+from parlour.runtime.errors import ConversationUnavailableError, IllegalStateError
+from parlour.stores import PersistentStore, SessionStore
+
+from ._conversation import ConversationActor
+from ._messages import (
     Acquire,
     Delivery,
     Forward,
@@ -35,13 +39,10 @@ from parlour.actors._messages import (
     Retiring,
     Spawn,
 )
-from parlour.actors._obtain import Obtaining, Waiting, wait_async
-from parlour.actors._reply import ask_nowait
-from parlour.actors._supervisor import Mirror, Seams
-from parlour.actors._thinker import Thinker
-from parlour.runtime import Clock, ConversationContext, ResponseHandler
-from parlour.runtime.errors import ConversationUnavailableError, IllegalStateError
-from parlour.stores import PersistentStore, SessionStore
+from ._obtain import Obtaining, Waiting, wait_async
+from ._reply import ask_nowait
+from ._supervisor import Mirror, Seams
+from ._thinker import Thinker
 
 _tokens = itertools.count(1)
 _ATTEMPTS = 16  # an activation retired between lookup and acquire: look again, this often

@@ -18,7 +18,10 @@ from typing import Any
 import pykka
 from loguru import logger
 
-from parlour.actors._messages import (
+from parlour.runtime import Clock, ConversationContext
+from parlour.runtime.errors import ConversationUnavailableError, not_owned
+
+from ._messages import (
     Acquire,
     Busy,
     Doom,
@@ -39,9 +42,7 @@ from parlour.actors._messages import (
     StopIfIdle,
     timeout_error,
 )
-from parlour.actors._reply import LightActor
-from parlour.runtime import Clock, ConversationContext
-from parlour.runtime.errors import ConversationUnavailableError, not_owned
+from ._reply import LightActor
 
 _NOT_OWNED = Released(owned=False)  # the answers are immutable: one of each
 _RELEASED = Released(owned=True)

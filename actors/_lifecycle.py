@@ -17,10 +17,11 @@ from typing import Any, Self
 import pykka
 from loguru import logger
 
-from parlour.actors._deferred import DeferredSaves
-from parlour.actors._gate import waiting
-from parlour.actors._messages import NotifyIdle, Owner, Owners, StopAll
 from parlour.runtime import Clock
+
+from ._deferred import DeferredSaves
+from ._gate import waiting
+from ._messages import NotifyIdle, Owner, Owners, StopAll
 
 __all__ = ["Lifecycle"]
 

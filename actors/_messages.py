@@ -18,9 +18,10 @@ import msgspec
 import pykka
 from loguru import logger
 
-from parlour.actors._thinker import Thinker
 from parlour.runtime import ConversationContext
 from parlour.runtime.errors import ConversationUnavailableError
+
+from ._thinker import Thinker
 
 # -- delivery of a queued grant -------------------------------------------------------------
 

@@ -9,8 +9,9 @@ from collections.abc import Callable
 
 import pykka
 
-from parlour.actors._conversation import ConversationActor
 from parlour.runtime import ConversationContext
+
+from ._conversation import ConversationActor
 
 ActorRef = pykka.ActorRef[ConversationActor]
 

@@ -13,9 +13,12 @@ from typing import Any, cast
 
 import pykka
 
-from parlour.actors._conversation import ConversationActor
-from parlour.actors._gate import waiting
-from parlour.actors._messages import (
+from parlour.runtime import Clock, ConversationContext
+from parlour.runtime.errors import ConversationUnavailableError
+
+from ._conversation import ConversationActor
+from ._gate import waiting
+from ._messages import (
     FutureDelivery,
     GaveUp,
     GiveUp,
@@ -24,9 +27,7 @@ from parlour.actors._messages import (
     Owner,
     timeout_error,
 )
-from parlour.actors._reply import Reply
-from parlour.runtime import Clock, ConversationContext
-from parlour.runtime.errors import ConversationUnavailableError
+from ._reply import Reply
 
 ActorRef = pykka.ActorRef[ConversationActor]
 

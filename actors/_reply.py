@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Self
 
 import pykka
 
-from parlour.actors._stopping import Stopped, Tombstone
+from ._stopping import Stopped, Tombstone
 
 ExcInfo = tuple[Any, Any, Any]
 _UNSET = pykka.Future().__dict__["_get_hook_result"]  # pykka's "no hook result yet"

@@ -16,13 +16,16 @@ import msgspec
 import pykka
 from loguru import logger
 
-from parlour.actors import _joiners
-from parlour.actors._activation import Activations, seconds, shutting_down
-from parlour.actors._conversation import ConversationActor
-from parlour.actors._deferred import DeferredSaves, OnDeleted, weakly
-from parlour.actors._events import AgentEvent
-from parlour.actors._lifecycle import Lifecycle
-from parlour.actors._messages import (
+from parlour.runtime import Clock, ConversationContext, SystemClock
+from parlour.runtime.errors import IllegalStateError, StaleVersionError, not_owned
+from parlour.runtime.snapshots import message_snapshots
+from parlour.stores import PersistentStore, SessionStore
+
+from ._activation import Activations, seconds, shutting_down
+from ._conversation import ConversationActor
+from ._deferred import DeferredSaves, OnDeleted, weakly
+from ._lifecycle import Lifecycle
+from ._messages import (
     Drop,
     Evict,
     Holder,
@@ -34,13 +37,11 @@ from parlour.actors._messages import (
     Released,
     Sweep,
 )
-from parlour.actors._reply import tell
-from parlour.actors._supervisor import Mirror, Seams, Supervisor
-from parlour.actors._thinker import Thinker, keep_transcript
-from parlour.runtime import Clock, ConversationContext, SystemClock
-from parlour.runtime.errors import IllegalStateError, StaleVersionError, not_owned
-from parlour.runtime.snapshots import message_snapshots
-from parlour.stores import PersistentStore, SessionStore
+from ._reply import tell
+from ._supervisor import Mirror, Seams, Supervisor
+from ._thinker import Thinker, keep_transcript
+from .agent import _joiners
+from .agent._events import AgentEvent
 
 ActorRef = pykka.ActorRef[ConversationActor]
 

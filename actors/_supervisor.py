@@ -22,8 +22,10 @@ from typing import Any
 import pykka
 from loguru import logger
 
-from parlour.actors._conversation import ConversationActor
-from parlour.actors._messages import (
+from parlour.runtime import Clock, ConversationContext
+
+from ._conversation import ConversationActor
+from ._messages import (
     Acquire,
     Busy,
     Doom,
@@ -45,11 +47,10 @@ from parlour.actors._messages import (
     Sweep,
     SweepSlice,
 )
-from parlour.actors._messages import Owner as Owner
-from parlour.actors._mirror import Mirror as Mirror
-from parlour.actors._mirror import Seams as Seams
-from parlour.actors._reply import LightActor
-from parlour.runtime import Clock, ConversationContext
+from ._messages import Owner as Owner
+from ._mirror import Mirror as Mirror
+from ._mirror import Seams as Seams
+from ._reply import LightActor
 
 ActorRef = pykka.ActorRef[ConversationActor]
 

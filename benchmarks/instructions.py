@@ -58,7 +58,7 @@ def turns_of(
     import msgspec
 
     from parlour.actors import Agent, ConversationService
-    from parlour.actors._cases import _floor_turn, _service_turn, _thinker, _user, text
+    from parlour.actors.app._cases import _floor_turn, _service_turn, _thinker, _user, text
     from parlour.runtime import Depth, OutputSize, ScriptedClient
     from parlour.stores import LmdbStore, MemorySessionCache
 

@@ -4,7 +4,7 @@
 so the release is one message and no wait) R times; prints the CPU microseconds per
 obtain + release pair (every thread's CPU, ``time.process_time()``) and pairs per second.
 
-``restore``: ``measure_restore`` of ``parlour.actors._cases`` (2,000 stored conversations
+``restore``: ``measure_restore`` of ``parlour.actors.app._cases`` (2,000 stored conversations
 restored by a fresh service on 8 threads, as in the cold case), with the CPU per restore
 and the share of it the store's load and decode take (the same loads, timed alone).
 
@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from parlour.actors import BasicThinker, ConversationService
-from parlour.actors._cases import _seed, _user, measure_restore
+from parlour.actors.app._cases import _seed, _user, measure_restore
 from parlour.stores import LmdbStore
 
 

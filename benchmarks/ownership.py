@@ -15,7 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from parlour.actors._stress import run_stress
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the driver lives in tests/
+from tests.actors.stress import run_stress  # noqa: E402
 
 
 def main() -> None:

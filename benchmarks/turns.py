@@ -12,7 +12,7 @@ Prints turns/s, p50 and p99 turn latency for both, and parlour's ratio to the fl
 
     python benchmarks/turns.py [--conversations 200] [--turns 10] [--workers 8]
 
-With ``--case default|hot|cold|all`` it runs the named cases of ``parlour.actors._cases``
+With ``--case default|hot|cold|all`` it runs the named cases of ``parlour.actors.app._cases``
 instead (default 200x10, hot 8x200, cold 2,000x3 with every first turn a restore), each
 ``--rounds`` times (3 by default: each path shows its median round and the range of its
 ratios). A round runs the floor, the bare service path (free, and each turn in
@@ -35,9 +35,9 @@ import lmdb
 import msgspec
 
 from parlour.actors import Agent, ConversationService
-from parlour.actors._bench import run_cases
-from parlour.actors._cases import CASES
-from parlour.actors._workload import TurnStats, drive
+from parlour.actors.app._bench import run_cases
+from parlour.actors.app._cases import CASES
+from parlour.actors.app._workload import TurnStats, drive
 from parlour.runtime import Depth, OutputSize, ScriptedClient
 from parlour.stores import LmdbStore, MemorySessionCache
 

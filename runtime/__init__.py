@@ -6,14 +6,14 @@ snapshots, and the model clients. It imports nothing else of parlour's.
 
 from loguru import logger
 
-from parlour.runtime._clock import Clock, SystemClock
-from parlour.runtime._context import ConversationContext
-from parlour.runtime._guidance import (
+from ._clock import Clock, SystemClock
+from ._context import ConversationContext
+from ._guidance import (
     SCHEMA_NOTATION_GUIDANCE,
     TOOL_ANNOUNCEMENT,
     TOOL_WEIGHT_GUIDANCE,
 )
-from parlour.runtime._handlers import (
+from ._handlers import (
     ContentFormatter,
     GenericContentFormatter,
     NativeToolsFormatter,
@@ -24,13 +24,13 @@ from parlour.runtime._handlers import (
     ThinkingResponseHandler,
     ToolCall,
 )
-from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage
-from parlour.runtime._palette import DeclaredTool
-from parlour.runtime._prepared import PreparedConversation, Turn
-from parlour.runtime._roles import Depth, Grade, Input, OutputSize, TurnRole
-from parlour.runtime._transcript import Transcript
-from parlour.runtime._validation import MAX_NESTING
-from parlour.runtime.artifacts._registry import (
+from ._messages import IncomingMessage, Message, OutgoingMessage
+from ._palette import DeclaredTool
+from ._prepared import PreparedConversation, Turn
+from ._roles import Depth, Grade, Input, OutputSize, TurnRole
+from ._transcript import Transcript
+from ._validation import MAX_NESTING
+from .artifacts._registry import (
     Artifact,
     ArtifactRegistry,
     ListArtifact,
@@ -42,7 +42,7 @@ from parlour.runtime.artifacts._registry import (
     refs_mentioned_in,
     type_alias,
 )
-from parlour.runtime.artifacts._serializer import (
+from .artifacts._serializer import (
     REGISTRY_GUIDANCE,
     REGISTRY_HEADER,
     build_registry_section,
@@ -51,9 +51,9 @@ from parlour.runtime.artifacts._serializer import (
     write_summarized,
     write_summarized_with_refs,
 )
-from parlour.runtime.artifacts._summarizers import LLMSummarizer, Summarizer, TruncatingSummarizer
-from parlour.runtime.blocks import render_tool_text
-from parlour.runtime.compaction import (
+from .artifacts._summarizers import LLMSummarizer, Summarizer, TruncatingSummarizer
+from .blocks import render_tool_text
+from .compaction import (
     DEFAULT_COMFORT_CONTEXT_TOKENS,
     DEFAULT_COMPACTION_TRIGGER,
     CompactionLevel,
@@ -65,16 +65,16 @@ from parlour.runtime.compaction import (
     OfflineCompactor,
     summary_model,
 )
-from parlour.runtime.models._budget import ModelBinding
-from parlour.runtime.models._catalog import ModelCatalog, resolve_grade
-from parlour.runtime.models._spec import ModelSpec, ThinkingMode
-from parlour.runtime.models._tokens import (
+from .models._budget import ModelBinding
+from .models._catalog import ModelCatalog, resolve_grade
+from .models._spec import ModelSpec, ThinkingMode
+from .models._tokens import (
     EncodingCounter,
     LocalTokenCounter,
     TokenCounter,
     counter_for,
 )
-from parlour.runtime.providers import (
+from .providers import (
     LLMClient,
     LLMResponse,
     ResponseStream,
@@ -85,9 +85,9 @@ from parlour.runtime.providers import (
     client_for,
     respond_with_truncation_retry,
 )
-from parlour.runtime.schema._function_tools import FunctionTool, tool_from_function
-from parlour.runtime.schema._generation import Schema, generate_schema, validate_required_fields
-from parlour.runtime.schema._markers import (
+from .schema._function_tools import FunctionTool, tool_from_function
+from .schema._generation import Schema, generate_schema, validate_required_fields
+from .schema._markers import (
     JsonIgnore,
     LLMContextIgnore,
     LLMDescription,

@@ -17,20 +17,20 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from parlour.runtime import _utterances, snapshots
-from parlour.runtime._handlers import ContentFormatter, GenericContentFormatter
-from parlour.runtime._messages import Message, OutgoingMessage
-from parlour.runtime._objective import ObjectiveMap
-from parlour.runtime._palette import DeclaredTool, Palette
-from parlour.runtime._prepared import PreparedConversation, Turn
-from parlour.runtime._reconcile import companions_to_find, reconcile_head, stream_additions
-from parlour.runtime._render import Renderer, Scan, render_slot, to_llm_block
-from parlour.runtime._roles import Depth, Grade, Input, OutputSize, TurnRole
-from parlour.runtime._settled import Ledger, Messages, Settled, as_messages
-from parlour.runtime.artifacts._registry import ArtifactRegistry
-from parlour.runtime.artifacts._serializer import build_registry_section
-from parlour.runtime.artifacts._summarizers import Summarizer, TruncatingSummarizer
-from parlour.runtime.blocks import (
+from . import _utterances, snapshots
+from ._handlers import ContentFormatter, GenericContentFormatter
+from ._messages import Message, OutgoingMessage
+from ._objective import ObjectiveMap
+from ._palette import DeclaredTool, Palette
+from ._prepared import PreparedConversation, Turn
+from ._reconcile import companions_to_find, reconcile_head, stream_additions
+from ._render import Renderer, Scan, render_slot, to_llm_block
+from ._roles import Depth, Grade, Input, OutputSize, TurnRole
+from ._settled import Ledger, Messages, Settled, as_messages
+from .artifacts._registry import ArtifactRegistry
+from .artifacts._serializer import build_registry_section
+from .artifacts._summarizers import Summarizer, TruncatingSummarizer
+from .blocks import (
     ContentBlock,
     SkillBlock,
     TextBlock,
@@ -38,13 +38,13 @@ from parlour.runtime.blocks import (
     render_text,
     render_tool_text,
 )
-from parlour.runtime.models import _budget
-from parlour.runtime.models._budget import ModelBinding
-from parlour.runtime.models._tokens import BoundMemo, spec_counter, utf8_bound
+from .models import _budget
+from .models._budget import ModelBinding
+from .models._tokens import BoundMemo, spec_counter, utf8_bound
 
 if TYPE_CHECKING:
-    from parlour.runtime._handlers import ResponseHandler
-    from parlour.runtime.models._spec import ModelSpec
+    from ._handlers import ResponseHandler
+    from .models._spec import ModelSpec
 
 __all__ = ["ConversationContext"]
 

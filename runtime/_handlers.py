@@ -12,8 +12,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
-from parlour.runtime.blocks import ToolUseBlock
-from parlour.runtime.schema._generation import Schema, generate_schema
+from .blocks import ToolUseBlock
+from .schema._generation import Schema, generate_schema
 
 
 @runtime_checkable

@@ -9,16 +9,16 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Self, SupportsIndex
 
-from parlour.runtime._handlers import ResponseHandler
-from parlour.runtime._lists import Noted
-from parlour.runtime._validation import check_text, is_valid_text
-from parlour.runtime.blocks import (
+from ._handlers import ResponseHandler
+from ._lists import Noted
+from ._validation import check_text, is_valid_text
+from .blocks import (
     ContentBlock,
     TextBlock,
     check_block,
     plainly_storable,
 )
-from parlour.runtime.errors import DehydratedError
+from .errors import DehydratedError
 
 # the exact types a message's role and flags may have: what its stored form reads back
 _FIELD_TYPES: dict[str, tuple[type, ...]] = {

@@ -17,8 +17,8 @@ from typing import Any
 import msgspec
 from loguru import logger
 
-from parlour.runtime._validation import check_text, is_valid_text
-from parlour.runtime.blocks import (
+from ._validation import check_text, is_valid_text
+from .blocks import (
     Block,
     ContentBlock,
     PojoBlock,
@@ -26,7 +26,7 @@ from parlour.runtime.blocks import (
     ToolDefinitionBlock,
     check_block,
 )
-from parlour.runtime.errors import IllegalStateError
+from .errors import IllegalStateError
 
 LEGEND_KEY = "legend"
 TOOL_WEIGHTS_KEY = "toolWeights"

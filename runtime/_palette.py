@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Container, Iterable, Mapping
 from typing import Protocol
 
-from parlour.runtime._messages import Message
-from parlour.runtime._validation import check_text
-from parlour.runtime.blocks import SkillBlock, ToolDefinitionBlock, check_block
+from ._messages import Message
+from ._validation import check_text
+from .blocks import SkillBlock, ToolDefinitionBlock, check_block
 
 
 class DeclaredTool(Protocol):

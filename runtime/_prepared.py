@@ -9,8 +9,8 @@ from typing import TypeVar
 
 import msgspec
 
-from parlour.runtime._roles import TurnRole
-from parlour.runtime.blocks import ContentBlock, SkillBlock, ToolDefinitionBlock
+from ._roles import TurnRole
+from .blocks import ContentBlock, SkillBlock, ToolDefinitionBlock
 
 _B = TypeVar("_B")
 

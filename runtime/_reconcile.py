@@ -9,14 +9,14 @@ cached prefix never moves. Called by ``ConversationContext.prepare_messages_for_
 
 from __future__ import annotations
 
-from parlour.runtime._guidance import (
+from ._guidance import (
     SCHEMA_NOTATION_GUIDANCE,
     TOOL_ANNOUNCEMENT,
     TOOL_WEIGHT_GUIDANCE,
 )
-from parlour.runtime._objective import LEGEND_KEY, TOOL_KEY_PREFIX, TOOL_WEIGHTS_KEY, ObjectiveMap
-from parlour.runtime._render import Scan
-from parlour.runtime.blocks import ContentBlock, TextBlock, ToolDefinitionBlock
+from ._objective import LEGEND_KEY, TOOL_KEY_PREFIX, TOOL_WEIGHTS_KEY, ObjectiveMap
+from ._render import Scan
+from .blocks import ContentBlock, TextBlock, ToolDefinitionBlock
 
 _LEGEND_BLOCK = TextBlock(text=SCHEMA_NOTATION_GUIDANCE)
 _TOOL_WEIGHTS_BLOCK = TextBlock(text=TOOL_WEIGHT_GUIDANCE)

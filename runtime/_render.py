@@ -20,14 +20,14 @@ from operator import attrgetter, not_
 
 import msgspec
 
-from parlour.runtime._messages import Message, OutgoingMessage, _set_turn, last_change
-from parlour.runtime._prepared import Turn
-from parlour.runtime._roles import TurnRole
-from parlour.runtime._settled import Settled
-from parlour.runtime.artifacts._registry import ArtifactRegistry
-from parlour.runtime.artifacts._serializer import write_summarized_with_refs
-from parlour.runtime.artifacts._summarizers import Summarizer
-from parlour.runtime.blocks import (
+from ._messages import Message, OutgoingMessage, _set_turn, last_change
+from ._prepared import Turn
+from ._roles import TurnRole
+from ._settled import Settled
+from .artifacts._registry import ArtifactRegistry
+from .artifacts._serializer import write_summarized_with_refs
+from .artifacts._summarizers import Summarizer
+from .blocks import (
     ContentBlock,
     JsonBlock,
     PojoBlock,

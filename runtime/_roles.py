@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-from parlour.runtime.errors import UncorrectableLLMError
+from .errors import UncorrectableLLMError
 
 
 class TurnRole(enum.Enum):

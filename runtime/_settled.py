@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Generic, Self, TypeVar
 
-from parlour.runtime._lists import Noted
-from parlour.runtime._messages import Message, note_change
+from ._lists import Noted
+from ._messages import Message, note_change
 
 T = TypeVar("T")
 

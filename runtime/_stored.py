@@ -6,8 +6,8 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-from parlour.runtime._handlers import ResponseHandler
-from parlour.runtime._messages import (
+from ._handlers import ResponseHandler
+from ._messages import (
     IncomingMessage,
     Message,
     OutgoingMessage,
@@ -25,8 +25,8 @@ from parlour.runtime._messages import (
     _set_tokens,
     _set_turn,
 )
-from parlour.runtime._validation import is_valid_text
-from parlour.runtime.blocks import ContentBlock
+from ._validation import is_valid_text
+from .blocks import ContentBlock
 
 _KINDS: dict[str, type[Message]] = {
     "outgoing": OutgoingMessage,

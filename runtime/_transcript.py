@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from parlour.runtime._context import ConversationContext
-from parlour.runtime._messages import Message
-from parlour.runtime.blocks import transcript_text
+from ._context import ConversationContext
+from ._messages import Message
+from .blocks import transcript_text
 
 
 class Transcript:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from parlour.runtime._messages import Message, OutgoingMessage
-from parlour.runtime._roles import Input
-from parlour.runtime.blocks import ContentBlock, FileBlock, ImageBlock
+from ._messages import Message, OutgoingMessage
+from ._roles import Input
+from .blocks import ContentBlock, FileBlock, ImageBlock
 
 
 def title_of(messages: Iterable[Message], untitled: str) -> str:

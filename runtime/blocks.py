@@ -27,9 +27,9 @@ from typing import Any, ClassVar
 import msgspec
 from msgspec.structs import force_setattr
 
-from parlour.runtime._validation import check_text, check_value, is_valid_text
-from parlour.runtime.artifacts._registry import registered_classes
-from parlour.runtime.errors import IllegalStateError, UncorrectableLLMError
+from ._validation import check_text, check_value, is_valid_text
+from .artifacts._registry import registered_classes
+from .errors import IllegalStateError, UncorrectableLLMError
 
 __all__ = [
     "BLOCK_KINDS",

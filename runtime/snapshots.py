@@ -16,21 +16,21 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import msgspec
 
-from parlour.runtime._handlers import ResponseHandler
-from parlour.runtime._messages import (
+from ._handlers import ResponseHandler
+from ._messages import (
     IncomingMessage,
     Message,
     OutgoingMessage,
     _set_snapshot,
     last_change,
 )
-from parlour.runtime._objective import ObjectiveSlot
-from parlour.runtime._roles import Depth, Grade, OutputSize
-from parlour.runtime._settled import copy_entries
-from parlour.runtime._stored import stored_message
-from parlour.runtime._validation import MAX_NESTING, nesting_depth
-from parlour.runtime.artifacts._serializer import registry_entries, restore_registry
-from parlour.runtime.blocks import (
+from ._objective import ObjectiveSlot
+from ._roles import Depth, Grade, OutputSize
+from ._settled import copy_entries
+from ._stored import stored_message
+from ._validation import MAX_NESTING, nesting_depth
+from .artifacts._serializer import registry_entries, restore_registry
+from .blocks import (
     ContentBlock,
     PojoBlock,
     SkillBlock,
@@ -39,10 +39,10 @@ from parlour.runtime.blocks import (
     ToolUseBlock,
     revive,
 )
-from parlour.runtime.errors import CorruptSnapshotError, IllegalStateError
+from .errors import CorruptSnapshotError, IllegalStateError
 
 if TYPE_CHECKING:
-    from parlour.runtime._context import ConversationContext
+    from ._context import ConversationContext
 
 __all__ = [
     "FORMAT_VERSION",

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from parlour.runtime._roles import Depth, OutputSize
-from parlour.runtime.models._spec import ModelSpec, ThinkingMode
-from parlour.runtime.providers._scripted import ScriptedClient, scripted_tool_calls
-from parlour.runtime.providers.testing import (
+from ._roles import Depth, OutputSize
+from .models._spec import ModelSpec, ThinkingMode
+from .providers._scripted import ScriptedClient, scripted_tool_calls
+from .providers.testing import (
     ConverseStreamMock,
     MockProvider,
     anthropic_message,

@@ -6,16 +6,16 @@ store for tests; ``PostgresStore`` a store on PostgreSQL that many processes sha
 ``parlour[postgres]`` extra). Only this package knows LMDB or PostgreSQL.
 """
 
-from parlour.stores._lmdb import LmdbStore
-from parlour.stores._lmdb_history import StoreStatistics
-from parlour.stores._memory import MemorySessionCache, MemoryStore
-from parlour.stores._postgres import PostgresStore
-from parlour.stores._protocols import (
+from ._memory import MemorySessionCache, MemoryStore
+from ._protocols import (
     ConversationSummary,
     ConversationVersion,
     PersistentStore,
     SessionStore,
 )
+from .lmdb._history import StoreStatistics
+from .lmdb._store import LmdbStore
+from .postgres._store import PostgresStore
 
 __all__ = [
     "ConversationSummary",

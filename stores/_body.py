@@ -30,7 +30,8 @@ from parlour.runtime.snapshots import (
     decode_snapshot,
     encode_snapshot,
 )
-from parlour.stores._records import encode_body
+
+from ._records import encode_body
 
 __all__ = ["Body", "body_after", "readable"]
 

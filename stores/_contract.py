@@ -13,7 +13,8 @@ import msgspec
 
 from parlour.runtime import ConversationContext
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
-from parlour.stores._protocols import PersistentStore
+
+from ._protocols import PersistentStore
 
 
 class Ticks:

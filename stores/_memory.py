@@ -16,15 +16,16 @@ from parlour.runtime.snapshots import (
     decode_snapshot,
     encode_snapshot,
 )
-from parlour.stores._body import readable
-from parlour.stores._ids import (
+
+from ._body import readable
+from ._ids import (
     check_owner,
     conversation_key,
     order_of,
     require_id,
     user_key,
 )
-from parlour.stores._protocols import ConversationSummary, ConversationVersion
+from ._protocols import ConversationSummary, ConversationVersion
 
 
 class MemorySessionCache:

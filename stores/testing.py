@@ -32,7 +32,8 @@ from parlour.runtime.errors import (
     CorruptSnapshotError,
     StaleVersionError,
 )
-from parlour.stores._contract import (
+
+from ._contract import (
     Ticks,
     every_call,
     foreign_calls,
@@ -43,7 +44,7 @@ from parlour.stores._contract import (
     snapshot,
     stamped,
 )
-from parlour.stores._protocols import PersistentStore
+from ._protocols import PersistentStore
 
 __all__ = ["StoreContract", "Ticks", "snapshot"]
 

@@ -8,15 +8,15 @@ extra), with the shared store's fencing version as the last line against a stale
 Importing it does not import Ray; making an ``AgentCluster`` needs ``ray.init`` first.
 """
 
-from parlour.actors.cluster._client import (
+from ._client import (
     AgentCluster,
     ClusterChat,
     ShardDown,
     ShardLostError,
     shard_statuses,
 )
-from parlour.actors.cluster._routing import shard_for, shard_names
-from parlour.actors.cluster._shard import ClusterThinker, ShardHost, ShardStatus, load_factory
+from ._routing import shard_for, shard_names
+from ._shard import ClusterThinker, ShardHost, ShardStatus, load_factory
 
 __all__ = [
     "AgentCluster",

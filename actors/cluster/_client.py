@@ -16,10 +16,11 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from parlour.actors import AgentEvent, Reply, TurnDone, TurnError
-from parlour.actors.cluster._routing import shard_for, shard_names
-from parlour.actors.cluster._shard import ShardHost, ShardStatus
 from parlour.runtime import ModelSpec
+
+from .. import AgentEvent, Reply, TurnDone, TurnError
+from ._routing import shard_for, shard_names
+from ._shard import ShardHost, ShardStatus
 
 __all__ = ["AgentCluster", "ClusterChat", "ShardDown", "ShardLostError", "shard_statuses"]
 

@@ -18,7 +18,12 @@ from typing import Any
 
 import msgspec
 
-from parlour.actors import (
+from parlour.runtime import ModelSpec
+from parlour.runtime.errors import StaleVersionError
+from parlour.runtime.snapshots import MessageSnapshot
+from parlour.stores import PersistentStore
+
+from .. import (
     Agent,
     AgentEvent,
     AgentThinker,
@@ -27,10 +32,6 @@ from parlour.actors import (
     Reply,
     TurnDone,
 )
-from parlour.runtime import ModelSpec
-from parlour.runtime.errors import StaleVersionError
-from parlour.runtime.snapshots import MessageSnapshot
-from parlour.stores import PersistentStore
 
 __all__ = ["ClusterThinker", "ShardHost", "ShardStatus", "load_factory", "open_store"]
 

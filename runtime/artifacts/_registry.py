@@ -25,8 +25,8 @@ from typing import Generic, TypeVar
 
 import msgspec
 
-from parlour.runtime._validation import check_value
-from parlour.runtime.errors import MissingTypeAliasError
+from .._validation import check_value
+from ..errors import MissingTypeAliasError
 
 __all__ = [
     "Artifact",

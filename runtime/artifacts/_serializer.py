@@ -20,7 +20,8 @@ from typing import Any
 import msgspec
 from loguru import logger
 
-from parlour.runtime.artifacts._registry import (
+from ..schema._markers import LLMContextIgnore, LLMSummarizable, field_specs
+from ._registry import (
     Artifact,
     ArtifactRegistry,
     ListArtifact,
@@ -28,8 +29,7 @@ from parlour.runtime.artifacts._registry import (
     class_for_alias,
     extract_alias_from_ref,
 )
-from parlour.runtime.artifacts._summarizers import Summarizer, TruncatingSummarizer
-from parlour.runtime.schema._markers import LLMContextIgnore, LLMSummarizable, field_specs
+from ._summarizers import Summarizer, TruncatingSummarizer
 
 __all__ = [
     "REGISTRY_GUIDANCE",

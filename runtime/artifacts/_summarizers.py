@@ -12,7 +12,7 @@ from typing import Protocol
 
 from loguru import logger
 
-from parlour.runtime.schema._markers import LLMSummarizable, SummarySize
+from ..schema._markers import LLMSummarizable, SummarySize
 
 __all__ = ["LLMSummarizer", "Summarizer", "TruncatingSummarizer", "summary_prefix"]
 

@@ -8,26 +8,26 @@ them deterministically with no model at all. Plain single-threaded Python, like 
 of ``parlour.runtime``.
 """
 
-from parlour.runtime.compaction._compactor import (
+from ._compactor import (
     AsyncContextCompactor,
     ContextCompactor,
     LLMContextCompactor,
     summary_model,
 )
-from parlour.runtime.compaction._levels import (
+from ._levels import (
     CompactionLevel,
     CompactionResult,
     CompactionStep,
     FitReport,
     SummaryCall,
 )
-from parlour.runtime.compaction._manager import (
+from ._manager import (
     DEFAULT_COMFORT_CONTEXT_TOKENS,
     DEFAULT_COMPACTION_TRIGGER,
     ContextWindowManager,
 )
-from parlour.runtime.compaction._offline import OfflineCompactor, compactor_for, offline_summary
-from parlour.runtime.compaction._prompts import (
+from ._offline import OfflineCompactor, compactor_for, offline_summary
+from ._prompts import (
     ARTIFACT_RULE,
     CONVERSATION_SUMMARY_HEADER,
     EXCHANGE_SUMMARY_HEADER,

@@ -16,17 +16,17 @@ from typing import Protocol, runtime_checkable
 
 from loguru import logger
 
-from parlour.runtime._context import ConversationContext
-from parlour.runtime._messages import Message
-from parlour.runtime._roles import Grade
-from parlour.runtime.compaction._levels import CompactionLevel, CompactionResult, SummaryCall
-from parlour.runtime.compaction._plans import Plan, plan_for
-from parlour.runtime.compaction._prompts import SummaryRequest
-from parlour.runtime.errors import IllegalStateError, UncorrectableLLMError
-from parlour.runtime.models._catalog import ModelCatalog
-from parlour.runtime.models._spec import ModelSpec
-from parlour.runtime.providers._response import LLMResponse
-from parlour.runtime.providers._template import LLMClient
+from .._context import ConversationContext
+from .._messages import Message
+from .._roles import Grade
+from ..errors import IllegalStateError, UncorrectableLLMError
+from ..models._catalog import ModelCatalog
+from ..models._spec import ModelSpec
+from ..providers._response import LLMResponse
+from ..providers._template import LLMClient
+from ._levels import CompactionLevel, CompactionResult, SummaryCall
+from ._plans import Plan, plan_for
+from ._prompts import SummaryRequest
 
 __all__ = [
     "AsyncContextCompactor",

@@ -10,7 +10,7 @@ import enum
 
 import msgspec
 
-from parlour.runtime.providers._response import Usage
+from ..providers._response import Usage
 
 __all__ = ["CompactionLevel", "CompactionResult", "CompactionStep", "FitReport", "SummaryCall"]
 

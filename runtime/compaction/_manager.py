@@ -16,23 +16,23 @@ from typing import TypeGuard
 import msgspec
 from loguru import logger
 
-from parlour.runtime._context import ConversationContext
-from parlour.runtime._messages import Message
-from parlour.runtime.compaction._compactor import (
+from .._context import ConversationContext
+from .._messages import Message
+from ..errors import ContextOverflowError
+from ..models._spec import ModelSpec
+from ..models._tokens import LocalTokenCounter, TokenCounter
+from ._compactor import (
     AsyncContextCompactor,
     ContextCompactor,
     LLMContextCompactor,
 )
-from parlour.runtime.compaction._levels import (
+from ._levels import (
     LADDER,
     CompactionLevel,
     CompactionResult,
     CompactionStep,
     FitReport,
 )
-from parlour.runtime.errors import ContextOverflowError
-from parlour.runtime.models._spec import ModelSpec
-from parlour.runtime.models._tokens import LocalTokenCounter, TokenCounter
 
 __all__ = ["DEFAULT_COMFORT_CONTEXT_TOKENS", "DEFAULT_COMPACTION_TRIGGER", "ContextWindowManager"]
 

@@ -9,16 +9,16 @@ scripted model and a model-backed compactor for any other client.
 
 from __future__ import annotations
 
-from parlour.runtime.artifacts._registry import refs_mentioned_in
-from parlour.runtime.compaction._compactor import (
+from ..artifacts._registry import refs_mentioned_in
+from ..models._catalog import ModelCatalog
+from ..providers._scripted import ScriptedClient
+from ..providers._template import LLMClient
+from ._compactor import (
     DEFAULT_MIN_RESULT_CHARS,
     LLMContextCompactor,
     Reply,
 )
-from parlour.runtime.compaction._prompts import SummaryRequest
-from parlour.runtime.models._catalog import ModelCatalog
-from parlour.runtime.providers._scripted import ScriptedClient
-from parlour.runtime.providers._template import LLMClient
+from ._prompts import SummaryRequest
 
 __all__ = ["OfflineCompactor", "compactor_for", "offline_summary"]
 

@@ -17,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from typing import Any
 
-from parlour.runtime._messages import IncomingMessage, Message, OutgoingMessage
-from parlour.runtime._transcript import Transcript
-from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock
-from parlour.runtime.compaction._levels import CompactionLevel
-from parlour.runtime.compaction._prompts import (
+from .._messages import IncomingMessage, Message, OutgoingMessage
+from .._transcript import Transcript
+from ..blocks import ContentBlock, TextBlock, ToolResultBlock
+from ..models._tokens import counter_for
+from ._levels import CompactionLevel
+from ._prompts import (
     CONVERSATION_SUMMARY_HEADER,
     EXCHANGE_SUMMARY_HEADER,
     TOOL_RESULT_SUMMARY_PREFIX,
@@ -33,7 +34,7 @@ from parlour.runtime.compaction._prompts import (
     second_pass_request,
     tool_result_request,
 )
-from parlour.runtime.compaction._segments import (
+from ._segments import (
     exchanges,
     holders,
     is_protected,
@@ -42,7 +43,6 @@ from parlour.runtime.compaction._segments import (
     pair_closure,
     safe_position,
 )
-from parlour.runtime.models._tokens import counter_for
 
 __all__ = ["Plan", "plan_for"]
 

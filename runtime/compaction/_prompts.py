@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from parlour.runtime.compaction._levels import CompactionLevel
+from ._levels import CompactionLevel
 
 __all__ = [
     "ARTIFACT_RULE",

@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from parlour.runtime._guidance import (
+from .._guidance import (
     SCHEMA_NOTATION_GUIDANCE,
     TOOL_ANNOUNCEMENT,
     TOOL_WEIGHT_GUIDANCE,
 )
-from parlour.runtime._messages import Message
-from parlour.runtime.blocks import (
+from .._messages import Message
+from ..blocks import (
     SkillBlock,
     TextBlock,
     ToolDefinitionBlock,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from parlour.runtime._messages import Message, last_change
-from parlour.runtime._settled import Messages
+from .._messages import Message, last_change
+from .._settled import Messages
 
 __all__ = ["BoundMemo"]
 

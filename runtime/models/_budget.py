@@ -12,13 +12,13 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING
 
-from parlour.runtime._messages import OutgoingMessage
-from parlour.runtime._roles import Depth, Grade, OutputSize
-from parlour.runtime.errors import UncorrectableLLMError
-from parlour.runtime.models._spec import ModelSpec
+from .._messages import OutgoingMessage
+from .._roles import Depth, Grade, OutputSize
+from ..errors import UncorrectableLLMError
+from ._spec import ModelSpec
 
 if TYPE_CHECKING:
-    from parlour.runtime._context import ConversationContext
+    from .._context import ConversationContext
 
 OutputDeclaration = OutputSize | int
 

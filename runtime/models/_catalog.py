@@ -12,10 +12,10 @@ from pathlib import Path
 
 import msgspec
 
-from parlour.runtime._roles import Grade
-from parlour.runtime.errors import UncorrectableLLMError
-from parlour.runtime.models._catalog_data import DEFAULT_SPECS
-from parlour.runtime.models._spec import ModelSpec
+from .._roles import Grade
+from ..errors import UncorrectableLLMError
+from ._catalog_data import DEFAULT_SPECS
+from ._spec import ModelSpec
 
 
 class _CatalogFile(msgspec.Struct, forbid_unknown_fields=True):

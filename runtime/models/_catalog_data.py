@@ -7,8 +7,8 @@ A deployment with other models (or newer figures) loads its own file with
 
 from __future__ import annotations
 
-from parlour.runtime._roles import Depth, Grade, Input, OutputSize
-from parlour.runtime.models._spec import ModelSpec, ThinkingMode
+from .._roles import Depth, Grade, Input, OutputSize
+from ._spec import ModelSpec, ThinkingMode
 
 _RUNGS = {
     OutputSize.VERDICT: 1_024,

@@ -9,7 +9,7 @@ from typing import Literal
 
 import msgspec
 
-from parlour.runtime._roles import Depth, Grade, Input, OutputSize
+from .._roles import Depth, Grade, Input, OutputSize
 
 Provider = Literal["anthropic", "openai", "bedrock", "scripted"]
 DEFAULT_ENCODING = "cl100k_base"  # the token estimate's encoding when a spec names none

@@ -30,8 +30,8 @@ import tiktoken.load
 import tiktoken.registry
 from loguru import logger
 
-from parlour.runtime._messages import Message, _set_tokens
-from parlour.runtime.blocks import (
+from .._messages import Message, _set_tokens
+from ..blocks import (
     ContentBlock,
     FileBlock,
     ImageBlock,
@@ -43,11 +43,11 @@ from parlour.runtime.blocks import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from parlour.runtime.models._bounds import BoundMemo
+from ._bounds import BoundMemo
 
 if TYPE_CHECKING:  # the context counts through this module: a type-only import, no cycle
-    from parlour.runtime._context import ConversationContext
-    from parlour.runtime.models._spec import ModelSpec
+    from .._context import ConversationContext
+    from ._spec import ModelSpec
 
 __all__ = [
     "DEFAULT_ENCODING",

@@ -6,20 +6,20 @@ Each dialect module owns its request builder, decoder and error map; the SDKs ar
 extras imported only when a client is constructed.
 """
 
-from parlour.runtime.providers._anthropic import AnthropicClient, build_anthropic_params
-from parlour.runtime.providers._bedrock import BedrockClient
-from parlour.runtime.providers._converse import (
+from ._anthropic import AnthropicClient, build_anthropic_params
+from ._bedrock import BedrockClient
+from ._converse import (
     DEFAULT_USER_OPENER,
     build_converse_request,
     parse_tool_calls,
 )
-from parlour.runtime.providers._factory import SCRIPTED, client_for, provider_available
-from parlour.runtime.providers._openai import OpenAIClient, build_openai_body
-from parlour.runtime.providers._prefix import PrefixMonitor
-from parlour.runtime.providers._response import LLMResponse, StopReason, Usage
-from parlour.runtime.providers._retry import respond_with_truncation_retry
-from parlour.runtime.providers._scripted import ScriptedClient, scripted_tool_calls
-from parlour.runtime.providers._template import LLMClient, ResponseStream, WireRequest
+from ._factory import SCRIPTED, client_for, provider_available
+from ._openai import OpenAIClient, build_openai_body
+from ._prefix import PrefixMonitor
+from ._response import LLMResponse, StopReason, Usage
+from ._retry import respond_with_truncation_retry
+from ._scripted import ScriptedClient, scripted_tool_calls
+from ._template import LLMClient, ResponseStream, WireRequest
 
 __all__ = [
     "DEFAULT_USER_OPENER",

@@ -13,9 +13,9 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from parlour.runtime._context import ConversationContext
-from parlour.runtime._prepared import PreparedConversation, Turn
-from parlour.runtime.blocks import (
+from .._context import ConversationContext
+from .._prepared import PreparedConversation, Turn
+from ..blocks import (
     ContentBlock,
     FileBlock,
     ImageBlock,
@@ -27,17 +27,17 @@ from parlour.runtime.blocks import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from parlour.runtime.errors import ParlourError, RetryableLLMError, UncorrectableLLMError
-from parlour.runtime.providers._errors import (
+from ..errors import ParlourError, RetryableLLMError, UncorrectableLLMError
+from ._errors import (
     ErrorMap,
     error_message,
     map_errors,
     status_verdict,
 )
-from parlour.runtime.providers._http import HttpSdkClient
-from parlour.runtime.providers._response import LLMResponse, StopReason, Usage
-from parlour.runtime.providers._shared import block_text, image_subtype, is_blank, tool_schema
-from parlour.runtime.providers._template import TextCallback, WireRequest
+from ._http import HttpSdkClient
+from ._response import LLMResponse, StopReason, Usage
+from ._shared import block_text, image_subtype, is_blank, tool_schema
+from ._template import TextCallback, WireRequest
 
 MAX_CACHE_BREAKPOINTS = 4
 EPHEMERAL = {"type": "ephemeral"}

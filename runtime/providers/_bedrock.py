@@ -10,22 +10,22 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from parlour.runtime._handlers import GenericContentFormatter
-from parlour.runtime._roles import Depth
-from parlour.runtime.blocks import ContentBlock, TextBlock
-from parlour.runtime.errors import ParlourError, RetryableLLMError, UncorrectableLLMError
-from parlour.runtime.models._catalog import ModelCatalog
-from parlour.runtime.models._spec import ModelSpec
-from parlour.runtime.providers._converse import (
+from .._handlers import GenericContentFormatter
+from .._roles import Depth
+from ..blocks import ContentBlock, TextBlock
+from ..errors import ParlourError, RetryableLLMError, UncorrectableLLMError
+from ..models._catalog import ModelCatalog
+from ..models._spec import ModelSpec
+from ._converse import (
     DEFAULT_USER_OPENER,
     build_converse_request,
     parse_tool_calls,
 )
-from parlour.runtime.providers._errors import ErrorMap, map_errors, require_sdk
-from parlour.runtime.providers._http import UNSET, injected
-from parlour.runtime.providers._response import LLMResponse, StopReason, Usage
-from parlour.runtime.providers._shared import OutputDeclaration, spec_of
-from parlour.runtime.providers._template import LLMClient, WireRequest
+from ._errors import ErrorMap, map_errors, require_sdk
+from ._http import UNSET, injected
+from ._response import LLMResponse, StopReason, Usage
+from ._shared import OutputDeclaration, spec_of
+from ._template import LLMClient, WireRequest
 
 _STOP = {
     "end_turn": StopReason.END_TURN,

@@ -15,9 +15,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from parlour.runtime._prepared import Turn
-from parlour.runtime._roles import TurnRole
-from parlour.runtime.blocks import (
+from .._prepared import Turn
+from .._roles import TurnRole
+from ..blocks import (
     ContentBlock,
     FileBlock,
     ImageBlock,
@@ -29,8 +29,8 @@ from parlour.runtime.blocks import (
     ToolUseBlock,
     render_tool_text,
 )
-from parlour.runtime.providers._shared import block_text, image_subtype, is_blank
-from parlour.runtime.providers._template import WireRequest
+from ._shared import block_text, image_subtype, is_blank
+from ._template import WireRequest
 
 # What a history that opens with an assistant turn is preceded by (Converse refuses it).
 DEFAULT_USER_OPENER = "Hello."

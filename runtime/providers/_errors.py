@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
-from parlour.runtime.errors import ParlourError, RetryableLLMError, UncorrectableLLMError
+from ..errors import ParlourError, RetryableLLMError, UncorrectableLLMError
 
 # (what failed, the model id) -> the parlour error class and its message
 Verdict = type[ParlourError] | Callable[[Any, str], tuple[type[ParlourError], str]]

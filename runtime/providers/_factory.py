@@ -12,15 +12,15 @@ from pathlib import Path
 
 from loguru import logger
 
-from parlour.runtime.errors import UncorrectableLLMError
-from parlour.runtime.models._catalog import ModelCatalog
-from parlour.runtime.models._spec import ModelSpec
-from parlour.runtime.providers._anthropic import AnthropicClient
-from parlour.runtime.providers._bedrock import BedrockClient
-from parlour.runtime.providers._openai import OpenAIClient
-from parlour.runtime.providers._scripted import ScriptedClient
-from parlour.runtime.providers._shared import spec_of
-from parlour.runtime.providers._template import LLMClient
+from ..errors import UncorrectableLLMError
+from ..models._catalog import ModelCatalog
+from ..models._spec import ModelSpec
+from ._anthropic import AnthropicClient
+from ._bedrock import BedrockClient
+from ._openai import OpenAIClient
+from ._scripted import ScriptedClient
+from ._shared import spec_of
+from ._template import LLMClient
 
 SCRIPTED = "scripted"  # the offline model's name in the catalog
 

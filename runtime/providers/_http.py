@@ -9,14 +9,14 @@ from abc import abstractmethod
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from parlour.runtime._handlers import NativeToolsFormatter
-from parlour.runtime._roles import Depth
-from parlour.runtime.models._catalog import ModelCatalog
-from parlour.runtime.models._spec import ModelSpec
-from parlour.runtime.providers._errors import ErrorMap, map_errors, require_key, require_sdk
-from parlour.runtime.providers._response import LLMResponse
-from parlour.runtime.providers._shared import OutputDeclaration, spec_of
-from parlour.runtime.providers._template import LLMClient, TextCallback, WireRequest
+from .._handlers import NativeToolsFormatter
+from .._roles import Depth
+from ..models._catalog import ModelCatalog
+from ..models._spec import ModelSpec
+from ._errors import ErrorMap, map_errors, require_key, require_sdk
+from ._response import LLMResponse
+from ._shared import OutputDeclaration, spec_of
+from ._template import LLMClient, TextCallback, WireRequest
 
 UNSET: Any = object()
 

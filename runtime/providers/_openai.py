@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from parlour.runtime._prepared import Turn
-from parlour.runtime._roles import Depth, TurnRole
-from parlour.runtime.blocks import (
+from .._prepared import Turn
+from .._roles import Depth, TurnRole
+from ..blocks import (
     ContentBlock,
     FileBlock,
     ImageBlock,
@@ -23,13 +23,13 @@ from parlour.runtime.blocks import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from parlour.runtime.errors import ParlourError, RetryableLLMError, UncorrectableLLMError
-from parlour.runtime.models._spec import ThinkingMode
-from parlour.runtime.providers._errors import ErrorMap, error_message, status_verdict
-from parlour.runtime.providers._http import HttpSdkClient
-from parlour.runtime.providers._response import LLMResponse, StopReason, Usage
-from parlour.runtime.providers._shared import block_text, tool_schema
-from parlour.runtime.providers._template import TextCallback, WireRequest
+from ..errors import ParlourError, RetryableLLMError, UncorrectableLLMError
+from ..models._spec import ThinkingMode
+from ._errors import ErrorMap, error_message, status_verdict
+from ._http import HttpSdkClient
+from ._response import LLMResponse, StopReason, Usage
+from ._shared import block_text, tool_schema
+from ._template import TextCallback, WireRequest
 
 _STOP = {
     "stop": StopReason.END_TURN,

@@ -24,8 +24,8 @@ from typing import NamedTuple
 
 from loguru import logger
 
-from parlour.runtime._prepared import PreparedConversation, Turn
-from parlour.runtime.blocks import ToolDefinitionBlock
+from .._prepared import PreparedConversation, Turn
+from ..blocks import ToolDefinitionBlock
 
 
 class Prefix(NamedTuple):

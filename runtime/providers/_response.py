@@ -11,8 +11,8 @@ import enum
 
 import msgspec
 
-from parlour.runtime._messages import IncomingMessage
-from parlour.runtime.blocks import ContentBlock, TextBlock, ThinkingBlock, ToolUseBlock
+from .._messages import IncomingMessage
+from ..blocks import ContentBlock, TextBlock, ThinkingBlock, ToolUseBlock
 
 
 class StopReason(enum.Enum):

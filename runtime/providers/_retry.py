@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from parlour.runtime._context import ConversationContext
-from parlour.runtime.errors import (
+from .._context import ConversationContext
+from ..errors import (
     OutputCeilingError,
     OutputTruncationRetry,
     UncorrectableLLMError,
 )
-from parlour.runtime.providers._response import LLMResponse
-from parlour.runtime.providers._template import LLMClient, TextCallback
+from ._response import LLMResponse
+from ._template import LLMClient, TextCallback
 
 ConversationSource = ConversationContext | Callable[[], ConversationContext]
 

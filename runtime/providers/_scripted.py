@@ -14,20 +14,20 @@ from typing import Any
 
 import msgspec
 
-from parlour.runtime._prepared import PreparedConversation, Turn
-from parlour.runtime._roles import Depth, OutputSize, TurnRole
-from parlour.runtime.blocks import (
+from .._prepared import PreparedConversation, Turn
+from .._roles import Depth, OutputSize, TurnRole
+from ..blocks import (
     ContentBlock,
     TextBlock,
     ToolDefinitionBlock,
     ToolResultBlock,
     ToolUseBlock,
 )
-from parlour.runtime.models._budget import OutputDeclaration
-from parlour.runtime.models._catalog_data import DEFAULT_SPECS
-from parlour.runtime.models._spec import ModelSpec
-from parlour.runtime.providers._response import LLMResponse, StopReason, Usage
-from parlour.runtime.providers._template import LLMClient, TextCallback, WireRequest
+from ..models._budget import OutputDeclaration
+from ..models._catalog_data import DEFAULT_SPECS
+from ..models._spec import ModelSpec
+from ._response import LLMResponse, StopReason, Usage
+from ._template import LLMClient, TextCallback, WireRequest
 
 Reply = str | LLMResponse | Callable[[PreparedConversation], LLMResponse]
 

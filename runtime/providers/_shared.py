@@ -7,16 +7,16 @@ from typing import Any
 
 import msgspec
 
-from parlour.runtime.blocks import (
+from ..blocks import (
     ContentBlock,
     JsonBlock,
     SkillBlock,
     TextBlock,
     ToolDefinitionBlock,
 )
-from parlour.runtime.models._budget import OutputDeclaration
-from parlour.runtime.models._catalog import ModelCatalog
-from parlour.runtime.models._spec import ModelSpec
+from ..models._budget import OutputDeclaration
+from ..models._catalog import ModelCatalog
+from ..models._spec import ModelSpec
 
 __all__ = ["OutputDeclaration", "block_text", "image_subtype", "is_blank", "spec_of", "tool_schema"]
 

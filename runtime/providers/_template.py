@@ -15,22 +15,22 @@ from collections.abc import Callable, Iterator
 
 import msgspec
 
-from parlour.runtime._context import ConversationContext
-from parlour.runtime._handlers import ContentFormatter, GenericContentFormatter
-from parlour.runtime._messages import OutgoingMessage
-from parlour.runtime._prepared import PreparedConversation
-from parlour.runtime._roles import Depth
-from parlour.runtime.errors import (
+from .._context import ConversationContext
+from .._handlers import ContentFormatter, GenericContentFormatter
+from .._messages import OutgoingMessage
+from .._prepared import PreparedConversation
+from .._roles import Depth
+from ..errors import (
     IllegalStateError,
     OutputCeilingError,
     OutputTruncationRetry,
     ProviderRefusalError,
     UncorrectableLLMError,
 )
-from parlour.runtime.models._budget import ModelBinding, OutputDeclaration, budget_on, reserve_for
-from parlour.runtime.models._spec import ModelSpec
-from parlour.runtime.providers._prefix import PrefixMonitor
-from parlour.runtime.providers._response import LLMResponse, StopReason
+from ..models._budget import ModelBinding, OutputDeclaration, budget_on, reserve_for
+from ..models._spec import ModelSpec
+from ._prefix import PrefixMonitor
+from ._response import LLMResponse, StopReason
 
 TextCallback = Callable[[str], None]
 

@@ -23,7 +23,7 @@ The SDKs and httpx2 are imported only when these are used. Thread-safety: one do
 test; none is meant to be shared between threads.
 """
 
-from parlour.runtime.providers._fake_bedrock import (
+from ._fake_bedrock import (
     ConverseStreamMock,
     converse_response,
     converse_stream_events,
@@ -31,7 +31,7 @@ from parlour.runtime.providers._fake_bedrock import (
     encode_event,
     record_params,
 )
-from parlour.runtime.providers._fake_http import (
+from ._fake_http import (
     MockProvider,
     anthropic_message,
     anthropic_sse,

@@ -24,9 +24,9 @@ from typing import Annotated, Any
 
 import msgspec
 
-from parlour.runtime.blocks import ToolDefinitionBlock
-from parlour.runtime.schema._generation import Schema, generate_schema
-from parlour.runtime.schema._markers import LLMDescription, LLMRequired
+from ..blocks import ToolDefinitionBlock
+from ._generation import Schema, generate_schema
+from ._markers import LLMDescription, LLMRequired
 
 __all__ = ["FunctionTool", "tool_from_function"]
 

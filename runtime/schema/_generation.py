@@ -23,9 +23,9 @@ from typing import Any
 
 import msgspec
 
-from parlour.runtime.artifacts._registry import Artifact, alias_of
-from parlour.runtime.errors import IllegalStateError
-from parlour.runtime.schema._markers import (
+from ..artifacts._registry import Artifact, alias_of
+from ..errors import IllegalStateError
+from ._markers import (
     LLMContextIgnore,
     LLMDescription,
     LLMExample,
@@ -36,7 +36,7 @@ from parlour.runtime.schema._markers import (
     is_composite,
     split_annotated,
 )
-from parlour.runtime.schema._nodes import (
+from ._nodes import (
     ArrayNode,
     Definition,
     EnumNode,
@@ -48,7 +48,7 @@ from parlour.runtime.schema._nodes import (
     Scalar,
     UnionNode,
 )
-from parlour.runtime.schema._render import (
+from ._render import (
     CONTEXT_IGNORE_KEYWORD,
     SUMMARIZABLE_KEYWORD,
     TYPE_ALIAS_KEYWORD,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from parlour.runtime.schema._nodes import (
+from ._nodes import (
     ArrayNode,
     Definition,
     EnumNode,

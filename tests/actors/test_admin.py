@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from parlour.actors._cli import main
-from parlour.actors._demo import run_demo
+from parlour.actors.app._cli import main
+from parlour.actors.app._demo import run_demo
 from parlour.runtime import ConversationContext
 from parlour.runtime.blocks import PojoBlock
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot, encode_snapshot

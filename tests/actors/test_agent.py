@@ -391,7 +391,7 @@ def test_an_async_tool_runs_on_the_sync_path_too(service: ConversationService) -
 def test_the_provider_cap_bounds_model_calls_across_all_chats(
     service: ConversationService,
 ) -> None:
-    from parlour.actors import set_provider_concurrency
+    from parlour.actors.tuning import set_provider_concurrency
 
     changed, in_flight, most = threading.Condition(), [0], [0]
     all_started = threading.Barrier(4, timeout=10)

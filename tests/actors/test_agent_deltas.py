@@ -17,7 +17,7 @@ from parlour.actors import (
     TurnCancelledError,
     TurnDone,
 )
-from parlour.actors._joiners import AgentThinker
+from parlour.actors.agent._joiners import AgentThinker
 from parlour.runtime import Depth, LLMResponse, OutputSize, ScriptedClient
 from parlour.runtime.blocks import TextBlock
 from parlour.runtime.providers import WireRequest

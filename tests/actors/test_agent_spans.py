@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from parlour.actors import Agent, ConversationService, _otel
+from parlour.actors import Agent, ConversationService
+from parlour.actors.agent import _otel
 from parlour.runtime import Depth, OutputSize, ScriptedClient
 
 from .agent_helpers import calls

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from parlour.actors import _cases
-from parlour.actors._bench import PATHS, summarize
-from parlour.actors._cases import CaseResult, Measured, Shape
-from parlour.actors._cli import main
-from parlour.actors._workload import TurnStats
+from parlour.actors.app import _cases
+from parlour.actors.app._bench import PATHS, summarize
+from parlour.actors.app._cases import CaseResult, Measured, Shape
+from parlour.actors.app._cli import main
+from parlour.actors.app._workload import TurnStats
 
 
 def _measured(turns_per_s: float, cpu: float = 0.5e-3) -> Measured:

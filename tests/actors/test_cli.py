@@ -9,9 +9,10 @@ from pathlib import Path
 import pykka
 import pytest
 
-from parlour.actors import ConversationService, _cases, _demo, _workload
-from parlour.actors._cli import main
-from parlour.actors._demo import demo_agent
+from parlour.actors import ConversationService
+from parlour.actors.app import _cases, _demo, _workload
+from parlour.actors.app._cli import main
+from parlour.actors.app._demo import demo_agent
 from parlour.runtime.blocks import TextBlock
 from parlour.stores import LmdbStore
 

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from parlour.actors import one_core
+from parlour.actors.tuning import one_core
 
 linux = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only")
 

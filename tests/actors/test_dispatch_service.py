@@ -14,8 +14,8 @@ import pykka
 import pytest
 
 from parlour.actors import BasicThinker, ConversationService
-from parlour.actors._stress import run_stress
 from parlour.runtime.errors import ConversationUnavailableError
+from tests.actors.stress import run_stress
 
 
 def _adopter(cid: str) -> BasicThinker:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from parlour.actors import Agent, ConversationService, TextDelta, TurnCancelledError, TurnDone
-from parlour.actors._joiners import AgentThinker
+from parlour.actors.agent._joiners import AgentThinker
 from parlour.runtime import (
     ConversationContext,
     Depth,

@@ -30,10 +30,10 @@ from parlour.actors._messages import (
 )
 from parlour.actors._obtain import Obtaining
 from parlour.actors._reply import Reply
-from parlour.actors._stress import run_stress
 from parlour.runtime import ConversationContext, Depth, IncomingMessage, OutputSize, ScriptedClient
 from parlour.runtime.testing import FakeClock
 from parlour.stores import LmdbStore
+from tests.actors.stress import run_stress
 
 
 def _acquire(job: str, user: str = "alice") -> Acquire:

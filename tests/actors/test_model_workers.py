@@ -9,8 +9,8 @@ import os
 import queue
 import threading
 
-from parlour.actors._calls import start_pools
-from parlour.actors._workers import Workers, model_workers
+from parlour.actors.agent._calls import start_pools
+from parlour.actors.agent._workers import Workers, model_workers
 
 
 def _name() -> object:

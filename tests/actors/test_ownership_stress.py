@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from parlour.actors._stress import run_stress
+from tests.actors.stress import run_stress
 
 
 def test_sixty_four_threads_with_every_eviction_path_never_see_two_owners_or_lose_a_turn(

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from parlour.actors import BasicThinker, ConversationService
-from parlour.actors._stress import run_stress
 from parlour.runtime.errors import ConversationUnavailableError
 from parlour.runtime.testing import FakeClock
+from tests.actors.stress import run_stress
 
 from .conftest import CountingStore
 

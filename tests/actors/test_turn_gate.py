@@ -22,10 +22,9 @@ from parlour.actors import (
     BasicThinker,
     ConversationService,
     TurnCancelledError,
-    TurnGate,
-    turn_gate,
 )
 from parlour.actors._gate import gating
+from parlour.actors.tuning import TurnGate, turn_gate
 from parlour.runtime import Depth, IncomingMessage, LLMResponse, OutputSize, ScriptedClient
 from parlour.runtime.blocks import TextBlock
 from parlour.runtime.errors import IllegalStateError, RetryableLLMError

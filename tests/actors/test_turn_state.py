@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from parlour.actors._joiners import TurnState
+from parlour.actors.agent._joiners import TurnState
 
 
 class Inbox(RuleBasedStateMachine):

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from parlour.runtime import ConversationContext, IncomingMessage
 from parlour.runtime.errors import IllegalStateError, StaleVersionError
 from parlour.stores import LmdbStore
-from parlour.stores._group_commit import GroupCommit
+from parlour.stores.lmdb._group_commit import GroupCommit
 
 from .test_group_commit import _Hooks
 

@@ -14,8 +14,9 @@ import pytest
 from parlour.runtime import ConversationContext
 from parlour.runtime.errors import IllegalStateError
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
-from parlour.stores import LmdbStore, _group_commit, _waiting
-from parlour.stores._group_commit import GroupCommit
+from parlour.stores import LmdbStore, _waiting
+from parlour.stores.lmdb import _group_commit
+from parlour.stores.lmdb._group_commit import GroupCommit
 
 
 class _Hooks:

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from parlour.runtime import ConversationContext, OutgoingMessage
 from parlour.runtime.errors import CorruptSnapshotError, IllegalStateError
 from parlour.runtime.snapshots import encode_snapshot
-from parlour.stores import LmdbStore, _history
+from parlour.stores import LmdbStore
+from parlour.stores.lmdb import _versions
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -95,14 +96,14 @@ def test_a_version_costs_what_its_save_wrote_and_reads_replay_a_bounded_chain(
     with LmdbStore(tmp_path, keep_versions=None) as store:
         saved = _saves(store, _conversation(), 600)
         with store._env.begin() as txn:
-            kept = _history.kept(txn, store._dbs, b"c1")
+            kept = _versions.kept(txn, store._dbs, b"c1")
             sizes = [
-                len(txn.get(_history.version_key(b"c1", k.version), db=store._dbs.versions))
+                len(txn.get(_versions.version_key(b"c1", k.version), db=store._dbs.versions))
                 for k in kept
             ]
         checkpoints = [k.version for k in kept if k.checkpoint]
         gaps = [b - a for a, b in itertools.pairwise(checkpoints)]
-        assert max(gaps) <= _history.MAX_CHAIN + 1
+        assert max(gaps) <= _versions.MAX_CHAIN + 1
         deltas = [s for k, s in zip(kept, sizes, strict=True) if not k.checkpoint]
         assert max(deltas) < 3 * min(deltas)  # a delta holds its save's messages, not all
         full = len(saved[601])
@@ -121,7 +122,7 @@ def test_a_young_conversations_saves_are_deltas_until_they_reach_the_chain_floor
         c = _conversation()
         saved = _saves(store, c, 12)
         assert [v for v, checkpoint in _kinds(store).items() if checkpoint] == [1]
-        padding = "x" * (_history.CHAIN_FLOOR // 4)  # stored twice: text and its block
+        padding = "x" * (_versions.CHAIN_FLOOR // 4)  # stored twice: text and its block
         for i in range(3):  # deltas of over half the floor each
             c.add_user_message(f"{padding} {i}")
             c.stored_version = store.save_context(c.to_snapshot(), "alice")
@@ -179,7 +180,7 @@ def test_a_delete_removes_the_history_and_a_recreated_id_starts_a_new_one(
         assert [v.version for v in store.get_version_history("c1", "alice")] == [5]
         assert _loaded(store, 5) == saved[5]
         with store._env.begin() as txn:
-            assert len(_history.kept(txn, store._dbs, b"c1")) == 1
+            assert len(_versions.kept(txn, store._dbs, b"c1")) == 1
 
 
 def test_a_store_without_history_keeps_none_and_refuses_to_prune(tmp_path: Path) -> None:
@@ -201,7 +202,7 @@ def test_history_survives_reopening_and_a_reopened_store_checkpoints_its_first_s
         for version, data in saved.items():
             assert _loaded(store, version) == data
         with store._env.begin() as txn:
-            kinds = {k.version: k.checkpoint for k in _history.kept(txn, store._dbs, b"c1")}
+            kinds = {k.version: k.checkpoint for k in _versions.kept(txn, store._dbs, b"c1")}
     assert kinds[5] is True  # nothing remembered after the reopen: written in full
     assert kinds[6] is False
 
@@ -283,11 +284,11 @@ def test_any_sequence_of_edits_keeps_every_version_exactly_as_saved(
             store.close()
 
 
-def _payloads(store: LmdbStore) -> dict[int, _history.Payload]:
+def _payloads(store: LmdbStore) -> dict[int, _versions.Payload]:
     with store._env.begin() as txn:
         cursor = txn.cursor(db=store._dbs.versions)
         return {
-            int.from_bytes(bytes(key)[-8:], "big"): _history._decoder.decode(bytes(value)[9:])
+            int.from_bytes(bytes(key)[-8:], "big"): _versions._decoder.decode(bytes(value)[9:])
             for key, value in cursor
         }
 
@@ -326,7 +327,7 @@ def test_a_layout_4_store_opens_as_it_is_and_is_marked_with_this_layout(tmp_path
         versions, meta = env.open_db(b"versions", txn=txn), env.open_db(b"meta", txn=txn)
         body = bytes(txn.get(b"c1", db=env.open_db(b"bodies", txn=txn)))
         for key, value in list(txn.cursor(db=versions)):
-            payload = _history._decoder.decode(bytes(value)[9:])
+            payload = _versions._decoder.decode(bytes(value)[9:])
             full = msgspec.structs.replace(payload, body=payload.body or body)
             txn.put(key, bytes(value)[:9] + msgspec.msgpack.encode(full), db=versions)
         txn.put(b"layout", b"4", db=meta)
@@ -393,7 +394,7 @@ def test_a_damaged_version_record_is_a_corrupt_snapshot_and_the_rest_still_reads
     with LmdbStore(tmp_path) as store:
         saved = _saves(store, _conversation(), 3)
         with store._env.begin(write=True) as txn:
-            txn.put(_history.version_key(b"c1", 2), damage, db=store._dbs.versions)
+            txn.put(_versions.version_key(b"c1", 2), damage, db=store._dbs.versions)
         with pytest.raises(CorruptSnapshotError, match="c1"):
             store.load_version("c1", 3, "alice")  # its chain runs through version 2
         assert _loaded(store, 1) == saved[1]
@@ -403,7 +404,7 @@ def test_a_damaged_version_record_is_a_corrupt_snapshot_and_the_rest_still_reads
 
 def _kinds(store: LmdbStore) -> dict[int, bool]:
     with store._env.begin() as txn:
-        return {k.version: k.checkpoint for k in _history.kept(txn, store._dbs, b"c1")}
+        return {k.version: k.checkpoint for k in _versions.kept(txn, store._dbs, b"c1")}
 
 
 def _header(store: LmdbStore) -> dict[str, Any]:

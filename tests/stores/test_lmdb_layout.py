@@ -13,7 +13,7 @@ import pytest
 from parlour.runtime import ConversationContext
 from parlour.runtime.errors import IllegalStateError, StaleVersionError
 from parlour.stores import LmdbStore
-from parlour.stores._layout import LAYOUT
+from parlour.stores.lmdb._layout import LAYOUT
 
 LAYOUT1 = Path(__file__).parent / "data" / "layout1"
 

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from parlour.runtime import ConversationContext, OutgoingMessage
 from parlour.runtime.errors import CorruptSnapshotError
 from parlour.runtime.snapshots import encode_snapshot
-from parlour.stores import LmdbStore, MemoryStore, _history
+from parlour.stores import LmdbStore, MemoryStore
 from parlour.stores._records import message_key, plan_usage
+from parlour.stores.lmdb import _versions
 
 from .ledger_helpers import call, raw_db, snapshot_bytes, with_ledger
 
@@ -99,9 +100,9 @@ def test_an_appended_entry_is_the_only_ledger_record_a_save_writes(tmp_path: Pat
         c.usage_ledger.append(call(3))
         c.stored_version = store.save_context(c.to_snapshot(), "alice")
     versions = raw_db(tmp_path, b"versions")
-    delta = _history._decoder.decode(versions[_history.version_key(b"c1", 2)][9:])
+    delta = _versions._decoder.decode(versions[_versions.version_key(b"c1", 2)][9:])
     assert delta.usage_count == 4 and delta.usage == [(3, msgspec.json.encode(call(3)))]
-    assert versions[_history.version_key(b"c1", 2)][:1] == _history.DELTA
+    assert versions[_versions.version_key(b"c1", 2)][:1] == _versions.DELTA
     usage = raw_db(tmp_path, b"usage")
     assert [usage[message_key(b"c1", i)] for i in range(4)] == [
         msgspec.json.encode(call(i)) for i in range(4)

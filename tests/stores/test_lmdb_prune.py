@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 
 from parlour.runtime import ConversationContext, OutgoingMessage
 from parlour.runtime.snapshots import encode_snapshot
-from parlour.stores import LmdbStore, _history
+from parlour.stores import LmdbStore
 from parlour.stores._ids import conversation_key
 from parlour.stores._records import message_key
+from parlour.stores.lmdb import _versions
 
 
 def _saves(store: LmdbStore, cid: str, count: int) -> dict[int, bytes]:
@@ -42,7 +43,7 @@ def _kinds(store: LmdbStore, cid: str) -> dict[int, bool]:
     """Each recorded version of ``cid``: whether it is a checkpoint."""
     with store._env.begin() as txn:
         return {
-            k.version: k.checkpoint for k in _history.kept(txn, store._dbs, conversation_key(cid))
+            k.version: k.checkpoint for k in _versions.kept(txn, store._dbs, conversation_key(cid))
         }
 
 
@@ -53,8 +54,8 @@ def test_the_version_a_coming_prune_keeps_oldest_is_a_checkpoint_so_the_prune_re
     recorded as a checkpoint, so the prune deletes and rebuilds no version from its
     chain; every kept version reads exactly as saved."""
     rebuilt: list[Any] = []
-    real = _history._materialize
-    monkeypatch.setattr(_history, "_materialize", lambda *args: rebuilt.append(real(*args)))
+    real = _versions._materialize
+    monkeypatch.setattr(_versions, "_materialize", lambda *args: rebuilt.append(real(*args)))
     with LmdbStore(tmp_path, keep_versions=10) as store:
         saved = _saves(store, "c1", 63)  # version 64 is the last: it pruned
         kinds = _kinds(store, "c1")
@@ -131,6 +132,6 @@ def test_a_checkpoint_over_a_missing_message_record_takes_nothing_from_the_next_
         assert store.save_context(c.to_snapshot(), "alice") == 2
         assert _kinds(store, "c1")[2]
         with store._env.begin() as txn:
-            theirs = set(_history._raw_records(txn, store._dbs.messages, b"c1 "))
-            state = _history.state(txn, store._dbs, b"c1", 2)
+            theirs = set(_versions._raw_records(txn, store._dbs.messages, b"c1 "))
+            state = _versions.state(txn, store._dbs, b"c1", 2)
         assert state is not None and theirs and not theirs & set(state.messages)

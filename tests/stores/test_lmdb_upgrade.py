@@ -15,7 +15,7 @@ from parlour.runtime import ConversationContext
 from parlour.runtime.errors import IllegalStateError
 from parlour.runtime.snapshots import decode_snapshot
 from parlour.stores import LmdbStore
-from parlour.stores._layout import LAYOUT
+from parlour.stores.lmdb._layout import LAYOUT
 
 from .ledger_helpers import raw_db
 

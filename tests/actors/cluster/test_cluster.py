@@ -238,7 +238,7 @@ def test_a_foreign_user_is_refused_on_every_cluster_call(
 def test_cluster_status_shows_each_shard_its_turns_and_a_missing_one_as_down(
     make_cluster: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from parlour.actors._cli import main
+    from parlour.actors.app._cli import main
 
     cluster = make_cluster(2)
     chats = [cluster.chat(user_id="alice") for _ in range(6)]

@@ -72,7 +72,7 @@ def test_no_shards_or_a_count_below_one_is_refused_with_the_names() -> None:
 
 def test_the_cluster_package_and_the_cli_import_without_loading_ray(tmp_path: Path) -> None:
     code = (
-        "import sys, parlour.actors.cluster, parlour.actors._cli\n"
+        "import sys, parlour.actors.cluster, parlour.actors.app._cli\n"
         "sys.exit(1 if 'ray' in sys.modules else 0)\n"
     )
     done = subprocess.run(

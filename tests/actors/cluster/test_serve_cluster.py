@@ -20,9 +20,9 @@ import httpx2
 import pytest
 import uvicorn
 
-from parlour.actors._cli import main
-from parlour.actors._serve import cluster_asgi_app
-from parlour.actors._serve._run import ClusterConfig, _Server, run_serve_cluster
+from parlour.actors.app._cli import main
+from parlour.actors.app.serve import cluster_asgi_app
+from parlour.actors.app.serve._run import ClusterConfig, _Server, run_serve_cluster
 from parlour.actors.cluster import AgentCluster, ShardStatus
 from parlour.stores import PostgresStore
 
@@ -301,7 +301,7 @@ def test_parlour_serve_cluster_as_a_process_serves_a_turn_and_exits_cleanly_on_s
     ray_cluster: Any, postgres_conninfo: str, tmp_path: Path
 ) -> None:
     name = "serve-process"
-    command = [sys.executable, "-m", "parlour.actors._cli", "serve", "--port", "0"]
+    command = [sys.executable, "-m", "parlour.actors.app._cli", "serve", "--port", "0"]
     flags = ["--cluster", name, "--shards", "2", "--agent", AGENT, "--store", postgres_conninfo]
     flags += ["--address", ray_cluster.address, "--data-dir", str(tmp_path)]
     log = tmp_path / "stderr.txt"

@@ -19,7 +19,7 @@ from .serve_helpers import parse_sse
 @contextmanager
 def serving(data_dir: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """``parlour serve`` on a free loopback port; yields the process and its banner."""
-    command = [sys.executable, "-m", "parlour.actors._cli", "serve", "--port", "0"]
+    command = [sys.executable, "-m", "parlour.actors.app._cli", "serve", "--port", "0"]
     with subprocess.Popen(
         [*command, "--data-dir", str(data_dir)],
         stdout=subprocess.PIPE,
@@ -74,7 +74,7 @@ def test_first_run_prints_a_token_url_and_a_restart_keeps_the_token_and_the_chat
 
 
 def test_an_unknown_model_is_refused_before_serving(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "parlour.actors._cli", "serve", "--model", "no-such-model"]
+    command = [sys.executable, "-m", "parlour.actors.app._cli", "serve", "--model", "no-such-model"]
     done = subprocess.run(
         [*command, "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=60
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 import pykka
 import pytest
 
-DOC = Path(__file__).resolve().parents[3] / "actors" / "_serve" / "PACKAGE.md"
+DOC = Path(__file__).resolve().parents[3] / "actors" / "app" / "serve" / "PACKAGE.md"
 EXAMPLES = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
 
 

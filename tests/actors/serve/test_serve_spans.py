@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from parlour.actors import _otel
+from parlour.actors.agent import _otel
 
 from .serve_helpers import ALICE, create
 

@@ -1,0 +1,324 @@
+"""The model call's plumbing shared by both drivers: the process-wide pools, the
+per-provider caps, and the sync path's model call in a model worker (``ThreadedCall``,
+made by ``call_model`` and ``stream_model``), which the turn waits for with the model
+timeout as its deadline; a client that answers inline is asked in the turn's own thread.
+
+Thread-safety: pools, workers and caps are created under one lock and shared by every
+turn; a ``ThreadedCall`` belongs to one turn (its ``wake`` may be called from any thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import queue
+import threading
+import time
+from collections.abc import Generator
+from typing import Any
+
+from parlour.runtime import ConversationContext, LLMResponse
+from parlour.runtime.errors import RetryableLLMError
+
+from .._gate import waiting
+from ..tuning import POOL_SIZES, Cap, provider_cap, set_provider_concurrency
+from ._events import AgentEvent, TextDelta, TurnCancelledError
+from ._otel import OFF, model_attributes, span_on
+from ._tools import prestarted_pool
+from ._turn import TurnPlan
+from ._workers import MODEL_WORKERS, Raised, model_workers
+
+__all__ = [
+    "MODEL_WORKERS",
+    "POOL_SIZES",
+    "Abandoned",
+    "Cap",
+    "ThreadedCall",
+    "acquire_cap",
+    "call_model",
+    "cancelled_error",
+    "model_span",
+    "model_workers",
+    "pool",
+    "provider_cap",
+    "set_provider_concurrency",
+    "start_pools",
+    "stream_model",
+    "timed_out",
+]
+
+
+_pools: dict[str, cf.ThreadPoolExecutor] = {}
+_guard = threading.Lock()
+
+
+def pool(kind: str) -> cf.ThreadPoolExecutor:
+    """The process-wide pool of ``kind`` (``save``, ``obtain``: ``tuning.POOL_SIZES``),
+    started on first use with all its threads."""
+    with _guard:
+        if kind not in _pools:
+            _pools[kind] = prestarted_pool(POOL_SIZES[kind], f"parlour-{kind}")
+        return _pools[kind]
+
+
+def start_pools() -> None:
+    """Start every pool's threads and the model workers now (once per process); idempotent."""
+    for kind in POOL_SIZES:
+        pool(kind)
+    model_workers()
+
+
+class Abandoned(Exception):
+    """Raised inside a model call whose turn stopped listening, to end the call early."""
+
+
+async def acquire_cap(cap: Cap[None]) -> None:
+    """Take a provider's cap from the loop without blocking it (a full cap is waited for
+    in a pool thread; a cancelled wait gives the slot back once it arrives)."""
+    try:
+        return cap.get_nowait()
+    except queue.Empty:
+        pass
+    waiting = asyncio.get_running_loop().run_in_executor(pool("obtain"), cap.get)
+    try:
+        await asyncio.shield(waiting)
+    except asyncio.CancelledError:
+        waiting.add_done_callback(lambda f: cap.put(None))
+        raise
+
+
+def timed_out(plan: TurnPlan, context: ConversationContext) -> RetryableLLMError:
+    """The retryable error of a model call past ``model_timeout_s``."""
+    return RetryableLLMError(
+        f"Model {plan.client.model_id} did not answer within {plan.model_timeout_s:g}s on "
+        f"conversation {context.conversation_id}."
+    )
+
+
+def cancelled_error(plan: TurnPlan) -> TurnCancelledError:
+    """The error a cancelled turn raises, naming the conversation and the reason."""
+    return TurnCancelledError(
+        f"The turn on conversation {plan.thinker.conversation_id} was cancelled: "
+        f"{plan.thinker.cancelled or 'its caller stopped waiting'}."
+    )
+
+
+_WAKE = object()
+
+
+class ThreadedCall:
+    """One model call of the sync path, made by a model worker, while the turn's thread
+    waits at most the model timeout (the call is then abandoned: it stops at its next
+    delta, its answer is dropped) and wakes at once when the turn is force-released.
+
+    The call is handed to the worker as the turn's thread starts waiting, with nothing
+    between the two, so the worker finds the interpreter free when it wakes. With
+    ``deltas`` the text deltas come back through the call's queue, and ``events`` yields
+    each as a ``TextDelta``. Without (a caller that reads only the reply: ``result``), the
+    worker hands each delta straight to the turn's broadcast, for joiners, and the turn's
+    thread wakes once, for the answer: no thread switch per delta. Either way no delta
+    of an abandoned call is published.
+    """
+
+    __slots__ = ("_abandoned", "_on_text", "_token", "context", "deadline", "plan", "queue")
+
+    def __init__(self, plan: TurnPlan, context: ConversationContext, *, deltas: bool) -> None:
+        self.plan, self.context = plan, context
+        self.queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._abandoned = False
+        self.deadline = 0.0
+        self._on_text, self._token = (
+            (self._queued, None) if deltas else plan.state.text_sink(Abandoned)
+        )
+
+    def _run(self) -> object:  # in the worker
+        try:
+            return self.plan.client.respond(self.context, on_text=self._on_text)
+        except BaseException as exc:
+            return Raised(exc)
+
+    def _queued(self, text: str) -> None:  # in the worker
+        if self._abandoned:
+            raise Abandoned()
+        self.queue.put(text)
+
+    def wake(self) -> None:
+        """From any thread: make the waiting turn look at its cancellation now."""
+        self.queue.put(_WAKE)
+
+    def result(self) -> LLMResponse:
+        """Make the call and wait for its response (a call made without ``deltas``).
+
+        Raises:
+            RetryableLLMError: no answer within the model timeout.
+            TurnCancelledError: the turn was force-released while it waited.
+            Exception: what the model call raised.
+        """
+        try:
+            item = self._start()
+            while True:
+                if type(item) is Raised:
+                    raise item.error
+                if item is not _WAKE and not isinstance(item, str):
+                    return item  # type: ignore[return-value]
+                item = self._next()
+        finally:
+            self._end()
+
+    def events(self) -> Generator[AgentEvent, None, LLMResponse]:
+        """Make the call: its text deltas (with ``deltas``), then its response.
+
+        Raises:
+            The same as ``result``.
+        """
+        try:
+            item = self._start()
+            while True:
+                if type(item) is Raised:
+                    raise item.error
+                if isinstance(item, str):
+                    event = TextDelta(text=item)
+                    self.plan.state.publish(event)
+                    yield event
+                elif item is not _WAKE:
+                    return item  # type: ignore[return-value]
+                item = self._next()
+        finally:
+            self._end()
+
+    def _end(self) -> None:
+        """Stop listening: a later delta is dropped (a no-op once the call is done)."""
+        self._abandoned = True
+        if self._token is not None:
+            self.plan.state.stop_stream(self._token)
+
+    def _start(self) -> object:
+        """Hand the call to a worker and wait for its first word."""
+        plan = self.plan
+        if plan.thinker.cancelled is not None:
+            raise cancelled_error(plan)
+        timeout = plan.model_timeout_s
+        self.deadline = time.monotonic() + timeout
+        model_workers().submit(self._run, self.queue)
+        try:
+            item = self.queue.get(timeout=timeout)
+        except queue.Empty:
+            raise timed_out(plan, self.context) from None
+        return self._checked(item)
+
+    def _next(self) -> object:
+        try:
+            item = self.queue.get(timeout=max(self.deadline - time.monotonic(), 0.0))
+        except queue.Empty:
+            raise timed_out(self.plan, self.context) from None
+        return self._checked(item)
+
+    def _checked(self, item: object) -> object:
+        """``item``, unless the turn was released: then its cancellation, whatever came (an
+        answer that beat the wake-up is dropped: a released turn never adds it)."""
+        if self.plan.thinker.cancelled is not None:
+            raise cancelled_error(self.plan)
+        return item
+
+
+# -- the sync path's model call, as the driver makes it ----------------------------------------
+
+
+def model_span(plan: TurnPlan) -> Any:
+    if plan.tracer is None:
+        return OFF
+    spec = plan.client.spec
+    return span_on(
+        plan.tracer,
+        "chat " + spec.id,
+        **{"gen_ai.operation.name": "chat", "gen_ai.system": spec.provider},
+        **{"gen_ai.request.model": spec.id},
+    )
+
+
+def stream_model(
+    plan: TurnPlan, context: ConversationContext
+) -> Generator[AgentEvent, None, LLMResponse]:
+    """The model call, its text deltas yielded as events (``stream``)."""
+    if plan.client.answers_inline:
+        deltas: list[str] = []
+        try:
+            return _inline_call(plan, context, deltas)
+        finally:  # what streamed before a raise (a truncation, say) streamed all the same
+            for text in deltas:
+                event = TextDelta(text=text)
+                plan.state.publish(event)
+                yield event
+    cap, call = _begin_call(plan, context, deltas=True)
+    try:
+        with model_span(plan) as current:
+            response = yield from call.events()
+            model_attributes(current, response)
+            return response
+    finally:
+        cap.put(None)
+
+
+def call_model(plan: TurnPlan, context: ConversationContext) -> LLMResponse:
+    """The model call of a caller that reads only the reply (``send``): no generator."""
+    if plan.client.answers_inline:
+        return _inline_call(plan, context, None)
+    with waiting():  # on a model worker: a gated turn lets the gate go meanwhile
+        cap, call = _begin_call(plan, context, deltas=False)
+        try:
+            with model_span(plan) as current:
+                response = call.result()
+                model_attributes(current, response)
+                return response
+        finally:
+            cap.put(None)
+
+
+def _inline_call(
+    plan: TurnPlan, context: ConversationContext, deltas: list[str] | None
+) -> LLMResponse:
+    """The model call of a client that answers inline, in the turn's own thread: it cannot
+    block, so there is no timeout to watch and no force release to wake for. A release
+    before the call, or during it, raises ``TurnCancelledError`` (an answer that came
+    meanwhile is dropped, as a worker's is). Given ``deltas``, its text deltas go into it,
+    for the caller to publish and yield; else the whole text is published as one delta,
+    for the turn's followers (nobody reads it in pieces, and it comes at once anyway)."""
+    _before_call(plan, context)
+    if plan.thinker.cancelled is not None:
+        raise cancelled_error(plan)
+    cap = provider_cap(plan.client)
+    cap.get()
+    try:
+        with model_span(plan) as current:
+            response = plan.client.respond(
+                context, on_text=deltas.append if deltas is not None else None
+            )
+            model_attributes(current, response)
+    finally:
+        cap.put(None)
+    if plan.thinker.cancelled is not None:
+        raise cancelled_error(plan)
+    if deltas is None and (text := response.text):
+        plan.state.publish_text(text)
+    return response
+
+
+def _before_call(plan: TurnPlan, context: ConversationContext) -> None:
+    """The application's ``before_model_call`` hook, if any; it may wait, so a gated turn
+    lets the gate go for it."""
+    if plan.before_model_call is not None:
+        with waiting():
+            plan.before_model_call(context, plan.ledger)
+
+
+def _begin_call(
+    plan: TurnPlan, context: ConversationContext, *, deltas: bool
+) -> tuple[Cap[None], ThreadedCall]:
+    """The hook, the call (cancelled by a force release from now on), then a slot of the
+    provider's cap, waited for last."""
+    _before_call(plan, context)
+    call = ThreadedCall(plan, context, deltas=deltas)
+    plan.thinker.set_cancel_hook(call.wake)
+    cap = provider_cap(plan.client)
+    cap.get()
+    return cap, call

@@ -1,0 +1,378 @@
+"""The two drivers of a turn's effects: in the calling thread, and on an event loop.
+
+``drive`` performs each effect of ``turn_steps`` in the calling thread and yields the
+turn's events as they happen; the model call itself (unless the client answers inline,
+with no I/O: then in the calling thread) runs on a model worker and hands its
+text deltas to the waiting turn (or, when the turn's caller reads only the reply, straight
+to the turn's followers), which waits at most ``model_timeout_s`` and wakes at once on a
+force release. ``drive_async`` performs them without blocking the event loop: saves
+(the LMDB commit) in a bounded pool, the model call through ``client.arespond`` (the SDKs'
+async clients on the loop, the scripted model inline, boto3 on a worker thread), async
+tools on the loop, the obtain through ``ConversationService.obtain_async`` (its grant
+completes a loop future from the releasing thread; a cancelled turn gives the obtain up, and
+a grant that raced the cancel is released). Both publish every event to the turn's
+followers. In a turn gated by ``Chat.send`` (``_gate.py``) every effect that may wait lets
+the gate go: the driver's tools, pause and compaction here, the obtain, the save and the
+worker model call where they wait.
+
+Thread-safety: a driver runs one turn; many drivers run at once on one service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Generator
+from functools import partial
+from typing import Any, cast
+
+from loguru import logger
+
+from parlour.runtime import ConversationContext, LLMResponse
+
+from .._gate import waiting
+from .._service import ConversationService
+from ._calls import (
+    Abandoned,
+    acquire_cap,
+    call_model,
+    cancelled_error,
+    model_span,
+    pool,
+    provider_cap,
+    set_provider_concurrency,
+    start_pools,
+    stream_model,
+    timed_out,
+)
+from ._effects import CallModel, Compact, Obtain, Pause, Release, RunTools, Save
+from ._events import AgentEvent, Event, Reply, TextDelta
+from ._otel import model_attributes, span_on
+from ._tools import run_calls, run_calls_async, tool_pool
+from ._turn import Steps, TurnPlan
+
+__all__ = ["drive", "drive_async", "run", "set_provider_concurrency"]
+
+
+# -- in the calling thread ----------------------------------------------------------------------
+
+
+def drive(
+    steps: Steps, plan: TurnPlan, service: ConversationService
+) -> Generator[AgentEvent, None, Reply]:
+    """Perform the turn in this thread, yielding its events; returns the reply.
+
+    Closing the generator before the end cancels the turn (boundary save and release
+    included) before the close returns.
+    """
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            item = steps.throw(error) if error is not None else steps.send(value)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        value, error = None, None
+        try:
+            if isinstance(item, Event):
+                event = cast(AgentEvent, item)
+                plan.state.publish(event)
+                yield event
+            elif type(item) is CallModel:
+                if plan.deltas:
+                    value = yield from stream_model(plan, item.context)
+                else:
+                    value = call_model(plan, item.context)
+            else:
+                value = _perform(item, plan, service)
+        except GeneratorExit:
+            _finish_quietly(steps, plan, service, cancelled_error(plan))
+            raise
+        except BaseException as exc:
+            error = exc
+
+
+def run(steps: Steps, plan: TurnPlan, service: ConversationService) -> Reply:
+    """``drive`` for a caller that reads only the reply (``send``): the same effects
+    performed the same way in this thread, every event published to the turn's followers
+    and none yielded, so no generator stands between the turn and its caller."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            item = steps.throw(error) if error is not None else steps.send(value)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        perform: Perform = _RUN.get(type(item), _publish)
+        try:
+            value, error = perform(item, plan, service), None
+        except BaseException as exc:
+            value, error = None, exc
+
+
+def _perform(effect: Any, plan: TurnPlan, service: ConversationService) -> Any:
+    """Perform every effect but the model call (which streams: ``_stream_model``)."""
+    return _PERFORM[type(effect)](effect, plan, service)
+
+
+def _obtain(effect: Obtain, plan: TurnPlan, service: ConversationService) -> Any:
+    return service.obtain_conversation(None, plan.thinker).get()
+
+
+def _save(effect: Save, plan: TurnPlan, service: ConversationService) -> None:
+    if plan.tracer is None:
+        service.save_conversation(effect.context, plan.thinker, wait=effect.wait)
+        return
+    cid = plan.thinker.conversation_id
+    with span_on(plan.tracer, "parlour.save", **{"parlour.conversation_id": cid}):
+        service.save_conversation(effect.context, plan.thinker, wait=effect.wait)
+
+
+def _compact(effect: Compact, plan: TurnPlan, service: ConversationService) -> Any:
+    with waiting():  # its summaries are model calls
+        return effect.manager.fit(effect.context, effect.reserve)
+
+
+def _run_tools(effect: RunTools, plan: TurnPlan, service: ConversationService) -> Any:
+    with (
+        waiting(),
+        span_on(plan.tracer, "parlour.tools", **{"parlour.tool_calls": len(effect.calls)}),
+    ):
+        return run_calls(plan.tools, effect.calls, plan.tool_timeout_s)
+
+
+def _pause(effect: Pause, plan: TurnPlan, service: ConversationService) -> None:
+    with waiting():
+        plan.sleep(effect.seconds)
+
+
+def _release(effect: Release, plan: TurnPlan, service: ConversationService) -> None:
+    service.release(plan.thinker)
+
+
+Perform = Callable[[Any, TurnPlan, ConversationService], Any]
+_PERFORM: dict[type, Perform] = {
+    Obtain: _obtain,
+    Save: _save,
+    Compact: _compact,
+    RunTools: _run_tools,
+    Pause: _pause,
+    Release: _release,
+}
+
+
+def _call_model(effect: CallModel, plan: TurnPlan, service: ConversationService) -> Any:
+    return call_model(plan, effect.context)
+
+
+def _publish(event: Any, plan: TurnPlan, service: ConversationService) -> None:
+    plan.state.publish(event)
+
+
+# ``run``'s: every effect, the model call included; an event is published (``_publish``)
+_RUN: dict[type, Perform] = {
+    **_PERFORM,
+    CallModel: _call_model,
+}
+
+
+def _finish_quietly(
+    steps: Steps, plan: TurnPlan, service: ConversationService, why: BaseException
+) -> None:
+    """Run a turn nobody listens to any more to its end: the abnormal end, then release."""
+    error: BaseException | None = why
+    value: Any = None
+    while True:
+        try:
+            item = steps.throw(error) if error is not None else steps.send(value)
+        except StopIteration:
+            return
+        except BaseException as exc:
+            if exc is not why:
+                logger.opt(exception=exc).error("a closed turn failed while finishing")
+            return
+        value, error = None, None
+        if isinstance(item, Event):
+            plan.state.publish(cast(AgentEvent, item))
+        elif isinstance(item, CallModel | Compact):
+            error = why
+        else:
+            try:
+                _perform(item, plan, service)
+            except BaseException as exc:
+                error = exc
+
+
+# -- on an event loop ---------------------------------------------------------------------------
+
+
+class _AsyncTurn:
+    """One turn performed on the running loop; ``emit`` gets every event on the loop."""
+
+    def __init__(
+        self,
+        steps: Steps,
+        plan: TurnPlan,
+        service: ConversationService,
+        emit: Callable[[AgentEvent], None],
+    ) -> None:
+        self.steps, self.plan, self.service, self.emit = steps, plan, service, emit
+        self.loop = asyncio.get_running_loop()
+        self.forced = asyncio.Event()
+        self.force_requested = False
+        self.current_call = threading.Event()  # set: the model thread stops at its next delta
+
+    def force(self) -> None:
+        """From any thread: interrupt the turn's current wait (``force_release``)."""
+        self.force_requested = True
+        self.current_call.set()
+        self.loop.call_soon_threadsafe(self.forced.set)
+
+    def publish(self, event: AgentEvent) -> None:
+        self.plan.state.publish(event)
+        self.emit(event)
+
+    async def run(self) -> Reply:
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                item = self.steps.throw(error) if error is not None else self.steps.send(value)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            value, error = None, None
+            if isinstance(item, Event):
+                self.publish(cast(AgentEvent, item))
+                continue
+            try:
+                value = await self._interruptible(item)
+            except asyncio.CancelledError as exc:  # the caller's cancellation
+                self.current_call.set()
+                error = exc
+            except BaseException as exc:
+                error = exc
+
+    async def _interruptible(self, effect: Any) -> Any:
+        """Perform ``effect``; a force release interrupts it (saves and releases are never
+        interrupted) and raises ``TurnCancelledError``."""
+        if isinstance(effect, Save | Release):
+            return await self._perform(effect)
+        work = asyncio.ensure_future(self._perform(effect))
+        forced = asyncio.ensure_future(self.forced.wait())
+        try:
+            await asyncio.wait({work, forced}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            work.cancel()
+            await asyncio.wait([work])
+            raise
+        finally:
+            forced.cancel()
+        if work.done():
+            return work.result()
+        work.cancel()
+        await asyncio.wait([work])
+        raise cancelled_error(self.plan)
+
+    async def _perform(self, effect: Any) -> Any:
+        plan, thinker, service = self.plan, self.plan.thinker, self.service
+        match effect:
+            case Obtain():
+                return await service.obtain_async(None, thinker)
+            case Save(context=context, wait=wait):
+                cid = thinker.conversation_id
+                save = partial(service.save_conversation, wait=wait)
+                with span_on(plan.tracer, "parlour.save", **{"parlour.conversation_id": cid}):
+                    await self._shielded(save, context, thinker)
+            case Compact(context=context, manager=manager, reserve=reserve):
+                return await manager.afit(context, reserve)
+            case CallModel(context=context):
+                return await self._call_model(context)
+            case RunTools(calls=calls):
+                with span_on(plan.tracer, "parlour.tools", **{"parlour.tool_calls": len(calls)}):
+                    return await run_calls_async(plan.tools, calls, plan.tool_timeout_s)
+            case Pause(seconds=seconds):
+                await plan.async_sleep(seconds)
+            case Release():
+                service.release(thinker)
+        return None
+
+    async def _shielded(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A blocking call in the save pool; a cancellation waits for it to finish, so
+        the context is never mutated while the commit reads it."""
+        future = self.loop.run_in_executor(pool("save"), fn, *args)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            await asyncio.wait([future])
+            raise
+
+    async def _call_model(self, context: ConversationContext) -> LLMResponse:
+        plan = self.plan
+        if plan.before_model_call is not None:
+            plan.before_model_call(context, plan.ledger)
+        abandon = self.current_call = threading.Event()
+        if self.force_requested:
+            abandon.set()
+        cap = provider_cap(plan.client)
+        await acquire_cap(cap)
+        try:
+            with model_span(plan) as current:
+                response = await self._respond(context, self._on_text(abandon), abandon)
+                model_attributes(current, response)
+        finally:
+            cap.put(None)
+        if self.force_requested:  # released while a call that never awaited ran (inline)
+            raise cancelled_error(plan)
+        return response
+
+    def _on_text(self, abandon: threading.Event) -> Callable[[str], None]:
+        """Deltas published in order: on the loop directly (the async SDKs, the scripted
+        model), through ``call_soon_threadsafe`` from a worker thread (boto3)."""
+        loop_thread = threading.get_ident()
+
+        def on_text(text: str) -> None:
+            if abandon.is_set():
+                raise Abandoned()
+            if threading.get_ident() == loop_thread:
+                self.publish(TextDelta(text=text))
+            else:
+                self.loop.call_soon_threadsafe(self.publish, TextDelta(text=text))
+
+        return on_text
+
+    async def _respond(
+        self,
+        context: ConversationContext,
+        on_text: Callable[[str], None],
+        abandon: threading.Event,
+    ) -> LLMResponse:
+        if abandon.is_set():
+            raise cancelled_error(self.plan)
+        try:
+            async with asyncio.timeout(self.plan.model_timeout_s):
+                return await self.plan.client.arespond(context, on_text=on_text)
+        except Abandoned as exc:  # force-released while the answer streamed
+            raise cancelled_error(self.plan) from exc
+        except TimeoutError as exc:
+            raise timed_out(self.plan, context) from exc
+        finally:
+            abandon.set()  # a worker thread still streaming stops at its next delta
+
+
+async def drive_async(
+    steps: Steps,
+    plan: TurnPlan,
+    service: ConversationService,
+    emit: Callable[[AgentEvent], None] = lambda event: None,
+) -> Reply:
+    """Perform the turn on the running loop, never blocking it; returns the reply.
+
+    ``force_release`` cancels it at once (``TurnCancelledError``); cancelling the calling
+    task does the same and re-raises ``CancelledError``; either way after the boundary save
+    and the release.
+    """
+    start_pools()  # the first turn starts them, before any load builds up
+    tool_pool()
+    turn = _AsyncTurn(steps, plan, service, emit)
+    plan.thinker.set_cancel_hook(turn.force)
+    return await turn.run()

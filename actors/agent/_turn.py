@@ -1,0 +1,396 @@
+"""The turn loop, written once as a generator of effects that two drivers perform.
+
+``turn_steps`` is the spec's save discipline with no I/O of its own: it yields an effect
+(``Obtain``, ``Save``, ``Compact``, ``CallModel``, ``RunTools``, ``Pause``, ``Release``)
+and is sent the effect's result, or has the effect's exception thrown into it; it also
+yields the events it reports. The sync driver performs effects in the calling thread, the
+async driver on the event loop without blocking it (``_drive.py``); both run exactly this
+logic.
+
+A turn: obtain; add the user message (non-compactable); save. Then up to ``max_rounds``
+times: check for cancellation, fit the conversation to its window (a compaction is saved
+at the next boundary like any other change), call the model (retryable errors retried
+with backoff within the turn's budget, a truncation escalated once, each retry announced
+by ``Restarted``), add the answer, save; run its tool calls, add the results as one
+outgoing message (compactable), save, and take offered messages. With no more tool calls,
+offers are taken (or the inbox closed) and each taken offer is answered in the same turn.
+A failed or cancelled turn gives every pending tool call an error result, saves, and
+raises. The lease is always released.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from typing import Any
+
+import msgspec
+from loguru import logger
+
+from parlour.runtime import (
+    ConversationContext,
+    IncomingMessage,
+    LLMClient,
+    LLMResponse,
+    Message,
+    OutgoingMessage,
+    ResponseHandler,
+    Usage,
+)
+from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from parlour.runtime.compaction import FitReport
+from parlour.runtime.errors import (
+    OutputTruncationRetry,
+    RetryableLLMError,
+    UncorrectableLLMError,
+)
+
+from ._effects import (
+    CallModel,
+    Compact,
+    Obtain,
+    Pause,
+    Release,
+    RetryPolicy,
+    RunTools,
+    Save,
+)
+from ._events import (
+    Compacted,
+    OfferAccepted,
+    Reply,
+    Restarted,
+    ToolCallFinished,
+    ToolCallStarted,
+    TurnCancelledError,
+    TurnError,
+    add_usage,
+)
+from ._joiners import AgentThinker, TurnState
+from ._ledger import UsageLedger
+from ._otel import compaction_event
+from ._tools import ToolBox
+
+OBJECTIVE_KEY = "agent"
+_NONE = Usage()  # a turn's usage before its first call
+
+
+class TurnPlan:
+    """Everything one turn needs: the agent's settings (read from ``seat``, anything with
+    the ``Agent``'s attributes of these names), the chat's thinker and ledger, and the
+    turn's own state; made by ``Chat`` for each turn (by hand, no keyword binding: it is
+    on every turn's path)."""
+
+    __slots__ = (
+        "_save",
+        "added",
+        "async_sleep",
+        "before_model_call",
+        "client",
+        "deltas",
+        "handler",
+        "ledger",
+        "max_rounds",
+        "model_timeout_s",
+        "objective",
+        "retry",
+        "sleep",
+        "state",
+        "thinker",
+        "tool_timeout_s",
+        "tools",
+        "tracer",
+        "usage",
+        "window",
+    )
+    client: LLMClient
+    tools: ToolBox
+    objective: str | None
+    max_rounds: int
+    retry: RetryPolicy
+    tool_timeout_s: float
+    model_timeout_s: float
+    sleep: Callable[[float], None]
+    async_sleep: Callable[[float], Awaitable[None]]
+    before_model_call: Callable[[ConversationContext, UsageLedger], None] | None
+    window: Callable[[ConversationContext], Compact | None] | None
+    handler: ResponseHandler | None
+
+    def __init__(
+        self,
+        seat: Any,
+        thinker: AgentThinker,
+        state: TurnState,
+        ledger: UsageLedger,
+        deltas: bool,  # the driver's caller reads text deltas (False: only the reply)
+        tracer: Any,  # the OpenTelemetry tracer, looked up once per turn (None: no spans)
+    ) -> None:
+        self.client, self.tools, self.objective = seat.client, seat.tools, seat.objective
+        self.max_rounds, self.retry = seat.max_rounds, seat.retry
+        self.tool_timeout_s, self.model_timeout_s = seat.tool_timeout_s, seat.model_timeout_s
+        self.sleep, self.async_sleep = seat.sleep, seat.async_sleep
+        self.before_model_call, self.window = seat.before_model_call, seat.window
+        self.handler = seat.handler
+        self.thinker, self.state, self.ledger = thinker, state, ledger
+        self.deltas, self.tracer = deltas, tracer
+        self.added: list[Message] = []
+        self.usage: Usage = _NONE  # the turn's calls, summed
+        self._save: Save | None = None
+
+    def saving(self, context: ConversationContext) -> Save:
+        """The ``Save`` of ``context`` (one per turn: effects carry data only)."""
+        save = self._save
+        if save is None or save.context is not context:
+            save = self._save = Save(context)
+        return save
+
+
+Steps = Generator[Any, Any, Reply]
+
+
+# -- the turn -----------------------------------------------------------------------------------
+
+
+_OBTAIN, _RELEASE = Obtain(), Release()  # no fields: one of each serves every turn
+
+
+def turn_steps(plan: TurnPlan, text: str, attachments: Sequence[ContentBlock] = ()) -> Steps:
+    """One whole turn (see the module docstring); returns the reply."""
+    context: ConversationContext = yield _OBTAIN
+    abandoned = False  # closed by the garbage collector: a driver bug, nothing can be yielded
+    try:
+        _prepare(context, plan)
+        _add(context, plan, _user_message(text, attachments, plan.handler))
+        yield Save(context, wait=False)  # deferred: the answer's save waits for both
+        return (yield from _answer_all(context, plan))
+    except GeneratorExit:
+        abandoned = True
+        raise
+    except BaseException as exc:
+        yield from _end_abnormally(context, plan, exc)
+        raise
+    finally:
+        plan.state.close()
+        if not abandoned:
+            yield _RELEASE
+
+
+def _prepare(context: ConversationContext, plan: TurnPlan) -> None:
+    plan.ledger.seed(context)
+    if plan.objective and not context.has_main_objective(OBJECTIVE_KEY):
+        context.put_main_objective(OBJECTIVE_KEY, plan.objective)
+    tools = plan.tools.tools
+    if tools and not tools.keys() <= context.declared_tools().keys():  # a set test, in C
+        context.add_tools(plan.tools.declarations())  # add-only: a fresh chat has them too
+
+
+def _user_message(
+    text: str, attachments: Sequence[ContentBlock], handler: ResponseHandler | None
+) -> OutgoingMessage:
+    blocks: list[ContentBlock] = [TextBlock(text=text), *attachments]
+    return OutgoingMessage(text, blocks, response_handler=handler, compactable=False)
+
+
+def _add(context: ConversationContext, plan: TurnPlan, message: Message) -> None:
+    context.add_message(message)
+    plan.added.append(message)
+
+
+def _answer_all(context: ConversationContext, plan: TurnPlan) -> Steps:
+    """Answer the user message, then every offer taken, until the inbox closes empty."""
+    reply = yield from _rounds(context, plan)
+    while offers := plan.state.take(close_if_empty=True):
+        yield from _take_offers(context, plan, offers)
+        reply = yield from _rounds(context, plan)
+    if plan.handler is not None:
+        reply = yield from _typed(context, plan, reply)
+    return reply
+
+
+def _parse(plan: TurnPlan, reply: Reply) -> Reply:
+    assert plan.handler is not None
+    return msgspec.structs.replace(reply, output=plan.handler.parse(reply.text))
+
+
+def _typed(context: ConversationContext, plan: TurnPlan, reply: Reply) -> Steps:
+    """The typed answer; a malformed one is re-asked once, with the parse error."""
+    try:
+        return _parse(plan, reply)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        first = exc
+    ask = f"Your answer did not parse: {first}. Answer again with only the JSON."
+    _add(
+        context,
+        plan,
+        OutgoingMessage(
+            ask,
+            [TextBlock(text=ask)],
+            response_handler=plan.handler,
+            compactable=False,
+            app_authored=True,
+        ),
+    )
+    yield plan.saving(context)
+    reply = yield from _rounds(context, plan)
+    try:
+        return _parse(plan, reply)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        kind = getattr(getattr(plan.handler, "cls", None), "__name__", "the declared type")
+        raise TurnError(
+            f"The answer on conversation {context.conversation_id} did not parse as {kind} "
+            f"after one re-ask: {exc}"
+        ) from exc
+
+
+def _take_offers(context: ConversationContext, plan: TurnPlan, offers: list[str]) -> Steps:
+    for text in offers:
+        _add(context, plan, _user_message(text, (), plan.handler))
+        yield OfferAccepted(text=text)
+    yield plan.saving(context)
+    return Reply(text="", usage=plan.usage, messages=[])
+
+
+def _rounds(context: ConversationContext, plan: TurnPlan) -> Steps:
+    response: LLMResponse | None = None
+    for _ in range(plan.max_rounds):
+        _check_cancelled(plan.thinker)
+        response = yield from _ask(context, plan)
+        calls = response.tool_uses
+        _add(context, plan, IncomingMessage(blocks=response.blocks, compactable=bool(calls)))
+        yield plan.saving(context)  # waited: tools may act on the world next
+        if not calls:
+            return _reply(plan, response, exhausted=False)
+        yield from _run_tools(context, plan, calls)
+        if offers := plan.state.take():
+            yield from _take_offers(context, plan, offers)
+    assert response is not None  # max_rounds >= 1, checked by the agent
+    return _reply(plan, response, exhausted=True)
+
+
+def _reply(plan: TurnPlan, response: LLMResponse, *, exhausted: bool) -> Reply:
+    return Reply(
+        text=response.text,
+        usage=plan.usage,
+        messages=list(plan.added),
+        rounds_exhausted=exhausted,
+    )
+
+
+def _check_cancelled(thinker: AgentThinker) -> None:
+    if thinker.cancelled is not None:
+        raise TurnCancelledError(
+            f"The turn on conversation {thinker.conversation_id} was cancelled: "
+            f"{thinker.cancelled}."
+        )
+
+
+def _ask(context: ConversationContext, plan: TurnPlan) -> Generator[Any, Any, LLMResponse]:
+    """One model answer: retryable errors retried with backoff, a truncation once."""
+    attempt, waited, escalated = 0, 0.0, False
+    while True:
+        effect = plan.window(context) if plan.window is not None else None
+        if effect is not None:
+            yield from _fit(context, plan, effect)
+        try:
+            response: LLMResponse = yield CallModel(context)
+        except OutputTruncationRetry as exc:
+            if escalated:  # the client escalates to the ceiling, so this is a safety net
+                raise UncorrectableLLMError(f"The retry was truncated again: {exc}") from exc
+            escalated = True
+            yield Restarted(reason=f"truncated; retrying with {exc.new_budget} output tokens")
+            continue
+        except RetryableLLMError as exc:
+            delay = plan.retry.delay(attempt, waited)
+            if delay is None:
+                raise
+            attempt, waited = attempt + 1, waited + delay
+            yield Restarted(reason=f"retrying in {delay:g}s: {exc}")
+            yield Pause(delay)
+            _check_cancelled(plan.thinker)
+            continue
+        plan.state.commit_text()
+        plan.ledger.record_call(context, response)
+        plan.usage = (
+            response.usage if plan.usage is _NONE else add_usage(plan.usage, response.usage)
+        )
+        return response
+
+
+def _fit(context: ConversationContext, plan: TurnPlan, effect: Compact) -> Steps:
+    """Compact the conversation when it outgrew its window; the change is saved with the
+    next boundary's save. Raises ``ContextOverflowError`` when it cannot fit."""
+    report: FitReport = yield effect
+    if report.steps:
+        levels = [level.value for level in report.levels]
+        plan.ledger.record_compaction(context, report)
+        compaction_event(report)
+        logger.bind(conversation_id=context.conversation_id).info(
+            "Turn compacted conversation {} ({}): {} -> {} tokens",
+            context.conversation_id,
+            ", ".join(levels),
+            report.tokens_before,
+            report.tokens_after,
+        )
+        yield Compacted(
+            levels=levels, tokens_before=report.tokens_before, tokens_after=report.tokens_after
+        )
+    return Reply(text="", usage=plan.usage, messages=[])
+
+
+def _run_tools(context: ConversationContext, plan: TurnPlan, calls: list[ToolUseBlock]) -> Steps:
+    for call in calls:
+        yield ToolCallStarted(call_id=call.id, name=call.name, arguments=call.input_json)
+    results: list[ToolResultBlock] = yield RunTools(calls)
+    names = {c.id: c.name for c in calls}
+    for r in results:
+        yield ToolCallFinished(
+            call_id=r.tool_use_id, name=names[r.tool_use_id], content=r.content, is_error=r.is_error
+        )
+    _add(context, plan, OutgoingMessage(blocks=results, compactable=True))
+    yield plan.saving(context)
+    return Reply(text="", usage=plan.usage, messages=[])
+
+
+# -- the abnormal end ---------------------------------------------------------------------------
+
+
+def pending_calls(context: ConversationContext) -> list[ToolUseBlock]:
+    """Tool calls of the last answer that no later message answers."""
+    for at in range(len(context.messages) - 1, -1, -1):
+        message = context.messages[at]
+        if isinstance(message, IncomingMessage):
+            answered = {
+                b.tool_use_id
+                for later in context.messages[at + 1 :]
+                for b in later.blocks
+                if isinstance(b, ToolResultBlock)
+            }
+            return [
+                b for b in message.blocks if isinstance(b, ToolUseBlock) and b.id not in answered
+            ]
+    return []
+
+
+def _end_abnormally(context: ConversationContext, plan: TurnPlan, exc: BaseException) -> Steps:
+    """Answer every pending tool call with an error result, keep untaken offers as user
+    messages, and save at this boundary. A failing save is logged, never raised over ``exc``."""
+    why = str(exc) or type(exc).__name__
+    pending = pending_calls(context)
+    if pending:
+        results = [
+            ToolResultBlock(
+                tool_use_id=c.id,
+                content=f"The turn ended before this call ran: {why}",
+                is_error=True,
+            )
+            for c in pending
+        ]
+        _add(context, plan, OutgoingMessage(blocks=results, compactable=True))
+    for text in plan.state.close():
+        _add(context, plan, _user_message(text, (), plan.handler))
+    try:
+        yield plan.saving(context)
+    except Exception as save_exc:
+        logger.opt(exception=save_exc).error(
+            "the boundary save of failed turn on {} failed", context.conversation_id
+        )
+    return Reply(text="", usage=plan.usage, messages=[])

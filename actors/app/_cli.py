@@ -1,0 +1,150 @@
+"""The ``parlour`` command: ``chat`` with the agent, ``demo`` (the main job), ``bench``, and
+the store commands (``list``, ``show``, ``history``, ``export``, ``import``, ``delete``,
+``fsck``)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from loguru import logger
+
+from . import _admin
+from ._bench import run_bench, run_cases
+from ._cases import CASES
+from ._chat import run_chat
+from ._cluster import add_cluster_commands, run_cluster
+from ._demo import run_demo, run_long_demo
+
+DEFAULT_DATA_DIR = Path("parlour-data")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="parlour", description=__doc__)
+    parser.add_argument("--verbose", action="store_true", help="log parlour's records to stderr")
+    parser.add_argument(
+        "--version", action="version", version=f"parlour {importlib.metadata.version('parlour')}"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    _job_commands(commands)
+    _admin.register(commands, DEFAULT_DATA_DIR)
+    add_cluster_commands(commands)  # parlour cluster status (Ray only when it runs)
+    for sub in commands.choices.values():  # global options after the subcommand too
+        sub.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS)
+    return parser
+
+
+def _job_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The commands that run the agent: chat, demo, bench, serve."""
+    chat = commands.add_parser("chat", help="chat with the agent, streaming its answers")
+    chat.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    chat.add_argument("--user", default="me", help="the user id (default: me)")
+    chat.add_argument("--resume", metavar="ID", default=None, help="continue a conversation")
+    chat.add_argument(
+        "--model", default="scripted", help="a catalog model id (default: the offline scripted)"
+    )
+
+    demo = commands.add_parser("demo", help="run, restart and restore conversations offline")
+    demo.add_argument(
+        "--data-dir",
+        type=Path,
+        default=DEFAULT_DATA_DIR,
+        help="the LMDB directory (default: ./parlour-data)",
+    )
+    demo.add_argument("--conversations", type=int, default=20)
+    demo.add_argument("--workers", type=int, default=8)
+    demo.add_argument(
+        "--long", action="store_true", help="one conversation far past a small model window"
+    )
+    demo.add_argument("--window", type=int, default=8_000, help="--long: the model's window")
+    demo.add_argument("--long-turns", type=int, default=100, help="--long: the turns to run")
+
+    bench = commands.add_parser("bench", help="durable turns per second through the full path")
+    bench.add_argument(
+        "--conversations", type=int, default=200, help="conversations to run (default: 200)"
+    )
+    bench.add_argument("--turns", type=int, default=10, help="turns on each (default: 10)")
+    bench.add_argument("--workers", type=int, default=8, help="threads sending turns (default: 8)")
+    bench.add_argument(
+        "--data-dir", type=Path, default=None, help="the LMDB directory (default: a temporary one)"
+    )
+    bench.add_argument(
+        "--no-sync",
+        dest="sync",
+        action="store_false",
+        help="skip fsync: measures the CPU path, not the disk",
+    )
+    bench.add_argument(
+        "--case",
+        choices=[*CASES, "all"],
+        default=None,
+        help="run a benchmark case against the hand-written floor (ignores the sizes above)",
+    )
+    bench.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="--case: run each case this many times and show the medians (default: 1)",
+    )
+
+    serve = commands.add_parser("serve", help="the chat API and inspector page over HTTP")
+    serve.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    serve.add_argument("--model", default="scripted", help="a catalog model id")
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    serve.add_argument("--port", type=int, default=8000, help="the port (0: any free one)")
+    serve.add_argument("--user", default="me", help="the user a new token is for")
+    serve.add_argument("--new-token", action="store_true", help="issue a token for --user")
+    serve.add_argument("--cluster", metavar="NAME", help="run the turns on this Ray cluster")
+    serve.add_argument("--shards", type=int, help="--cluster: how many shards it routes")
+    serve.add_argument("--agent", metavar="MODULE:FUNCTION", help="--cluster: the agent factory")
+    serve.add_argument("--store", metavar="DSN", help="--cluster: the PostgreSQL store")
+    serve.add_argument("--address", default="auto", help="--cluster: the Ray cluster")
+
+
+def _serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .serve import _run  # needs the serve extra
+
+    if args.cluster is None:
+        return _run.run_serve(
+            args.data_dir, args.model, args.host, args.port, args.user, args.new_token
+        )
+    if not (args.shards and args.agent and args.store):
+        parser.error("serve --cluster needs --shards N, --agent MODULE:FUNCTION and --store DSN")
+    config = _run.ClusterConfig(args.cluster, args.shards, args.agent, args.store, args.address)
+    return _run.run_serve_cluster(
+        config, args.data_dir, args.host, args.port, args.user, args.new_token
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logger.remove()
+    logger.enable("parlour")
+    logger.add(sys.stderr, level="INFO" if args.verbose or args.command == "serve" else "WARNING")
+    sizes = (getattr(args, name, 1) for name in ("conversations", "turns", "workers", "rounds"))
+    if min(sizes) < 1:
+        parser.error("--conversations, --turns, --workers and --rounds must be at least 1")
+    if args.command == "chat":
+        return run_chat(args.data_dir, args.user, args.resume, args.model)
+    if args.command == "demo" and args.long:
+        return run_long_demo(args.data_dir, args.long_turns, args.window)
+    if args.command == "demo":
+        return run_demo(args.data_dir, args.conversations, args.workers)
+    if args.command == "serve":
+        return _serve(parser, args)
+    if args.command == "cluster":
+        return run_cluster(args)
+    if args.command == "bench" and args.case is not None:
+        return run_cases(list(CASES) if args.case == "all" else [args.case], args.sync, args.rounds)
+    if args.command == "bench":
+        return run_bench(args.data_dir, args.conversations, args.turns, args.workers, args.sync)
+    return _admin.run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""Turn workloads shared by ``parlour demo``, ``parlour bench`` and the benchmarks: many
+agent chats driven by a pool of threads, every turn a whole ``Chat.send``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import msgspec
+
+from ..agent._agent import Chat
+
+
+def get_current_time() -> str:
+    """The current date and time in UTC, as ISO 8601."""
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+class TurnStats(msgspec.Struct, frozen=True):
+    """What a workload measured: turns, wall time, per-turn latencies (seconds)."""
+
+    turns: int
+    seconds: float
+    latencies: list[float]
+
+    @property
+    def turns_per_second(self) -> float:
+        return self.turns / self.seconds if self.seconds else 0.0
+
+    def percentile(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        if not ordered:
+            return 0.0
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def drive(
+    chats: Sequence[Chat],
+    texts: Callable[[int, int], str],
+    turns: int,
+    workers: int,
+    *,
+    on_turn: Callable[[], None] | None = None,
+) -> TurnStats:
+    """Run ``turns`` turns on every chat, ``workers`` threads at once.
+
+    Each chat's turns run in order on one worker; chats interleave. ``on_turn`` is called
+    (from the worker threads) after every turn.
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C (or a turn raising it): no new turn starts, the running
+            ones finish, then it is re-raised. Anything a turn raises passes through.
+    """
+    stop = threading.Event()
+
+    def one_chat(index: int) -> list[float]:
+        latencies = []
+        for turn in range(turns):
+            if stop.is_set():
+                break
+            start = time.perf_counter()
+            chats[index].send(texts(index, turn))
+            latencies.append(time.perf_counter() - start)
+            if on_turn is not None:
+                on_turn()
+        return latencies
+
+    start = time.perf_counter()
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        per_chat = [f.result() for f in [pool.submit(one_chat, i) for i in range(len(chats))]]
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    seconds = time.perf_counter() - start
+    latencies = [x for xs in per_chat for x in xs]
+    return TurnStats(turns=len(latencies), seconds=seconds, latencies=latencies)

@@ -1,0 +1,231 @@
+"""``parlour serve``: the app on uvicorn, on the embedded defaults (LMDB in a directory, the
+scripted model unless a real one is named), with a token made on first run.
+
+``parlour serve --cluster NAME`` runs the same app over a Ray cluster of agent shards (the
+``cluster`` extra): turns run on the shards, the inspector reads the shared PostgreSQL store.
+
+SIGTERM (or Ctrl-C) stops accepting, cancels running turns at their next boundary (after
+its save), ends the event streams, waits for the turns, and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import uvicorn
+
+from parlour.runtime import Depth, OutputSize, client_for
+from parlour.runtime.errors import ParlourError
+from parlour.stores import LmdbStore, MemorySessionCache
+
+from ..._service import ConversationService
+from ...agent._agent import Agent
+from .._workload import get_current_time
+from . import asgi_app, cluster_asgi_app
+from ._host import ChatHost
+from ._tokens import TokenBook
+
+__all__ = [
+    "ClusterConfig",
+    "run_serve",
+    "run_serve_cluster",
+    "serve_agent",
+    "serve_forever",
+    "tokens_for",
+]
+
+OBJECTIVE = "You are a helpful assistant. Answer briefly; use tools when they help."
+GRACE_S = 30.0
+
+
+def serve_agent(model: str) -> Agent:
+    """The agent ``parlour serve`` hosts: ``model`` with a clock tool.
+
+    Raises:
+        ValueError: ``model`` is not in the catalog.
+    """
+    return Agent(
+        client_for(model),
+        tools=[get_current_time],
+        objective=OBJECTIVE,
+        output=OutputSize.STANDARD,
+        depth=Depth.IMMEDIATE,
+    )
+
+
+def tokens_for(token_file: Path, user: str, new_token: bool) -> tuple[TokenBook, str | None]:
+    """The file's tokens beside ``PARLOUR_TOKENS``'s, and a token made now (for ``user``,
+    saved to the file) when there were none or ``new_token`` asks for one.
+
+    Raises:
+        ValueError: the file or the variable is malformed.
+    """
+    stored = TokenBook.load(token_file)
+    from_env = TokenBook.from_env()
+    made = None
+    if new_token or not (len(stored) or len(from_env)):
+        made = stored.issue(user)
+        stored.save(token_file)
+    return stored.merged(from_env), made
+
+
+def run_serve(
+    data_dir: Path,
+    model: str,
+    host: str,
+    port: int,
+    user: str = "me",
+    new_token: bool = False,
+) -> int:
+    """Serve until SIGTERM or Ctrl-C; returns the exit status (1 on a bad model or token file)."""
+    try:
+        agent = serve_agent(model)
+        tokens, made = tokens_for(data_dir / "tokens.json", user, new_token)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    with (
+        LmdbStore(data_dir) as store,
+        ConversationService(store, MemorySessionCache()) as service,
+    ):
+        app = asgi_app(agent, service, tokens=tokens)
+        listener = _listen(host, port)
+        url = f"http://{host}:{listener.getsockname()[1]}/"
+        print(_banner(url, made, data_dir, agent.client.model_id), flush=True)
+        serve_forever(app, listener)
+    return 0
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """``parlour serve --cluster``'s cluster: its name, shard count, agent factory
+    (``module:function``), the shared store's PostgreSQL connection string, the Ray
+    address and namespace."""
+
+    name: str
+    shards: int
+    agent: str
+    store: str
+    address: str = "auto"
+    namespace: str = "parlour"
+
+
+def run_serve_cluster(
+    config: ClusterConfig,
+    data_dir: Path,
+    host: str,
+    port: int,
+    user: str = "me",
+    new_token: bool = False,
+) -> int:
+    """Serve ``config``'s cluster until SIGTERM or Ctrl-C (its shards are made or found by
+    name; they outlive this process). Tokens are kept in ``data_dir``. Returns the exit
+    status: 1 on a bad token file, shard count or agent factory, 2 without Ray."""
+    try:
+        import ray
+
+        from parlour.stores import PostgresStore
+
+        from ...cluster import AgentCluster
+    except ImportError:
+        print("serving a cluster needs Ray: pip install 'parlour[cluster]'", file=sys.stderr)
+        return 2
+    try:
+        tokens, made = tokens_for(data_dir / "tokens.json", user, new_token)
+        if not ray.is_initialized():
+            ray.init(config.address, namespace=config.namespace, logging_level=logging.ERROR)
+        cluster = AgentCluster(
+            config.name,
+            shards=config.shards,
+            agent=config.agent,
+            store=config.store,
+            namespace=config.namespace,
+        )
+        store = PostgresStore(config.store)
+    except (ValueError, ImportError) as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    with store:
+        try:
+            app = cluster_asgi_app(cluster, store, tokens=tokens)
+        except ParlourError as exc:  # the shards could not start
+            print(f"The cluster's shards did not start: {_why(exc)}", file=sys.stderr)
+            return 1
+        listener = _listen(host, port)
+        url = f"http://{host}:{listener.getsockname()[1]}/"
+        where = f"cluster {config.name} ({config.shards} shards)"
+        print(_banner(url, made, where, app.state.ctx.turns.spec.id), flush=True)
+        serve_forever(app, listener)
+    return 0
+
+
+def _why(exc: BaseException) -> str:
+    """The last line of what the shard raised (Ray's report of a failed shard constructor
+    ends with it), or ``exc`` itself."""
+    lines = str(exc.__cause__ or exc).strip().splitlines()
+    return lines[-1].strip() if lines else type(exc).__name__
+
+
+def _banner(url: str, made: str | None, where: Path | str, model: str) -> str:
+    head = f"parlour serve: {model}, conversations in {where}"
+    if made is not None:
+        return f"{head}\nopen {url}#token={made}\n(the token is shown once; keep the URL)"
+    return f"{head}\nopen {url} and sign in with your token (new one: --new-token)"
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((host, port))
+    listener.listen(2048)  # connections queue from now on, before uvicorn starts
+    return listener
+
+
+def serve_forever(app: Any, listener: socket.socket, grace_s: float = GRACE_S) -> None:
+    """Run ``app`` on uvicorn over ``listener`` until SIGTERM or SIGINT."""
+    config = uvicorn.Config(
+        app,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=int(grace_s),
+    )
+    _Server(config, app.state.host).run(sockets=[listener])
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, telling the host first when a signal asks it to stop."""
+
+    def __init__(self, config: Any, host: ChatHost) -> None:
+        super().__init__(config)
+        self._host = host
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().startup(sockets)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's, except that a signal it has handled gracefully is not raised again
+        on the way out: a graceful stop exits with status 0."""
+        with super().capture_signals():
+            yield
+            captured = getattr(self, "_captured_signals", None)
+            if isinstance(captured, list):
+                captured.clear()
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._host.begin_shutdown)
+        super().handle_exit(sig, frame)

@@ -1,0 +1,317 @@
+"""The group commit behind ``LmdbStore``: many writers, one transaction, one fsync.
+
+A writer that finds the commit lock free takes it and leads at once: its own write, then any
+queued ones, in one write transaction, committed before any writer is answered. A writer
+that finds the lock taken queues its write and waits on its own slot, never on the lock:
+the leader's answer wakes it, so a writer whose batch is already durable returns without
+touching the lock. After releasing the lock a leader wakes
+one writer still waiting, which tries to lead the next batch. A deferred write is queued
+without a wait (``defer``); whoever leads next commits it, and ``settle`` waits for it later.
+
+A write that raises leaves nothing and only its caller gets the error; the rest of the batch
+commits. LMDB's nested transactions would roll one write back alone, but they cannot be had
+with a writable memory map (``writemap``, which an unsynced store uses: it halves the cost of
+a write there), so, whatever the store, a write that raises has the whole transaction
+aborted and the batch applied again without it. (Telling a refusal raised before any put
+apart, to leave it out in the same transaction, meant watching every put of every write
+through a wrapper: about 3% of a turn, paid on every save, for a case that is rare.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import lmdb
+from loguru import logger
+
+from parlour.runtime.errors import IllegalStateError
+
+from .._waiting import waiting
+
+Write = Callable[[Any], Any]  # applied inside the batch's write transaction
+
+
+class CommitHooks(Protocol):
+    """What the store does around a batch; every hook runs under the commit lock."""
+
+    def begin(self, write: bool, parent: Any) -> Any:
+        """Open a write transaction (``parent`` is always None: no nesting)."""
+        ...
+
+    def make_room(self, incoming: int) -> None:
+        """Grow the map, if need be, before a batch of ``incoming`` bytes."""
+        ...
+
+    def grow(self) -> None:
+        """Grow the map after a batch ran into a full one."""
+        ...
+
+    def attempt(self) -> None:
+        """A batch is about to be applied (again)."""
+        ...
+
+    def committed(self) -> None:
+        """The batch's transaction is durable."""
+        ...
+
+    def failed(self) -> None:
+        """The batch's transaction did not commit; nothing of it was written."""
+        ...
+
+
+class Done:
+    """One writer's answer, as ``concurrent.futures.Future`` gives it (``done``,
+    ``set_result``, ``set_exception``, ``result``) at a fraction of the cost."""
+
+    __slots__ = ("_error", "_value", "answered")
+
+    def __init__(self) -> None:
+        self.answered = False
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+    def done(self) -> bool:
+        return self.answered
+
+    def set_result(self, value: Any) -> None:
+        self._value, self.answered = value, True
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error, self.answered = error, True
+
+    def result(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+class Slot(Done):
+    """The answer of a writer that waits for it, and the lock it waits on (held until it is
+    woken): no condition variable. A wake with no answer yet means "the commit lock was
+    released: try to lead"."""
+
+    __slots__ = ("_signal",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._signal = threading.Lock()
+        self._signal.acquire()
+
+    def set_result(self, value: Any) -> None:
+        self._value, self.answered = value, True
+        self.wake()
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error, self.answered = error, True
+        self.wake()
+
+    def wake(self) -> None:
+        try:  # noqa: SIM105 (contextlib.suppress builds a context manager per wake)
+            self._signal.release()
+        except RuntimeError:  # already woken: once is enough
+            pass
+
+    def wait(self) -> None:
+        self._signal.acquire()
+
+
+Answer = Any  # a Done or Slot, or anything with Future's done/set_result/set_exception
+Entry = tuple[Write, Answer, int]
+
+
+class GroupCommit:
+    """Queues writes and commits them in batches of at most ``max_batch``.
+
+    Thread-safety: ``submit``, ``defer`` and ``settle`` from any thread (a slot is settled
+    by one thread); ``close`` once, from any thread.
+    """
+
+    def __init__(self, hooks: CommitHooks, where: str, max_batch: int, synced: bool = True) -> None:
+        self._hooks = hooks
+        # a synced commit waits for the disk: a held turn gate goes to another turn meanwhile
+        self._commit_wait: Callable[[], contextlib.AbstractContextManager[None]] = (
+            waiting if synced else contextlib.nullcontext
+        )
+        self._where = where
+        self._max_batch = max_batch
+        self._queue: queue.SimpleQueue[Entry] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._waiting: deque[Slot] = deque()  # writers that found the lock taken
+        self._closing = False
+        self._finished = False
+
+    def submit(self, write: Write, size: int) -> Any:
+        """Apply ``write`` in the next commit and answer once that commit is durable.
+
+        Returns:
+            What ``write`` returned.
+
+        Raises:
+            IllegalStateError: the store is closed (nothing was written).
+            Exception: whatever ``write`` raised; nothing of it was written.
+        """
+        if self._closing:
+            raise self._closed_error()
+        if self._lock.acquire(blocking=False):  # no commit under way: lead
+            try:
+                ahead = self._drain(self._max_batch - 1)  # queued before: committed first
+                if len(ahead) < self._max_batch - 1 or self._queue.empty():  # lead, unqueued
+                    done = Done()
+                    self._run([*ahead, (write, done, size)])
+                    return done.result()
+                slot = self.defer(write, size)  # more queued than a batch takes: FIFO
+                if ahead:
+                    self._run(ahead)
+            finally:
+                self._release()
+            return self.settle(slot)
+        return self.settle(self.defer(write, size))
+
+    def defer(self, write: Write, size: int) -> Slot:
+        """Queue ``write`` for the next commit and return at once, without leading: the
+        next writer to lead commits it, and ``settle`` (which leads if nobody does) waits
+        for that commit.
+
+        Raises:
+            IllegalStateError: the store is closed (nothing was written).
+        """
+        if self._closing:
+            raise self._closed_error()
+        slot = Slot()
+        self._queue.put((write, slot, size))
+        return slot
+
+    def settle(self, slot: Slot) -> Any:
+        """Wait until the commit holding ``slot``'s write is durable, leading it if the
+        commit lock is free; return what the write returned or raise what it raised."""
+        while not slot.answered:
+            self._waiting.append(slot)  # before trying the lock: its releaser will see it
+            if self._lock.acquire(blocking=False):
+                try:
+                    if not slot.answered:
+                        self._run(self._drain(self._max_batch))
+                finally:
+                    self._release()
+            else:
+                with waiting():  # a held turn gate goes to another turn meanwhile
+                    slot.wait()  # answered, or the lock came free
+        return slot.result()
+
+    def _release(self) -> None:
+        """Release the commit lock and wake one writer still waiting, to lead next."""
+        self._lock.release()
+        while self._waiting:
+            slot = self._waiting.popleft()
+            if not slot.answered:
+                slot.wake()
+                return
+
+    def close(self, finish: Callable[[], None]) -> None:
+        """Commit every write queued so far, then call ``finish`` (closing the environment)
+        under the commit lock; a write queued later fails with ``IllegalStateError``."""
+        with waiting():  # a leader may be taking the turn gate back, the lock held
+            self._lock.acquire()
+        try:
+            self._closing = True
+            while batch := self._drain(self._max_batch):
+                self._apply(batch)
+            finish()
+            self._finished = True
+        finally:
+            self._release()
+
+    def _closed_error(self) -> IllegalStateError:
+        return IllegalStateError(f"LmdbStore at {self._where} is closed; nothing was written.")
+
+    def _drain(self, most: int) -> list[Entry]:
+        batch: list[Entry] = []
+        while len(batch) < most:
+            try:
+                batch.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        return batch
+
+    def _run(self, batch: list[Entry]) -> None:
+        if self._finished:  # queued after close drained the queue
+            for _, done, _ in batch:
+                done.set_exception(self._closed_error())
+            return
+        self._apply(batch)
+
+    def _apply(self, batch: list[Entry]) -> None:
+        """Commit one batch, answering every writer in it, whatever happens."""
+        try:
+            self._hooks.make_room(sum(size for _, _, size in batch))
+            outcomes = self._commit([write for write, _, _ in batch])
+        except BaseException as exc:
+            logger.opt(exception=exc).error("LMDB commit failed at {}", self._where)
+            self._hooks.failed()
+            for _, done, _ in batch:
+                done.set_exception(exc)
+            return
+        self._hooks.committed()
+        for (ok, value), (_, done, _) in zip(outcomes, batch, strict=True):
+            if ok:
+                done.set_result(value)
+            else:
+                done.set_exception(value)
+
+    def _commit(self, writes: list[Write]) -> list[Outcome]:
+        """Apply every write in one transaction and commit it. A full map aborts the batch,
+        grows the map and applies it again; so does a write that raised after writing
+        (without it: it keeps its error)."""
+        failed: dict[int, Exception] = {}
+        while True:
+            self._hooks.attempt()
+            txn = self._hooks.begin(True, None)
+            try:
+                outcomes = self._attempt(txn, writes, failed)
+                if outcomes is not None and any(ok for ok, _ in outcomes):
+                    with self._commit_wait():
+                        txn.commit()
+                    return outcomes
+            except lmdb.MapFullError:
+                txn.abort()
+                self._hooks.grow()
+                continue
+            except BaseException:
+                txn.abort()
+                raise
+            txn.abort()  # a write raised after writing (applied again without it), or none kept
+            if outcomes is not None:
+                return outcomes
+
+    def _attempt(
+        self, txn: Any, writes: list[Write], failed: dict[int, Exception]
+    ) -> list[Outcome] | None:
+        """Apply ``writes`` in ``txn``, skipping those in ``failed``. A write that raises
+        joins ``failed`` and the answer is None: ``txn`` may hold part of it."""
+        if len(writes) == 1:  # alone: its error aborts the transaction, nothing to apply again
+            try:
+                return [(True, writes[0](txn))]
+            except lmdb.MapFullError:
+                raise
+            except Exception as exc:  # the caller gets it; the whole transaction is aborted
+                return [(False, exc)]
+        outcomes: list[Outcome] = []
+        for index, write in enumerate(writes):
+            if index in failed:
+                outcomes.append((False, failed[index]))
+                continue
+            try:
+                outcomes.append((True, write(txn)))
+            except lmdb.MapFullError:
+                raise
+            except Exception as exc:  # the caller gets it; the batch is applied without it
+                failed[index] = exc
+                return None
+        return outcomes
+
+
+Outcome = tuple[bool, Any]  # (True, what the write returned) or (False, what it raised)

@@ -1,0 +1,395 @@
+"""PostgresStore: a ``PersistentStore`` on a PostgreSQL database, for many processes at once.
+
+psycopg 3 and its connection pool are imported when a store is made, not when this module
+is: ``parlour.stores`` imports without the ``parlour[postgres]`` extra installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+from parlour.runtime.errors import (
+    ConversationNotFoundError,
+    IllegalStateError,
+    StaleVersionError,
+    not_owned,
+)
+from parlour.runtime.snapshots import ConversationPersistenceSnapshot
+
+from .._body import Body, body_after
+from .._ids import require_id, user_key
+from .._memory import DeleteListeners
+from .._protocols import ConversationSummary, ConversationVersion
+from . import _sql as sql
+from ._schema import migrate
+from ._support import (
+    Remembered,
+    checked,
+    decode_row,
+    encode_messages,
+    encode_usage,
+    open_pool,
+    redacted,
+)
+
+_PRUNE_EVERY = 64  # a save whose new version is a multiple of this prunes its conversation
+
+
+class PostgresStore:
+    """A ``PersistentStore`` on PostgreSQL, safe for many stores in many processes at once.
+
+    Every save is a version (numbered by the fencing version) kept as what it wrote: the
+    snapshot without its messages, and the messages from the first that changed. Versions
+    past the newest ``keep_versions``, or saved longer than ``keep_for`` ago, are pruned
+    (the current version always stays): by ``prune()``, and by every 64th save of a
+    conversation for that conversation.
+
+    Args:
+        conninfo: a libpq connection string or URL. The tables live in the first schema of
+            its ``search_path``; the store creates or upgrades them.
+        max_connections: the pool's size (one connection per concurrent call).
+        keep_versions: how many of a conversation's newest versions to keep (None: all).
+        keep_for: how long to keep a version (None: no age limit).
+        now: the wall clock that stamps saves and ages versions.
+        timeout: seconds to wait for the database when opening and for a pooled connection.
+        remembered: of how many conversations to remember the messages last written or read
+            (a save of one of them writes only what changed; another writes every message).
+
+    Raises:
+        ImportError: psycopg 3 and psycopg_pool are not installed (``parlour[postgres]``).
+        IllegalStateError: the database holds tables of a newer parlour.
+        psycopg_pool.PoolTimeout: the database cannot be reached in ``timeout`` (also from
+            any call; ``psycopg.OperationalError`` when a connection breaks mid-call).
+
+    Thread-safety: every method may be called from any thread; after ``close()`` each
+    raises ``IllegalStateError``.
+    """
+
+    shared = True  # many processes save: a warm copy is checked against the stored version
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        max_connections: int = 8,
+        keep_versions: int | None = 100,
+        keep_for: dt.timedelta | None = None,
+        now: Callable[[], dt.datetime] | None = None,
+        timeout: float = 30.0,
+        remembered: int = 4096,
+    ) -> None:
+        if keep_versions is not None and keep_versions < 1:
+            raise ValueError(f"keep_versions must be at least 1 (or None), got {keep_versions}.")
+        self._keep_versions, self._keep_for = keep_versions, keep_for
+        self._now = now or (lambda: dt.datetime.now(dt.UTC))
+        self._pool = open_pool(conninfo, max_connections, timeout)
+        self._where = redacted(conninfo)
+        try:
+            with self._pool.connection() as conn:
+                migrate(conn, self._where)
+        except BaseException:
+            self._pool.close()
+            raise
+        self._known = Remembered(remembered)
+        self._listeners = DeleteListeners()
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def create_context(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
+    ) -> int:
+        """Create the record or, for the user's own existing id, save over it (keeping its
+        title and creation time).
+
+        Returns:
+            The new version: 1, or one past the last version the id ever had.
+
+        Raises:
+            ValueError: the snapshot has no usable id, or it would not read back.
+            PermissionError: the id belongs to another user, or the snapshot names another
+                user than ``user_id``.
+        """
+        cid = require_id(snapshot, user_id).decode()
+        body = body_after(snapshot, None)
+        params = self._write_params(snapshot, user_id, (0, 0), body)
+        params["title"] = snapshot.title
+        version = self._fetch_version(sql.CREATE, params)
+        if version is None:
+            raise not_owned(cid, user_id)
+        self._known.remember(cid, version, snapshot.messages, snapshot.usage, body)
+        return version
+
+    def save_context(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
+    ) -> int:
+        """Save a new version from ``snapshot.stored_version``; writes only the messages
+        from the first that changed since this store last wrote or read that version.
+
+        Returns:
+            The record's new version.
+
+        Raises:
+            ValueError: the snapshot has no usable id, or it would not read back.
+            ConversationNotFoundError: no record holds the id (it was deleted).
+            PermissionError: the record belongs to another user, or the snapshot names
+                another user than ``user_id``.
+            StaleVersionError: the record has moved past ``snapshot.stored_version``.
+        """
+        cid = require_id(snapshot, user_id).decode()
+        body = body_after(snapshot, self._known.body(cid))  # the last one's, when the same
+        params = self._write_params(snapshot, user_id, self._known.unchanged(cid, snapshot), body)
+        params["expected"] = snapshot.stored_version
+        version = self._fetch_version(sql.SAVE, params)
+        if version is None:
+            raise self._refusal(cid, user_id, snapshot.stored_version)
+        self._known.remember(cid, version, snapshot.messages, snapshot.usage, body)
+        limited = self._keep_versions is not None or self._keep_for is not None
+        if limited and version % _PRUNE_EVERY == 0:
+            self.prune(cid)
+        return version
+
+    def _write_params(
+        self,
+        snapshot: ConversationPersistenceSnapshot,
+        user_id: str,
+        starts: tuple[int, int],
+        body: Body,
+    ) -> dict[str, Any]:
+        """The parameters of a write that keeps the first ``starts`` messages and ledger
+        entries of the stored version and writes the rest."""
+        messages, usage = snapshot.messages, snapshot.usage
+        start, ustart = starts
+        return {
+            "cid": snapshot.conversation_id,
+            "user": user_id,
+            "now": self._now(),
+            "count": len(messages),
+            "body": body.data,
+            "start": start,
+            "messages": encode_messages(messages[start:]),
+            "ucount": len(usage),
+            "ustart": ustart,
+            "usage": encode_usage(usage[ustart:]),
+        }
+
+    def _refusal(self, cid: str, user_id: str, expected: int) -> Exception:
+        """Why a conditional save wrote nothing."""
+        head = self._head(cid)
+        if head is None:
+            return ConversationNotFoundError(
+                f"Conversation {cid} has no stored record; it may have been deleted. "
+                "The save was refused rather than resurrect it."
+            )
+        if head[0] != user_id:
+            return not_owned(cid, user_id)
+        return StaleVersionError(cid, expected, head[1])
+
+    def delete(self, conversation_id: str, user_id: str) -> bool:
+        """Remove the record and its history; True when one was removed. Every delete
+        listener hears of it after the removal is committed.
+
+        Raises:
+            ValueError: the conversation id is empty, or an id holds NUL.
+            PermissionError: the record belongs to another user.
+        """
+        cid = checked(conversation_id, user_id)
+        if self._fetch_version(sql.DELETE, {"cid": cid, "user": user_id}) is None:
+            if self._owner(cid) is not None:
+                raise not_owned(cid, user_id)
+            return False
+        self._known.forget(cid)
+        self._listeners.notify(cid)
+        return True
+
+    def add_delete_listener(self, listener: Callable[[str], None]) -> None:
+        self._listeners.add(listener)
+
+    def remove_delete_listener(self, listener: Callable[[str], None]) -> None:
+        self._listeners.remove(listener)
+
+    def prune(self, conversation_id: str | None = None) -> int:
+        """Apply the retention policy to one conversation, or to all. Safe while the store
+        (and others on the database) are in use: it removes only what no kept version reads.
+
+        Returns:
+            How many versions were removed.
+        """
+        cutoff = None if self._keep_for is None else self._now() - self._keep_for
+        params = {"cid": conversation_id, "keep": self._keep_versions, "cutoff": cutoff}
+        with self._connection() as conn, conn.transaction():
+            removed = conn.execute(sql.PRUNE_VERSIONS, params).rowcount
+            conn.execute(sql.PRUNE_MESSAGES, params)
+            conn.execute(sql.PRUNE_USAGE, params)
+        return int(removed)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def load(
+        self, conversation_id: str, user_id: str, caller: object = None
+    ) -> ConversationPersistenceSnapshot | None:
+        """The stored snapshot, stamped with its version; None when there is none.
+
+        Raises:
+            ValueError: the conversation id is empty, or an id holds NUL.
+            PermissionError: the record belongs to another user.
+            CorruptSnapshotError: the record does not decode, or names another conversation
+                or owner than its row.
+        """
+        read = self._read(sql.LOAD, conversation_id, user_id, {})
+        if read is None:
+            return None
+        snapshot, rows = read
+        usage = snapshot.usage if rows else None  # a ledger in the body: no rows to extend
+        self._known.remember(conversation_id, snapshot.stored_version, snapshot.messages, usage)
+        return snapshot
+
+    def load_version(
+        self, conversation_id: str, version: int | dt.datetime, user_id: str
+    ) -> ConversationPersistenceSnapshot | None:
+        """The conversation exactly as it was at ``version`` (a version number, or a time:
+        the version current then), stamped with that version; None when the conversation or
+        that version is not held (never saved, or pruned).
+
+        Raises:
+            ValueError: the conversation id is empty, or an id holds NUL.
+            PermissionError: the record belongs to another user.
+            CorruptSnapshotError: the version does not decode.
+        """
+        if isinstance(version, dt.datetime):
+            read = self._read(sql.LOAD_AS_OF, conversation_id, user_id, {"at": version})
+        else:
+            read = self._read(sql.LOAD_VERSION, conversation_id, user_id, {"version": version})
+        return None if read is None else read[0]
+
+    def get_version_history(self, conversation_id: str, user_id: str) -> list[ConversationVersion]:
+        """The kept versions, most recent first; empty when there is no such conversation.
+
+        Raises:
+            ValueError: the conversation id is empty, or an id holds NUL.
+            PermissionError: the record belongs to another user.
+        """
+        cid = checked(conversation_id, user_id)
+        rows = self._fetch_all(sql.HISTORY, {"cid": cid, "user": user_id})
+        if rows and rows[0][0] != user_id:
+            raise not_owned(cid, user_id)
+        return [
+            ConversationVersion(version=r[1], saved_at=r[2].astimezone(dt.UTC))
+            for r in rows
+            if r[1] is not None
+        ]
+
+    def version_of(self, conversation_id: str, user_id: str) -> int | None:
+        """The record's current version; None when there is none.
+
+        Raises:
+            ValueError: the conversation id is empty, or an id holds NUL.
+            PermissionError: the record belongs to another user.
+        """
+        head = self._head(checked(conversation_id, user_id))
+        if head is None:
+            return None
+        if head[0] != user_id:
+            raise not_owned(conversation_id, user_id)
+        return head[1]
+
+    def exists(self, conversation_id: str, user_id: str) -> bool:
+        """Whether the user owns a record of this id (False for another user's)."""
+        params = {"cid": checked(conversation_id, user_id), "user": user_id}
+        return bool(self._fetch_all(sql.EXISTS, params))
+
+    def list_conversations(
+        self,
+        user_id: str,
+        *,
+        limit: int | None = None,
+        after: str | ConversationSummary | None = None,
+    ) -> list[ConversationSummary]:
+        """The user's conversations, most recently updated first, through the owner index.
+
+        Args:
+            limit: at most this many.
+            after: continue after this conversation: a summary from an earlier page (its
+                position as listed), or the id of one of the user's conversations (its
+                position now).
+
+        Raises:
+            ValueError: ``after`` names no conversation of this user, ``limit`` < 0, or the
+                user id holds NUL.
+        """
+        user_key(user_id)
+        if limit is not None and limit < 0:
+            raise ValueError(f"A listing limit cannot be negative, got {limit}.")
+        params: dict[str, Any] = {"user": user_id, "limit": limit, "at": None, "after": None}
+        if after is not None:
+            params["at"], params["after"] = self._position(after, user_id)
+        rows = self._fetch_all(sql.LIST, params)
+        return [
+            ConversationSummary(
+                conversation_id=r[0],
+                title=r[1],
+                created_at=r[2].astimezone(dt.UTC),
+                updated_at=r[3].astimezone(dt.UTC),
+            )
+            for r in rows
+        ]
+
+    def _position(self, after: str | ConversationSummary, user_id: str) -> tuple[dt.datetime, str]:
+        if isinstance(after, ConversationSummary):
+            return after.updated_at, after.conversation_id
+        rows = self._fetch_all(sql.POSITION, {"cid": checked(after, user_id), "user": user_id})
+        if not rows:
+            raise ValueError(f"User {user_id} has no conversation {after} to list after.")
+        return rows[0][0], after
+
+    def _read(
+        self, query: str, conversation_id: str, user_id: str, extra: dict[str, Any]
+    ) -> tuple[ConversationPersistenceSnapshot, bool] | None:
+        """The version ``query`` selects, and whether its ledger came from ledger rows."""
+        cid = checked(conversation_id, user_id)
+        rows = self._fetch_all(query, {"cid": cid, "user": user_id, **extra})
+        if not rows:
+            return None
+        owner, version, count, body, messages, ucount, entries = rows[0]
+        if owner != user_id:
+            raise not_owned(cid, user_id)
+        if body is None:
+            return None
+        usage = None if ucount is None else (ucount, entries or [])
+        return decode_row(cid, owner, version, body, messages, count, usage), usage is not None
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _head(self, cid: str) -> tuple[str, int] | None:
+        rows = self._fetch_all(sql.HEAD, {"cid": cid})
+        return None if not rows else (rows[0][0], rows[0][1])
+
+    def _owner(self, cid: str) -> str | None:
+        head = self._head(cid)
+        return None if head is None else head[0]
+
+    def _fetch_version(self, query: str, params: dict[str, Any]) -> int | None:
+        rows = self._fetch_all(query, params)
+        return None if not rows else int(rows[0][0])
+
+    def _fetch_all(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        with self._connection() as conn:
+            rows: list[tuple[Any, ...]] = conn.execute(query, params, binary=True).fetchall()
+        return rows
+
+    def _connection(self) -> contextlib.AbstractContextManager[Any]:
+        if self._pool.closed:
+            raise IllegalStateError(f"PostgresStore on {self._where} is closed.")
+        return self._pool.connection()
+
+    def close(self) -> None:
+        """Close the pool's connections. Idempotent."""
+        self._pool.close()
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
