@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the driver lives in tests/
-from tests.actors.stress import run_stress  # noqa: E402
+from tests.actors.stress import run_stress
 
 
 def main() -> None:
