@@ -43,7 +43,7 @@ def child(data_dir: Path) -> None:
     import uvicorn
 
     from parlour.actors import ConversationService, asgi_app
-    from parlour.actors.app.serve._run import _listen, _Server
+    from parlour.actors.app._serve import _listen, _Server
     from parlour.stores import LmdbStore, MemorySessionCache
 
     beat = async_host.Heartbeat()

@@ -106,16 +106,16 @@ def _job_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser])
 
 
 def _serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from .serve import _run  # needs the serve extra
+    from . import _serve  # needs the serve extra
 
     if args.cluster is None:
-        return _run.run_serve(
+        return _serve.run_serve(
             args.data_dir, args.model, args.host, args.port, args.user, args.new_token
         )
     if not (args.shards and args.agent and args.store):
         parser.error("serve --cluster needs --shards N, --agent MODULE:FUNCTION and --store DSN")
-    config = _run.ClusterConfig(args.cluster, args.shards, args.agent, args.store, args.address)
-    return _run.run_serve_cluster(
+    config = _serve.ClusterConfig(args.cluster, args.shards, args.agent, args.store, args.address)
+    return _serve.run_serve_cluster(
         config, args.data_dir, args.host, args.port, args.user, args.new_token
     )
 

@@ -18,7 +18,7 @@ import msgspec
 
 from parlour.runtime import ModelSpec
 
-from .. import AgentEvent, Reply, TurnDone, TurnError
+from ..agent._events import AgentEvent, Reply, TurnDone, TurnError
 from ._routing import shard_for, shard_names
 from ._shard import ShardHost, ShardStatus
 

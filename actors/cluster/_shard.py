@@ -23,15 +23,10 @@ from parlour.runtime.errors import StaleVersionError
 from parlour.runtime.snapshots import MessageSnapshot
 from parlour.stores import PersistentStore
 
-from .. import (
-    Agent,
-    AgentEvent,
-    AgentThinker,
-    Chat,
-    ConversationService,
-    Reply,
-    TurnDone,
-)
+from .._service import ConversationService
+from ..agent._agent import Agent, Chat
+from ..agent._events import AgentEvent, Reply, TurnDone
+from ..agent._joiners import AgentThinker
 
 __all__ = ["ClusterThinker", "ShardHost", "ShardStatus", "load_factory", "open_store"]
 

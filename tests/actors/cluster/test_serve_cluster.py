@@ -21,8 +21,8 @@ import pytest
 import uvicorn
 
 from parlour.actors.app._cli import main
+from parlour.actors.app._serve import ClusterConfig, _Server, run_serve_cluster
 from parlour.actors.app.serve import cluster_asgi_app
-from parlour.actors.app.serve._run import ClusterConfig, _Server, run_serve_cluster
 from parlour.actors.cluster import AgentCluster, ShardStatus
 from parlour.stores import PostgresStore
 

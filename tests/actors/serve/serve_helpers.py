@@ -15,7 +15,7 @@ from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from parlour.actors import Agent
-from parlour.actors.app.serve._run import _Server
+from parlour.actors.app._serve import _Server
 from parlour.runtime import Depth, OutputSize, ScriptedClient
 
 TOKENS = {"alice-token": "alice", "bob-token": "bob"}

@@ -14,7 +14,7 @@ from starlette.routing import Mount
 from starlette.testclient import TestClient
 
 from parlour.actors import ConversationService, TokenBook, asgi_app
-from parlour.actors.app.serve._run import tokens_for
+from parlour.actors.app._serve import tokens_for
 
 from .serve_helpers import ALICE, Gate, make_agent
 

@@ -27,12 +27,12 @@ from parlour.runtime import Depth, OutputSize, client_for
 from parlour.runtime.errors import ParlourError
 from parlour.stores import LmdbStore, MemorySessionCache
 
-from ..._service import ConversationService
-from ...agent._agent import Agent
-from .._workload import get_current_time
-from . import asgi_app, cluster_asgi_app
-from ._host import ChatHost
-from ._tokens import TokenBook
+from .._service import ConversationService
+from ..agent._agent import Agent
+from ._workload import get_current_time
+from .serve import asgi_app, cluster_asgi_app
+from .serve._host import ChatHost
+from .serve._tokens import TokenBook
 
 __all__ = [
     "ClusterConfig",
