@@ -1,5 +1,6 @@
-"""The obtain side of ``ConversationService``: find or restore the activation, ask it for
-the lease, and hand back a future (or, for asyncio, a coroutine) of the grant.
+"""``Activator``: the obtain side of ``ConversationService``. It finds or restores the
+conversation's activation, asks it for the lease, and hands back a future (or, for asyncio,
+a coroutine) of the grant.
 
 Single activation is enforced here and in the actors: an activation that answers
 ``Retiring`` (or is dead) is looked up again through the supervisor; a restore reads the
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import itertools
 import threading
 from typing import Any
@@ -20,10 +20,11 @@ import pykka
 from loguru import logger
 
 from parlour.runtime import Clock, ConversationContext, ResponseHandler
-from parlour.runtime.errors import ConversationUnavailableError, IllegalStateError
+from parlour.runtime.errors import ConversationUnavailableError
 from parlour.stores import PersistentStore, SessionStore
 
 from ._conversation import ConversationActor
+from ._leases import Leases, seconds
 from ._messages import (
     Acquire,
     Delivery,
@@ -38,24 +39,20 @@ from ._messages import (
     Release,
     Retiring,
     Spawn,
+    shutting_down,
 )
+from ._mirror import Seams
 from ._obtain import Obtaining, Waiting, wait_async
+from ._registry import Registry
 from ._reply import ask_nowait
-from ._supervisor import Mirror, Seams
 from ._thinker import Thinker
+
+__all__ = ["Activator"]
 
 _tokens = itertools.count(1)
 _ATTEMPTS = 16  # an activation retired between lookup and acquire: look again, this often
 ActorRef = pykka.ActorRef[ConversationActor]
 Entered = tuple[ActorRef, Acquire, Granted | Queued]  # the activation, the request, its answer
-
-
-def seconds(value: dt.timedelta | float) -> float:
-    return value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
-
-
-def shutting_down() -> IllegalStateError:
-    return IllegalStateError("ConversationService is shutting down")
 
 
 def _abandon_entry(done: asyncio.Future[Entered | None]) -> None:
@@ -71,42 +68,58 @@ def _abandon_entry(done: asyncio.Future[Entered | None]) -> None:
         ref.tell(GiveUp(request.owner.token, release_if_granted=True))
 
 
-class Activations:
-    """The obtain half of ``ConversationService`` (a base class; it holds no state of its
-    own). Thread-safety: every method from any thread."""
+class Activator:
+    """Obtains leases for jobs: finds the live activation (the mirror first, then the
+    supervisor) or restores one (the session cache, then the store), asks it for the
+    lease, and records each grant in ``leases``.
 
-    store: PersistentStore | None
-    session: SessionStore | None
-    clock: Clock
-    conversation_timeout_s: float
-    _seams: Seams
-    _stopping: threading.Event
-    _mirror: Mirror
-    _live: dict[str, ActorRef]
-    _held: dict[tuple[str, str], tuple[ConversationContext, ActorRef]]
-    _supervisor: pykka.ActorRef[Any]
-    _shared: bool  # the store is shared between processes: warm copies are checked
+    Args:
+        store: the persistent store restores read (None: nothing is durable).
+        session: the session cache read before the store.
+        shared: the store is shared between processes: a warm copy is checked against it.
+        clock: each request's deadline.
+        conversation_timeout_s: how long an acquirer waits for a busy conversation.
+        seams: test hooks between the steps of a race.
+        registry: the supervisor and its mirror.
+        stopping: set once the service stops: every later obtain is refused.
+        leases: where each grant is recorded.
 
-    def _forget_everywhere(self, conversation_id: str, reason: str) -> None:
-        raise NotImplementedError  # the service's
+    Thread-safety: every method from any thread.
+    """
 
-    def obtain_conversation(
+    def __init__(
+        self,
+        store: PersistentStore | None,
+        session: SessionStore | None,
+        shared: bool,
+        clock: Clock,
+        conversation_timeout_s: float,
+        seams: Seams,
+        registry: Registry,
+        stopping: threading.Event,
+        leases: Leases,
+    ) -> None:
+        self.store = store
+        self.session = session
+        self._shared = shared
+        self.clock = clock
+        self.conversation_timeout_s = conversation_timeout_s
+        self._seams = seams
+        self._registry = registry
+        self._mirror = registry.mirror
+        self._live = registry.mirror.refs  # read lock-free on the warm path
+        self._stopping = stopping
+        self._leases = leases
+
+    def obtain(
         self,
         conversation_id: str | None,
         thinker: Thinker,
         handler: ResponseHandler | None = None,
         must_exist: bool | None = None,
     ) -> Obtaining:
-        """A future of the conversation, owned by ``thinker`` once it completes.
-
-        ``conversation_id`` defaults to the thinker's; ``must_exist`` defaults to True for an
-        adopted id. The future fails with ``ConversationUnavailableError`` when no store
-        holds a ``must_exist`` conversation, or when the current owner keeps it past
-        ``conversation_timeout_s`` (the message names the owner); with ``IllegalStateError``
-        after ``stop()``; with ``PermissionError`` for another user's conversation, at once
-        and the same in every state. Refusals are failed futures, never raised by this
-        call. ``Obtaining.cancel()`` or a shorter ``get(timeout)`` gives the obtain up.
-        """
+        """``ConversationService.obtain_conversation``: a future of the conversation, owned
+        by ``thinker`` once it completes; a refusal is a failed future, never raised."""
         cid = conversation_id or thinker.conversation_id
         delivery = FutureDelivery()
         try:
@@ -118,7 +131,7 @@ class Activations:
                 logger.opt(exception=exc).error("obtain failed for {}", cid)
             return Obtaining.refused(exc)
         if isinstance(answer, Granted):
-            self._hold(cid, thinker.job_id, answer.context, ref)
+            self._leases.hold(cid, thinker.job_id, answer.context, ref)
             return Obtaining.ready(answer.context)
         return Obtaining(self._waiting(ref, cid, request, thinker), delivery)
 
@@ -129,15 +142,11 @@ class Activations:
         handler: ResponseHandler | None = None,
         must_exist: bool | None = None,
     ) -> ConversationContext:
-        """``obtain_conversation`` for asyncio: the grant completes an asyncio future from
-        the releasing thread (no thread is parked per waiter). A live activation is asked
-        on the loop's thread (its handler takes microseconds and never blocks); the
-        supervisor and any store load are reached from the default executor. Cancelling the
-        task gives the obtain up: it is never granted, and a grant that raced the cancel is
-        released.
+        """``ConversationService.obtain_async``: the grant completes an asyncio future
+        from the releasing thread; cancelling the task gives the obtain up.
 
         Raises:
-            The same errors ``obtain_conversation``'s future fails with.
+            The same errors ``obtain``'s future fails with.
         """
         cid = conversation_id or thinker.conversation_id
         delivery = LoopDelivery(asyncio.get_running_loop())
@@ -148,7 +157,7 @@ class Activations:
             entered = await self._enter_in_thread(cid, thinker, handler, must_exist, delivery)
         ref, request, answer = entered
         if isinstance(answer, Granted):
-            self._hold(cid, thinker.job_id, answer.context, ref)
+            self._leases.hold(cid, thinker.job_id, answer.context, ref)
             return answer.context
         return await wait_async(self._waiting(ref, cid, request, thinker), delivery)
 
@@ -181,7 +190,7 @@ class Activations:
             request.deadline,
             request.timeout_s,
             self.clock,
-            lambda context: self._hold(cid, thinker.job_id, context, ref),
+            lambda context: self._leases.hold(cid, thinker.job_id, context, ref),
         )
 
     def _enter(
@@ -222,7 +231,7 @@ class Activations:
         # Nothing live or parked: restore at once (Spawn forwards to a racing winner).
         look = ref is not None or cid in self._mirror.parked
         for _ in range(_ATTEMPTS):
-            forwarded = self._supervisor_ask(Forward(cid, request)) if look else None
+            forwarded = self._registry.ask_or_refuse(Forward(cid, request)) if look else None
             look = True
             restored = forwarded is None
             if restored:
@@ -246,7 +255,7 @@ class Activations:
             return True
         with contextlib.suppress(pykka.ActorDeadError):
             ref.ask(Release(request.owner.job_id, 0.0), block=True)
-        self._forget_everywhere(cid, f"Conversation {cid} was saved by another process.")
+        self._registry.forget(cid, f"Conversation {cid} was saved by another process.")
         return False
 
     def _stored_version(self, cid: str, user_id: str) -> int:
@@ -284,14 +293,8 @@ class Activations:
         context = self._restore_or_create(cid, thinker, handler, must_exist)
         if self._seams.after_load is not None:
             self._seams.after_load(cid)
-        answer = self._supervisor_ask(Spawn(context, epoch, request))
+        answer = self._registry.ask_or_refuse(Spawn(context, epoch, request))
         return answer if isinstance(answer, Forwarded) else None
-
-    def _supervisor_ask(self, message: Any) -> Any:
-        try:
-            return self._supervisor.ask(message, block=True)
-        except pykka.ActorDeadError as exc:
-            raise shutting_down() from exc
 
     def _restore_or_create(
         self, cid: str, thinker: Thinker, handler: ResponseHandler | None, must_exist: bool
@@ -328,8 +331,3 @@ class Activations:
         if snapshot is None and self.store is not None:
             snapshot = self.store.load(cid, thinker.user_id, thinker)
         return None if snapshot is None else snapshot.to_conversation(handler)
-
-    def _hold(self, cid: str, job_id: str, context: ConversationContext, ref: ActorRef) -> None:
-        """Remember what the job holds, and which activation granted it: the release goes
-        to that activation even after it was unregistered (a doomed one stops then)."""
-        self._held[(cid, job_id)] = (context, ref)

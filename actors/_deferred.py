@@ -26,21 +26,6 @@ from parlour.stores import SessionStore
 Settle = Callable[[], int]  # waits for a deferred save; its new version
 
 
-def weakly(method: Callable[..., None]) -> Callable[..., None]:
-    """``method`` (a bound method) through a weak reference to its object: a call once the
-    object is gone does nothing. What a service hands its deferred saves, so that they do
-    not hold it back: no reference cycle, and a stopped service goes with its last
-    reference, not at the collector's pass."""
-    ref = weakref.WeakMethod(method)
-
-    def call(*args: Any) -> None:
-        bound = ref()
-        if bound is not None:
-            bound(*args)
-
-    return call
-
-
 class OnDeleted:
     """A service's delete listener on its store. It holds the service weakly (no cycle:
     the service holds the store) and the session cache strongly: a delete clears the

@@ -19,7 +19,7 @@ import pykka
 from loguru import logger
 
 from parlour.runtime import ConversationContext
-from parlour.runtime.errors import ConversationUnavailableError
+from parlour.runtime.errors import ConversationUnavailableError, IllegalStateError
 
 from ._thinker import Thinker
 
@@ -151,11 +151,14 @@ class Release(msgspec.Struct, frozen=True, gc=False):
 
 
 class ReleaseForJob(msgspec.Struct, frozen=True, gc=False):
+    """Release the lease with no retention if ``job_id`` holds it (the job has ended);
+    answered ``Released`` (``owned`` False when that job did not hold it)."""
+
     job_id: str
 
 
 class QueryOwner(msgspec.Struct, frozen=True, gc=False):
-    pass
+    """Answered with the ``Owner`` holding the lease, or None when nobody holds it."""
 
 
 class QueryHolder(msgspec.Struct, frozen=True, gc=False):
@@ -181,6 +184,9 @@ class Doom(msgspec.Struct, frozen=True, gc=False):
 
 
 class NotifyIdle(msgspec.Struct, frozen=True):
+    """Set ``future`` (to None) once nobody holds the lease: at once when nobody does, else
+    at the first release that hands it to nobody. ``stop`` waits on it within its grace."""
+
     future: pykka.Future[None]
 
 
@@ -188,6 +194,9 @@ class NotifyIdle(msgspec.Struct, frozen=True):
 
 
 class Granted(msgspec.Struct, frozen=True):
+    """The lease is the asker's: ``context`` is the conversation, mutated only by the
+    owner's thread until it releases."""
+
     context: ConversationContext
 
 
@@ -228,6 +237,9 @@ class Busy(msgspec.Struct, frozen=True, gc=False):
 
 
 class Holder(msgspec.Struct, frozen=True):
+    """Who holds the lease (``owner``; None: nobody) and whose conversation it is
+    (``user_id``; None: nobody's yet), so the asker can refuse a foreign user."""
+
     owner: Owner | None
     user_id: str | None
 
@@ -236,6 +248,9 @@ class Holder(msgspec.Struct, frozen=True):
 
 
 class Lookup(msgspec.Struct, frozen=True, gc=False):
+    """Answered with the live activation's ref (a parked conversation is re-attached to a
+    new one first), or None when the conversation is not live."""
+
     conversation_id: str
 
 
@@ -271,6 +286,9 @@ class Reload(msgspec.Struct, frozen=True, gc=False):
 
 
 class Evict(msgspec.Struct, frozen=True, gc=False):
+    """Retire the conversation if nobody holds or waits for it (with ``expired_only``:
+    only once its retention ran out), live or parked; answered True when it was evicted."""
+
     conversation_id: str
     expired_only: bool = False
 
@@ -295,6 +313,9 @@ class Owners(msgspec.Struct, frozen=True, gc=False):
 
 
 class ReleaseAllForJob(msgspec.Struct, frozen=True, gc=False):
+    """Release and evict every live conversation ``job_id`` holds (the job has ended);
+    answered with their ids."""
+
     job_id: str
 
 
@@ -307,7 +328,8 @@ class Drop(msgspec.Struct, frozen=True, gc=False):
 
 
 class StopAll(msgspec.Struct, frozen=True, gc=False):
-    pass
+    """Stop every conversation actor (waiting for each stop) and forget the parked ones;
+    ``stop`` sends it once the owners are done, before it stops the supervisor."""
 
 
 def timeout_error(
@@ -317,3 +339,8 @@ def timeout_error(
         f"Timed out after {round(timeout_s * 1000)}ms waiting for conversation "
         f"{conversation_id} (owned by {owner_job or 'nobody'})"
     )
+
+
+def shutting_down() -> IllegalStateError:
+    """What every obtain (and ``remove_conversation``) meets once the service is stopping."""
+    return IllegalStateError("ConversationService is shutting down")

@@ -1,49 +1,38 @@
 """ConversationService: the facade applications call. It holds no locks of its own.
 
-Obtaining a conversation goes: the supervisor finds (or race-free spawns) the conversation's
-actor, loading it from the session cache or the persistent store on a miss; then the
-actor hands the lease over, at once or when the current owner releases.
+Its work is done by parts it holds, each with its own state, none holding the service:
+``Activator`` obtains (finds or restores the activation, asks it for the lease), ``Saves``
+saves at boundaries (with ``DeferredSaves``), ``Leases`` keeps what each job holds and
+releases it, ``Registry`` reaches the supervisor, its mirror and the session cache, and
+``Lifecycle`` runs the sweep ticker and ``stop``, in its order.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
-import threading
 from collections.abc import AsyncIterator
-from typing import Any
+from types import TracebackType
+from typing import Self
 
 import msgspec
-import pykka
 from loguru import logger
 
-from parlour.runtime import Clock, ConversationContext, SystemClock
-from parlour.runtime.errors import IllegalStateError, StaleVersionError, not_owned
-from parlour.runtime.snapshots import message_snapshots
+from parlour.runtime import Clock, ConversationContext, ResponseHandler, SystemClock
+from parlour.runtime.errors import IllegalStateError
 from parlour.stores import PersistentStore, SessionStore
 
-from ._activation import Activations, seconds, shutting_down
-from ._conversation import ConversationActor
-from ._deferred import DeferredSaves, OnDeleted, weakly
+from ._activation import Activator
+from ._deferred import DeferredSaves, OnDeleted
+from ._leases import Leases
 from ._lifecycle import Lifecycle
-from ._messages import (
-    Drop,
-    Evict,
-    Holder,
-    Lookup,
-    QueryHolder,
-    QueryOwner,
-    Release,
-    ReleaseAllForJob,
-    Released,
-    Sweep,
-)
-from ._reply import tell
+from ._messages import Evict, ReleaseAllForJob, shutting_down
+from ._obtain import Obtaining
+from ._registry import Registry
+from ._saves import Saves
 from ._supervisor import Mirror, Seams, Supervisor
-from ._thinker import Thinker, keep_transcript
-from .agent import _joiners
-from .agent._events import AgentEvent
-
-ActorRef = pykka.ActorRef[ConversationActor]
+from ._thinker import Event, Joinable, Thinker
 
 
 class ServiceStats(msgspec.Struct, frozen=True):
@@ -55,7 +44,7 @@ class ServiceStats(msgspec.Struct, frozen=True):
         return f"{self.total} total ({self.owned} owned, {self.idle} idle)"
 
 
-class ConversationService(Activations, Lifecycle):
+class ConversationService:
     """Ownership, persistence and lifecycle of live conversations.
 
     Args:
@@ -93,31 +82,53 @@ class ConversationService(Activations, Lifecycle):
     ) -> None:
         self.store = store
         self.session = session
-        self._shared = bool(getattr(store, "shared", False))
-        self.clock = clock or SystemClock()
-        self.conversation_timeout_s = conversation_timeout_s
-        self.cleanup_interval_s = cleanup_interval_s
-        self.shutdown_grace_s = shutdown_grace_s
-        self._seams = seams or Seams()
-        self._stopping = threading.Event()
-        self._stopped = False
+        self.clock = clock = clock or SystemClock()
         # The supervisor's registry, mirrored for lock-free reads on the hot path: only the
         # supervisor writes it; a retiring activation answers Retiring, a dead one raises.
-        self._mirror = Mirror()
-        self._live = self._mirror.refs
-        # What each job holds, for the transcript at release: {(conversation, job): context}.
-        self._held: dict[tuple[str, str], tuple[ConversationContext, ActorRef]] = {}
-        self._deferred = DeferredSaves(store, session, weakly(self._forget_everywhere))
-        self._supervisor = Supervisor.start(
-            self.clock, max_live, self._mirror, self._seams, max_active
+        mirror = Mirror()
+        self._live = mirror.refs  # read here only to word a warning
+        seams = seams or Seams()
+        supervisor = Supervisor.start(clock, max_live, mirror, seams, max_active)
+        self._registry = registry = Registry(supervisor, mirror, session)
+        self._deferred = deferred = DeferredSaves(store, session, registry.forget)
+        self._saves = Saves(store, session, deferred, registry.forget)
+        self._leases = leases = Leases(registry, clock)
+        listener = OnDeleted(self._on_deleted, session)
+        self._lifecycle = lifecycle = Lifecycle(
+            registry, leases, deferred, store, session, listener, clock, shutdown_grace_s
         )
-        self._listener = OnDeleted(self._on_deleted, session)
-        if store is not None:
-            store.add_delete_listener(self._listener)
-        self._ticker: threading.Thread | None = None
-        if cleanup_interval_s > 0:
-            self._ticker = threading.Thread(target=self._tick, name="parlour-sweep", daemon=True)
-            self._ticker.start()
+        stopping = lifecycle.stopping
+        shared = bool(getattr(store, "shared", False))  # warm copies are checked against it
+        self._activator = Activator(
+            store, session, shared, clock, conversation_timeout_s, seams, registry, stopping, leases
+        )
+        lifecycle.start_ticker(cleanup_interval_s)
+
+    # The settings a caller may change on a running service, kept by the part that reads them.
+
+    @property
+    def conversation_timeout_s(self) -> float:
+        return self._activator.conversation_timeout_s
+
+    @conversation_timeout_s.setter
+    def conversation_timeout_s(self, value: float) -> None:
+        self._activator.conversation_timeout_s = value
+
+    @property
+    def cleanup_interval_s(self) -> float:
+        return self._lifecycle.cleanup_interval_s
+
+    @cleanup_interval_s.setter
+    def cleanup_interval_s(self, value: float) -> None:
+        self._lifecycle.cleanup_interval_s = value
+
+    @property
+    def shutdown_grace_s(self) -> float:
+        return self._lifecycle.shutdown_grace_s
+
+    @shutdown_grace_s.setter
+    def shutdown_grace_s(self, value: float) -> None:
+        self._lifecycle.shutdown_grace_s = value
 
     @classmethod
     def get_instance(cls) -> ConversationService:
@@ -126,7 +137,45 @@ class ConversationService(Activations, Lifecycle):
             cls._instance = cls()
         return cls._instance
 
-    # -- saving and releasing ---------------------------------------------------------------
+    # -- obtaining, saving and releasing -----------------------------------------------------
+
+    def obtain_conversation(
+        self,
+        conversation_id: str | None,
+        thinker: Thinker,
+        handler: ResponseHandler | None = None,
+        must_exist: bool | None = None,
+    ) -> Obtaining:
+        """A future of the conversation, owned by ``thinker`` once it completes.
+
+        ``conversation_id`` defaults to the thinker's; ``must_exist`` defaults to True for an
+        adopted id. The future fails with ``ConversationUnavailableError`` when no store
+        holds a ``must_exist`` conversation, or when the current owner keeps it past
+        ``conversation_timeout_s`` (the message names the owner); with ``IllegalStateError``
+        after ``stop()``; with ``PermissionError`` for another user's conversation, at once
+        and the same in every state. Refusals are failed futures, never raised by this
+        call. ``Obtaining.cancel()`` or a shorter ``get(timeout)`` gives the obtain up.
+        """
+        return self._activator.obtain(conversation_id, thinker, handler, must_exist)
+
+    async def obtain_async(
+        self,
+        conversation_id: str | None,
+        thinker: Thinker,
+        handler: ResponseHandler | None = None,
+        must_exist: bool | None = None,
+    ) -> ConversationContext:
+        """``obtain_conversation`` for asyncio: the grant completes an asyncio future from
+        the releasing thread (no thread is parked per waiter). A live activation is asked
+        on the loop's thread (its handler takes microseconds and never blocks); the
+        supervisor and any store load are reached from the default executor. Cancelling the
+        task gives the obtain up: it is never granted, and a grant that raced the cancel is
+        released.
+
+        Raises:
+            The same errors ``obtain_conversation``'s future fails with.
+        """
+        return await self._activator.obtain_async(conversation_id, thinker, handler, must_exist)
 
     def save_conversation(
         self, context: ConversationContext | None, thinker: Thinker | None, *, wait: bool = True
@@ -152,31 +201,7 @@ class ConversationService(Activations, Lifecycle):
                 own error); the service has dropped the conversation from memory and from
                 the session cache.
         """
-        if self.store is None or context is None or thinker is None:
-            return
-        cid = context.conversation_id
-        if cid is None or cid == thinker.job_id:
-            return
-        snapshot = context.to_snapshot()
-        if not wait and self._deferred.later is not None and context.stored:
-            settle = self._deferred.later(snapshot, thinker.user_id, thinker)
-            self._deferred.add(cid, settle)
-            context.stored_version = snapshot.stored_version + 1  # what the update will make
-            return
-        try:
-            if not context.stored and thinker.is_conversation_minted():
-                version = self.store.create_context(snapshot, thinker.user_id, thinker)
-            else:
-                version = self.store.save_context(snapshot, thinker.user_id, thinker)
-        except Exception as exc:
-            self._deferred.settle(cid)  # queued before this save; its error goes first
-            if isinstance(exc, StaleVersionError):
-                self._forget_everywhere(cid, f"Conversation {cid} was saved by another owner.")
-            raise
-        self._deferred.settle(cid)  # committed with this save or before: no wait
-        context.stored_version = snapshot.stored_version = version
-        if self.session is not None:  # write-through after the durable commit: never stale
-            self.session.put(snapshot)
+        self._saves.save(context, thinker, wait)
 
     def release(self, thinker: Thinker, retain: dt.timedelta | float | None = None) -> None:
         """Give the conversation back; keep it in memory for ``retain`` (default: the
@@ -189,40 +214,15 @@ class ConversationService(Activations, Lifecycle):
         cid = thinker.conversation_id
         if cid is not None and self._deferred:
             self._deferred.settle_quietly(cid)  # the next owner starts from what is durable
-        if self._stopped:
+        if self._lifecycle.stopped:
             return
-        held = self._held.pop((cid, thinker.job_id), None)
-        # the conversation as it is: what the last save kept, built only for what changed
-        kept = None if held is None else message_snapshots(held[0])
-        retain_s = seconds(thinker.retain_duration if retain is None else retain)
-        try:
-            self._hand_back(cid, thinker.job_id, retain_s, None if held is None else held[1])
-        finally:
-            if kept is not None:
-                keep_transcript(thinker, kept)
-
-    def _hand_back(
-        self, cid: str, job_id: str, retain_s: float, ref: ActorRef | None = None
-    ) -> None:
-        ref = ref or self._live.get(cid) or self._lookup(cid)
-        if ref is None:
-            return
-        try:
-            if retain_s > 0:  # nothing to wait for: later messages queue behind it (FIFO)
-                tell(ref, Release(job_id, retain_s, self.clock.now()))
-                return
-            released: Released = ref.ask(Release(job_id, retain_s), block=True)
-        except pykka.ActorDeadError:
-            return
-        if released.evict:
-            self._ask(Evict(cid), False)
+        self._leases.release(cid, thinker, retain)
 
     def release_all_for_job(self, job_id: str) -> list[str]:
         """Safety net at job end: release and evict what the job still owns."""
-        for key in [k for k in self._held if k[1] == job_id]:
-            self._held.pop(key, None)
-            self._deferred.settle_quietly(key[0])
-        released: list[str] = self._ask(ReleaseAllForJob(job_id), [])
+        for cid in self._leases.drop_job(job_id):
+            self._deferred.settle_quietly(cid)
+        released: list[str] = self._registry.ask(ReleaseAllForJob(job_id), [])
         return released
 
     def force_release(self, conversation_id: str, user_id: str) -> str | None:
@@ -240,7 +240,7 @@ class ConversationService(Activations, Lifecycle):
             ValueError: no live conversation has this id (and it is not another user's).
             PermissionError: it belongs to another user, live or stored, busy or idle.
         """
-        holder = self._holder(conversation_id, user_id)
+        holder = self._registry.holder(conversation_id, user_id)
         if holder is None:
             if self.store is not None:
                 self.store.version_of(conversation_id, user_id)  # a foreign record refuses
@@ -250,7 +250,7 @@ class ConversationService(Activations, Lifecycle):
             return None
         cancel = getattr(owner.thinker, "cancel_workflow", None)
         if cancel is None:
-            self._hand_back(conversation_id, owner.job_id, 0.0)
+            self._leases.hand_back(conversation_id, owner.job_id, 0.0)
         else:
             try:
                 cancel(f"Conversation force-released by {user_id}")
@@ -263,31 +263,10 @@ class ConversationService(Activations, Lifecycle):
     def owning_thinker(self, conversation_id: str, user_id: str) -> Thinker | None:
         """The live thinker driving a turn on this conversation, if ``user_id`` owns it."""
         try:
-            holder = self._holder(conversation_id, user_id)
+            holder = self._registry.holder(conversation_id, user_id)
         except PermissionError:
             return None
         return None if holder is None or holder.owner is None else holder.owner.thinker
-
-    def _lookup(self, conversation_id: str) -> ActorRef | None:
-        ref: ActorRef | None = self._ask(Lookup(conversation_id), None)
-        return ref
-
-    def _holder(self, conversation_id: str, user_id: str) -> Holder | None:
-        """The live activation's holder; None when none is live.
-
-        Raises:
-            PermissionError: the live conversation belongs to another user.
-        """
-        ref = self._live.get(conversation_id) or self._lookup(conversation_id)
-        if ref is None:
-            return None
-        try:
-            holder: Holder = ref.ask(QueryHolder(), block=True)
-        except pykka.ActorDeadError:
-            return None
-        if holder.user_id is not None and holder.user_id != user_id:
-            raise not_owned(conversation_id, user_id)
-        return holder
 
     def get_stats(self) -> ServiceStats:
         """Live conversations; all zero after ``stop()``.
@@ -296,34 +275,20 @@ class ConversationService(Activations, Lifecycle):
         the supervisor's lock-free mirror, never through the supervisor, so it never holds
         up a spawn. Each actor answers after the messages this thread sent it before (a
         release included)."""
-        if self._stopped:
+        if self._lifecycle.stopped:
             return ServiceStats(total=0, owned=0, idle=0)
-        asked = [ref.ask(QueryOwner(), block=False) for ref in self._live.copy().values()]
-        total, owned = len(self._mirror.parked), 0  # parked: idle, held without an actor
-        for reply in asked:
-            try:
-                owner = reply.get()
-            except pykka.ActorDeadError:
-                continue  # stopped meanwhile: no longer live
-            total += 1
-            owned += owner is not None
+        total, owned = self._registry.count()
         return ServiceStats(total=total, owned=owned, idle=total - owned)
 
     def sweep_expired(self) -> int:
         """Evict unowned conversations whose retention ran out, and fail waiters whose
         deadline passed (both on the service's clock); returns how many were evicted.
         The supervisor sweeps in slices, so spawns meanwhile wait for a slice at most."""
-        done: pykka.ThreadingFuture[int] = pykka.ThreadingFuture()
-        try:
-            self._supervisor.ask(Sweep(done), block=True)
-        except pykka.ActorDeadError:
-            return 0
-        evicted: int = done.get()  # the supervisor completes it, also when it stops
-        return evicted
+        return self._registry.sweep()
 
     def evict_conversation(self, conversation_id: str) -> bool:
         """Free an unowned conversation's memory; an owned one is left alone with a warning."""
-        evicted = bool(self._ask(Evict(conversation_id), False))
+        evicted = bool(self._registry.ask(Evict(conversation_id), False))
         if not evicted and self._live.get(conversation_id) is not None:
             logger.warning("not evicting conversation {}: it is owned", conversation_id)
         return evicted
@@ -335,9 +300,9 @@ class ConversationService(Activations, Lifecycle):
             PermissionError: it belongs to another user (live, saved or not, or stored).
             IllegalStateError: a job owns it right now, or the service is stopping.
         """
-        if self._stopping.is_set():
+        if self._lifecycle.stopping.is_set():
             raise shutting_down()
-        holder = self._holder(conversation_id, user_id)
+        holder = self._registry.holder(conversation_id, user_id)
         if holder is not None and holder.owner is not None:
             raise IllegalStateError(
                 f"Cannot remove conversation {conversation_id} while owned by job "
@@ -345,28 +310,15 @@ class ConversationService(Activations, Lifecycle):
             )
         if self.store is not None:
             self.store.delete(conversation_id, user_id)  # its listener forgets the rest
-        self._forget_everywhere(conversation_id, f"Conversation {conversation_id} was removed.")
-
-    def _forget_everywhere(self, conversation_id: str, reason: str) -> None:
-        """No cache and no warm activation serves the conversation after this."""
-        if self.session is not None:
-            self.session.delete(conversation_id)
-        self._ask(Drop(conversation_id, reason), None)
+        self._registry.forget(conversation_id, f"Conversation {conversation_id} was removed.")
 
     def _on_deleted(self, conversation_id: str) -> None:
         """The store's delete listener: whoever deleted, nothing here serves it again."""
-        self._forget_everywhere(conversation_id, f"Conversation {conversation_id} was deleted.")
+        self._registry.forget(conversation_id, f"Conversation {conversation_id} was deleted.")
 
-    def _ask(self, message: Any, default: Any) -> Any:
-        """Ask the supervisor; ``default`` once it has stopped."""
-        try:
-            return self._supervisor.ask(message, block=True)
-        except pykka.ActorDeadError:
-            return default
+    # -- following a running turn, offering it messages -------------------------------------
 
-    # -- agents: following a running turn, offering it messages ------------------------------
-
-    def join(self, conversation_id: str, user_id: str) -> AsyncIterator[AgentEvent]:
+    def join(self, conversation_id: str, user_id: str) -> AsyncIterator[Event]:
         """Follow the running agent turn on ``conversation_id``: first its text so far, then
         its live events; the iteration ends with the turn (its last event ``TurnDone`` when
         the turn succeeds). It ends at once when no turn runs, and for another user's
@@ -374,7 +326,20 @@ class ConversationService(Activations, Lifecycle):
 
         Thread-safety: iterate it on any event loop; the turn may run anywhere.
         """
-        return _joiners.join(self, conversation_id, user_id)
+        return self._joined(conversation_id, user_id)
+
+    async def _joined(self, conversation_id: str, user_id: str) -> AsyncIterator[Event]:
+        host = self._host(conversation_id, user_id)
+        if host is not None:
+            async with contextlib.aclosing(host.follow()) as events:  # closed if we stop early
+                async for event in events:
+                    yield event
+
+    def _host(self, conversation_id: str, user_id: str) -> Joinable | None:
+        """The owning thinker if it hosts a turn others may join; None for nobody, another
+        user, or a thinker that hosts none (a plain one)."""
+        thinker: object = self.owning_thinker(conversation_id, user_id)  # any type to narrow
+        return thinker if isinstance(thinker, Joinable) else None
 
     def offer(self, conversation_id: str, user_id: str, text: str) -> bool:
         """Offer ``text`` to the running agent turn, which adds it as a user message at its
@@ -387,4 +352,36 @@ class ConversationService(Activations, Lifecycle):
 
         Thread-safety: any number of threads may offer at once; none is lost.
         """
-        return _joiners.offer(self, conversation_id, user_id, text)
+        host = self._host(conversation_id, user_id)
+        return host is not None and host.offer(text)
+
+    # -- stopping ---------------------------------------------------------------------------
+
+    def is_stopping(self) -> bool:
+        return self._lifecycle.stopping.is_set()
+
+    def stop(self) -> None:
+        """Refuse new obtains, let owners finish (up to the grace), stop every actor.
+
+        Idempotent. Never persists: the last boundary already did (a deferred save still
+        unsettled once the owners are done is waited for, its failure logged). Afterwards
+        queries answer empty, ``release`` is a no-op and obtains refuse with
+        ``IllegalStateError``.
+        """
+        self._lifecycle.stop()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await asyncio.to_thread(self.stop)

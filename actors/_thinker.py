@@ -1,13 +1,19 @@
-"""The thinker: the job that drives turns over a conversation, as far as the service cares."""
+"""The thinker: the job that drives turns over a conversation, as far as the service cares.
+
+Beside it, what the service's ``join`` and ``offer`` need of a thinker hosting a running
+turn (``Joinable``) and the base of the events such a turn streams (``Event``): the service
+finds the owning thinker and asks it, knowing nothing of the agent that implements both.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import itertools
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
+import msgspec
 from loguru import logger
 
 from parlour.runtime import DeclaredTool, Depth, Grade, OutputSize, Transcript
@@ -77,6 +83,30 @@ class Thinker(Protocol):
     def build_tool_definition_blocks(self) -> Sequence[DeclaredTool]: ...
 
     def cancel_workflow(self, reason: str) -> None: ...
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """Base of every event a turn streams: a frozen msgspec struct whose subclasses each
+    declare their wire tag (``{"type": <tag>, ...}``)."""
+
+
+@runtime_checkable
+class Joinable(Protocol):
+    """A thinker hosting a running turn that others may follow and offer messages to (the
+    agent's ``AgentThinker``); what ``ConversationService.join`` and ``offer`` ask of the
+    conversation's owning thinker. A thinker without both methods is never joined.
+    """
+
+    def follow(self) -> AsyncGenerator[Event, None]:
+        """The running turn's events from now on, headed by its text so far; the iteration
+        ends with the turn, at once when none runs. Iterated on any event loop; a follower
+        that stops early closes it (``aclose``), which stops the feed."""
+        ...
+
+    def offer(self, text: str) -> bool:
+        """Hand ``text`` to the running turn for its next boundary; False when none runs
+        or it takes no more (any thread)."""
+        ...
 
 
 class BasicThinker:

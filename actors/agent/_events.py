@@ -7,6 +7,9 @@ Events are frozen, tagged msgspec structs, in the order a turn produces them::
 
 A ``Restarted`` event discards the text of the attempt it interrupts: the model call is
 being tried again (a truncation escalation, a retryable provider error).
+
+Every event derives from ``Event``, the core's base (``parlour.actors._thinker``, named
+here too), so that ``ConversationService.join`` can yield them without knowing the agent.
 """
 
 from __future__ import annotations
@@ -18,9 +21,12 @@ import msgspec
 from parlour.runtime import Usage
 from parlour.runtime.errors import ParlourError
 
+from .._thinker import Event
+
 __all__ = [
     "AgentEvent",
     "Compacted",
+    "Event",
     "OfferAccepted",
     "Reply",
     "Restarted",
@@ -51,10 +57,6 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True):
     messages: list[Any]
     output: Any = None
     rounds_exhausted: bool = False
-
-
-class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
-    """Base of every event a turn streams."""
 
 
 class TextDelta(Event, tag="text_delta", frozen=True, kw_only=True):

@@ -3,9 +3,10 @@
 A running turn has a ``TurnState``: a broadcast of its events (a joiner first gets the
 text so far, then live events, and its iteration ends with the turn) and an inbox of
 offered messages (taken at the turn's boundaries in arrival order; once the turn closes it,
-an offer is refused). There is no registry of its own: ``join`` and ``offer`` find the
-turn through the service's user-guarded ``owning_thinker``, so another user's conversation
-is indistinguishable from an idle one.
+an offer is refused). ``AgentThinker`` is the core's ``Joinable``: its ``follow`` and
+``offer`` reach the running turn. There is no registry of its own: the service's ``join``
+and ``offer`` find the thinker through its user-guarded ``owning_thinker``, so another
+user's conversation is indistinguishable from an idle one.
 """
 
 from __future__ import annotations
@@ -13,16 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import AsyncGenerator, Callable
+from typing import Any, cast
 
-from .._thinker import BasicThinker
+from .._thinker import BasicThinker, Event
 from ._events import AgentEvent, Restarted, TextDelta, TurnDone
 
-if TYPE_CHECKING:
-    from .._service import ConversationService
-
-__all__ = ["AgentThinker", "TurnState", "join", "offer"]
+__all__ = ["AgentThinker", "TurnState"]
 
 _END = object()
 
@@ -179,10 +177,12 @@ def _post(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Any], item: obje
 
 
 class AgentThinker(BasicThinker):
-    """The thinker of an ``Agent``'s chat: it carries the running turn's state and turns
-    ``cancel_workflow`` (what ``force_release`` calls) into a cancellation of that turn.
+    """The thinker of an ``Agent``'s chat: it carries the running turn's state, turns
+    ``cancel_workflow`` (what ``force_release`` calls) into a cancellation of that turn, and
+    lets others follow the turn and offer it messages (the core's ``Joinable``).
 
-    Thread-safety: ``cancel_workflow`` may be called from any thread.
+    Thread-safety: ``cancel_workflow`` and ``offer`` may be called from any thread,
+    ``follow`` iterated on any event loop.
     """
 
     def __init__(self, user_id: str, **kwargs: Any) -> None:
@@ -215,32 +215,23 @@ class AgentThinker(BasicThinker):
         if hook is not None:
             hook()
 
+    async def follow(self) -> AsyncGenerator[Event, None]:
+        """The running turn's events from now on: first its text so far, then live
+        events, up to ``TurnDone`` or the turn's end; nothing when no turn runs."""
+        turn = self.turn
+        queue = turn.follow() if turn is not None else None
+        if turn is None or queue is None:
+            return
+        try:
+            while (event := await queue.get()) is not _END:
+                yield event
+                if isinstance(event, TurnDone):
+                    return
+        finally:
+            turn.unfollow(queue)
 
-def _running_turn(
-    service: ConversationService, conversation_id: str, user_id: str
-) -> TurnState | None:
-    thinker = service.owning_thinker(conversation_id, user_id)
-    return thinker.turn if isinstance(thinker, AgentThinker) else None
-
-
-async def join(
-    service: ConversationService, conversation_id: str, user_id: str
-) -> AsyncIterator[AgentEvent]:
-    """The running turn's events from now on (see ``ConversationService.join``)."""
-    turn = _running_turn(service, conversation_id, user_id)
-    queue = turn.follow() if turn is not None else None
-    if turn is None or queue is None:
-        return
-    try:
-        while (event := await queue.get()) is not _END:
-            yield event
-            if isinstance(event, TurnDone):
-                return
-    finally:
-        turn.unfollow(queue)
-
-
-def offer(service: ConversationService, conversation_id: str, user_id: str, text: str) -> bool:
-    """Offer ``text`` to the running turn (see ``ConversationService.offer``)."""
-    turn = _running_turn(service, conversation_id, user_id)
-    return turn is not None and turn.offer(text)
+    def offer(self, text: str) -> bool:
+        """Queue ``text`` for the running turn's next boundary; False when none runs or it
+        has closed its inbox."""
+        turn = self.turn
+        return turn is not None and turn.offer(text)

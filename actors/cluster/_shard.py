@@ -14,7 +14,7 @@ import os
 import re
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -219,7 +219,8 @@ class ShardHost:
     async def join(self, conversation_id: str, user_id: str) -> AsyncIterator[AgentEvent]:
         """The running turn's events, as ``ConversationService.join``."""
         async for event in self.service.join(conversation_id, user_id):
-            yield _portable_event(event)
+            # an Event to the service: here only AgentThinkers host turns, so an AgentEvent
+            yield _portable_event(cast(AgentEvent, event))
 
     def offer(self, conversation_id: str, user_id: str, text: str) -> bool:
         """As ``ConversationService.offer``."""

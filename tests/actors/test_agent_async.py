@@ -21,6 +21,7 @@ from parlour.actors import (
     TurnCancelledError,
     TurnDone,
 )
+from parlour.actors.agent._events import Event
 from parlour.runtime import Depth, OutputSize, ScriptedClient
 from parlour.runtime.providers import AnthropicClient
 from parlour.runtime.testing import (
@@ -336,7 +337,7 @@ def test_a_joiner_on_a_loop_follows_a_turn_running_in_a_thread(
     turn.start()
     assert started.wait(10)
 
-    async def follow() -> list[AgentEvent]:
+    async def follow() -> list[Event]:  # what join yields: the agent's events, by their base
         joined = service.join(chat.conversation_id, "alice")
         first = await joined.__anext__()
         opened.set()

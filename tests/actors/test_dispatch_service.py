@@ -103,14 +103,14 @@ def test_on_an_event_loop_a_release_hands_over_and_a_cancelled_waiter_is_never_g
         cid = owner.mint_conversation_id()
         await service.obtain_async(None, owner)
         entered: asyncio.Queue[None] = asyncio.Queue()
-        loop, enter = asyncio.get_running_loop(), service._enter
+        loop, enter = asyncio.get_running_loop(), service._activator._enter
 
         def signalling(*args: Any) -> Any:
             answer = enter(*args)
             loop.call_soon_threadsafe(entered.put_nowait, None)
             return answer
 
-        service._enter = signalling  # type: ignore[method-assign,assignment]
+        service._activator._enter = signalling  # type: ignore[method-assign,assignment]
         gone, next_in_line = _adopter(cid), _adopter(cid)
         cancelled = asyncio.ensure_future(service.obtain_async(None, gone))
         waiting = asyncio.ensure_future(service.obtain_async(None, next_in_line))

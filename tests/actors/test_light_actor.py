@@ -95,7 +95,9 @@ def test_conversation_actors_stay_out_of_the_global_registry_and_stop_with_the_s
     refs = list(service._live.values())
     assert len(refs) == 5 and all(ref.is_alive() for ref in refs)
     assert pykka.ActorRegistry.get_by_class(ConversationActor) == []
-    assert [r.actor_urn for r in pykka.ActorRegistry.get_all()] == [service._supervisor.actor_urn]
+    assert [r.actor_urn for r in pykka.ActorRegistry.get_all()] == [
+        service._registry.supervisor.actor_urn
+    ]
     assert len({ref.actor_urn for ref in refs}) == 5  # distinct identities
     service.stop()
     assert not any(ref.is_alive() for ref in refs)
@@ -117,11 +119,13 @@ def test_a_spawn_answers_the_first_acquire_before_the_activation_runs_a_message(
     service = ConversationService(cleanup_interval_s=0, shutdown_grace_s=0.1)  # job-1 keeps it
     try:
         context = ConversationContext("c1", user_id="alice")
-        forwarded = service._supervisor.ask(Spawn(context, 0, _acquire("job-1")), block=True)
+        forwarded = service._registry.supervisor.ask(
+            Spawn(context, 0, _acquire("job-1")), block=True
+        )
         answer = forwarded.reply.get(timeout=0)  # settled already: no wait for a thread
         assert isinstance(answer, Granted) and answer.context is context
         assert forwarded.ref.ask(QueryOwner(), block=True).job_id == "job-1"
-        again = service._supervisor.ask(Spawn(context, 0, _acquire("job-2")), block=True)
+        again = service._registry.supervisor.ask(Spawn(context, 0, _acquire("job-2")), block=True)
         assert again.ref is forwarded.ref  # live already: forwarded, never a second actor
         assert not isinstance(again.reply.get(timeout=5), Granted)  # queued behind job-1
     finally:
@@ -163,13 +167,13 @@ def test_past_the_actor_cap_the_least_recently_used_idle_actors_park_a_batch_at_
             service.release(thinker)
             thinkers.append(thinker)
         first_two = {t.conversation_id for t in thinkers[:2]}
-        assert set(service._mirror.parked) == first_two  # 32 // 16 parked together
-        assert len(service._mirror.refs) == 31
+        assert set(service._registry.mirror.parked) == first_two  # 32 // 16 parked together
+        assert len(service._registry.mirror.refs) == 31
         for thinker in thinkers[:2]:
             context = service.obtain_conversation(None, thinker).get(timeout=5)
             assert [m.raw_content for m in context.messages] == [f"c{thinkers.index(thinker)}"]
             service.release(thinker)
-        assert len(service._mirror.refs) <= 32 and service.get_stats().total == 33
+        assert len(service._registry.mirror.refs) <= 32 and service.get_stats().total == 33
 
 
 def test_an_idle_actor_that_answered_idle_to_the_supervisor_is_stopped_without_a_wait() -> None:
@@ -231,8 +235,8 @@ def test_a_warm_lease_never_asks_the_supervisor_and_its_release_is_one_message()
         thinker.mint_conversation_id()
         service.obtain_conversation(None, thinker).get(timeout=5)
         service.release(thinker)
-        counting = _CountingRef(service._supervisor)
-        service._supervisor = counting  # type: ignore[assignment]
+        counting = _CountingRef(service._registry.supervisor)
+        service._registry.supervisor = counting  # type: ignore[assignment]
         (ref,) = service._live.values()
         recording = _RecordingInbox(ref.actor_inbox)
         ref.actor_inbox = recording  # what the service sends; the actor reads the real one

@@ -41,7 +41,10 @@ def test_past_the_actor_cap_idle_conversations_park_and_come_back_intact_without
 ) -> None:
     thinkers = [_conversation(parking, f"c{i}") for i in range(6)]
     assert parking.get_stats().total == 6
-    assert (len(parking._mirror.refs), len(parking._mirror.parked)) == (2, 4)  # 2 threads
+    assert (len(parking._registry.mirror.refs), len(parking._registry.mirror.parked)) == (
+        2,
+        4,
+    )  # 2 threads
     counting.calls["load"] = 0
     for i, thinker in enumerate(thinkers):
         context = parking.obtain_conversation(None, thinker).get(timeout=5)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import re
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import pytest
 from loguru import logger
 
-from parlour.actors import BasicThinker, ConversationService
+from parlour.actors import BasicThinker, ConversationService, TextDelta
 from parlour.runtime import Depth, Grade, OutputSize
 from parlour.runtime.blocks import ToolDefinitionBlock
 from parlour.runtime.errors import ConversationUnavailableError, IllegalStateError
@@ -472,3 +474,54 @@ def test_a_sweep_in_slices_evicts_every_expired_conversation_and_spares_the_owne
     clock.advance(11)
     assert service.sweep_expired() == 3
     assert service.get_stats().total == 0
+
+
+def test_a_conversation_held_by_a_plain_thinker_joins_to_nothing_and_refuses_an_offer(
+    service: ConversationService,
+) -> None:
+    owner = BasicThinker("alice")
+    cid = owner.mint_conversation_id()
+    service.obtain_conversation(None, owner).get(timeout=5)
+
+    async def joined() -> list[object]:
+        return [event async for event in service.join(cid, "alice")]
+
+    assert service.owning_thinker(cid, "alice") is owner  # it is owned, by a plain thinker
+    assert asyncio.run(joined()) == []
+    assert service.offer(cid, "alice", "anyone there?") is False
+    service.release(owner)
+
+
+class _Hosting(BasicThinker):
+    """A thinker that is no agent's but hosts a turn: it has the two methods joining needs."""
+
+    def __init__(self, user_id: str) -> None:
+        super().__init__(user_id)
+        self.offered: list[str] = []
+
+    async def follow(self) -> AsyncGenerator[TextDelta, None]:
+        for text in self.offered:
+            yield TextDelta(text=text)
+
+    def offer(self, text: str) -> bool:
+        self.offered.append(text)
+        return True
+
+
+def test_any_owning_thinker_that_can_be_followed_and_offered_to_is_joined_for_its_user_only(
+    service: ConversationService,
+) -> None:
+    owner = _Hosting("alice")
+    cid = owner.mint_conversation_id()
+    service.obtain_conversation(None, owner).get(timeout=5)
+
+    async def joined(user_id: str) -> list[object]:
+        return [event async for event in service.join(cid, user_id)]
+
+    assert service.offer(cid, "alice", "first") and service.offer(cid, "alice", "second")
+    assert not service.offer(cid, "mallory", "let me in")
+    assert asyncio.run(joined("alice")) == [TextDelta(text="first"), TextDelta(text="second")]
+    assert asyncio.run(joined("mallory")) == []
+    service.release(owner)
+    assert not service.offer(cid, "alice", "after the turn")  # nobody owns it now
+    assert owner.offered == ["first", "second"]

@@ -52,14 +52,14 @@ def test_cancelling_an_obtain_that_was_already_granted_answers_false(
 def _signal_entries(service: ConversationService) -> threading.Event:
     """Set an event once an obtain's acquire has been answered (granted or queued)."""
     entered = threading.Event()
-    enter = service._enter
+    enter = service._activator._enter
 
     def signalling(*args: Any) -> Any:
         answer = enter(*args)
         entered.set()
         return answer
 
-    service._enter = signalling  # type: ignore[method-assign,assignment]
+    service._activator._enter = signalling  # type: ignore[method-assign,assignment]
     return entered
 
 

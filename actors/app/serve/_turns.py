@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from parlour.runtime import ModelSpec
 from parlour.runtime.errors import IllegalStateError
@@ -92,7 +92,8 @@ class LocalTurns:
         if owner is None:
             return
         async for event in self.service.join(conversation_id, user_id):
-            yield event
+            # an Event to the service: here only AgentThinkers host turns, so an AgentEvent
+            yield cast(AgentEvent, event)
 
     def force_release(self, conversation_id: str, user_id: str) -> str | None:
         return self.service.force_release(conversation_id, user_id)

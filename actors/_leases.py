@@ -1,0 +1,95 @@
+"""``Leases``: what each job holds, and handing a lease back.
+
+A grant is recorded with the activation that granted it, so the release goes to that
+activation even after it was unregistered (a doomed one stops then). A release captures the
+thinker's transcript first (the conversation exactly as it was; the messages' snapshots are
+memoized by the last save, so this is a pointer copy each) and hands it to the thinker's
+``keep_transcript`` after the handoff.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pykka
+
+from parlour.runtime import Clock, ConversationContext
+from parlour.runtime.snapshots import message_snapshots
+
+from ._conversation import ConversationActor
+from ._messages import Evict, Release, Released
+from ._registry import Registry
+from ._reply import tell
+from ._thinker import Thinker, keep_transcript
+
+__all__ = ["Leases", "seconds"]
+
+ActorRef = pykka.ActorRef[ConversationActor]
+
+
+def seconds(value: dt.timedelta | float) -> float:
+    return value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
+
+
+class Leases:
+    """``{(conversation, job): (context, activation)}`` for every lease granted and not yet
+    given back, and the release that gives one back.
+
+    Thread-safety: a job's entries are touched by its own thread (a grant on a waiter's
+    thread is the job's too: it is recorded when its obtain completes); distinct jobs from
+    any threads (each step is one dict operation).
+    """
+
+    __slots__ = ("_held", "clock", "registry")
+
+    def __init__(self, registry: Registry, clock: Clock) -> None:
+        self.registry = registry
+        self.clock = clock
+        self._held: dict[tuple[str, str], tuple[ConversationContext, ActorRef]] = {}
+
+    def hold(self, cid: str, job_id: str, context: ConversationContext, ref: ActorRef) -> None:
+        """Remember what the job holds, and which activation granted it."""
+        self._held[(cid, job_id)] = (context, ref)
+
+    def release(self, cid: str, thinker: Thinker, retain: dt.timedelta | float | None) -> None:
+        """Give ``thinker``'s lease on ``cid`` back (see ``ConversationService.release``);
+        a raising ``keep_transcript`` hook is logged and never stops the handoff."""
+        held = self._held.pop((cid, thinker.job_id), None)
+        # the conversation as it is: what the last save kept, built only for what changed
+        kept = None if held is None else message_snapshots(held[0])
+        retain_s = seconds(thinker.retain_duration if retain is None else retain)
+        try:
+            self.hand_back(cid, thinker.job_id, retain_s, None if held is None else held[1])
+        finally:
+            if kept is not None:
+                keep_transcript(thinker, kept)
+
+    def hand_back(
+        self, cid: str, job_id: str, retain_s: float, ref: ActorRef | None = None
+    ) -> None:
+        """Tell the activation (``ref``, else the live one) that ``job_id`` lets go: kept
+        for ``retain_s``, or asked and evicted at once when that is zero and nobody took
+        the lease over."""
+        ref = ref or self.registry.find(cid)
+        if ref is None:
+            return
+        try:
+            if retain_s > 0:  # nothing to wait for: later messages queue behind it (FIFO)
+                tell(ref, Release(job_id, retain_s, self.clock.now()))
+                return
+            released: Released = ref.ask(Release(job_id, retain_s), block=True)
+        except pykka.ActorDeadError:
+            return
+        if released.evict:
+            self.registry.ask(Evict(cid), False)
+
+    def drop_job(self, job_id: str) -> list[str]:
+        """Forget every lease ``job_id`` holds; the conversations it held."""
+        dropped = [key for key in self._held if key[1] == job_id]
+        for key in dropped:
+            self._held.pop(key, None)
+        return [cid for cid, _ in dropped]
+
+    def drop_all(self) -> None:
+        """Forget every lease (the service has stopped: nothing is handed back)."""
+        self._held.clear()
