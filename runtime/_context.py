@@ -6,8 +6,8 @@ Not thread-safe, by design: a context is reached only by its current owner (see
 Every block of every turn and every objective slot goes through the transformation
 pipeline (``_render.py``), bound here to this conversation's artifact registry, so the head
 and the turns render alike. The palette (``_palette.py``) holds the declared tools and
-skills, reconciliation (``_reconcile.py``) what a render adds, and ``models._budget`` the
-output budgets this class delegates to.
+skills, reconciliation (``_reconcile.py``) what a render adds; the model binding
+(``models._budget``) answers the output budgets from this conversation's declarations.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from .blocks import (
     render_text,
     render_tool_text,
 )
-from .models import _budget
 from .models._budget import ModelBinding
 from .models._tokens import BoundMemo, spec_counter, utf8_bound
 
@@ -350,7 +349,7 @@ class ConversationContext:
         """True once this instance has rendered; never persisted."""
         return self._objective.frozen
 
-    # -- the model binding and output budgets (delegates to _budget) -------------------------
+    # -- the model binding (its budgets are its own: ``ModelBinding``) ----------------------
 
     model_binding: ModelBinding | None = None  # live, never persisted
 
@@ -358,28 +357,6 @@ class ConversationContext:
         """Attach ``binding`` and wire it back to this conversation."""
         self.model_binding = binding
         binding.conversation = self
-
-    def get_model(self) -> ModelSpec:
-        """The resolved spec. Raises UncorrectableLLMError while unresolved."""
-        return _budget.get_model(self)
-
-    def is_model_resolved(self) -> bool:
-        return _budget.is_model_resolved(self)
-
-    def served_spec_id(self) -> str | None:
-        """The bound spec's id, else ``prior_spec_id``: what a snapshot records."""
-        return _budget.served_spec_id(self)
-
-    def resolve_output_budget(self) -> int:
-        """The next call's output tokens; see ``models._budget.resolve_output_budget``."""
-        return _budget.resolve_output_budget(self)
-
-    def resolve_depth(self) -> Depth:
-        return _budget.resolve_depth(self)
-
-    def output_reserve(self, spec: ModelSpec) -> int:
-        """Output budget plus booked reasoning on ``spec``, clamped at its ceiling."""
-        return _budget.output_reserve(self, spec)
 
     @staticmethod
     def single_turn(spec: ModelSpec, prompt: str, backstop_tokens: int) -> ConversationContext:

@@ -173,6 +173,8 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
 
     @classmethod
     def of(cls, context: ConversationContext) -> ConversationPersistenceSnapshot:
+        binding = context.model_binding  # the bound spec's id, else the prior one carried on
+        spec = None if binding is None else binding.spec
         return cls(
             conversation_id=context.conversation_id,
             user_id=context.user_id,
@@ -189,7 +191,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
             compactable=context.compactable,
             temporary=context.temporary,
             cache_main_objective=context.cache_main_objective,
-            prior_spec_id=context.served_spec_id(),
+            prior_spec_id=context.prior_spec_id if spec is None else spec.id,
             artifacts=registry_entries(context.artifact_registry),
             skills=context.admitted_skills(),
             stored_version=context.stored_version,
