@@ -65,15 +65,11 @@ from .compaction import (
     OfflineCompactor,
     summary_model,
 )
+from .compaction._counters import LocalTokenCounter, TokenCounter
 from .models._budget import ModelBinding
 from .models._catalog import ModelCatalog, resolve_grade
 from .models._spec import ModelSpec, ThinkingMode
-from .models._tokens import (
-    EncodingCounter,
-    LocalTokenCounter,
-    TokenCounter,
-    counter_for,
-)
+from .models._tokens import EncodingCounter, counter_for
 from .providers import (
     LLMClient,
     LLMResponse,

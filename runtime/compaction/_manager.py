@@ -21,12 +21,12 @@ from .._messages import Message
 from ..errors import ContextOverflowError
 from ..models._budget import ModelBinding
 from ..models._spec import ModelSpec
-from ..models._tokens import LocalTokenCounter, TokenCounter
 from ._compactor import (
     AsyncContextCompactor,
     ContextCompactor,
     LLMContextCompactor,
 )
+from ._counters import LocalTokenCounter, TokenCounter
 from ._levels import (
     LADDER,
     CompactionLevel,
