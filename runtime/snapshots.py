@@ -23,11 +23,11 @@ from ._messages import (
     OutgoingMessage,
     _set_snapshot,
     last_change,
+    stored_message,
 )
 from ._objective import ObjectiveSlot
 from ._roles import Depth, Grade, OutputSize
 from ._settled import copy_entries
-from ._stored import stored_message
 from ._validation import MAX_NESTING, nesting_depth
 from .artifacts._serializer import registry_entries, restore_registry
 from .blocks import (
