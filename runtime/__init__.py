@@ -6,6 +6,7 @@ snapshots, and the model clients. It imports nothing else of parlour's.
 
 from loguru import logger
 
+from . import snapshots as snapshots  # the public module, loaded with the package as before
 from ._clock import Clock, SystemClock
 from ._context import ConversationContext
 from ._guidance import (
