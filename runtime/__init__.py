@@ -35,7 +35,6 @@ from .artifacts._registry import (
     Artifact,
     ArtifactRegistry,
     ListArtifact,
-    alias_of,
     canonicalize_artifact_refs,
     class_for_alias,
     extract_alias_from_ref,
@@ -82,6 +81,7 @@ from .providers import (
     client_for,
     respond_with_truncation_retry,
 )
+from .schema._aliases import alias_of
 from .schema._function_tools import FunctionTool, tool_from_function
 from .schema._generation import Schema, generate_schema, validate_required_fields
 from .schema._markers import (

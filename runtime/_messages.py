@@ -104,7 +104,7 @@ class Message:
         # set slot by slot (the memos are empty, nothing to forget): one check per value,
         # and nothing built for the common case. A slot set here is set by stored_message
         # (below) too: test_snapshot_revival.py fails when the two disagree.
-        _set_snapshot(self, None)  # a MessageSnapshot, memoized by snapshots.py
+        _set_snapshot(self, None)  # a MessageSnapshot, memoized by _message_snapshot.py
         _set_turn(self, None)  # a Turn, memoized by the render (_render.py)
         _set_tokens(self, None)  # a token count, memoized by models._tokens
         if type(role) is not str or not role.isascii():
@@ -128,7 +128,7 @@ class Message:
         _set_requested_output_tokens(self, requested_output_tokens)
 
     def __setattr__(self, name: str, value: object) -> None:
-        # a change forgets the memoized snapshot and turn (see snapshots.MessageSnapshot.of
+        # a change forgets the memoized snapshot and turn (see MessageSnapshot.of
         # and _render.py); re-setting the very value a field holds changes nothing, so it
         # keeps them. The block list reports its own in-place changes.
         if name == "blocks":
