@@ -48,7 +48,8 @@ class ModelBinding:
 
     A binding is live state: it is never persisted. A restored conversation has none until
     the next turn attaches one (``ConversationContext.set_model_binding``) and resolves it.
-    A binding wired to no conversation answers from its own declarations alone.
+    A binding serves the one conversation it is wired to (``set_model_binding`` rewires
+    it); wired to none, or to one that is gone, it answers from its own declarations alone.
     Not thread-safe; it belongs to its conversation's owner.
     """
 
