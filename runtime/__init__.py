@@ -6,6 +6,7 @@ snapshots, and the model clients. It imports nothing else of parlour's.
 
 from loguru import logger
 
+from . import snapshots as snapshots  # the public module, loaded with the package as before
 from ._clock import Clock, SystemClock
 from ._context import ConversationContext
 from ._guidance import (
@@ -34,7 +35,6 @@ from .artifacts._registry import (
     Artifact,
     ArtifactRegistry,
     ListArtifact,
-    alias_of,
     canonicalize_artifact_refs,
     class_for_alias,
     extract_alias_from_ref,
@@ -65,15 +65,11 @@ from .compaction import (
     OfflineCompactor,
     summary_model,
 )
+from .compaction._counters import LocalTokenCounter, TokenCounter
 from .models._budget import ModelBinding
 from .models._catalog import ModelCatalog, resolve_grade
 from .models._spec import ModelSpec, ThinkingMode
-from .models._tokens import (
-    EncodingCounter,
-    LocalTokenCounter,
-    TokenCounter,
-    counter_for,
-)
+from .models._tokens import EncodingCounter, counter_for
 from .providers import (
     LLMClient,
     LLMResponse,
@@ -85,6 +81,7 @@ from .providers import (
     client_for,
     respond_with_truncation_retry,
 )
+from .schema._aliases import alias_of
 from .schema._function_tools import FunctionTool, tool_from_function
 from .schema._generation import Schema, generate_schema, validate_required_fields
 from .schema._markers import (

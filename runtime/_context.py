@@ -1,4 +1,9 @@
-"""ConversationContext: the objective map, the messages, the declared tools, and the render.
+"""ConversationContext: the objective map, the messages, the declared tools, the render,
+and the conversation's stored form, ``ConversationPersistenceSnapshot``.
+
+Why this module is long: the conversation and its stored form name each other (a context
+turns itself into a snapshot, a snapshot restores into a context), and only one module can
+hold both without an import circle; the codec of the stored form is ``snapshots.py``.
 
 Not thread-safe, by design: a context is reached only by its current owner (see
 ``parlour.actors``). Everything here is plain single-threaded Python.
@@ -6,8 +11,8 @@ Not thread-safe, by design: a context is reached only by its current owner (see
 Every block of every turn and every objective slot goes through the transformation
 pipeline (``_render.py``), bound here to this conversation's artifact registry, so the head
 and the turns render alike. The palette (``_palette.py``) holds the declared tools and
-skills, reconciliation (``_reconcile.py``) what a render adds, and ``models._budget`` the
-output budgets this class delegates to.
+skills, reconciliation (``_reconcile.py``) what a render adds; the model binding
+(``models._budget``) answers the output budgets from this conversation's declarations.
 """
 
 from __future__ import annotations
@@ -17,18 +22,21 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from . import _utterances, snapshots
-from ._handlers import ContentFormatter, GenericContentFormatter
+import msgspec
+
+from . import _utterances
+from ._handlers import ContentFormatter, GenericContentFormatter, ResponseHandler
+from ._message_snapshot import MessageSnapshot, message_snapshots, without_orphan_results
 from ._messages import Message, OutgoingMessage
-from ._objective import ObjectiveMap
+from ._objective import ObjectiveMap, ObjectiveSlot
 from ._palette import DeclaredTool, Palette
 from ._prepared import PreparedConversation, Turn
 from ._reconcile import companions_to_find, reconcile_head, stream_additions
 from ._render import Renderer, Scan, render_slot, to_llm_block
 from ._roles import Depth, Grade, Input, OutputSize, TurnRole
-from ._settled import Ledger, Messages, Settled, as_messages
+from ._settled import Ledger, Messages, Settled, as_messages, copy_entries
 from .artifacts._registry import ArtifactRegistry
-from .artifacts._serializer import build_registry_section
+from .artifacts._serializer import build_registry_section, registry_entries, restore_registry
 from .artifacts._summarizers import Summarizer, TruncatingSummarizer
 from .blocks import (
     ContentBlock,
@@ -37,16 +45,18 @@ from .blocks import (
     ToolDefinitionBlock,
     render_text,
     render_tool_text,
+    revive,
 )
-from .models import _budget
 from .models._budget import ModelBinding
 from .models._tokens import BoundMemo, spec_counter, utf8_bound
 
 if TYPE_CHECKING:
-    from ._handlers import ResponseHandler
     from .models._spec import ModelSpec
 
-__all__ = ["ConversationContext"]
+__all__ = ["FORMAT_VERSION", "ConversationContext", "ConversationPersistenceSnapshot"]
+
+# The newest snapshot format this code writes; decoding a newer one is refused (snapshots).
+FORMAT_VERSION = 1
 
 UNTITLED = "Untitled Conversation"
 
@@ -98,7 +108,7 @@ class ConversationContext:
         self._objective = ObjectiveMap(ConversationContext._render_slot, weakref.ref(self))
         self._palette = Palette()
         self._settled_turns: Settled[Turn | None] = Settled()
-        self._settled_snapshots: Settled[snapshots.MessageSnapshot] = Settled()
+        self._settled_snapshots: Settled[MessageSnapshot] = Settled()
         self._bounds = BoundMemo()  # the leading messages' bound, kept for the next check
 
     @property
@@ -335,22 +345,68 @@ class ConversationContext:
 
     # -- persistence ------------------------------------------------------------------------
 
-    def to_snapshot(self) -> snapshots.ConversationPersistenceSnapshot:
-        """This conversation as plain data; the freeze and any binding are not part of it."""
-        return snapshots.ConversationPersistenceSnapshot.of(self)
+    def to_snapshot(self) -> ConversationPersistenceSnapshot:
+        """This conversation as plain data; the freeze and any binding are not part of it
+        (the bound spec's id is recorded as ``prior_spec_id``, else the prior one carried on)."""
+        binding = self.model_binding
+        spec = None if binding is None else binding.spec
+        return ConversationPersistenceSnapshot(
+            conversation_id=self.conversation_id,
+            user_id=self.user_id,
+            workflow_id=self.workflow_id,
+            title=self.title,
+            created_at=self.created_at,
+            objective=self._objective.stored(),
+            declared_tools=self.declared_tool_definitions(),
+            messages=message_snapshots(self),
+            grade=self.grade,
+            depth=self.depth,
+            output_declaration=self.output_declaration,
+            interactive=self.interactive,
+            compactable=self.compactable,
+            temporary=self.temporary,
+            cache_main_objective=self.cache_main_objective,
+            prior_spec_id=self.prior_spec_id if spec is None else spec.id,
+            artifacts=registry_entries(self.artifact_registry),
+            skills=self.admitted_skills(),
+            stored_version=self.stored_version,
+            usage=copy_entries(self.usage_ledger),
+        )
 
     @staticmethod
     def from_snapshot(
-        snapshot: snapshots.ConversationPersistenceSnapshot, handler: ResponseHandler | None = None
+        snapshot: ConversationPersistenceSnapshot, handler: ResponseHandler | None = None
     ) -> ConversationContext:
-        """A fresh, unfrozen, unbound context from ``snapshot``."""
-        return snapshot.to_conversation(handler)
+        """A fresh, unfrozen, unbound context holding ``snapshot``'s state."""
+        c = ConversationContext(
+            snapshot.conversation_id,
+            user_id=snapshot.user_id,
+            workflow_id=snapshot.workflow_id,
+            temporary=snapshot.temporary,
+            created_at=snapshot.created_at,
+        )
+        for key, block in snapshot.objective_slots():
+            c.put_main_objective(key, revive(block))
+        c.messages = [m.to_message(handler) for m in without_orphan_results(snapshot.messages)]
+        c.add_tools(snapshot.declared_tools)
+        c.grade, c.depth = snapshot.grade, snapshot.depth
+        c.output_declaration = snapshot.output_declaration
+        c.interactive = snapshot.interactive
+        c.compactable = snapshot.compactable
+        c.cache_main_objective = snapshot.cache_main_objective
+        c.prior_spec_id = snapshot.prior_spec_id
+        c.stored_version = snapshot.stored_version
+        c.usage_ledger.extend(snapshot.usage)  # its own fresh Ledger: an append keeps its token
+        for skill in snapshot.skills:
+            c.admit_skill(skill)
+        restore_registry(c.artifact_registry, snapshot.artifacts)  # unknown aliases: skipped
+        return c
 
     def is_frozen(self) -> bool:
         """True once this instance has rendered; never persisted."""
         return self._objective.frozen
 
-    # -- the model binding and output budgets (delegates to _budget) -------------------------
+    # -- the model binding (its budgets are its own: ``ModelBinding``) ----------------------
 
     model_binding: ModelBinding | None = None  # live, never persisted
 
@@ -358,28 +414,6 @@ class ConversationContext:
         """Attach ``binding`` and wire it back to this conversation."""
         self.model_binding = binding
         binding.conversation = self
-
-    def get_model(self) -> ModelSpec:
-        """The resolved spec. Raises UncorrectableLLMError while unresolved."""
-        return _budget.get_model(self)
-
-    def is_model_resolved(self) -> bool:
-        return _budget.is_model_resolved(self)
-
-    def served_spec_id(self) -> str | None:
-        """The bound spec's id, else ``prior_spec_id``: what a snapshot records."""
-        return _budget.served_spec_id(self)
-
-    def resolve_output_budget(self) -> int:
-        """The next call's output tokens; see ``models._budget.resolve_output_budget``."""
-        return _budget.resolve_output_budget(self)
-
-    def resolve_depth(self) -> Depth:
-        return _budget.resolve_depth(self)
-
-    def output_reserve(self, spec: ModelSpec) -> int:
-        """Output budget plus booked reasoning on ``spec``, clamped at its ceiling."""
-        return _budget.output_reserve(self, spec)
 
     @staticmethod
     def single_turn(spec: ModelSpec, prompt: str, backstop_tokens: int) -> ConversationContext:
@@ -396,4 +430,59 @@ class ConversationContext:
         return context
 
 
-snapshots.restore_as(ConversationContext)
+class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
+    """Everything a conversation needs to come back, and nothing live (no binding, no freeze).
+
+    Evolve by msgspec's rules: new fields get defaults; never reorder or retype a stored
+    field. Its codec (``encode_snapshot``, ``decode_snapshot``) is ``snapshots``'."""
+
+    version: int = FORMAT_VERSION
+    conversation_id: str | None
+    user_id: str | None = None
+    workflow_id: str | None = None
+    title: str = ""
+    created_at: dt.datetime
+    objective: list[ObjectiveSlot] = msgspec.field(default_factory=list)
+    # written by nothing; read from records that predate named slots
+    legacy_objective: list[ContentBlock] | None = msgspec.field(default=None, name="main_objective")
+    declared_tools: list[ToolDefinitionBlock] = msgspec.field(default_factory=list)
+    messages: list[MessageSnapshot] = msgspec.field(default_factory=list)
+    grade: Grade | None = None
+    depth: Depth | None = None
+    output_declaration: OutputSize | int | None = None
+    interactive: bool = False
+    compactable: bool = True
+    temporary: bool = False
+    cache_main_objective: bool = True
+    prior_spec_id: str | None = None
+    # Top-level artifacts in their plain form; iterands ride inside their list.
+    artifacts: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    skills: list[SkillBlock] = msgspec.field(default_factory=list)
+    # The fencing version of the stored record: what a store loaded it at or saved it as
+    # (0: never stored). A store stamps it from its own record on load; a save names it.
+    stored_version: int = 0
+    # The usage ledger in its plain form (model calls, compactions); never sent to a model.
+    usage: list[dict[str, Any]] = msgspec.field(default_factory=list)
+
+    @classmethod
+    def of(cls, context: ConversationContext) -> ConversationPersistenceSnapshot:
+        """``context.to_snapshot()``."""
+        return context.to_snapshot()
+
+    def to_conversation(self, handler: ResponseHandler | None = None) -> ConversationContext:
+        """A fresh, unfrozen, unbound context holding this snapshot's state
+        (``ConversationContext.from_snapshot``)."""
+        return ConversationContext.from_snapshot(self, handler)
+
+    def objective_slots(self) -> list[tuple[str, ContentBlock]]:
+        """The stored objective as (key, block) pairs, in order.
+
+        A legacy record's anonymous block list gets keys: a tool definition its ``tool:``
+        slot, anything else ``objective-N`` by its place in the list.
+        """
+        if self.objective or not self.legacy_objective:
+            return [(slot.key, slot.block) for slot in self.objective]
+        return [
+            (f"tool:{b.name}" if isinstance(b, ToolDefinitionBlock) else f"objective-{i}", b)
+            for i, b in enumerate(self.legacy_objective)
+        ]

@@ -1,23 +1,20 @@
-"""Messages: an ordered list of content blocks under a role, with per-message flags
-(what a list of them says, its first utterance, its title, lives in ``_utterances.py``)."""
+"""Messages: an ordered list of content blocks under a role, with per-message flags, and
+their two constructors: ``Message.__init__`` (and the channels'), which checks what enters,
+and ``stored_message``, which a restore builds every message with, slot by slot. (The
+block list is ``_message_blocks.py``; what a list of messages says, its first utterance,
+its title, lives in ``_utterances.py``.)"""
 
 from __future__ import annotations
 
 import itertools
-import operator
 import weakref
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, Self, SupportsIndex
+from typing import Any, ClassVar
 
 from ._handlers import ResponseHandler
-from ._lists import Noted
+from ._message_blocks import StoredBlocks, _Blocks
 from ._validation import check_text, is_valid_text
-from .blocks import (
-    ContentBlock,
-    TextBlock,
-    check_block,
-    plainly_storable,
-)
+from .blocks import ContentBlock, TextBlock
 from .errors import DehydratedError
 
 # the exact types a message's role and flags may have: what its stored form reads back
@@ -53,81 +50,6 @@ def last_change() -> int:
 def note_change() -> None:
     """Move the change stamp: something a memo was derived from changed. Thread-safe."""
     _last_change[0] = next(_CHANGES)
-
-
-class StoredBlocks(list[ContentBlock]):
-    """Blocks decoded from a stored record: the decoder already proved them storable (typed
-    fields, no lone surrogate, values within the nesting cap), so a message given them
-    skips the check. Only the snapshot code makes one."""
-
-    __slots__ = ()
-
-
-class _Blocks(Noted[ContentBlock]):
-    """A message's block list: every block that enters it is validated, and any change in
-    place forgets the message's memoized snapshot.
-
-    Reads (iteration, indexing, ``len``) are the list's own, at C speed.
-
-    Raises:
-        ValueError: (on construction and on every insertion) a block that could not be
-            stored (see ``blocks.check_block``); the list is left as it was.
-    """
-
-    __slots__ = ("_owner",)
-
-    def __init__(self, owner: Message, blocks: Iterable[ContentBlock]) -> None:
-        super().__init__(blocks)
-        self._owner = weakref.ref(owner)  # no cycle: a message is freed by refcount
-        if type(blocks) is not StoredBlocks:
-            self._check(self, 0)  # a stored record's blocks are checked by the decoder
-
-    def _check(self, blocks: Iterable[object], start: int) -> None:
-        for i, block in enumerate(blocks, start):
-            if not plainly_storable(block):  # the common case builds no message text
-                owner = self._owner()
-                where = (
-                    "a message"
-                    if owner is None
-                    else f"{type(owner).__name__} (role {owner.role!r})"
-                )
-                check_block(block, f"{where} block {i}")
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # a plain list: the unpickled message wraps (and checks) it again on assignment
-        return (list, (list(self),))
-
-    def _rewritten(self) -> None:
-        owner = self._owner()
-        if owner is not None:
-            owner._forget()
-
-    def append(self, block: ContentBlock) -> None:
-        self._check((block,), len(self))
-        super().append(block)
-        self._rewritten()
-
-    def extend(self, blocks: Iterable[ContentBlock]) -> None:
-        blocks = list(blocks)
-        self._check(blocks, len(self))
-        super().extend(blocks)
-        self._rewritten()
-
-    def insert(self, index: SupportsIndex, block: ContentBlock) -> None:
-        self._check((block,), operator.index(index))
-        super().insert(index, block)  # and forgets
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        if isinstance(index, slice):
-            value = list(value)
-            self._check(value, 0)
-        else:
-            self._check((value,), index)
-        super().__setitem__(index, value)  # and forgets
-
-    def __iadd__(self, blocks: Iterable[ContentBlock]) -> Self:  # type: ignore[override,misc]
-        self.extend(blocks)
-        return self
 
 
 class Message:
@@ -180,8 +102,9 @@ class Message:
         requested_output_tokens: int | None = None,
     ) -> None:
         # set slot by slot (the memos are empty, nothing to forget): one check per value,
-        # and nothing built for the common case
-        _set_snapshot(self, None)  # a MessageSnapshot, memoized by snapshots.py
+        # and nothing built for the common case. A slot set here is set by stored_message
+        # (below) too: test_snapshot_revival.py fails when the two disagree.
+        _set_snapshot(self, None)  # a MessageSnapshot, memoized by _message_snapshot.py
         _set_turn(self, None)  # a Turn, memoized by the render (_render.py)
         _set_tokens(self, None)  # a token count, memoized by models._tokens
         if type(role) is not str or not role.isascii():
@@ -205,7 +128,7 @@ class Message:
         _set_requested_output_tokens(self, requested_output_tokens)
 
     def __setattr__(self, name: str, value: object) -> None:
-        # a change forgets the memoized snapshot and turn (see snapshots.MessageSnapshot.of
+        # a change forgets the memoized snapshot and turn (see MessageSnapshot.of
         # and _render.py); re-setting the very value a field holds changes nothing, so it
         # keeps them. The block list reports its own in-place changes.
         if name == "blocks":
@@ -368,3 +291,72 @@ class IncomingMessage(_Channel):
                 "call rehydrate(handler) first."
             )
         return self.response_handler.parse(self.raw_content)
+
+
+# -- the second constructor: a restored message ------------------------------------------
+
+_KINDS: dict[str, type[Message]] = {
+    "outgoing": OutgoingMessage,
+    "incoming": IncomingMessage,
+    "plain": Message,
+}
+
+
+def stored_message(
+    direction: str,
+    role: str,
+    content: str | None,
+    blocks: Iterable[ContentBlock],
+    flags: tuple[bool, bool, bool, int | None],
+    handler: ResponseHandler | None,
+) -> Message:
+    """The message of a stored snapshot: ``direction`` picks the kind, ``flags`` are
+    (compactable, app_authored, cache, requested_output_tokens), ``blocks`` are decoded
+    ones (storable by construction, see ``StoredBlocks``). Built slot by slot, through each
+    slot's own setter, when the role, text and flags are of the types the constructor
+    takes at once; anything else goes through the constructor, which refuses what it must.
+    A restore builds every message this way: four constructor frames and one of two lists
+    fewer a message. It sets every slot ``Message.__init__`` sets, and the channels'."""
+    cls = _KINDS.get(direction, Message)  # as before: any other direction is plain
+    compactable, app_authored, cache, requested = flags
+    if not (
+        type(role) is str
+        and (role.isascii() or is_valid_text(role))
+        and (
+            content is None
+            or (type(content) is str and (content.isascii() or is_valid_text(content)))
+        )
+        and type(compactable) is bool
+        and type(app_authored) is bool
+        and type(cache) is bool
+        and (requested is None or type(requested) is int)
+    ):
+        checked: dict[str, Any] = {
+            "compactable": compactable,
+            "app_authored": app_authored,
+            "cache": cache,
+            "requested_output_tokens": requested,
+        }
+        if cls is Message:
+            return Message(role, content, StoredBlocks(blocks), **checked)
+        channel: Any = cls  # an OutgoingMessage or IncomingMessage
+        return channel(  # type: ignore[no-any-return]
+            content, StoredBlocks(blocks), role=role, response_handler=handler, **checked
+        )
+    message = object.__new__(cls)
+    listed = _Blocks.__new__(_Blocks)
+    list.extend(listed, blocks)
+    listed._owner = weakref.ref(message)
+    _set_snapshot(message, None)
+    _set_turn(message, None)
+    _set_tokens(message, None)
+    _set_role(message, role)
+    _set_blocks(message, listed)
+    _set_raw_content(message, content)
+    _set_compactable(message, compactable)
+    _set_app_authored(message, app_authored)
+    _set_cache(message, cache)
+    _set_requested_output_tokens(message, requested)
+    if cls is not Message:
+        _set_response_handler(message, handler)
+    return message

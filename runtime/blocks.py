@@ -28,8 +28,8 @@ import msgspec
 from msgspec.structs import force_setattr
 
 from ._validation import check_text, check_value, is_valid_text
-from .artifacts._registry import registered_classes
 from .errors import IllegalStateError, UncorrectableLLMError
+from .schema._aliases import registered_classes
 
 __all__ = [
     "BLOCK_KINDS",

@@ -25,6 +25,7 @@ from parlour.runtime import (
     Depth,
     FunctionTool,
     LLMClient,
+    ModelBinding,
     ModelSpec,
     OutputSize,
     PojoResponseHandler,
@@ -177,7 +178,7 @@ class Agent:
         if manager.surely_fits(context, spec.max_output_tokens):
             return None  # far below the window: nothing to measure, nothing to climb
         try:
-            reserve = context.output_reserve(spec)
+            reserve = ModelBinding.of(context).output_reserve(spec)
         except UncorrectableLLMError:
             return None
         if manager.surely_fits(context, reserve):

@@ -21,33 +21,30 @@ import random
 import re
 import string
 from collections.abc import Callable, Iterable
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 import msgspec
 
 from .._validation import check_value
 from ..errors import MissingTypeAliasError
+from ..schema._aliases import ALIAS, alias_of, check_alias, class_with_alias, register_alias
 
 __all__ = [
     "Artifact",
     "ArtifactRegistry",
     "ListArtifact",
-    "alias_of",
     "canonicalize_artifact_refs",
     "class_for_alias",
     "extract_alias_from_ref",
     "normalize_ref",
     "refs_mentioned_in",
-    "registered_classes",
     "type_alias",
 ]
 
-_ALIAS = r"[a-z0-9]+(?:[:-][a-z0-9]+)*"
 _ID = r"[a-z0-9]+"
-_ALIAS_RE = re.compile(rf"^{_ALIAS}$")
 # The documented spellings: «artifact:a~id», artifact:a~id, «a~id», a~id (whitespace around
 # any of them is trimmed first). Anything else is not a reference.
-_REF_RE = re.compile(rf"^(?P<open>«)?(?:artifact:)?(?P<alias>{_ALIAS})~(?P<id>{_ID})(?P<close>»)?$")
+_REF_RE = re.compile(rf"^(?P<open>«)?(?:artifact:)?(?P<alias>{ALIAS})~(?P<id>{_ID})(?P<close>»)?$")
 _MENTION_RE = re.compile(r"«artifact:([^»\s]+)»")
 _ID_CHARS = string.ascii_lowercase + string.digits
 
@@ -75,56 +72,34 @@ class Artifact(msgspec.Struct, kw_only=True, dict=True):
         return self.artifact_ref or super().__repr__()
 
 
-_ALIAS_TO_CLASS: dict[str, type[Artifact]] = {}
-_CLASS_TO_ALIAS: dict[type[Artifact], str] = {}
-# by "module:QualName", the form a stored PojoBlock names its class in
-_PATH_TO_CLASS: dict[str, type[Artifact]] = {}
-
 A = TypeVar("A", bound=type[Artifact])
 
 
 def type_alias(alias: str) -> Callable[[A], A]:
-    """Class decorator giving an artifact class its alias; registers it both ways.
+    """Class decorator giving an artifact class its alias; registers it both ways (in the
+    alias table, ``schema._aliases``).
 
     Colons are IS-A levels and hyphens join words (``link:cite:pubmed``).
 
     Raises:
         ValueError: a malformed alias, or one already held by a different class.
     """
-    if not _ALIAS_RE.match(alias) or alias.split(":")[0] == "artifact":
-        raise ValueError(f"Malformed type alias {alias!r}: use lowercase words joined by : or -")
+    check_alias(alias)
 
     def register(cls: A) -> A:
-        holder = _ALIAS_TO_CLASS.get(alias)
-        if holder is not None and _qualified(holder) != _qualified(cls):
-            raise ValueError(
-                f"Type alias {alias!r} is held by {_qualified(holder)}; "
-                f"{_qualified(cls)} needs another"
-            )
-        _ALIAS_TO_CLASS[alias] = cls
-        _CLASS_TO_ALIAS[cls] = alias
-        _PATH_TO_CLASS[f"{cls.__module__}:{cls.__qualname__}"] = cls
+        register_alias(alias, cls)
         return cls
 
     return register
 
 
+def class_for_alias(alias: str) -> type[Artifact] | None:
+    # only type_alias registers, and only artifact classes
+    return cast("type[Artifact] | None", class_with_alias(alias))
+
+
 def _qualified(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def alias_of(cls: type) -> str | None:
-    """The alias ``cls`` itself declares (never inherited), or None."""
-    return _CLASS_TO_ALIAS.get(cls)
-
-
-def class_for_alias(alias: str) -> type[Artifact] | None:
-    return _ALIAS_TO_CLASS.get(alias)
-
-
-def registered_classes() -> dict[str, type[Artifact]]:
-    """Every class given a type alias, by its ``module:QualName`` path; do not modify it."""
-    return _PATH_TO_CLASS
 
 
 # -- references -----------------------------------------------------------------------------

@@ -20,12 +20,12 @@ from typing import Any
 import msgspec
 from loguru import logger
 
+from ..schema._aliases import alias_of
 from ..schema._markers import LLMContextIgnore, LLMSummarizable, field_specs
 from ._registry import (
     Artifact,
     ArtifactRegistry,
     ListArtifact,
-    alias_of,
     class_for_alias,
     extract_alias_from_ref,
 )

@@ -19,13 +19,14 @@ from loguru import logger
 from .._context import ConversationContext
 from .._messages import Message
 from ..errors import ContextOverflowError
+from ..models._budget import ModelBinding
 from ..models._spec import ModelSpec
-from ..models._tokens import LocalTokenCounter, TokenCounter
 from ._compactor import (
     AsyncContextCompactor,
     ContextCompactor,
     LLMContextCompactor,
 )
+from ._counters import LocalTokenCounter, TokenCounter
 from ._levels import (
     LADDER,
     CompactionLevel,
@@ -106,14 +107,14 @@ class ContextWindowManager:
 
     def absolute_limit(self, conversation: ConversationContext, reserve: int | None = None) -> int:
         """The most input the call may carry: the hard context minus the output reserve
-        (``reserve``, else the conversation's ``output_reserve(spec)``).
+        (``reserve``, else its binding's ``output_reserve(spec)``, ``ModelBinding.of``).
 
         Raises:
             UncorrectableLLMError: no reserve is given and the conversation declares no
                 output size or depth.
         """
         if reserve is None:
-            reserve = conversation.output_reserve(self.spec)
+            reserve = ModelBinding.of(conversation).output_reserve(self.spec)
         return self.spec.max_context_tokens - reserve
 
     def measure(self, conversation: ConversationContext) -> int:
@@ -138,7 +139,7 @@ class ContextWindowManager:
             UncorrectableLLMError: as ``absolute_limit``.
         """
         if reserve is None:
-            reserve = conversation.output_reserve(self.spec)
+            reserve = ModelBinding.of(conversation).output_reserve(self.spec)
         return self._bounded_under(
             conversation, min(self._trigger_at, self.spec.max_context_tokens - reserve)
         )
@@ -209,7 +210,8 @@ class ContextWindowManager:
         return conversation
 
     def _ladder(self, conversation: ConversationContext, reserve: int | None) -> _Ladder:
-        reserve = conversation.output_reserve(self.spec) if reserve is None else reserve
+        if reserve is None:
+            reserve = ModelBinding.of(conversation).output_reserve(self.spec)
         return _Ladder(self, conversation, reserve)
 
 

@@ -15,15 +15,17 @@ conversation far below its window is never encoded at all.
 Images cost a fixed number of tokens whatever their size; files a constant plus a term
 proportional to their decoded size. Tests assert relations, never absolute counts.
 
-``TokenCounter`` is the one interface behind which a count comes: ``LocalTokenCounter``
-(this estimate) or a provider's exact count (``AnthropicClient.count_tokens``).
+The conversation counts itself through this module (``get_total_tokens``), which names no
+conversation; ``TokenCounter``, the interface behind which a count comes, and
+``LocalTokenCounter`` (this estimate) live with the window manager that measures through
+them (``compaction._counters``).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+from typing import Any, cast
 
 import tiktoken
 import tiktoken.load
@@ -45,10 +47,6 @@ from ..blocks import (
 )
 from ._bounds import BoundMemo
 
-if TYPE_CHECKING:  # the context counts through this module: a type-only import, no cycle
-    from .._context import ConversationContext
-    from ._spec import ModelSpec
-
 __all__ = [
     "DEFAULT_ENCODING",
     "FILE_BASE_TOKENS",
@@ -57,8 +55,6 @@ __all__ = [
     "OFFLINE_ENCODING",
     "BoundMemo",
     "EncodingCounter",
-    "LocalTokenCounter",
-    "TokenCounter",
     "counter_for",
     "load_encoding",
     "spec_counter",
@@ -331,27 +327,3 @@ def spec_counter(spec: object) -> EncodingCounter:
     if spec is None:
         raise ValueError("get_total_tokens needs the model spec whose tokenizer counts")
     return counter_for(getattr(spec, "encoding", None))
-
-
-@runtime_checkable
-class TokenCounter(Protocol):
-    """Counts the input tokens a conversation would send. Implementations are stateless."""
-
-    def count_tokens(self, conversation: ConversationContext) -> int: ...
-
-
-class LocalTokenCounter:
-    """The offline estimate: ``conversation.get_total_tokens(spec)``, the one local count
-    (tiktoken in ``spec.encoding``, memoized per block; it renders nothing and freezes
-    nothing)."""
-
-    def __init__(self, spec: ModelSpec) -> None:
-        self._spec = spec
-
-    def count_tokens(self, conversation: ConversationContext) -> int:
-        return conversation.get_total_tokens(self._spec)
-
-    def bound_tokens(self, conversation: ConversationContext) -> int:
-        """At least ``count_tokens(conversation)``, encoding nothing new (see
-        ``ConversationContext.get_token_bound``)."""
-        return conversation.get_token_bound(self._spec)

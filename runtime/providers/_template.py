@@ -27,7 +27,7 @@ from ..errors import (
     ProviderRefusalError,
     UncorrectableLLMError,
 )
-from ..models._budget import ModelBinding, OutputDeclaration, budget_on, reserve_for
+from ..models._budget import ModelBinding, OutputDeclaration
 from ..models._spec import ModelSpec
 from ._prefix import PrefixMonitor
 from ._response import LLMResponse, StopReason
@@ -40,7 +40,7 @@ __all__ = ["LLMClient", "ResponseStream", "TextCallback", "WireRequest"]
 class WireRequest(msgspec.Struct, frozen=True, kw_only=True):
     """Everything a dialect needs to build one call, decided once by the template.
 
-    ``max_tokens`` is the conversation's ``output_reserve(spec)``: the exact wire maximum
+    ``max_tokens`` is the binding's ``output_reserve(spec)``: the exact wire maximum
     every dialect sends (``max_tokens``, ``max_completion_tokens``, ``maxTokens``).
     """
 
@@ -172,10 +172,11 @@ class LLMClient(ABC):
             UncorrectableLLMError: nothing declares an output size or a depth, or the
                 conversation is bound to another provider's model.
         """
-        spec = self._bind(conversation)
-        depth = conversation.resolve_depth()
-        budget = budget_on(conversation, spec)  # before the render appends anything
-        max_tokens = reserve_for(spec, budget, depth)  # output_reserve(spec), resolved once
+        binding = self._bind(conversation)
+        spec = binding.get_model()
+        depth = binding.resolve_depth()
+        budget = binding.budget_on(spec)  # before the render appends anything
+        max_tokens = binding.reserve_for(spec, budget, depth)  # output_reserve, resolved once
         active = (
             spec.thinking_mode.thinking_active(spec, depth)
             if thinking_active is None
@@ -208,21 +209,22 @@ class LLMClient(ABC):
         """
         return self.build_request(_render_copy(conversation), thinking_active)
 
-    def _bind(self, conversation: ConversationContext) -> ModelSpec:
-        if conversation.is_model_resolved():
-            spec = conversation.get_model()
-            if spec.provider not in (self.spec.provider, "scripted") and not self._serves_any:
-                raise UncorrectableLLMError(
-                    f"Conversation {conversation.conversation_id} is bound to {spec.id} "
-                    f"({spec.provider}); this client speaks {self.spec.provider}."
-                )
-            return spec
+    def _bind(self, conversation: ConversationContext) -> ModelBinding:
+        """The conversation's binding, resolved: as it was, else on this client's spec (an
+        unbound conversation gets a binding of this client's defaults)."""
         binding = conversation.model_binding
         if binding is None:
             binding = ModelBinding(self.spec.grade, self.default_depth, self.default_output)
             conversation.set_model_binding(binding)
-        binding.resolve(self.spec)
-        return self.spec
+        spec = binding.spec
+        if spec is None:
+            binding.resolve(self.spec)
+        elif spec.provider not in (self.spec.provider, "scripted") and not self._serves_any:
+            raise UncorrectableLLMError(
+                f"Conversation {conversation.conversation_id} is bound to {spec.id} "
+                f"({spec.provider}); this client speaks {self.spec.provider}."
+            )
+        return binding
 
     def _finish(
         self,

@@ -23,8 +23,8 @@ from typing import Any
 
 import msgspec
 
-from ..artifacts._registry import Artifact, alias_of
 from ..errors import IllegalStateError
+from ._aliases import alias_of
 from ._markers import (
     LLMContextIgnore,
     LLMDescription,
@@ -154,7 +154,7 @@ class _Walker:
 
     def definition(self, cls: type) -> Definition:
         self._claim_name(cls)
-        alias = alias_of(cls) if issubclass(cls, Artifact) else None
+        alias = alias_of(cls)  # only an artifact class has one (artifacts.type_alias)
         defn = Definition(cls.__name__, _qualified(cls), class_description(cls), alias=alias)
         self.path[cls] = defn
         try:

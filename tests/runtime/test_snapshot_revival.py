@@ -10,14 +10,7 @@ from parlour.runtime import IncomingMessage, Message, OutgoingMessage
 from parlour.runtime import blocks as b
 from parlour.runtime.snapshots import MessageSnapshot, decode_message_snapshot
 
-_SLOTS = (
-    "role",
-    "_raw_content",
-    "compactable",
-    "app_authored",
-    "cache",
-    "requested_output_tokens",
-)
+_MEMOS = {"_snapshot", "_turn", "_tokens"}  # derived from the message, not given to it
 
 
 def _made() -> list[Message]:
@@ -30,19 +23,40 @@ def _made() -> list[Message]:
     ]
 
 
+def _slots(message: Message) -> set[str]:
+    """Every slot of ``message``'s class, its bases' included: whatever a later change adds."""
+    return {n for k in type(message).__mro__ for n in getattr(k, "__slots__", ())} - {"__weakref__"}
+
+
 @pytest.mark.parametrize("index", range(5))
-def test_a_restored_message_has_every_slot_its_constructor_gives(index: int) -> None:
+def test_a_restored_message_has_every_slot_its_constructor_gives(
+    index: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The two constructors (``Message.__init__`` and the restore's ``stored_message``) set
+    the same slots to the same values: a slot added to one and not the other fails here,
+    whichever one it was added to, and whatever its name."""
     made = _made()[index]
+    assert {slot: getattr(made, slot) for slot in _MEMOS} == dict.fromkeys(_MEMOS)
     stored = MessageSnapshot.of(made)
     decoded = decode_message_snapshot(msgspec.json.encode(stored), "conversation-1")
-    revived = decoded.to_message(None)
+
+    def no_constructor(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a valid record is restored without the constructor")
+
+    with monkeypatch.context() as patched:  # so what is checked is the restore's own path
+        patched.setattr(Message, "__init__", no_constructor)
+        revived = decoded.to_message(None)
     assert type(revived) is type(made)
-    for slot in _SLOTS:
+    slots = _slots(made)
+    assert "response_handler" in slots or type(made) is Message  # the channels' own slot
+    unset = {s for s in slots if not hasattr(made, s)} | {
+        s for s in slots if not hasattr(revived, s)
+    }
+    assert unset == set()  # a slot one constructor forgot is unset on its message
+    for slot in slots - _MEMOS - {"blocks"}:
         assert getattr(revived, slot) == getattr(made, slot), slot
     assert list(revived.blocks) == list(made.blocks)
-    every_slot = {n for k in type(made).__mro__ for n in getattr(k, "__slots__", ())}
-    for slot in every_slot - {"__weakref__"}:  # a slot the revival forgot is unset
-        assert hasattr(revived, slot), slot
+    assert (revived._turn, revived._tokens) == (None, None)
     assert revived.raw_content == made.raw_content
     if isinstance(made, (OutgoingMessage, IncomingMessage)):
         assert isinstance(revived, (OutgoingMessage, IncomingMessage))

@@ -82,16 +82,11 @@ def test_a_restored_answer_is_dehydrated_until_a_handler_is_given() -> None:
     assert not answer.is_dehydrated() and answer.get_response() == "the answer"
 
 
-def test_a_snapshot_restores_into_the_registered_conversation_class_and_refuses_without_one(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from parlour.runtime import snapshots
-    from parlour.runtime.errors import IllegalStateError
-
+def test_a_snapshot_restores_into_a_conversation_context_either_way_alike() -> None:
     c = ConversationContext("c1")
     c.add_user_message("question")
     snapshot = c.to_snapshot()
-    assert type(snapshot.to_conversation()) is ConversationContext
-    monkeypatch.setattr(snapshots, "_restore_class", [])
-    with pytest.raises(IllegalStateError, match="No conversation class is registered"):
-        snapshot.to_conversation()
+    restored = snapshot.to_conversation()
+    assert type(restored) is ConversationContext
+    again = ConversationContext.from_snapshot(snapshot)
+    assert restored.to_snapshot() == again.to_snapshot() == snapshot

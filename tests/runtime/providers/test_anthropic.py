@@ -399,7 +399,7 @@ def test_exact_token_counts_come_from_the_count_tokens_endpoint() -> None:
     assert handler.last_body["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "count me"}]}
     ]
-    assert not c.is_frozen() and not c.is_model_resolved()
+    assert not c.is_frozen() and c.model_binding is None
 
 
 def test_a_conversation_bound_elsewhere_is_refused() -> None:
@@ -505,7 +505,7 @@ def test_count_tokens_counts_exactly_the_body_messages_create_sends() -> None:
     c.add_tool(TOOL)
     c.add_message(OutgoingMessage("Approve?", response_handler=PojoResponseHandler(Verdict)))
     assert client.count_tokens(c) == 321
-    assert not c.is_frozen() and not c.is_model_resolved()
+    assert not c.is_frozen() and c.model_binding is None
     client.respond(c)
     counted, sent = handler.bodies
     assert {k: v for k, v in sent.items() if k not in ("max_tokens", "stream")} == counted

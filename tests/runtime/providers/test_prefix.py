@@ -101,7 +101,7 @@ def test_the_local_estimate_counts_without_freezing_the_conversation() -> None:
     empty = counter.count_tokens(c)
     c.add_user_message("a few more words here")
     assert counter.count_tokens(c) > empty > 0
-    assert not c.is_frozen() and not c.is_model_resolved()
+    assert not c.is_frozen() and c.model_binding is None
 
 
 def native_clients() -> list[LLMClient]:

@@ -158,7 +158,7 @@ def test_the_wire_maximum_is_the_output_reserve() -> None:
     c = conversation(OutputSize.COMPACT)
     c.depth = Depth.STANDARD
     ScriptedClient(requests=sent).respond(c)
-    assert sent[0].max_tokens == c.output_reserve(SPEC) == 4_000 + 8_000
+    assert sent[0].max_tokens == ModelBinding.of(c).output_reserve(SPEC) == 4_000 + 8_000
     assert sent[0].thinking_active
 
 
@@ -167,7 +167,7 @@ def test_an_unbound_undeclared_conversation_gets_the_scripted_default_binding() 
     c.add_user_message("hi")
     response = ScriptedClient().respond(c)
     assert response.requested_output_tokens == 16_000
-    assert c.is_model_resolved()
+    assert c.model_binding is not None and c.model_binding.is_resolved()
 
 
 def test_a_client_without_defaults_refuses_an_undeclared_seat() -> None:
