@@ -13,7 +13,7 @@ from ._protocols import (
     PersistentStore,
     SessionStore,
 )
-from .lmdb._history import StoreStatistics
+from .lmdb._maintenance import StoreStatistics
 from .lmdb._store import LmdbStore
 from .postgres._store import PostgresStore
 
