@@ -25,7 +25,7 @@ from ._ids import (
     require_id,
     user_key,
 )
-from ._protocols import ConversationSummary, ConversationVersion, Settle, settled
+from ._protocols import ConversationSummary, ConversationVersion, Settle, saved_now
 
 
 class MemorySessionCache:
@@ -139,8 +139,8 @@ class MemoryStore:
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
     ) -> Settle:
         """``save_context`` at once (this store does not defer: ``defers_saves`` is False),
-        raising what it raises; the handle answers the new version."""
-        return settled(self.save_context(snapshot, user_id, caller))
+        answered as ``PersistentStore`` says: what the record refuses from the handle."""
+        return saved_now(snapshot, user_id, self.save_context)
 
     def _store(self, key: str, record: _Record) -> None:
         version = record.version

@@ -7,12 +7,16 @@ has: a caller never probes a store for what it can do (no ``getattr``, no ``hasa
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import msgspec
 
+from parlour.runtime.errors import IllegalStateError
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
+
+from ._ids import require_id
 
 
 class ConversationSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -33,12 +37,29 @@ class ConversationVersion(msgspec.Struct, frozen=True, kw_only=True):
 
 Settle = Callable[[], int]
 """The handle ``save_context_later`` returns: it waits for the save, then returns the new
-version or raises what ``save_context`` would have."""
+version or raises what ``save_context`` would have (calling it again answers alike)."""
+
+Saver = Callable[[ConversationPersistenceSnapshot, str], int]  # a store's save_context
 
 
-def settled(version: int) -> Settle:
-    """The handle of a save already made (a store that does not defer saves at once)."""
+def saved_now(snapshot: ConversationPersistenceSnapshot, user_id: str, save: Saver) -> Settle:
+    """``save_context_later`` for a store that does not defer: ``save(snapshot, user_id)``
+    made now, answered as a deferring store answers. What needs no record (bad ids, a
+    snapshot naming another user or that would not read back, a closed store) raises at
+    once; what the record refuses (a stale version, a missing record, another user's) and
+    a failed write come from the handle."""
+    require_id(snapshot, user_id)
+    try:
+        version = save(snapshot, user_id)
+    except (ValueError, IllegalStateError):  # the snapshot itself, or a closed store
+        raise
+    except Exception as exc:
+        return functools.partial(_reraise, exc)
     return lambda: version
+
+
+def _reraise(error: Exception) -> int:
+    raise error
 
 
 @runtime_checkable
@@ -89,9 +110,9 @@ class PersistentStore(Protocol):
 
     defers_saves: bool
     """True when ``save_context_later`` queues the update for a later commit without
-    waiting (``LmdbStore``: it rides in the next group commit); ``ConversationService``
-    defers a save (``wait=False``) only then. False when ``save_context_later`` saves at
-    once (``MemoryStore``, ``PostgresStore``): the caller would gain nothing by deferring."""
+    waiting (``LmdbStore``: it rides in the next group commit): the one case where a caller
+    gains by deferring a save (``ConversationService``'s ``wait=False``). False when it
+    saves at once (``MemoryStore``, ``PostgresStore``: ``saved_now``)."""
 
     def create_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
@@ -130,20 +151,21 @@ class PersistentStore(Protocol):
     def save_context_later(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
     ) -> Settle:
-        """``save_context``, not waited for: the handle waits for it (calling it again
-        answers alike). A store that defers (``defers_saves``) queues the update for its
-        next commit and returns at once: the update is not durable until a commit holds it,
-        and a later ``save_context`` of the same conversation (from the version the
-        deferred one makes) commits after it. A store that does not saves at once and
-        returns a settled handle.
+        """``save_context``, not waited for: the handle waits for it. A store that defers
+        (``defers_saves``) queues the update for its next commit and returns at once: the
+        update is not durable until a commit holds it, and a later ``save_context`` of the
+        same conversation (from the version the deferred one makes) commits after it. A
+        store that does not saves at once (``saved_now``) and answers alike.
 
         Raises:
-            ValueError: an invalid id (at once, nothing queued).
+            ValueError: an invalid id, or a snapshot that would not read back (at once,
+                nothing queued).
             PermissionError: the snapshot names another user (at once, nothing queued).
             IllegalStateError: the store is closed or read-only (at once).
-            Exception: the rest of what ``save_context`` raises (a stale version, a missing
-                record, another user's record), at once or from the handle; either way
-                nothing of the update is written.
+
+        The handle raises the rest of what ``save_context`` would (``StaleVersionError``,
+        ``ConversationNotFoundError``, ``PermissionError`` for another user's record, a
+        failed write); nothing of the update is then written.
         """
         ...
 

@@ -119,17 +119,22 @@ class StoreContract:
         assert said(store) == ["Are you working?"]
         assert store.version_of("c1", "alice") == 1
 
-    def test_a_stale_or_foreign_save_made_later_is_refused_and_writes_nothing(
+    def test_a_stale_foreign_or_missing_save_made_later_is_refused_by_its_handle(
         self, store: PersistentStore
     ) -> None:
         store.create_context(snapshot(), "alice")
         store.save_context(snapshot(text="second", version=1), "alice")
-        with pytest.raises(StaleVersionError):  # at once, or from the handle
-            store.save_context_later(snapshot(text="stale", version=1), "alice")()
+        stale = store.save_context_later(snapshot(text="stale", version=1), "alice")
+        foreign = store.save_context_later(snapshot(text="x", version=2, user="mallory"), "mallory")
+        missing = store.save_context_later(snapshot("c2", version=1), "alice")
+        with pytest.raises(StaleVersionError):
+            stale()
         with pytest.raises(PermissionError, match=REFUSED):
-            store.save_context_later(snapshot(text="x", version=2, user="mallory"), "mallory")()
+            foreign()
         with pytest.raises(ConversationNotFoundError):
-            store.save_context_later(snapshot("c2", version=1), "alice")()
+            missing()
+        with pytest.raises(StaleVersionError):
+            stale()  # again, alike
         assert said(store) == ["second"]
         assert store.version_of("c1", "alice") == 2 and not store.exists("c2", "alice")
 

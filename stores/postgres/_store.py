@@ -20,7 +20,7 @@ from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from .._body import Body, body_after
 from .._ids import require_id, user_key
 from .._memory import DeleteListeners
-from .._protocols import ConversationSummary, ConversationVersion, Settle, settled
+from .._protocols import ConversationSummary, ConversationVersion, Settle, saved_now
 from . import _sql as sql
 from ._database import Database
 from ._support import Remembered, checked, decode_row, encode_messages, encode_usage
@@ -140,8 +140,8 @@ class PostgresStore:
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
     ) -> Settle:
         """``save_context`` at once (this store does not defer: ``defers_saves`` is False),
-        raising what it raises; the handle answers the new version."""
-        return settled(self.save_context(snapshot, user_id, caller))
+        answered as ``PersistentStore`` says: what the record refuses from the handle."""
+        return saved_now(snapshot, user_id, self.save_context)
 
     def _write_params(
         self,
