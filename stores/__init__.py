@@ -3,7 +3,9 @@
 ``LmdbStore`` is the default persistent store (embedded, on a directory, group-committed);
 ``MemorySessionCache`` the default session cache; ``MemoryStore`` a dict-backed persistent
 store for tests; ``PostgresStore`` a store on PostgreSQL that many processes share (the
-``parlour[postgres]`` extra). Only this package knows LMDB or PostgreSQL.
+``parlour[postgres]`` extra). Only this package knows LMDB or PostgreSQL. A store of your
+own implements ``PersistentStore`` (``saved_now`` answers ``save_context_later`` for one
+that does not defer) and runs ``parlour.stores.testing.StoreContract``.
 """
 
 from ._memory import MemorySessionCache, MemoryStore
@@ -12,8 +14,9 @@ from ._protocols import (
     ConversationVersion,
     PersistentStore,
     SessionStore,
+    saved_now,
 )
-from .lmdb._history import StoreStatistics
+from .lmdb._maintenance import StoreStatistics
 from .lmdb._store import LmdbStore
 from .postgres._store import PostgresStore
 
@@ -27,4 +30,5 @@ __all__ = [
     "PostgresStore",
     "SessionStore",
     "StoreStatistics",
+    "saved_now",
 ]

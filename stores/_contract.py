@@ -1,6 +1,6 @@
 """What the conformance suite (``parlour.stores.testing``) uses besides pytest: a ticking
-clock, one-message snapshots, the calls every refusal test makes, and a barrier-started
-thread runner."""
+clock, one-message snapshots, the calls every refusal test makes, a barrier-started thread
+runner, and a gate that counts how often it is let go."""
 
 from __future__ import annotations
 
@@ -30,6 +30,21 @@ class Ticks:
         with self._lock:
             self.at += dt.timedelta(seconds=1)
             return self.at
+
+
+class CountingGate:
+    """A turn gate (``_waiting.Gate``) that only counts: how often a store let it go for a
+    wait, and took it back."""
+
+    def __init__(self) -> None:
+        self.let_go_count = 0
+        self.take_back_count = 0
+
+    def let_go(self) -> None:
+        self.let_go_count += 1
+
+    def take_back(self) -> None:
+        self.take_back_count += 1
 
 
 def snapshot(

@@ -25,7 +25,7 @@ from ._ids import (
     require_id,
     user_key,
 )
-from ._protocols import ConversationSummary, ConversationVersion
+from ._protocols import ConversationSummary, ConversationVersion, Settle, saved_now
 
 
 class MemorySessionCache:
@@ -83,6 +83,7 @@ class MemoryStore:
 
     shared = False  # one process: warm copies need no check
     lets_go_while_waiting = True  # it never waits
+    defers_saves = False  # nothing to gain: a save is a dict update
 
     def __init__(
         self,
@@ -133,6 +134,13 @@ class MemoryStore:
             summary = msgspec.structs.replace(existing.summary, updated_at=self._now())
             self._store(key, _Record(user_id, summary, snapshot, current + 1))
             return current + 1
+
+    def save_context_later(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
+    ) -> Settle:
+        """``save_context`` at once (this store does not defer: ``defers_saves`` is False),
+        answered as ``PersistentStore`` says: what the record refuses from the handle."""
+        return saved_now(snapshot, user_id, self.save_context)
 
     def _store(self, key: str, record: _Record) -> None:
         version = record.version
@@ -246,6 +254,9 @@ class MemoryStore:
 
     def remove_delete_listener(self, listener: Callable[[str], None]) -> None:
         self._listeners.remove(listener)
+
+    def close(self) -> None:
+        """Nothing to release or commit: the store goes on answering (its records stay)."""
 
 
 class _Record:

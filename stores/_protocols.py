@@ -1,14 +1,22 @@
-"""The two store seams: a durable ``PersistentStore`` and a fast ``SessionStore`` in front."""
+"""The two store seams: a durable ``PersistentStore`` and a fast ``SessionStore`` in front.
+
+Each declares every capability a caller relies on, as an attribute or a method every store
+has: a caller never probes a store for what it can do (no ``getattr``, no ``hasattr``).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import msgspec
 
+from parlour.runtime.errors import IllegalStateError
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
+
+from ._ids import require_id
 
 
 class ConversationSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -27,6 +35,34 @@ class ConversationVersion(msgspec.Struct, frozen=True, kw_only=True):
     saved_at: dt.datetime
 
 
+Settle = Callable[[], int]
+"""The handle ``save_context_later`` returns: it waits for the save, then returns the new
+version or raises what ``save_context`` would have (calling it again answers alike)."""
+
+Saver = Callable[[ConversationPersistenceSnapshot, str], int]  # a store's save_context
+
+
+def saved_now(snapshot: ConversationPersistenceSnapshot, user_id: str, save: Saver) -> Settle:
+    """``save_context_later`` for a store that does not defer: ``save(snapshot, user_id)``
+    made now, answered as a deferring store answers. What needs no record (bad ids, a
+    snapshot naming another user or that would not read back, a closed store) raises at
+    once; what the record refuses (a stale version, a missing record, another user's) and
+    a failed write come from the handle."""
+    require_id(snapshot, user_id)
+    try:
+        version = save(snapshot, user_id)
+    except (ValueError, IllegalStateError):  # the snapshot itself, or a closed store
+        raise
+    except Exception as exc:
+        return functools.partial(_reraise, exc)
+    return lambda: version
+
+
+def _reraise(error: Exception) -> int:
+    raise error
+
+
+@runtime_checkable
 class PersistentStore(Protocol):
     """Durable conversations, bound to users, fenced by a version.
 
@@ -49,14 +85,34 @@ class PersistentStore(Protocol):
     saved as (``snapshot.stored_version``); a save from any other version is refused with
     ``StaleVersionError`` and writes nothing.
 
-    A store may also offer ``save_context_later`` (same arguments as ``save_context``): it
-    queues the update without waiting for it to be durable and returns a function that
-    waits, then returns the new version or raises what ``save_context`` would have.
-    ``ConversationService`` uses it for a deferred save (``wait=False``); a store without
-    it saves at once.
+    Capabilities, declared by every store (a class attribute does): ``shared`` (other
+    processes write the same records), ``lets_go_while_waiting`` (its waits let the actors'
+    turn gate go) and ``defers_saves`` (``save_context_later`` queues rather than saves at
+    once). ``isinstance(obj, PersistentStore)`` checks that every member is there (not
+    their signatures).
 
     Thread-safety: implementations are safe to call from any thread.
     """
+
+    shared: bool
+    """True when other processes (or machines) write the same records (``PostgresStore``):
+    a ``ConversationService`` then checks a warm copy against the stored version before it
+    lends it. False when this process is the only writer (``LmdbStore``: one writing
+    process per directory; ``MemoryStore``)."""
+
+    lets_go_while_waiting: bool
+    """True when no call of the store keeps the calling thread's turn gate (the actors':
+    one turn's own work at a time) while it waits: it never waits but for the CPU and
+    short locks (``MemoryStore``), or lets the gate go around every wait (``LmdbStore``
+    runs each wait of its group commit inside this package's ``_waiting.waiting()``). The
+    agent gates its turns only when its store and session cache both say True. A store
+    that waits on a socket, the disk or another process without letting go says False."""
+
+    defers_saves: bool
+    """True when ``save_context_later`` queues the update for a later commit without
+    waiting (``LmdbStore``: it rides in the next group commit): the one case where a caller
+    gains by deferring a save (``ConversationService``'s ``wait=False``). False when it
+    saves at once (``MemoryStore``, ``PostgresStore``: ``saved_now``)."""
 
     def create_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
@@ -89,6 +145,27 @@ class PersistentStore(Protocol):
             PermissionError: the record belongs to another user, or the snapshot names
                 another user.
             StaleVersionError: the record has moved past ``snapshot.stored_version``.
+        """
+        ...
+
+    def save_context_later(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
+    ) -> Settle:
+        """``save_context``, not waited for: the handle waits for it. A store that defers
+        (``defers_saves``) queues the update for its next commit and returns at once: the
+        update is not durable until a commit holds it, and a later ``save_context`` of the
+        same conversation (from the version the deferred one makes) commits after it. A
+        store that does not saves at once (``saved_now``) and answers alike.
+
+        Raises:
+            ValueError: an invalid id, or a snapshot that would not read back (at once,
+                nothing queued).
+            PermissionError: the snapshot names another user (at once, nothing queued).
+            IllegalStateError: the store is closed or read-only (at once).
+
+        The handle raises the rest of what ``save_context`` would (``StaleVersionError``,
+        ``ConversationNotFoundError``, ``PermissionError`` for another user's record, a
+        failed write); nothing of the update is then written.
         """
         ...
 
@@ -138,8 +215,9 @@ class PersistentStore(Protocol):
 
     def get_version_history(self, conversation_id: str, user_id: str) -> list[ConversationVersion]:
         """The kept versions (every successful save is one, numbered by its fencing
-        version), most recent first; empty when there is no such conversation. A delete
-        removes them with the conversation.
+        version), most recent first; empty when there is no such conversation (or the store
+        keeps no versions: ``LmdbStore(history=False)``). A delete removes them with the
+        conversation.
 
         Raises:
             PermissionError: the record belongs to another user.
@@ -171,10 +249,27 @@ class PersistentStore(Protocol):
         when it stops."""
         ...
 
+    def close(self) -> None:
+        """Commit what is queued (a deferred save included), then release what the store
+        holds (files, locks, connections). Idempotent. What a call after it does is the
+        store's: ``LmdbStore`` and ``PostgresStore`` raise ``IllegalStateError``;
+        ``MemoryStore``, which holds nothing to release, goes on answering."""
+        ...
 
+
+@runtime_checkable
 class SessionStore(Protocol):
     """A cache consulted before the persistent store. It must never serve a snapshot older
-    than the last successful save of the same conversation."""
+    than the last successful save of the same conversation, nor one of another user (``get``
+    answers None: the service then reads the persistent store). It may drop any entry at
+    any time.
+
+    Thread-safety: implementations are safe to call from any thread.
+    """
+
+    lets_go_while_waiting: bool
+    """As ``PersistentStore.lets_go_while_waiting``: True when its waits let the turn gate
+    go, or it never waits but for the CPU (``MemorySessionCache``)."""
 
     def get(self, conversation_id: str, user_id: str) -> ConversationPersistenceSnapshot | None: ...
 

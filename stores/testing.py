@@ -9,7 +9,11 @@ fixture (pytest collects the subclass; the suite needs pytest, a test dependency
 
 ``clock`` is a wall clock that moves one second per reading: a store that stamps its
 saves with it lists and dates versions deterministically. Override ``damage`` to let the
-corrupt-record test break a stored record; without it that test is skipped.
+corrupt-record test break a stored record; without it that test is skipped. The suite
+closes the store in one test (``close`` twice): a fixture that closes it again afterwards
+is fine, since ``close`` is idempotent.
+
+``SessionStoreContract`` is the same for a session cache, with a ``session`` fixture.
 
 Thread-safety: the concurrent-writer tests call the store from several threads at once.
 
@@ -34,6 +38,7 @@ from parlour.runtime.errors import (
 )
 
 from ._contract import (
+    CountingGate,
     Ticks,
     every_call,
     foreign_calls,
@@ -45,8 +50,10 @@ from ._contract import (
     stamped,
 )
 from ._protocols import PersistentStore
+from ._session_contract import SessionStoreContract
+from ._waiting import held_gate, hold
 
-__all__ = ["StoreContract", "Ticks", "snapshot"]
+__all__ = ["SessionStoreContract", "StoreContract", "Ticks", "snapshot"]
 
 REFUSED = "User mallory does not own conversation c1"
 
@@ -65,6 +72,100 @@ class StoreContract:
     def damage(self, store: PersistentStore, conversation_id: str) -> None:
         """Make the stored record of ``conversation_id`` undecodable (a store's hook)."""
         pytest.skip(f"{type(self).__name__} has no damage hook")
+
+    # -- declared capabilities ---------------------------------------------------------------
+
+    def test_every_capability_is_declared_as_a_bool_and_the_store_is_a_persistent_store(
+        self, store: PersistentStore
+    ) -> None:
+        declared = (store.shared, store.lets_go_while_waiting, store.defers_saves)
+        assert [type(flag) for flag in declared] == [bool, bool, bool]
+        assert isinstance(store, PersistentStore)  # every member the protocol names
+
+    def test_a_save_made_later_is_answered_by_its_handle_and_loads_back(
+        self, store: PersistentStore
+    ) -> None:
+        store.create_context(snapshot(), "alice")
+        settle = store.save_context_later(snapshot(text="second", version=1), "alice")
+        if not store.defers_saves:  # saved at once: the handle is settled already
+            assert said(store) == ["second"]
+        assert settle() == 2
+        assert settle() == 2  # asking again answers alike
+        assert said(store) == ["second"]
+        assert store.version_of("c1", "alice") == 2
+
+    def test_a_save_after_one_made_later_commits_after_it_and_both_are_versions(
+        self, store: PersistentStore
+    ) -> None:
+        store.create_context(snapshot(), "alice")
+        settle = store.save_context_later(snapshot(text="second", version=1), "alice")
+        assert store.save_context(snapshot(text="third", version=2), "alice") == 3
+        assert settle() == 2
+        assert said(store) == ["third"]
+        assert [v.version for v in store.get_version_history("c1", "alice")] == [3, 2, 1]
+        kept = store.load_version("c1", 2, "alice")
+        assert kept is not None and [m.raw_content for m in kept.messages] == ["second"]
+
+    def test_a_save_made_later_refuses_bad_ids_and_another_users_snapshot_at_once(
+        self, store: PersistentStore
+    ) -> None:
+        store.create_context(snapshot(), "alice")
+        with pytest.raises(PermissionError):
+            store.save_context_later(snapshot(text="hijacked", version=1, user="bob"), "alice")
+        with pytest.raises(ValueError):
+            store.save_context_later(snapshot(cid="", version=1, user=None), "alice")
+        with pytest.raises(ValueError, match="user id"):
+            store.save_context_later(snapshot(version=1, user=None), "al\x00ice")
+        assert said(store) == ["Are you working?"]
+        assert store.version_of("c1", "alice") == 1
+
+    def test_a_stale_foreign_or_missing_save_made_later_is_refused_by_its_handle(
+        self, store: PersistentStore
+    ) -> None:
+        store.create_context(snapshot(), "alice")
+        store.save_context(snapshot(text="second", version=1), "alice")
+        stale = store.save_context_later(snapshot(text="stale", version=1), "alice")
+        foreign = store.save_context_later(snapshot(text="x", version=2, user="mallory"), "mallory")
+        missing = store.save_context_later(snapshot("c2", version=1), "alice")
+        with pytest.raises(StaleVersionError):
+            stale()
+        with pytest.raises(PermissionError, match=REFUSED):
+            foreign()
+        with pytest.raises(ConversationNotFoundError):
+            missing()
+        with pytest.raises(StaleVersionError):
+            stale()  # again, alike
+        assert said(store) == ["second"]
+        assert store.version_of("c1", "alice") == 2 and not store.exists("c2", "alice")
+
+    def test_close_keeps_a_save_made_later_before_it_and_may_be_called_again(
+        self, store: PersistentStore
+    ) -> None:
+        store.create_context(snapshot(), "alice")
+        settle = store.save_context_later(snapshot(text="second", version=1), "alice")
+        store.close()
+        store.close()
+        assert settle() == 2
+
+    def test_a_store_that_lets_go_while_waiting_gives_the_callers_gate_back_every_time(
+        self, store: PersistentStore
+    ) -> None:
+        """What a gated turn does with the store, done holding a gate: every let-go is
+        matched by a take-back, and the thread holds its gate after each call."""
+        if not store.lets_go_while_waiting:
+            pytest.skip(f"{type(store).__name__} keeps the gate while it waits")
+        gate = CountingGate()
+        hold(gate)
+        try:
+            store.create_context(snapshot(), "alice")
+            settle = store.save_context_later(snapshot(text="second", version=1), "alice")
+            assert store.save_context(snapshot(text="third", version=2), "alice") == 3
+            assert settle() == 2
+            assert store.load("c1", "alice") is not None
+            assert held_gate() is gate
+        finally:
+            hold(None)
+        assert gate.let_go_count == gate.take_back_count
 
     # -- create, update, missing records ---------------------------------------------------
 

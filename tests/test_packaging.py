@@ -341,6 +341,7 @@ PINNED = {
         "PostgresStore",
         "SessionStore",
         "StoreStatistics",
+        "saved_now",
     ],
     "parlour.stores.lmdb": [],
     "parlour.stores.postgres": [],

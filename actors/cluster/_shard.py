@@ -96,9 +96,12 @@ def open_store(spec: str) -> PersistentStore:
 
         return PostgresStore(spec)
     store = load_factory(spec)()
-    if not hasattr(store, "save_context"):
-        raise ValueError(f"Store factory {spec!r} returned {type(store).__name__}, not a store.")
-    return store  # type: ignore[no-any-return]
+    if not isinstance(store, PersistentStore):  # every member the protocol declares
+        raise ValueError(
+            f"Store factory {spec!r} returned {type(store).__name__}, not a PersistentStore "
+            "(parlour.stores's PACKAGE.md lists what a store provides)."
+        )
+    return store
 
 
 def portable(reply: Reply) -> Reply:
@@ -262,6 +265,4 @@ class ShardHost:
     def stop(self) -> None:
         """Stop the service (owners finish within its grace) and close the store."""
         self.service.stop()
-        close = getattr(self.store, "close", None)
-        if close is not None:
-            close()
+        self.store.close()

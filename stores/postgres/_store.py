@@ -6,14 +6,12 @@ is: ``parlour.stores`` imports without the ``parlour[postgres]`` extra installed
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
 from parlour.runtime.errors import (
     ConversationNotFoundError,
-    IllegalStateError,
     StaleVersionError,
     not_owned,
 )
@@ -22,18 +20,10 @@ from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from .._body import Body, body_after
 from .._ids import require_id, user_key
 from .._memory import DeleteListeners
-from .._protocols import ConversationSummary, ConversationVersion
+from .._protocols import ConversationSummary, ConversationVersion, Settle, saved_now
 from . import _sql as sql
-from ._schema import migrate
-from ._support import (
-    Remembered,
-    checked,
-    decode_row,
-    encode_messages,
-    encode_usage,
-    open_pool,
-    redacted,
-)
+from ._database import Database
+from ._support import Remembered, checked, decode_row, encode_messages, encode_usage
 
 _PRUNE_EVERY = 64  # a save whose new version is a multiple of this prunes its conversation
 
@@ -69,6 +59,8 @@ class PostgresStore:
     """
 
     shared = True  # many processes save: a warm copy is checked against the stored version
+    lets_go_while_waiting = False  # it waits on the server's socket holding the turn gate
+    defers_saves = False  # each write is one round trip of its own: nothing to share
 
     def __init__(
         self,
@@ -85,14 +77,7 @@ class PostgresStore:
             raise ValueError(f"keep_versions must be at least 1 (or None), got {keep_versions}.")
         self._keep_versions, self._keep_for = keep_versions, keep_for
         self._now = now or (lambda: dt.datetime.now(dt.UTC))
-        self._pool = open_pool(conninfo, max_connections, timeout)
-        self._where = redacted(conninfo)
-        try:
-            with self._pool.connection() as conn:
-                migrate(conn, self._where)
-        except BaseException:
-            self._pool.close()
-            raise
+        self._db = Database(conninfo, max_connections, timeout)
         self._known = Remembered(remembered)
         self._listeners = DeleteListeners()
 
@@ -116,7 +101,7 @@ class PostgresStore:
         body = body_after(snapshot, None)
         params = self._write_params(snapshot, user_id, (0, 0), body)
         params["title"] = snapshot.title
-        version = self._fetch_version(sql.CREATE, params)
+        version = self._db.version(sql.CREATE, params)
         if version is None:
             raise not_owned(cid, user_id)
         self._known.remember(cid, version, snapshot.messages, snapshot.usage, body)
@@ -142,7 +127,7 @@ class PostgresStore:
         body = body_after(snapshot, self._known.body(cid))  # the last one's, when the same
         params = self._write_params(snapshot, user_id, self._known.unchanged(cid, snapshot), body)
         params["expected"] = snapshot.stored_version
-        version = self._fetch_version(sql.SAVE, params)
+        version = self._db.version(sql.SAVE, params)
         if version is None:
             raise self._refusal(cid, user_id, snapshot.stored_version)
         self._known.remember(cid, version, snapshot.messages, snapshot.usage, body)
@@ -150,6 +135,13 @@ class PostgresStore:
         if limited and version % _PRUNE_EVERY == 0:
             self.prune(cid)
         return version
+
+    def save_context_later(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
+    ) -> Settle:
+        """``save_context`` at once (this store does not defer: ``defers_saves`` is False),
+        answered as ``PersistentStore`` says: what the record refuses from the handle."""
+        return saved_now(snapshot, user_id, self.save_context)
 
     def _write_params(
         self,
@@ -177,7 +169,7 @@ class PostgresStore:
 
     def _refusal(self, cid: str, user_id: str, expected: int) -> Exception:
         """Why a conditional save wrote nothing."""
-        head = self._head(cid)
+        head = self._db.head(cid)
         if head is None:
             return ConversationNotFoundError(
                 f"Conversation {cid} has no stored record; it may have been deleted. "
@@ -196,7 +188,7 @@ class PostgresStore:
             PermissionError: the record belongs to another user.
         """
         cid = checked(conversation_id, user_id)
-        if self._fetch_version(sql.DELETE, {"cid": cid, "user": user_id}) is None:
+        if self._db.version(sql.DELETE, {"cid": cid, "user": user_id}) is None:
             if self._owner(cid) is not None:
                 raise not_owned(cid, user_id)
             return False
@@ -219,7 +211,7 @@ class PostgresStore:
         """
         cutoff = None if self._keep_for is None else self._now() - self._keep_for
         params = {"cid": conversation_id, "keep": self._keep_versions, "cutoff": cutoff}
-        with self._connection() as conn, conn.transaction():
+        with self._db.connection() as conn, conn.transaction():
             removed = conn.execute(sql.PRUNE_VERSIONS, params).rowcount
             conn.execute(sql.PRUNE_MESSAGES, params)
             conn.execute(sql.PRUNE_USAGE, params)
@@ -272,7 +264,7 @@ class PostgresStore:
             PermissionError: the record belongs to another user.
         """
         cid = checked(conversation_id, user_id)
-        rows = self._fetch_all(sql.HISTORY, {"cid": cid, "user": user_id})
+        rows = self._db.rows(sql.HISTORY, {"cid": cid, "user": user_id})
         if rows and rows[0][0] != user_id:
             raise not_owned(cid, user_id)
         return [
@@ -288,7 +280,7 @@ class PostgresStore:
             ValueError: the conversation id is empty, or an id holds NUL.
             PermissionError: the record belongs to another user.
         """
-        head = self._head(checked(conversation_id, user_id))
+        head = self._db.head(checked(conversation_id, user_id))
         if head is None:
             return None
         if head[0] != user_id:
@@ -298,7 +290,7 @@ class PostgresStore:
     def exists(self, conversation_id: str, user_id: str) -> bool:
         """Whether the user owns a record of this id (False for another user's)."""
         params = {"cid": checked(conversation_id, user_id), "user": user_id}
-        return bool(self._fetch_all(sql.EXISTS, params))
+        return bool(self._db.rows(sql.EXISTS, params))
 
     def list_conversations(
         self,
@@ -325,7 +317,7 @@ class PostgresStore:
         params: dict[str, Any] = {"user": user_id, "limit": limit, "at": None, "after": None}
         if after is not None:
             params["at"], params["after"] = self._position(after, user_id)
-        rows = self._fetch_all(sql.LIST, params)
+        rows = self._db.rows(sql.LIST, params)
         return [
             ConversationSummary(
                 conversation_id=r[0],
@@ -339,7 +331,7 @@ class PostgresStore:
     def _position(self, after: str | ConversationSummary, user_id: str) -> tuple[dt.datetime, str]:
         if isinstance(after, ConversationSummary):
             return after.updated_at, after.conversation_id
-        rows = self._fetch_all(sql.POSITION, {"cid": checked(after, user_id), "user": user_id})
+        rows = self._db.rows(sql.POSITION, {"cid": checked(after, user_id), "user": user_id})
         if not rows:
             raise ValueError(f"User {user_id} has no conversation {after} to list after.")
         return rows[0][0], after
@@ -349,7 +341,7 @@ class PostgresStore:
     ) -> tuple[ConversationPersistenceSnapshot, bool] | None:
         """The version ``query`` selects, and whether its ledger came from ledger rows."""
         cid = checked(conversation_id, user_id)
-        rows = self._fetch_all(query, {"cid": cid, "user": user_id, **extra})
+        rows = self._db.rows(query, {"cid": cid, "user": user_id, **extra})
         if not rows:
             return None
         owner, version, count, body, messages, ucount, entries = rows[0]
@@ -362,31 +354,13 @@ class PostgresStore:
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    def _head(self, cid: str) -> tuple[str, int] | None:
-        rows = self._fetch_all(sql.HEAD, {"cid": cid})
-        return None if not rows else (rows[0][0], rows[0][1])
-
     def _owner(self, cid: str) -> str | None:
-        head = self._head(cid)
+        head = self._db.head(cid)
         return None if head is None else head[0]
-
-    def _fetch_version(self, query: str, params: dict[str, Any]) -> int | None:
-        rows = self._fetch_all(query, params)
-        return None if not rows else int(rows[0][0])
-
-    def _fetch_all(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        with self._connection() as conn:
-            rows: list[tuple[Any, ...]] = conn.execute(query, params, binary=True).fetchall()
-        return rows
-
-    def _connection(self) -> contextlib.AbstractContextManager[Any]:
-        if self._pool.closed:
-            raise IllegalStateError(f"PostgresStore on {self._where} is closed.")
-        return self._pool.connection()
 
     def close(self) -> None:
         """Close the pool's connections. Idempotent."""
-        self._pool.close()
+        self._db.close()
 
     def __enter__(self) -> PostgresStore:
         return self

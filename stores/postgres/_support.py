@@ -1,7 +1,5 @@
-"""What PostgresStore needs around its statements: the row codec, id checks, the pool.
-
-psycopg is imported only when a pool is opened, so these import without it.
-"""
+"""What PostgresStore needs around its statements: the row codec, the id checks, and its
+memory of what it last wrote or read of each conversation (``Remembered``)."""
 
 from __future__ import annotations
 
@@ -9,7 +7,7 @@ import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -19,17 +17,12 @@ from .._body import Body
 from .._ids import conversation_key, user_key
 from .._records import decode_record, shares_prefix, usage_encoder
 
-if TYPE_CHECKING:
-    from psycopg_pool import ConnectionPool
-
 __all__ = [
     "Remembered",
     "checked",
     "decode_row",
     "encode_messages",
     "encode_usage",
-    "open_pool",
-    "redacted",
 ]
 
 _message_encoder = msgspec.json.Encoder()
@@ -149,38 +142,3 @@ def checked(conversation_id: str, user_id: str) -> str:
     conversation_key(conversation_id)
     user_key(user_id)
     return conversation_id
-
-
-def open_pool(conninfo: str, size: int, timeout: float) -> ConnectionPool[Any]:
-    try:
-        from psycopg_pool import ConnectionPool
-    except ImportError as exc:
-        raise ImportError(
-            "PostgresStore needs psycopg 3 and its pool: pip install 'parlour[postgres]'."
-        ) from exc
-    pool: ConnectionPool[Any] = ConnectionPool(
-        conninfo,
-        min_size=1,
-        max_size=size,
-        kwargs={"autocommit": True},
-        timeout=timeout,
-        open=False,
-        name="parlour",
-    )
-    try:
-        pool.open(wait=True, timeout=timeout)
-    except BaseException:
-        pool.close()
-        raise
-    return pool
-
-
-def redacted(conninfo: str) -> str:
-    """The connection string without its password, to name the database in errors."""
-    try:
-        from psycopg.conninfo import conninfo_to_dict, make_conninfo
-    except ImportError:  # pragma: no cover - the pool import above already needs psycopg
-        return "(PostgreSQL)"
-    parts = conninfo_to_dict(conninfo)
-    parts.pop("password", None)
-    return make_conninfo(**parts)  # type: ignore[arg-type]

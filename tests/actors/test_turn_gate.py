@@ -135,11 +135,14 @@ def test_the_gate_is_used_only_where_every_wait_lets_it_go(
     assert gating(MemoryStore(), MemorySessionCache())
     assert gating(None, None)
 
-    class Waits:  # a store that does not say its waits let the gate go (PostgreSQL's)
-        pass
+    class Waits(MemoryStore):  # a store whose waits keep the gate (PostgreSQL's)
+        lets_go_while_waiting = False
+
+    class WaitingCache(MemorySessionCache):
+        lets_go_while_waiting = False
 
     assert not gating(Waits(), None)
-    assert not gating(MemoryStore(), Waits())
+    assert not gating(MemoryStore(), WaitingCache())
     monkeypatch.setattr(gate_module, "_cpus", lambda: 1)
     assert not gating(MemoryStore(), None)  # one CPU: the gate costs more than it saves
     monkeypatch.setattr(gate_module, "_cpus", lambda: 2)

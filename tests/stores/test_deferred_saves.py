@@ -52,7 +52,8 @@ def test_a_deferred_update_waits_for_the_next_commit_and_shares_it_with_the_next
 ) -> None:
     with LmdbStore(tmp_path) as store:
         context = _created(store)
-        commits_before = store._env.info()["last_txnid"]
+        env = store._directory.env
+        commits_before = env.info()["last_txnid"]
         context.add_user_message("second")
         settle = store.save_context_later(context.to_snapshot(), "alice")
         context.stored_version += 1  # what the update will make
@@ -61,7 +62,7 @@ def test_a_deferred_update_waits_for_the_next_commit_and_shares_it_with_the_next
         assert store.save_context(context.to_snapshot(), "alice") == 3
         assert settle() == 2
         assert _said(store) == ["first", "second", "answer"]
-        assert store._env.info()["last_txnid"] == commits_before + 1  # one commit for both
+        assert env.info()["last_txnid"] == commits_before + 1  # one commit for both
 
 
 def test_waiting_for_a_deferred_update_nobody_else_committed_leads_its_commit(

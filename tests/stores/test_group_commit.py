@@ -182,14 +182,14 @@ def test_a_write_queued_before_close_is_committed_by_close(tmp_path: Path) -> No
     store.create_context(_snapshot("c1"), "alice")
     in_commit, release_commit = threading.Event(), threading.Event()
     queued, resume = threading.Event(), threading.Event()
-    make_room = store._book.make_room
+    make_room = store._directory.book.make_room
 
     def paused_make_room(incoming: int) -> None:  # holds the commit lock until released
         in_commit.set()
         assert release_commit.wait(timeout=30)
         make_room(incoming)
 
-    store._book.make_room = paused_make_room  # type: ignore[method-assign]
+    store._directory.book.make_room = paused_make_room  # type: ignore[method-assign]
     outcomes: dict[str, object] = {}
 
     def save(cid: str) -> None:
@@ -201,8 +201,8 @@ def test_a_write_queued_before_close_is_committed_by_close(tmp_path: Path) -> No
     first = threading.Thread(target=save, args=("c0",))
     first.start()
     assert in_commit.wait(timeout=30)
-    store._book.make_room = make_room  # type: ignore[method-assign]
-    store._commits._queue = _PausingQueue(store._commits._queue, queued, resume)  # type: ignore[assignment]
+    store._directory.book.make_room = make_room  # type: ignore[method-assign]
+    store._directory.commits._queue = _PausingQueue(store._directory.commits._queue, queued, resume)  # type: ignore[assignment]
     second = threading.Thread(target=save, args=("c1",))
     second.start()
     assert queued.wait(timeout=30)  # c1's save is queued, not yet at the commit lock

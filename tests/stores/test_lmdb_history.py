@@ -95,7 +95,7 @@ def test_a_version_costs_what_its_save_wrote_and_reads_replay_a_bounded_chain(
 ) -> None:
     with LmdbStore(tmp_path, keep_versions=None) as store:
         saved = _saves(store, _conversation(), 600)
-        with store._env.begin() as txn:
+        with store._directory.env.begin() as txn:
             kept = _versions.kept(txn, store._dbs, b"c1")
             sizes = [
                 len(txn.get(_versions.version_key(b"c1", k.version), db=store._dbs.versions))
@@ -179,7 +179,7 @@ def test_a_delete_removes_the_history_and_a_recreated_id_starts_a_new_one(
         saved = _saves(store, c, 0)
         assert [v.version for v in store.get_version_history("c1", "alice")] == [5]
         assert _loaded(store, 5) == saved[5]
-        with store._env.begin() as txn:
+        with store._directory.env.begin() as txn:
             assert len(_versions.kept(txn, store._dbs, b"c1")) == 1
 
 
@@ -201,7 +201,7 @@ def test_history_survives_reopening_and_a_reopened_store_checkpoints_its_first_s
         saved |= _saves(store, c, 2)
         for version, data in saved.items():
             assert _loaded(store, version) == data
-        with store._env.begin() as txn:
+        with store._directory.env.begin() as txn:
             kinds = {k.version: k.checkpoint for k in _versions.kept(txn, store._dbs, b"c1")}
     assert kinds[5] is True  # nothing remembered after the reopen: written in full
     assert kinds[6] is False
@@ -285,7 +285,7 @@ def test_any_sequence_of_edits_keeps_every_version_exactly_as_saved(
 
 
 def _payloads(store: LmdbStore) -> dict[int, _versions.Payload]:
-    with store._env.begin() as txn:
+    with store._directory.env.begin() as txn:
         cursor = txn.cursor(db=store._dbs.versions)
         return {
             int.from_bytes(bytes(key)[-8:], "big"): _versions._decoder.decode(bytes(value)[9:])
@@ -336,7 +336,7 @@ def test_a_layout_4_store_opens_as_it_is_and_is_marked_with_this_layout(tmp_path
         assert all(p.body for p in _payloads(store).values())
         for version, expected in saved.items():
             assert _loaded(store, version) == expected
-        with store._env.begin() as txn:
+        with store._directory.env.begin() as txn:
             assert bytes(txn.get(b"layout", db=store._dbs.meta)) == b"5"
 
 
@@ -393,7 +393,7 @@ def test_a_damaged_version_record_is_a_corrupt_snapshot_and_the_rest_still_reads
 ) -> None:
     with LmdbStore(tmp_path) as store:
         saved = _saves(store, _conversation(), 3)
-        with store._env.begin(write=True) as txn:
+        with store._directory.env.begin(write=True) as txn:
             txn.put(_versions.version_key(b"c1", 2), damage, db=store._dbs.versions)
         with pytest.raises(CorruptSnapshotError, match="c1"):
             store.load_version("c1", 3, "alice")  # its chain runs through version 2
@@ -403,12 +403,12 @@ def test_a_damaged_version_record_is_a_corrupt_snapshot_and_the_rest_still_reads
 
 
 def _kinds(store: LmdbStore) -> dict[int, bool]:
-    with store._env.begin() as txn:
+    with store._directory.env.begin() as txn:
         return {k.version: k.checkpoint for k in _versions.kept(txn, store._dbs, b"c1")}
 
 
 def _header(store: LmdbStore) -> dict[str, Any]:
-    with store._env.begin() as txn:
+    with store._directory.env.begin() as txn:
         decoded: dict[str, Any] = msgspec.json.decode(txn.get(b"c1", db=store._dbs.heads))
     return decoded
 
@@ -428,7 +428,7 @@ def test_the_chain_rides_in_the_header_and_a_header_without_it_makes_a_checkpoin
         assert _header(store)["history"][0] == 3  # three deltas since the create
         header = _header(store)
         del header["history"]
-        with store._env.begin(write=True) as txn:
+        with store._directory.env.begin(write=True) as txn:
             txn.put(b"c1", msgspec.json.encode(header), db=store._dbs.heads)
     with LmdbStore(tmp_path) as store:  # reopened: what is on disk, not what it last wrote
         saved |= _saves(store, c, 2)

@@ -218,7 +218,7 @@ def test_delete_removes_every_ledger_record_and_a_recreated_id_starts_empty(
 
 def _raw_open(store: LmdbStore) -> dict[bytes, bytes]:
     """The usage database of an open store, read through its own environment."""
-    with store._env.begin() as txn:
+    with store._directory.env.begin() as txn:
         return {bytes(k): bytes(v) for k, v in txn.cursor(db=store._dbs.usage)}
 
 

@@ -41,7 +41,7 @@ def _loaded(store: LmdbStore, cid: str, version: int) -> bytes:
 
 def _kinds(store: LmdbStore, cid: str) -> dict[int, bool]:
     """Each recorded version of ``cid``: whether it is a checkpoint."""
-    with store._env.begin() as txn:
+    with store._directory.env.begin() as txn:
         return {
             k.version: k.checkpoint for k in _versions.kept(txn, store._dbs, conversation_key(cid))
         }
@@ -123,7 +123,7 @@ def test_a_checkpoint_over_a_missing_message_record_takes_nothing_from_the_next_
     with LmdbStore(tmp_path, keep_versions=63) as store:  # version 2: kept oldest at 64
         _saves(store, "c1 ", 3)
         _saves(store, "c1", 0)
-        with store._env.begin(write=True) as txn:
+        with store._directory.env.begin(write=True) as txn:
             assert txn.delete(message_key(b"c1", 0), db=store._dbs.messages)
         c = ConversationContext("c1", user_id="alice")  # the store still plans from its memory
         c.add_user_message("question 0")
@@ -131,7 +131,7 @@ def test_a_checkpoint_over_a_missing_message_record_takes_nothing_from_the_next_
         c.add_message(OutgoingMessage("answer"))
         assert store.save_context(c.to_snapshot(), "alice") == 2
         assert _kinds(store, "c1")[2]
-        with store._env.begin() as txn:
+        with store._directory.env.begin() as txn:
             theirs = set(_versions._raw_records(txn, store._dbs.messages, b"c1 "))
             state = _versions.state(txn, store._dbs, b"c1", 2)
         assert state is not None and theirs and not theirs & set(state.messages)

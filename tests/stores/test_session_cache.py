@@ -1,4 +1,4 @@
-"""MemorySessionCache: bounded, LRU, user-bound."""
+"""MemorySessionCache: the session cache conformance suite, and bounded, LRU, user-bound."""
 
 from __future__ import annotations
 
@@ -6,6 +6,13 @@ import pytest
 
 from parlour.runtime import ConversationContext
 from parlour.stores import MemorySessionCache
+from parlour.stores.testing import SessionStoreContract
+
+
+class TestMemorySessionCache(SessionStoreContract):
+    @pytest.fixture
+    def session(self) -> MemorySessionCache:
+        return MemorySessionCache()
 
 
 def _snapshot(cid: str, user: str = "alice"):  # type: ignore[no-untyped-def]

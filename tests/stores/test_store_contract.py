@@ -32,7 +32,7 @@ class TestLmdbStore(StoreContract):
 
     def damage(self, store: PersistentStore, conversation_id: str) -> None:
         assert isinstance(store, LmdbStore)
-        with store._env.begin(write=True) as txn:
+        with store._directory.env.begin(write=True) as txn:
             txn.put(conversation_id.encode(), b"{not json", db=store._dbs.bodies)
 
 

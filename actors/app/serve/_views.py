@@ -107,12 +107,11 @@ def page_of(
 
 
 def keeps_history(store: PersistentStore) -> bool:
-    """Whether the store answers version-history reads (probed once, on no conversation)."""
-    history = getattr(store, "get_version_history", None)
-    if history is None:
-        return False
+    """Whether the store answers version-history reads: every ``PersistentStore`` has them
+    (one keeping no versions answers none); one that raises ``NotImplementedError`` (asked
+    once, on no conversation) is shown as keeping none."""
     try:
-        history("parlour-probe", "parlour-probe")
+        store.get_version_history("parlour-probe", "parlour-probe")
     except NotImplementedError:
         return False
     except Exception:  # a store that looked the probe up and refused it does keep history
@@ -126,12 +125,9 @@ def versions_of(
     """The kept versions (number and save time), oldest first.
 
     Raises:
-        NotImplementedError: the store keeps no version history.
+        NotImplementedError: the store said it keeps no version history.
     """
-    history = getattr(store, "get_version_history", None)
-    if history is None:
-        raise NotImplementedError(f"{type(store).__name__} keeps no version history.")
-    kept = history(conversation_id, user_id)  # most recent first
+    kept = store.get_version_history(conversation_id, user_id)  # most recent first
     return [{"version": v.version, "saved_at": v.saved_at.isoformat()} for v in reversed(kept)]
 
 
@@ -142,16 +138,12 @@ def load_version(
     current then); None when missing or foreign.
 
     Raises:
-        NotImplementedError: the store keeps no version history.
+        NotImplementedError: the store said it keeps no version history.
     """
-    load = getattr(store, "load_version", None)
-    if load is None:
-        raise NotImplementedError(f"{type(store).__name__} keeps no version history.")
     try:
-        found: ConversationPersistenceSnapshot | None = load(conversation_id, version, user_id)
+        return store.load_version(conversation_id, version, user_id)
     except PermissionError:
         return None
-    return found
 
 
 def export(snapshot: ConversationPersistenceSnapshot) -> bytes:

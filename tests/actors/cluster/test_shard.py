@@ -10,7 +10,7 @@ import pytest
 
 from parlour.actors import TurnDone
 from parlour.actors.cluster import ShardHost, load_factory
-from parlour.stores import PostgresStore
+from parlour.stores import MemoryStore, PostgresStore
 
 from ..agent_helpers import user_texts as texts_of
 
@@ -95,3 +95,10 @@ def test_a_bad_agent_factory_is_refused_naming_it(
 
 def test_load_factory_finds_a_dotted_attribute() -> None:
     assert load_factory("cluster_agents:Gate.reset").__name__ == "reset"
+
+
+def test_a_store_factory_is_refused_unless_it_returns_a_whole_persistent_store() -> None:
+    with pytest.raises(ValueError, match="returned MemorySessionCache, not a PersistentStore"):
+        ShardHost("s-9", "cluster_agents:scripted", "parlour.stores:MemorySessionCache")
+    with ShardHost("s-9", "cluster_agents:scripted", "parlour.stores:MemoryStore") as host:
+        assert isinstance(host.store, MemoryStore)  # and stop() closes it

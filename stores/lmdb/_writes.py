@@ -1,0 +1,176 @@
+"""What LmdbStore's writes do: ``Writes`` makes, for a create, an update and a delete, the
+write the group commit applies in its transaction, planned outside it against what the store
+last wrote (``Bookkeeping``), so a save writes only the records that changed.
+
+A write checks the owner and the fencing version against the header the store last wrote
+(remembered: the directory's only writer knows what is there), else the one it reads; then
+it moves the owner-index entry, writes the body when it changed, the changed messages and
+ledger entries, the version record (``History.record``) and the header, last.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from parlour.runtime.errors import ConversationNotFoundError, StaleVersionError
+from parlour.runtime.snapshots import ConversationPersistenceSnapshot
+
+from .._body import Body, body_after
+from .._ids import check_owner, conversation_key, require_id, user_key
+from .._records import (
+    Header,
+    MessagePlan,
+    UsagePlan,
+    advanced,
+    header_encoder,
+    plan_messages,
+    plan_usage,
+    replanned,
+    write_run,
+)
+from . import _layout, _reads
+from ._bookkeeping import Bookkeeping
+from ._group_commit import Write
+from ._history import History
+from ._layout import Databases
+
+
+class Writes:
+    """The writes of one store: each method validates its ids (raising at once, before
+    anything is queued) and returns the write with its size in bytes, for the directory's
+    ``submit`` or ``defer``; the write raises the refusals that need the transaction.
+
+    Thread-safety: the methods from any thread; the writes run under the commit lock.
+    """
+
+    __slots__ = ("_book", "_dbs", "_history", "_now")
+
+    def __init__(
+        self,
+        dbs: Databases,
+        book: Bookkeeping,
+        history: History,
+        now: Callable[[], dt.datetime],
+    ) -> None:
+        self._dbs = dbs
+        self._book = book
+        self._history = history
+        self._now = now
+
+    def create(self, snapshot: ConversationPersistenceSnapshot, user_id: str) -> tuple[Write, int]:
+        """A create's write (an existing record of the user's is saved over) and size."""
+        key = require_id(snapshot, user_id)
+        cid, body = str(snapshot.conversation_id), body_after(snapshot, None)
+        plan = plan_messages(None, snapshot.messages)  # a create writes every message
+        usage = plan_usage(None, snapshot.usage)
+
+        def write(txn: Any) -> int:
+            now = self._book.moment(self._now)
+            old = self._written_head(txn, key, cid, user_id)
+            if old is None:
+                version = _layout.last_version(txn, self._dbs, key) + 1
+                txn.delete(key, db=self._dbs.tombstones)
+                head = Header(
+                    user_id=user_id,
+                    title=snapshot.title,
+                    created_at=now,
+                    updated_at=now,
+                    message_count=len(plan.items),
+                    version=version,
+                    usage_count=len(usage.items),
+                )
+            else:
+                head = advanced(old, now, len(plan.items), len(usage.items))
+            self._put(txn, key, cid, old, head, body, plan, usage)
+            return head.version
+
+        return write, len(body.data) + plan.size + usage.size
+
+    def update(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, queued: bool = False
+    ) -> tuple[Write, int]:
+        """An update's write and size; the next save plans against a ``queued`` (deferred) one."""
+        key = require_id(snapshot, user_id)
+        cid = str(snapshot.conversation_id)
+        last = self._book.planning_base(cid)  # its body, when this one is the same: no encoding
+        body = body_after(snapshot, None if last is None else last[1])
+        plan = plan_messages(None if last is None else last[0], snapshot.messages)
+        usage = plan_usage(None if last is None else last[2], snapshot.usage)
+        planned = (plan.items, body, usage.items, None)
+        if queued:
+            self._book.queue(cid, planned)
+
+        def write(txn: Any) -> int:
+            if queued:
+                self._book.dequeue(cid, planned)
+            old = self._written_head(txn, key, cid, user_id)
+            if old is None:
+                raise ConversationNotFoundError(
+                    f"Conversation {cid} has no stored record; it may have been deleted. "
+                    "The save was refused rather than resurrect it."
+                )
+            if snapshot.stored_version != old.version:
+                raise StaleVersionError(cid, snapshot.stored_version, old.version)
+            head = advanced(old, self._book.moment(self._now), len(plan.items), len(usage.items))
+            self._put(txn, key, cid, old, head, body, plan, usage)
+            return head.version
+
+        return write, len(body.data) + plan.size + usage.size
+
+    def delete(self, conversation_id: str, user_id: str) -> Write:
+        """A delete's write: True when it removed the record (another user's raises)."""
+        key = conversation_key(conversation_id)
+        user_key(user_id)
+
+        def write(txn: Any) -> bool:
+            head = _reads.owned_head(txn, self._dbs, key, conversation_id, user_id)
+            if head is None:
+                return False
+            _layout.remove(txn, self._dbs, key, head)
+            self._book.note(conversation_id, None)
+            return True
+
+        return write
+
+    def _put(
+        self,
+        txn: Any,
+        key: bytes,
+        cid: str,
+        old: Header | None,
+        head: Header,
+        body: Body,
+        plan: MessagePlan,
+        usage: UsagePlan,
+    ) -> None:
+        """Write a conversation inside its save's write: owner index, body (when it
+        changed), the changed messages and ledger entries, the removal of those past the
+        new ends, the version record, and the header (last: it holds the history's chain)."""
+        known = None if old is None else self._book.known(cid)  # a new record: everything
+        base, ledger = (None, None) if known is None else (known[0], known[2])
+        if plan.base is not base or usage.base is not ledger:  # another write landed since
+            plan, usage = replanned(base, ledger, plan, usage)
+        _layout.reindex(txn, self._dbs, old, head, key)
+        same = known is not None and (body is known[1] or body.data == known[1].data)
+        if not same:  # the usual turn leaves the body as it was (its version records none)
+            txn.put(key, body.data, db=self._dbs.bodies)
+        write_run(txn, self._dbs.messages, key, plan, 0 if old is None else old.message_count)
+        if usage.writes or (old is not None and len(usage.items) < old.usage_count):
+            write_run(txn, self._dbs.usage, key, usage, 0 if old is None else old.usage_count)
+        chain = self._history.record(txn, key, old, head, body.data, same, plan, usage)
+        head = head if chain == head.history else msgspec.structs.replace(head, history=chain)
+        txn.put(key, header_encoder.encode(head), db=self._dbs.heads)
+        self._book.note(cid, (plan.items, body, usage.items, head))  # never after a raise
+
+    def _written_head(self, txn: Any, key: bytes, cid: str, user_id: str) -> Header | None:
+        """The owned header in a save: the one this store last wrote, remembered (the
+        directory's only writer: what it wrote is what is there), else read."""
+        known = self._book.known(cid)
+        if known is None or known[3] is None:
+            return _reads.owned_head(txn, self._dbs, key, cid, user_id)
+        check_owner(known[3].user_id, cid, user_id)
+        return known[3]
