@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any
 
 from loguru import logger
 
-from parlour.stores import SessionStore
+from parlour.stores import PersistentStore, SessionStore
 
 Settle = Callable[[], int]  # waits for a deferred save; its new version
 
@@ -51,12 +50,17 @@ class OnDeleted:
 
 class DeferredSaves:
     """Deferred saves by conversation id; ``later`` is the store's ``save_context_later``
-    (None: the store cannot defer, and every save waits)."""
+    (None: the store does not defer, ``defers_saves`` is False, and every save waits)."""
 
     def __init__(
-        self, store: Any, session: SessionStore | None, forget: Callable[[str, str], None]
+        self,
+        store: PersistentStore | None,
+        session: SessionStore | None,
+        forget: Callable[[str, str], None],
     ) -> None:
-        self.later: Callable[..., Settle] | None = getattr(store, "save_context_later", None)
+        self.later: Callable[..., Settle] | None = (
+            store.save_context_later if store is not None and store.defers_saves else None
+        )
         self._session = session
         self._forget = forget
         self._pending: dict[str, list[Settle]] = {}

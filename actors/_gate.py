@@ -36,6 +36,7 @@ import sys
 import threading
 from contextlib import AbstractContextManager
 
+from parlour.stores import PersistentStore, SessionStore
 from parlour.stores._waiting import held_gate, hold, waiting
 
 __all__ = ["TurnGate", "turn_gate", "waiting"]
@@ -93,7 +94,7 @@ _ALREADY = contextlib.nullcontext()  # reusable: it holds nothing
 turn_gate = TurnGate()  # the process's: every gated turn shares it
 
 
-def gating(store: object, session: object) -> bool:
+def gating(store: PersistentStore | None, session: SessionStore | None) -> bool:
     """Whether turns on a service with ``store`` and ``session`` should be gated: each
     lets the gate go while it waits (or there is none), the interpreter lock is on, and
     the process may run on more than one CPU (on one, the interpreter lock already changes
@@ -101,8 +102,8 @@ def gating(store: object, session: object) -> bool:
     save: measured 2,290 free against 2,190 gated turns/s under ``one_core``)."""
     if not getattr(sys, "_is_gil_enabled", lambda: True)() or _cpus() < 2:
         return False
-    return all(
-        part is None or getattr(part, "lets_go_while_waiting", False) for part in (store, session)
+    return (store is None or store.lets_go_while_waiting) and (
+        session is None or session.lets_go_while_waiting
     )
 
 

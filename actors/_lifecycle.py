@@ -97,9 +97,8 @@ class Lifecycle:
             self.registry.supervisor.stop()
             self.stopped = True
             self.leases.drop_all()
-            remove = getattr(self.store, "remove_delete_listener", None)
-            if remove is not None and self.session is None:  # see OnDeleted
-                remove(self._listener)
+            if self.store is not None and self.session is None:  # see OnDeleted
+                self.store.remove_delete_listener(self._listener)
         if self._ticker is not None:
             self._ticker.join()
 

@@ -98,7 +98,7 @@ class ConversationService:
             registry, leases, deferred, store, session, listener, clock, shutdown_grace_s
         )
         stopping = lifecycle.stopping
-        shared = bool(getattr(store, "shared", False))  # warm copies are checked against it
+        shared = store is not None and store.shared  # warm copies are checked against it
         self._activator = Activator(
             store, session, shared, clock, conversation_timeout_s, seams, registry, stopping, leases
         )

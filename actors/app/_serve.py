@@ -135,7 +135,7 @@ def run_serve_cluster(
 
         from parlour.stores import PostgresStore
 
-        from ...cluster import AgentCluster
+        from ..cluster import AgentCluster
     except ImportError:
         print("serving a cluster needs Ray: pip install 'parlour[cluster]'", file=sys.stderr)
         return 2

@@ -141,7 +141,7 @@ def _lookup(city: str) -> str:
     return city
 
 
-_BODY_CHANGES: dict[str, Callable[[ConversationContext, int], None]] = {
+_BODY_CHANGES: dict[str, Callable[[ConversationContext, int], object]] = {
     "a message": lambda c, i: c.add_user_message(f"message {i}"),
     "an objective slot": lambda c, i: c.put_main_objective(f"slot {i % 3}", f"objective {i}"),
     "a pojo slot": lambda c, i: c.put_main_objective("pojo", {"n": i % 2 == 0}),

@@ -325,7 +325,9 @@ def test_a_layout_4_store_opens_as_it_is_and_is_marked_with_this_layout(tmp_path
     env = lmdb.open(str(tmp_path), max_dbs=16)
     with env.begin(write=True) as txn:  # as layout 4 left it: the body in every record
         versions, meta = env.open_db(b"versions", txn=txn), env.open_db(b"meta", txn=txn)
-        body = bytes(txn.get(b"c1", db=env.open_db(b"bodies", txn=txn)))
+        stored = txn.get(b"c1", db=env.open_db(b"bodies", txn=txn))
+        assert stored is not None
+        body = bytes(stored)
         for key, value in list(txn.cursor(db=versions)):
             payload = _versions._decoder.decode(bytes(value)[9:])
             full = msgspec.structs.replace(payload, body=payload.body or body)
