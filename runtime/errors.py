@@ -132,11 +132,11 @@ class CorruptSnapshotError(ParlourError):
     """A stored conversation record does not decode; the record is left untouched."""
 
 
-class IllegalStateError(RuntimeError):
+class IllegalStateError(ParlourError, RuntimeError):
     """The operation is not allowed in the object's current state."""
 
 
-class ConversationNotFoundError(LookupError):
+class ConversationNotFoundError(ParlourError, LookupError):
     """An update was saved for a conversation the store does not hold (it was deleted)."""
 
 
