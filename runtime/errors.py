@@ -1,5 +1,8 @@
 """parlour's exceptions, in one small tree.
 
+Every error parlour raises on purpose derives from ``ParlourError``; the ones defined
+outside ``runtime`` (which imports nothing of the packages above it) name their module.
+
 ```
 Exception
 ├── ParlourError                       base of everything parlour raises on purpose
@@ -13,9 +16,26 @@ Exception
 │   ├── DehydratedError                a restored message has no response handler yet
 │   ├── MissingTypeAliasError          an artifact class without a type alias
 │   ├── CorruptSnapshotError           a stored record that does not decode
-│   └── StaleVersionError              a save from a version the record has moved past
-├── IllegalStateError (RuntimeError)   an operation the current state forbids
-└── ConversationNotFoundError (LookupError)   an update for a record that does not exist
+│   ├── StaleVersionError              a save from a version the record has moved past
+│   ├── IllegalStateError              an operation the current state forbids
+│   │                                  (also a RuntimeError)
+│   ├── ConversationNotFoundError      an update for a record that does not exist
+│   │                                  (also a LookupError)
+│   └── TurnError                      a turn ended abnormally after its boundary save
+│       │                              (parlour.actors.agent._events)
+│       ├── TurnCancelledError         the turn was cancelled at a boundary
+│       │                              (parlour.actors.agent._events)
+│       └── ShardLostError             a cluster shard died before it answered
+│                                      (parlour.actors.cluster._client)
+└── internal signals: raised and caught inside parlour, they never reach a caller
+    ├── Abandoned                      ends a model call whose turn stopped listening
+    │                                  (parlour.actors.agent._calls)
+    ├── AdminError                     a store command's refusal, printed as one line
+    │                                  (parlour.actors.app._admin)
+    ├── ApiError                       an HTTP refusal, answered as a JSON error
+    │                                  (parlour.actors.app.serve._http)
+    └── ShuttingDownError              the HTTP host starts no more turns: a 503
+                                       (parlour.actors.app.serve._host; a RuntimeError)
 ```
 
 Bad arguments raise ``ValueError``; another user's conversation raises ``PermissionError``
@@ -132,11 +152,11 @@ class CorruptSnapshotError(ParlourError):
     """A stored conversation record does not decode; the record is left untouched."""
 
 
-class IllegalStateError(RuntimeError):
+class IllegalStateError(ParlourError, RuntimeError):
     """The operation is not allowed in the object's current state."""
 
 
-class ConversationNotFoundError(LookupError):
+class ConversationNotFoundError(ParlourError, LookupError):
     """An update was saved for a conversation the store does not hold (it was deleted)."""
 
 

@@ -1,18 +1,27 @@
-"""The shape of the source tree, checked over its syntax: module size, import cycles, layers.
+"""The shape of the source tree, checked over its syntax: module size, import cycles (type-only
+imports too), package folders that need each other, layers.
 
 A newcomer reads the code in an hour only while modules stay small, imports run one way and
-no two modules need each other. These tests read the source with ``ast``; nothing is imported.
+no two modules, nor two package folders, need each other. These tests read the source with
+``ast`` (through ``tests/_source_tree.py``); nothing is imported. The shape of the classes is
+checked in ``test_architecture_shape``.
 """
 
 from __future__ import annotations
 
 import ast
 import tomllib
-from collections.abc import Iterator
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = {"runtime": "parlour.runtime", "stores": "parlour.stores", "actors": "parlour.actors"}
+from tests._source_tree import (
+    FOLDERS,
+    MODULES,
+    PACKAGES,
+    ROOT,
+    cycles,
+    graph,
+    package_of,
+)
+
 MAX_LINES = 400
 # A module may grow past MAX_LINES only when its docstring says why, in a line starting so.
 REASON = "Why this module is long:"
@@ -24,97 +33,30 @@ LAYER_BELOW = {
     "parlour.stores": ("parlour.runtime",),
     "parlour.actors": ("parlour.runtime", "parlour.stores"),
 }
+GRAPH = graph()
+# The same, with the imports under ``if TYPE_CHECKING:``: a circle of annotations is still
+# two modules a reader must take in together.
+TYPED_GRAPH = graph(type_only=True)
 
 
-def _modules() -> Iterator[tuple[str, Path]]:
-    for folder, package in FOLDERS.items():
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            parts = path.relative_to(ROOT / folder).with_suffix("").parts
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            yield ".".join((package, *parts)), path
+def _unit(module: str) -> str:
+    """The folder a module lives in, as a package name: a subpackage is one unit, and a
+    package's own top-level modules (``parlour.actors._service``) are another."""
+    return module if module in PACKAGES else module.rsplit(".", 1)[0]
 
 
-MODULES = dict(_modules())
-
-
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _imports(module: str, path: Path) -> set[str]:
-    """The parlour modules ``module`` imports anywhere (functions included), type-only
-    imports left out. ``from package import name`` counts as the submodule when one exists."""
-    tree = ast.parse(path.read_text())
-    skipped = {
-        id(n)
-        for top in ast.walk(tree)
-        if isinstance(top, ast.If) and _is_type_checking(top)
-        for n in ast.walk(top)
-    }
-    found: set[str] = set()
-    is_package = path.name == "__init__.py"
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = module.split(".")
-                anchor = anchor if is_package else anchor[:-1]
-                anchor = anchor[: len(anchor) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
-            for alias in node.names:
-                sub = f"{base}.{alias.name}"
-                found.add(sub if sub in MODULES else base)
-    return {m for m in found if m in MODULES and m != module}
-
-
-GRAPH = {module: _imports(module, path) for module, path in MODULES.items()}
-
-
-def _cycles() -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for nxt in GRAPH[node]:
-            if nxt not in index:
-                visit(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in on_stack:
-                low[node] = min(low[node], index[nxt])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                top = stack.pop()
-                on_stack.discard(top)
-                component.append(top)
-                if top == node:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for node in GRAPH:
-        if node not in index:
-            visit(node)
+def _unit_imports() -> dict[tuple[str, str], list[str]]:
+    """Each unit's imports of another unit, type-only ones included, with the module imports
+    behind them. A package's ``__init__`` re-exporting its own subpackages' names is its
+    public face, not its modules reaching down, so those imports are left out."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for module, targets in TYPED_GRAPH.items():
+        for target in sorted(targets):
+            if module in PACKAGES and target.startswith(f"{module}."):
+                continue
+            if _unit(module) != _unit(target):
+                found.setdefault((_unit(module), _unit(target)), []).append(f"{module} -> {target}")
     return found
-
-
-def _package_of(module: str) -> str:
-    return ".".join(module.split(".")[:2])
 
 
 def test_no_module_is_over_the_size_limit_without_saying_why() -> None:
@@ -128,7 +70,28 @@ def test_no_module_is_over_the_size_limit_without_saying_why() -> None:
 
 
 def test_no_two_modules_import_each_other_even_inside_functions() -> None:
-    assert _cycles() == []
+    assert cycles(GRAPH) == []
+
+
+def test_no_two_modules_import_each_other_even_for_type_annotations_only() -> None:
+    found = cycles(TYPED_GRAPH)
+    edges = [
+        f"{module} -> {target}" + ("" if target in GRAPH[module] else " (type-only)")
+        for circle in found
+        for module in circle
+        for target in sorted(TYPED_GRAPH[module] & set(circle))
+    ]
+    assert found == [], "modules in a circle, type-only imports counted:\n" + "\n".join(edges)
+
+
+def test_no_two_package_folders_import_each_other_even_for_type_annotations_only() -> None:
+    imports = _unit_imports()
+    both_ways = [
+        f"{one} <-> {other}:\n  " + "\n  ".join(imports[one, other] + imports[other, one])
+        for one, other in sorted(imports)
+        if one < other and (other, one) in imports
+    ]
+    assert both_ways == [], "package folders importing each other:\n" + "\n".join(both_ways)
 
 
 def test_no_module_imports_a_layer_above_its_own() -> None:
@@ -136,8 +99,8 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
         f"{module} -> {target}"
         for module, targets in GRAPH.items()
         for target in targets
-        if _package_of(target) != _package_of(module)
-        and _package_of(target) not in LAYER_BELOW[_package_of(module)]
+        if package_of(target) != package_of(module)
+        and package_of(target) not in LAYER_BELOW[package_of(module)]
     ]
     assert upward == []
 
