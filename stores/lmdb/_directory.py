@@ -20,8 +20,8 @@ from parlour.runtime.errors import IllegalStateError
 from .._waiting import waiting
 from . import _layout
 from ._bookkeeping import Bookkeeping
+from ._databases import NAMES, Databases
 from ._group_commit import GroupCommit, Slot, Write
-from ._layout import Databases
 from ._lock import ReadGate, WriterLock
 
 T = TypeVar("T")
@@ -86,7 +86,7 @@ class Directory:
             env = lmdb.open(
                 str(self.path),
                 map_size=map_size,
-                max_dbs=len(_layout.NAMES),
+                max_dbs=len(NAMES),
                 sync=sync,
                 metasync=sync,
                 max_readers=1024,

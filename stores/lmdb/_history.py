@@ -16,8 +16,8 @@ from .._ids import conversation_key, user_key
 from .._protocols import ConversationVersion
 from .._records import Chain, Header, MessagePlan, UsagePlan, decode_record
 from . import _reads, _versions
+from ._databases import Databases
 from ._directory import Directory
-from ._layout import Databases
 
 
 class History:

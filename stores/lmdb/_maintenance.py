@@ -17,8 +17,9 @@ from .._ids import conversation_key
 from .._memory import DeleteListeners
 from .._records import decode_header, message_prefix
 from . import _layout, _reads, _versions
+from ._databases import Databases
 from ._directory import Directory
-from ._layout import Databases, QuarantinedRecord
+from ._layout import QuarantinedRecord
 
 
 class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):

@@ -21,7 +21,8 @@ from .._records import (
     message_key,
     message_prefix,
 )
-from ._layout import Databases, QuarantinedRecord, quarantine_decoder
+from ._databases import Databases
+from ._layout import QuarantinedRecord, quarantine_decoder
 
 
 def owned_head(txn: Any, dbs: Databases, key: bytes, cid: str, user_id: str) -> Header | None:

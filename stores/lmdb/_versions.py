@@ -26,14 +26,12 @@ import datetime as dt
 import itertools
 import operator
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import msgspec
 
 from .._records import Chain, MessagePlan, UsagePlan, message_prefix
-
-if TYPE_CHECKING:
-    from ._layout import Databases
+from ._databases import Databases
 
 MAX_CHAIN = 256  # most deltas after a checkpoint
 # the deltas' message bytes a chain may reach before a checkpoint is due, however small

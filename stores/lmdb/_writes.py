@@ -34,9 +34,9 @@ from .._records import (
 )
 from . import _layout, _reads
 from ._bookkeeping import Bookkeeping
+from ._databases import Databases
 from ._group_commit import Write
 from ._history import History
-from ._layout import Databases
 
 
 class Writes:
