@@ -46,3 +46,31 @@ def test_the_check_sees_an_import_of_a_wing_in_any_form(tmp_path: Path) -> None:
         module = tmp_path / "_probe.py"
         module.write_text(f"if TYPE_CHECKING:\n    {line}\n")
         assert _wings_imported(module), line
+
+
+def _reads_the_system_time(path: Path) -> list[str]:
+    """Calls of ``time.monotonic``/``time.time``/``time.perf_counter`` and ``*.now()`` on a
+    ``datetime`` in ``path``: a deadline read there would escape the injected clock."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        owner = ast.unparse(node.func.value)
+        if (owner == "time" and node.func.attr in {"monotonic", "time", "perf_counter"}) or (
+            node.func.attr in {"now", "utcnow"} and "datetime" in owner
+        ):
+            found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_every_deadline_of_the_core_reads_the_injected_clock() -> None:
+    assert [
+        hit for path in sorted(ACTORS.glob("*.py")) for hit in _reads_the_system_time(path)
+    ] == []
+
+
+def test_the_clock_check_sees_each_way_of_reading_the_system_time(tmp_path: Path) -> None:
+    for line in ("time.monotonic()", "time.time()", "dt.datetime.now(dt.UTC)"):
+        module = tmp_path / "_probe.py"
+        module.write_text(f"deadline = {line} + 5\n")
+        assert _reads_the_system_time(module), line
