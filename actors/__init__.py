@@ -9,7 +9,7 @@ process knobs. This module re-exports what an application uses.
 
 from ._obtain import Obtaining
 from ._service import ConversationService, ServiceStats
-from ._thinker import BasicThinker, Thinker
+from ._thinker import BasicThinker, Event, Thinker
 from .agent._agent import Agent, Chat
 from .agent._effects import RetryPolicy
 from .agent._events import (
@@ -38,6 +38,7 @@ __all__ = [
     "Compacted",
     "CompactionRecord",
     "ConversationService",
+    "Event",
     "ModelCallRecord",
     "Obtaining",
     "OfferAccepted",

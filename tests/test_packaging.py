@@ -70,6 +70,7 @@ PINNED = {
         "Compacted",
         "CompactionRecord",
         "ConversationService",
+        "Event",
         "ModelCallRecord",
         "Obtaining",
         "OfferAccepted",
