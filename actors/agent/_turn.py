@@ -160,7 +160,7 @@ def turn_steps(plan: TurnPlan, text: str, attachments: Sequence[ContentBlock] = 
     try:
         _prepare(context, plan)
         _add(context, plan, _user_message(text, attachments, plan.handler))
-        yield Save(context, wait=False)  # deferred: the answer's save waits for both
+        yield plan.saving(context)  # waited: durable before the model is called
         return (yield from _answer_all(context, plan))
     except GeneratorExit:
         abandoned = True
