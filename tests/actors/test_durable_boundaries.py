@@ -31,7 +31,7 @@ def _stored_blocks(store: LmdbStore, chat: Chat) -> list[object]:
     return [b for m in snapshot.messages for b in m.blocks]
 
 
-def _stored_texts(store: LmdbStore, chat: Chat) -> list[str]:
+def _stored_texts(store: LmdbStore, chat: Chat) -> list[object]:
     return [b.text for b in _stored_blocks(store, chat) if isinstance(b, TextBlock)]
 
 
