@@ -46,7 +46,7 @@ class CallScope:
         self.turn_id = "turn-" + secrets.token_hex(8)
         self.cancellations: list[Cancellation] = []
         self.thinker: AgentThinker = plan.thinker
-        self.cancelled = plan.thinker.cancelled  # a release before the first call counts
+        self.cancelled: str | None = None  # why the turn was cancelled, once it was
         self._guard = threading.Lock()  # a cancel from another thread sees every call
 
     def cancellation(self) -> Cancellation:
@@ -80,9 +80,11 @@ def contexts_for(plan: TurnPlan, calls: Sequence[ToolUseBlock]) -> Contexts:
     if not wanted or all(call.name not in wanted for call in calls):
         return None
     scope: CallScope | None = plan.call_scope
+    thinker = plan.thinker
     if scope is None:
         scope = plan.call_scope = CallScope(plan)
-    thinker = plan.thinker
+        if thinker.cancelled is not None:  # a cancel that came before the scope was there
+            scope.cancel(thinker.cancelled)
     user, cid, turn = thinker.user_id, thinker.conversation_id, scope.turn_id
     return [
         ToolContext(

@@ -13,7 +13,10 @@ completes a loop future from the releasing thread; a cancelled turn gives the ob
 a grant that raced the cancel is released). Both publish every event to the turn's
 followers. In a turn gated by ``Chat.send`` (``_gate.py``) every effect that may wait lets
 the gate go: the driver's tools, pause and compaction here, the obtain, the save and the
-worker model call where they wait.
+worker model call where they wait. Tools that take a ``ToolContext`` get theirs from
+``_call_context`` (made here, in the driver's thread), and learn of a cancellation through
+the thinker's cancel hook (the sync path, while tools run) or ``force`` and the caller's
+cancel (the async path).
 
 Thread-safety: a driver runs one turn; many drivers run at once on one service.
 """
