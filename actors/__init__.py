@@ -25,6 +25,7 @@ from .agent._events import (
     TurnDone,
     TurnError,
 )
+from .agent._history import HistoryMessage, HistoryToolCall, HistoryToolResult
 from .agent._joiners import AgentThinker
 from .agent._ledger import CompactionRecord, ModelCallRecord, UsageLedger
 from .app.serve import TokenBook, asgi_app
@@ -39,6 +40,9 @@ __all__ = [
     "CompactionRecord",
     "ConversationService",
     "Event",
+    "HistoryMessage",
+    "HistoryToolCall",
+    "HistoryToolResult",
     "ModelCallRecord",
     "Obtaining",
     "OfferAccepted",

@@ -93,6 +93,7 @@ from .schema._markers import (
     LLMSummarizable,
     SummarySize,
 )
+from .schema._tool_context import Cancellation, ToolContext
 
 logger.disable("parlour")
 
@@ -107,6 +108,7 @@ __all__ = [
     "TOOL_WEIGHT_GUIDANCE",
     "Artifact",
     "ArtifactRegistry",
+    "Cancellation",
     "Clock",
     "CompactionLevel",
     "CompactionResult",
@@ -159,6 +161,7 @@ __all__ = [
     "ThinkingResponseHandler",
     "TokenCounter",
     "ToolCall",
+    "ToolContext",
     "Transcript",
     "TruncatingSummarizer",
     "Turn",

@@ -31,21 +31,17 @@ from parlour.runtime import (
     PojoResponseHandler,
 )
 from parlour.runtime.blocks import ContentBlock
-from parlour.runtime.compaction import (
-    ContextCompactor,
-    ContextWindowManager,
-    LLMContextCompactor,
-    compactor_for,
-    summary_model,
-)
+from parlour.runtime.compaction import ContextCompactor, ContextWindowManager
 from parlour.runtime.errors import IllegalStateError, UncorrectableLLMError
 
 from .._gate import gating, turn_gate
 from .._service import ConversationService
 from ._calls import start_pools
+from ._compactor import default_compactor
 from ._drive import drive, drive_async, run
 from ._effects import Compact, RetryPolicy
 from ._events import AgentEvent, Reply, TurnDone
+from ._history import HistoryMessage, ahistory, history
 from ._joiners import AgentThinker
 from ._ledger import LedgerEntry, UsageLedger, decode_entries
 from ._otel import tracer, turn_span
@@ -132,7 +128,7 @@ class Agent:
         self._ledgers: dict[str, UsageLedger] = {}
         self._lock = threading.Lock()
         self.compaction = compaction
-        self.compactor = compactor or _default_compactor(client)
+        self.compactor = compactor or default_compactor(client)
         self._overrides = (comfort_tokens, compaction_trigger)
         self._windows = {client.spec.id: self._new_window(client.spec)}  # checks the overrides
         start_pools()  # process-wide, once: no turn waits for their threads to start
@@ -144,10 +140,13 @@ class Agent:
         user_id: str,
         conversation_id: str | None = None,
         temporary: bool = False,
+        deps: Any = None,
     ) -> Chat:
         """A chat for ``user_id``: a new durable conversation (minted), the stored one named
         by ``conversation_id`` (adopted: its first turn fails if no store holds it), or with
-        ``temporary`` a conversation that is never persisted.
+        ``temporary`` a conversation that is never persisted. ``deps`` (any object: a
+        database handle, a client) reaches every tool call of the chat that takes a
+        ``ToolContext``, as ``context.deps``.
 
         Raises:
             ValueError: both ``conversation_id`` and ``temporary`` are given.
@@ -156,7 +155,7 @@ class Agent:
             raise ValueError(
                 f"Conversation {conversation_id} is stored, so it cannot be resumed as temporary."
             )
-        return Chat(self, service, user_id, conversation_id, temporary)
+        return Chat(self, service, user_id, conversation_id, temporary, deps)
 
     def ledger(self, conversation_id: str) -> UsageLedger:
         with self._lock:
@@ -221,9 +220,11 @@ class Chat:
         user_id: str,
         conversation_id: str | None,
         temporary: bool,
+        deps: Any = None,
     ) -> None:
         self.agent = agent
         self.service = service
+        self.deps = deps  # every tool call that takes a ToolContext gets it
         self.thinker = AgentThinker(
             user_id,
             depth=agent.depth,
@@ -269,6 +270,21 @@ class Chat:
             return self._ledger.entries()
         snapshot = store.load(self.conversation_id, self.user_id)
         return decode_entries(snapshot.usage) if snapshot is not None else []
+
+    def history(self) -> list[HistoryMessage]:
+        """The conversation's messages as its user sees them, in order (``_history.py``):
+        the stored record as of its last saved boundary, read without the lease (a running
+        turn goes on); a chat that is not durable reads its live copy, between turns.
+
+        Raises:
+            PermissionError: the conversation belongs to another user.
+            IllegalStateError: a chat that is not durable is running a turn.
+        """
+        return history(self.service, self.thinker, self.durable, self._busy)
+
+    async def ahistory(self) -> list[HistoryMessage]:
+        """``history`` on the running loop, never blocking it; raises what it raises."""
+        return await ahistory(self.service, self.thinker, self.durable, self._busy)
 
     # -- from threads ---------------------------------------------------------------------------
 
@@ -363,7 +379,8 @@ class Chat:
                 "it to end, or offer the message to it with service.offer."
             )
         thinker = self.thinker
-        return TurnPlan(self.agent, thinker, thinker.begin_turn(), self._ledger, deltas, tracer())
+        state = thinker.begin_turn()
+        return TurnPlan(self.agent, thinker, state, self._ledger, deltas, tracer(), self.deps)
 
     def _done(self, plan: TurnPlan, reply: Reply) -> TurnDone:
         done = TurnDone(reply=reply)
@@ -373,23 +390,3 @@ class Chat:
     def _end(self) -> None:
         self.thinker.end_turn()
         self._busy.release()
-
-
-def _default_compactor(client: LLMClient) -> ContextCompactor:
-    """``compactor_for(client)``, with an async summary call beside the sync one for a real
-    client, so a turn on an event loop makes a level's summaries concurrently on the loop."""
-    compactor = compactor_for(client)
-    if compactor.can_await:
-        return compactor
-    model = summary_model(client.spec)
-
-    def complete(prompt: str) -> Any:
-        return client.respond(ConversationContext.single_turn(model, prompt, _SUMMARY))
-
-    async def acomplete(prompt: str) -> Any:
-        return await client.arespond(ConversationContext.single_turn(model, prompt, _SUMMARY))
-
-    return LLMContextCompactor(complete, acomplete=acomplete, model_id=model.id)
-
-
-_SUMMARY = 2_000  # a summary call's output backstop

@@ -13,7 +13,10 @@ completes a loop future from the releasing thread; a cancelled turn gives the ob
 a grant that raced the cancel is released). Both publish every event to the turn's
 followers. In a turn gated by ``Chat.send`` (``_gate.py``) every effect that may wait lets
 the gate go: the driver's tools, pause and compaction here, the obtain, the save and the
-worker model call where they wait.
+worker model call where they wait. Tools that take a ``ToolContext`` get theirs from
+``_call_context`` (made here, in the driver's thread), and learn of a cancellation through
+the thinker's cancel hook (the sync path, while tools run) or ``force`` and the caller's
+cancel (the async path).
 
 Thread-safety: a driver runs one turn; many drivers run at once on one service.
 """
@@ -32,6 +35,7 @@ from parlour.runtime import ConversationContext, LLMResponse
 
 from .._gate import waiting
 from .._service import ConversationService
+from ._call_context import cancel_calls, contexts_for
 from ._calls import (
     Abandoned,
     acquire_cap,
@@ -134,11 +138,14 @@ def _compact(effect: Compact, plan: TurnPlan, service: ConversationService) -> A
 
 
 def _run_tools(effect: RunTools, plan: TurnPlan, service: ConversationService) -> Any:
+    contexts = contexts_for(plan, effect.calls)
+    if contexts is not None:  # a force release meanwhile tells the calls (no model call runs)
+        plan.thinker.set_cancel_hook(plan.call_scope.on_release)
     with (
         waiting(),
         span_on(plan.tracer, "parlour.tools", **{"parlour.tool_calls": len(effect.calls)}),
     ):
-        return run_calls(plan.tools, effect.calls, plan.tool_timeout_s)
+        return run_calls(plan.tools, effect.calls, plan.tool_timeout_s, contexts)
 
 
 def _pause(effect: Pause, plan: TurnPlan, service: ConversationService) -> None:
@@ -226,6 +233,7 @@ class _AsyncTurn:
         """From any thread: interrupt the turn's current wait (``force_release``)."""
         self.force_requested = True
         self.current_call.set()
+        cancel_calls(self.plan, self.plan.thinker.cancelled or "the turn was cancelled")
         self.loop.call_soon_threadsafe(self.forced.set)
 
     def publish(self, event: AgentEvent) -> None:
@@ -262,6 +270,7 @@ class _AsyncTurn:
         try:
             await asyncio.wait({work, forced}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
+            cancel_calls(self.plan, "the turn's caller cancelled it")
             work.cancel()
             await asyncio.wait([work])
             raise
@@ -288,8 +297,9 @@ class _AsyncTurn:
             case CallModel(context=context):
                 return await self._call_model(context)
             case RunTools(calls=calls):
+                contexts = contexts_for(plan, calls)
                 with span_on(plan.tracer, "parlour.tools", **{"parlour.tool_calls": len(calls)}):
-                    return await run_calls_async(plan.tools, calls, plan.tool_timeout_s)
+                    return await run_calls_async(plan.tools, calls, plan.tool_timeout_s, contexts)
             case Pause(seconds=seconds):
                 await plan.async_sleep(seconds)
             case Release():

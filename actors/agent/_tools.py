@@ -5,7 +5,9 @@ gives an error result carrying the exception's message, an unknown name and argu
 do not fit the signature give error results too, and a call past its timeout gives an error
 result while the turn goes on. Sync tools run in a bounded thread pool shared by the
 process; async tools run on the event loop (on the async path) or on a pool thread's own
-loop (on the sync path). The calls of one answer run concurrently.
+loop (on the sync path). The calls of one answer run concurrently. A tool whose function
+takes a ``ToolContext`` gets the one the driver made for its call (``_call_context``); a
+call given up at its timeout has its context's ``cancelled`` set.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from typing import Any
 
 import msgspec
 
-from parlour.runtime import FunctionTool, tool_from_function
+from parlour.runtime import FunctionTool, ToolContext, tool_from_function
 from parlour.runtime.blocks import ToolResultBlock, ToolUseBlock
 
-__all__ = ["ToolBox", "run_calls", "run_calls_async"]
+__all__ = ["Contexts", "ToolBox", "run_calls", "run_calls_async"]
+
+Contexts = Sequence[ToolContext[Any] | None] | None  # one per call (None: no call takes one)
 
 TOOL_WORKERS = 32
 _pool: cf.ThreadPoolExecutor | None = None
@@ -55,7 +59,7 @@ class ToolBox:
 
     Args:
         tools: functions (sync or async, annotated; the docstring describes them) or ready
-            ``FunctionTool``s.
+            ``FunctionTool``s. ``contextual`` names those that take a ``ToolContext``.
 
     Raises:
         ValueError: two tools share a name.
@@ -69,6 +73,7 @@ class ToolBox:
             if tool.name in self.tools:
                 raise ValueError(f"Two tools are named {tool.name}; tool names must be unique.")
             self.tools[tool.name] = tool
+        self.contextual = frozenset(n for n, t in self.tools.items() if t.context_param)
 
     def declarations(self) -> list[FunctionTool]:
         return list(self.tools.values())
@@ -93,8 +98,13 @@ def _failure(call: ToolUseBlock, exc: BaseException) -> ToolResultBlock:
     return _error(call, f"{call.name} failed: {type(exc).__name__}: {exc}")
 
 
-def _timed_out(call: ToolUseBlock, timeout_s: float) -> ToolResultBlock:
-    return _error(call, f"{call.name} did not finish within its timeout of {timeout_s:g}s.")
+def _timed_out(
+    call: ToolUseBlock, timeout_s: float, context: ToolContext[Any] | None
+) -> ToolResultBlock:
+    text = f"{call.name} did not finish within its timeout of {timeout_s:g}s."
+    if context is not None:  # the call goes on in its thread: tell it it was given up
+        context.cancelled.set(text)
+    return _error(call, text)
 
 
 def _unknown(box: ToolBox, call: ToolUseBlock) -> ToolResultBlock | None:
@@ -104,16 +114,16 @@ def _unknown(box: ToolBox, call: ToolUseBlock) -> ToolResultBlock | None:
     return _error(call, f"There is no tool named {call.name} (the tools are: {known}).")
 
 
-def _call_in_thread(box: ToolBox, call: ToolUseBlock) -> Any:
+def _call_in_thread(box: ToolBox, call: ToolUseBlock, context: ToolContext[Any] | None) -> Any:
     """Run one call to completion in the current (pool) thread."""
-    value = box.tools[call.name].call(call.input_json or "{}")
+    value = box.tools[call.name].call(call.input_json or "{}", context)
     if inspect.iscoroutine(value):
         return asyncio.run(value)
     return value
 
 
 def run_calls(
-    box: ToolBox, calls: Sequence[ToolUseBlock], timeout_s: float
+    box: ToolBox, calls: Sequence[ToolUseBlock], timeout_s: float, contexts: Contexts = None
 ) -> list[ToolResultBlock]:
     """Run every call concurrently in the tool pool; the results in the calls' order.
 
@@ -122,49 +132,63 @@ def run_calls(
     """
     results: list[ToolResultBlock | None] = [_unknown(box, c) for c in calls]
     futures = {
-        i: tool_pool().submit(_call_in_thread, box, c)
+        i: tool_pool().submit(_call_in_thread, box, c, contexts[i] if contexts else None)
         for i, c in enumerate(calls)
         if results[i] is None
     }
     cf.wait(futures.values(), timeout=timeout_s)
     for i, future in futures.items():
-        results[i] = _outcome(calls[i], future, timeout_s)
+        results[i] = _outcome(calls[i], future, timeout_s, contexts[i] if contexts else None)
     return [r for r in results if r is not None]
 
 
-def _outcome(call: ToolUseBlock, future: cf.Future[Any], timeout_s: float) -> ToolResultBlock:
+def _outcome(
+    call: ToolUseBlock,
+    future: cf.Future[Any],
+    timeout_s: float,
+    context: ToolContext[Any] | None,
+) -> ToolResultBlock:
     if not future.done():
         future.cancel()
-        return _timed_out(call, timeout_s)
+        return _timed_out(call, timeout_s, context)
     exc = future.exception()
     return _result(call, future.result()) if exc is None else _failure(call, exc)
 
 
 async def run_calls_async(
-    box: ToolBox, calls: Sequence[ToolUseBlock], timeout_s: float
+    box: ToolBox, calls: Sequence[ToolUseBlock], timeout_s: float, contexts: Contexts = None
 ) -> list[ToolResultBlock]:
     """Run every call concurrently: async tools on this loop, sync ones in the tool pool.
 
     Never blocks the loop. Cancelling it cancels the async calls (sync ones finish in their
     pool threads, their outcomes discarded).
     """
-    return list(await asyncio.gather(*(_one_async(box, c, timeout_s) for c in calls)))
+    return list(
+        await asyncio.gather(
+            *(
+                _one_async(box, c, timeout_s, contexts[i] if contexts else None)
+                for i, c in enumerate(calls)
+            )
+        )
+    )
 
 
-async def _one_async(box: ToolBox, call: ToolUseBlock, timeout_s: float) -> ToolResultBlock:
+async def _one_async(
+    box: ToolBox, call: ToolUseBlock, timeout_s: float, context: ToolContext[Any] | None
+) -> ToolResultBlock:
     unknown = _unknown(box, call)
     if unknown is not None:
         return unknown
     try:
-        return _result(call, await asyncio.wait_for(_start(box, call), timeout_s))
+        return _result(call, await asyncio.wait_for(_start(box, call, context), timeout_s))
     except TimeoutError:
-        return _timed_out(call, timeout_s)
+        return _timed_out(call, timeout_s, context)
     except Exception as exc:
         return _failure(call, exc)
 
 
-async def _start(box: ToolBox, call: ToolUseBlock) -> Any:
+async def _start(box: ToolBox, call: ToolUseBlock, context: ToolContext[Any] | None) -> Any:
     if box.is_async(call.name):
-        return await box.tools[call.name].call(call.input_json or "{}")
+        return await box.tools[call.name].call(call.input_json or "{}", context)
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(tool_pool(), _call_in_thread, box, call)
+    return await loop.run_in_executor(tool_pool(), _call_in_thread, box, call, context)

@@ -44,16 +44,7 @@ from parlour.runtime.errors import (
     UncorrectableLLMError,
 )
 
-from ._effects import (
-    CallModel,
-    Compact,
-    Obtain,
-    Pause,
-    Release,
-    RetryPolicy,
-    RunTools,
-    Save,
-)
+from ._effects import CallModel, Compact, Obtain, Pause, Release, RetryPolicy, RunTools, Save
 from ._events import (
     Compacted,
     OfferAccepted,
@@ -76,7 +67,7 @@ _NONE = Usage()  # a turn's usage before its first call
 
 class TurnPlan:
     """Everything one turn needs: the agent's settings (read from ``seat``, anything with
-    the ``Agent``'s attributes of these names), the chat's thinker and ledger, and the
+    the ``Agent``'s attributes of these names), the chat's thinker, ledger and deps, and the
     turn's own state; made by ``Chat`` for each turn (by hand, no keyword binding: it is
     on every turn's path)."""
 
@@ -85,8 +76,10 @@ class TurnPlan:
         "added",
         "async_sleep",
         "before_model_call",
+        "call_scope",
         "client",
         "deltas",
+        "deps",
         "handler",
         "ledger",
         "max_rounds",
@@ -123,6 +116,7 @@ class TurnPlan:
         ledger: UsageLedger,
         deltas: bool,  # the driver's caller reads text deltas (False: only the reply)
         tracer: Any,  # the OpenTelemetry tracer, looked up once per turn (None: no spans)
+        deps: Any = None,  # the chat's dependencies, for tools that take a ToolContext
     ) -> None:
         self.client, self.tools, self.objective = seat.client, seat.tools, seat.objective
         self.max_rounds, self.retry = seat.max_rounds, seat.retry
@@ -132,6 +126,8 @@ class TurnPlan:
         self.handler = seat.handler
         self.thinker, self.state, self.ledger = thinker, state, ledger
         self.deltas, self.tracer = deltas, tracer
+        self.deps = deps
+        self.call_scope: Any = None  # ``_call_context.CallScope``: made when a tool takes one
         self.added: list[Message] = []
         self.usage: Usage = _NONE  # the turn's calls, summed
         self._save: Save | None = None

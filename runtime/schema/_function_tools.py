@@ -12,6 +12,9 @@ the description (Google-style ``Args:`` lines describe the parameters).
     tool = tool_from_function(search_documents)
     conversation.add_tool(tool)            # a DeclaredTool: converted at first render
     tool.call('{"query": "parlour"}')      # decoded and checked against the signature
+
+A parameter annotated ``ToolContext`` is not part of the schema: the host running the call
+passes it (``tool.call(input_json, context)``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import msgspec
 from ..blocks import ToolDefinitionBlock
 from ._generation import Schema, generate_schema
 from ._markers import LLMDescription, LLMRequired
+from ._tool_context import ToolContext, is_tool_context
 
 __all__ = ["FunctionTool", "tool_from_function"]
 
@@ -34,7 +38,11 @@ _ARG_LINE = re.compile(r"^\s*(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 
 
 class FunctionTool:
-    """A declared tool wrapping a function; ``definition()`` is built once, lazily."""
+    """A declared tool wrapping a function; ``definition()`` is built once, lazily.
+
+    ``context_param`` names the function's parameter that receives the call's
+    ``ToolContext`` (None: it takes none); it is not a field of ``input_type``.
+    """
 
     def __init__(
         self,
@@ -42,11 +50,14 @@ class FunctionTool:
         name: str,
         description: str,
         input_type: type[msgspec.Struct],
+        *,
+        context_param: str | None = None,
     ) -> None:
         self.fn = fn
         self._name = name
         self.description = description
         self.input_type = input_type
+        self.context_param = context_param
         self._definition: ToolDefinitionBlock | None = None
 
     @property
@@ -66,15 +77,21 @@ class FunctionTool:
             )
         return self._definition
 
-    def call(self, input_json: str | bytes) -> Any:
-        """Decode the model's arguments against the signature and call the function.
+    def call(self, input_json: str | bytes, context: ToolContext[Any] | None = None) -> Any:
+        """Decode the model's arguments against the signature and call the function, with
+        ``context`` as its ``context_param`` when it has one (none given: the parameter's
+        default, if it has one).
 
         Raises:
             msgspec.ValidationError: the arguments do not fit the signature.
             msgspec.DecodeError: the arguments are not JSON.
+            TypeError: the function needs a context and none was given.
         """
         args: Any = msgspec.json.decode(input_json, type=self.input_type)
-        return self.fn(**{f: getattr(args, f) for f in self.input_type.__struct_fields__})
+        kwargs = {f: getattr(args, f) for f in self.input_type.__struct_fields__}
+        if context is not None and self.context_param is not None:
+            kwargs[self.context_param] = context
+        return self.fn(**kwargs)
 
 
 def tool_from_function(
@@ -83,24 +100,40 @@ def tool_from_function(
     """A ``FunctionTool`` from ``fn``'s signature and docstring.
 
     A parameter without a default is required; its description comes from the docstring's
-    ``Args:`` section (or an ``Annotated[..., LLMDescription(...)]`` annotation).
+    ``Args:`` section (or an ``Annotated[..., LLMDescription(...)]`` annotation). A parameter
+    annotated ``ToolContext`` (``ToolContext[X]``, optional or not) is left out of the
+    schema and becomes the tool's ``context_param``.
 
     Raises:
-        TypeError: ``fn`` takes ``*args`` or ``**kwargs``, which have no schema.
+        TypeError: ``fn`` takes ``*args`` or ``**kwargs``, which have no schema, or more
+            than one ``ToolContext``.
     """
     doc = inspect.getdoc(fn) or ""
     summary, arg_docs = _parse_doc(doc)
     hints = typing.get_type_hints(fn, include_extras=True)
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
+    context_param: str | None = None
     for param in inspect.signature(fn).parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise TypeError(f"{fn.__qualname__} takes *{param.name}: a tool needs named inputs")
-        fields.append(_field(param, hints.get(param.name, Any), arg_docs.get(param.name)))
+        hint = hints.get(param.name, Any)
+        if is_tool_context(hint):
+            if context_param is not None:
+                raise TypeError(f"{fn.__qualname__} takes two ToolContext parameters")
+            context_param = param.name
+            continue
+        fields.append(_field(param, hint, arg_docs.get(param.name)))
     tool_name = name or fn.__name__
     input_type = msgspec.defstruct(
         _camel(tool_name) + "Input", fields, kw_only=True, module=fn.__module__
     )
-    return FunctionTool(fn, tool_name, description or summary or tool_name, input_type)
+    return FunctionTool(
+        fn,
+        tool_name,
+        description or summary or tool_name,
+        input_type,
+        context_param=context_param,
+    )
 
 
 def _field(

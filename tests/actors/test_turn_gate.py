@@ -364,6 +364,7 @@ def test_gated_turns_under_contention_evictions_and_force_releases_all_end_and_k
         ]
         answered: list[str] = []
         attempts: list[int] = []  # every turn that ended, answered or cancelled
+        ended = threading.Condition()  # notified as each turn ends
         stop = threading.Event()
 
         def talk(index: int, chat: Any) -> Callable[[], None]:
@@ -375,12 +376,20 @@ def test_gated_turns_under_contention_evictions_and_force_releases_all_end_and_k
                     except TurnCancelledError:
                         continue
                     finally:
-                        attempts.append(n)
+                        with ended:
+                            attempts.append(n)
+                            ended.notify_all()
                     answered.append(text)
 
             return turns_of
 
+        def _more_than(seen: int) -> Callable[[], bool]:
+            return lambda: len(attempts) > seen or stop.is_set()
+
         def meddle() -> None:
+            # A round on each conversation in turn, then a wait for some turn to end: a
+            # meddler that never pauses cancels every turn (each waits for its commits, and a
+            # force release takes effect at the next boundary), and nothing is left to check.
             n = 0
             try:
                 while not stop.is_set():
@@ -390,6 +399,8 @@ def test_gated_turns_under_contention_evictions_and_force_releases_all_end_and_k
                     service.evict_conversation(cid)
                     service.sweep_expired()
                     n += 1
+                    with ended:
+                        ended.wait_for(_more_than(len(attempts)), STALL_S)
             except BaseException as exc:
                 meddling.append(exc)
 
@@ -400,6 +411,8 @@ def test_gated_turns_under_contention_evictions_and_force_releases_all_end_and_k
             *(talk(i, c) for i, c in enumerate(chats)), progress=lambda: len(attempts)
         )
         stop.set()
+        with ended:
+            ended.notify_all()
         meddler.join(STALL_S)
         assert not meddler.is_alive()
         assert errors == [] and meddling == []  # every turn answered or was cancelled
