@@ -25,6 +25,7 @@ from ._messages import (
     last_change,
 )
 from ._objective import ObjectiveSlot
+from ._pairing import answer_dangling
 from ._roles import Depth, Grade, OutputSize
 from ._settled import copy_entries
 from ._stored import stored_message
@@ -54,6 +55,7 @@ __all__ = [
     "decode_usage_entry",
     "encode_snapshot",
     "message_snapshots",
+    "repaired_messages",
 ]
 
 FORMAT_VERSION = 1
@@ -207,7 +209,7 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
         )
         for key, block in self.objective_slots():
             c.put_main_objective(key, revive(block))
-        c.messages = [m.to_message(handler) for m in _without_orphan_results(self.messages)]
+        c.messages = [m.to_message(handler) for m in repaired_messages(self.messages)]
         c.add_tools(self.declared_tools)
         c.grade, c.depth = self.grade, self.depth
         c.output_declaration = self.output_declaration
@@ -271,6 +273,11 @@ def _without_orphan_results(messages: list[MessageSnapshot]) -> list[MessageSnap
         elif blocks or m.raw_content:
             kept.append(msgspec.structs.replace(m, blocks=blocks))
     return kept
+
+
+def repaired_messages(messages: list[MessageSnapshot]) -> list[MessageSnapshot]:
+    """``messages`` as a restore takes them: orphans dropped, dangling calls answered."""
+    return answer_dangling(_without_orphan_results(messages), MessageSnapshot)
 
 
 _encoder = msgspec.json.Encoder()
