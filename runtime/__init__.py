@@ -26,6 +26,7 @@ from ._handlers import (
     ToolCall,
 )
 from ._messages import IncomingMessage, Message, OutgoingMessage
+from ._pairing import DanglingCall, dangling_calls
 from ._palette import DeclaredTool
 from ._prepared import PreparedConversation, Turn
 from ._roles import Depth, Grade, Input, OutputSize, TurnRole
@@ -116,6 +117,7 @@ __all__ = [
     "ContextCompactor",
     "ContextWindowManager",
     "ConversationContext",
+    "DanglingCall",
     "DeclaredTool",
     "Depth",
     "EncodingCounter",
@@ -174,6 +176,7 @@ __all__ = [
     "class_for_alias",
     "client_for",
     "counter_for",
+    "dangling_calls",
     "extract_alias_from_ref",
     "generate_schema",
     "normalize_ref",

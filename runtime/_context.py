@@ -26,7 +26,7 @@ import msgspec
 
 from . import _utterances
 from ._handlers import ContentFormatter, GenericContentFormatter, ResponseHandler
-from ._message_snapshot import MessageSnapshot, message_snapshots, without_orphan_results
+from ._message_snapshot import MessageSnapshot, message_snapshots, repaired_messages
 from ._messages import Message, OutgoingMessage
 from ._objective import ObjectiveMap, ObjectiveSlot
 from ._palette import DeclaredTool, Palette
@@ -387,7 +387,7 @@ class ConversationContext:
         )
         for key, block in snapshot.objective_slots():
             c.put_main_objective(key, revive(block))
-        c.messages = [m.to_message(handler) for m in without_orphan_results(snapshot.messages)]
+        c.messages = [m.to_message(handler) for m in repaired_messages(snapshot.messages)]
         c.add_tools(snapshot.declared_tools)
         c.grade, c.depth = snapshot.grade, snapshot.depth
         c.output_declaration = snapshot.output_declaration

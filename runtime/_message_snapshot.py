@@ -19,10 +19,17 @@ from ._messages import (
     last_change,
     stored_message,
 )
+from ._pairing import answer_dangling
 from ._settled import Settled
 from .blocks import ContentBlock, ToolResultBlock, ToolUseBlock, revive
 
-__all__ = ["MessageSnapshot", "Saved", "message_snapshots", "without_orphan_results"]
+__all__ = [
+    "MessageSnapshot",
+    "Saved",
+    "message_snapshots",
+    "repaired_messages",
+    "without_orphan_results",
+]
 
 
 # gc=False: it holds only blocks (values that encode: finite trees), so it closes no cycle
@@ -131,3 +138,8 @@ def without_orphan_results(messages: list[MessageSnapshot]) -> list[MessageSnaps
         elif blocks or m.raw_content:
             kept.append(msgspec.structs.replace(m, blocks=blocks))
     return kept
+
+
+def repaired_messages(messages: list[MessageSnapshot]) -> list[MessageSnapshot]:
+    """``messages`` as a restore takes them: orphans dropped, dangling calls answered."""
+    return answer_dangling(without_orphan_results(messages), MessageSnapshot)

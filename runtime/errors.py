@@ -9,7 +9,8 @@ Exception
 │   ├── UncorrectableLLMError          a call that must not be retried as it is
 │   │   ├── ContextOverflowError       the call cannot fit the model's hard context
 │   │   ├── ProviderRefusalError       the provider refused to answer
-│   │   └── OutputCeilingError         truncated at the model's own output ceiling
+│   │   ├── OutputCeilingError         truncated at the model's own output ceiling
+│   │   └── UnpairedToolCallError      a tool call without its result, or the reverse
 │   ├── RetryableLLMError              rate limit, overload, timeout: try again later
 │   ├── OutputTruncationRetry          a signal: retry with the larger budget it carries
 │   ├── ConversationUnavailableError   obtain failed: missing, or busy past the timeout
@@ -45,6 +46,8 @@ store has not built raises ``NotImplementedError``.
 
 from __future__ import annotations
 
+from typing import Literal
+
 __all__ = [
     "ContextOverflowError",
     "ConversationNotFoundError",
@@ -60,6 +63,7 @@ __all__ = [
     "RetryableLLMError",
     "StaleVersionError",
     "UncorrectableLLMError",
+    "UnpairedToolCallError",
     "not_owned",
 ]
 
@@ -118,6 +122,32 @@ class OutputCeilingError(UncorrectableLLMError):
             f"Model {model_id} truncated its answer at its own ceiling of {ceiling} output "
             "tokens, so no larger budget exists. Ask for less (a smaller rung, or split the "
             "task) or choose a model with a higher ceiling."
+        )
+
+
+class UnpairedToolCallError(UncorrectableLLMError):
+    """A request would hold a tool call without its result right after it (``missing`` is
+    ``"result"``), or a result that follows no call of its id (``missing`` is ``"call"``).
+
+    Every provider refuses such a request, so it is refused before anything is sent. A
+    restore answers every call its process left without a result, so a conversation that
+    parlour stored never gets here; one built or edited by hand can.
+    """
+
+    def __init__(
+        self, conversation_id: str | None, call_id: str, missing: Literal["result", "call"]
+    ) -> None:
+        self.conversation_id = conversation_id
+        self.call_id = call_id
+        self.missing = missing
+        where = "A conversation" if conversation_id is None else f"Conversation {conversation_id}"
+        if missing == "result":
+            said = f"holds tool call {call_id} without its result right after it"
+        else:
+            said = f"holds a result for tool call {call_id} that follows no such call"
+        super().__init__(
+            f"{where} {said}; every provider refuses that, so nothing was sent. Answer or "
+            "drop the unpaired block before asking the model again."
         )
 
 

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from ._context import FORMAT_VERSION, ConversationPersistenceSnapshot
-from ._message_snapshot import MessageSnapshot, message_snapshots
+from ._message_snapshot import MessageSnapshot, message_snapshots, repaired_messages
 from ._objective import ObjectiveSlot
 from ._validation import MAX_NESTING, nesting_depth
 from .blocks import ContentBlock, PojoBlock
@@ -35,6 +35,7 @@ __all__ = [
     "decode_usage_entry",
     "encode_snapshot",
     "message_snapshots",
+    "repaired_messages",
 ]
 
 _encoder = msgspec.json.Encoder()

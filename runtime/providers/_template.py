@@ -18,6 +18,7 @@ import msgspec
 from .._context import ConversationContext
 from .._handlers import ContentFormatter, GenericContentFormatter
 from .._messages import OutgoingMessage
+from .._pairing import PairingCheck
 from .._prepared import PreparedConversation
 from .._roles import Depth
 from ..errors import (
@@ -70,8 +71,8 @@ class LLMClient(ABC):
             must declare them, and a call without them raises ``UncorrectableLLMError``.
 
     Thread-safety: a client holds no per-call state, so one instance serves many threads;
-    the prefix monitor's per-conversation records are written only by each conversation's
-    owner.
+    the prefix monitor's and the pairing check's per-conversation records are written only
+    by each conversation's owner.
     """
 
     formatter: ContentFormatter = GenericContentFormatter()
@@ -88,6 +89,7 @@ class LLMClient(ABC):
         self.default_depth = depth
         self.default_output = output_declaration
         self.prefix_monitor = PrefixMonitor()
+        self.pairing = PairingCheck()
 
     @property
     def model_id(self) -> str:
@@ -166,9 +168,12 @@ class LLMClient(ABC):
     def build_request(
         self, conversation: ConversationContext, thinking_active: bool | None = None
     ) -> WireRequest:
-        """Bind, resolve the budget and the wire maximum, render, and check the prefix.
+        """Bind, resolve the budget and the wire maximum, render, check the tool pairing and
+        the prefix.
 
         Raises:
+            UnpairedToolCallError: a tool call without its result, or a result without its
+                call (nothing is sent).
             UncorrectableLLMError: nothing declares an output size or a depth, or the
                 conversation is bound to another provider's model.
         """
@@ -183,6 +188,8 @@ class LLMClient(ABC):
             else thinking_active
         )
         prepared = conversation.prepare_messages_for_llm(self.formatter, active)
+        cid = conversation.conversation_id
+        self.pairing.check(prepared.turns, cid, conversation._settled_turns)  # before any send
         native = self.formatter.supports_native_tool_calling()
         self.prefix_monitor.check(spec.id, conversation.conversation_id, prepared, native)
         return WireRequest(

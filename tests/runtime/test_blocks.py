@@ -193,11 +193,18 @@ def test_property_a_message_snapshot_preserves_every_block(items: list[ContentBl
         for b in items
         if isinstance(b, ToolResultBlock)
     ]
+    # and every call its answer, so restore adds none (dangling calls are answered)
+    answers = [
+        ToolResultBlock(tool_use_id=b.id, content="r")
+        for b in items * 2
+        if isinstance(b, ToolUseBlock)
+    ]
     c.add_message(IncomingMessage(blocks=calls))
     c.add_message(OutgoingMessage(blocks=items))
     c.add_message(IncomingMessage(blocks=items))
+    c.add_message(OutgoingMessage(blocks=answers))
     restored = decode_snapshot(encode_snapshot(c.to_snapshot()), "c-prop").to_conversation()
-    assert [m.blocks for m in restored.messages] == [calls, items, items]
+    assert [m.blocks for m in restored.messages] == [calls, items, items, answers]
 
 
 def test_the_block_union_has_eleven_kinds_with_stable_tags() -> None:

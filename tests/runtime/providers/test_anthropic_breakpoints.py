@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parlour.runtime import ConversationContext, Depth, OutgoingMessage
+from parlour.runtime import ConversationContext, Depth, OutgoingMessage, WireRequest
 from parlour.runtime.blocks import ContentBlock, ImageBlock, SkillBlock, TextBlock, ToolResultBlock
 from parlour.runtime.providers import AnthropicClient, build_anthropic_params
 from parlour.runtime.testing import fake_spec
@@ -21,6 +21,19 @@ CLIENTS = {
     for caching in (False, True)
 }
 BLOCKS = st.sampled_from(["text", "skill", "image", "result"])
+
+
+def unchecked_request(c: ConversationContext, client: AnthropicClient) -> WireRequest:
+    """``c`` rendered as a request without the template's pairing check: the results below
+    answer no call, and the breakpoints are the encoder's own rule."""
+    return WireRequest(
+        prepared=c.prepare_messages_for_llm(client.formatter, False),
+        spec=client.spec,
+        depth=Depth.IMMEDIATE,
+        output_budget=1_000,
+        max_tokens=1_000,
+        thinking_active=False,
+    )
 
 
 def block(kind: str, n: int) -> ContentBlock:
@@ -49,7 +62,7 @@ def test_breakpoints_follow_the_budget(
     c.set_cache_main_objective(cache_system)
     for n, (flag, kinds) in enumerate(turns):
         c.add_message(OutgoingMessage(blocks=[block(k, n) for k in kinds], cache=flag))
-    body = build_anthropic_params(CLIENTS[caching].build_request(c))
+    body = build_anthropic_params(unchecked_request(c, CLIENTS[caching]))
 
     system_marked = objective and cache_system and caching
     assert ("cache_control" in json.dumps(body.get("system", []))) is system_marked

@@ -22,6 +22,7 @@ from parlour.runtime import (
     IncomingMessage,
     OutgoingMessage,
     StopReason,
+    WireRequest,
 )
 from parlour.runtime.blocks import (
     FileBlock,
@@ -266,6 +267,7 @@ def test_a_call_already_in_the_answer_text_is_not_written_twice(wire: Wire) -> N
     c.add_user_message("Time?")
     said = '{"tool_calls": [{"name": "get_time", "arguments": {}}]}'
     c.add_message(IncomingMessage(blocks=[TextBlock(text=said), *parse_tool_calls(said)]))
+    c.add_message(OutgoingMessage(blocks=[ToolResultBlock(tool_use_id="get_time#1", content="9")]))
     c.add_user_message("thanks")
     assert wire(c)["messages"][1]["content"] == [{"text": said}]
 
@@ -401,7 +403,7 @@ def test_any_history_alternates_from_a_user_turn_and_keeps_every_block_in_order(
     c = conversation()
     for n, kind in enumerate(kinds):
         c.add_message(turn_of(kind, n))
-    messages = BUILDER.encode(BUILDER.build_request(c))["messages"]
+    messages = BUILDER.encode(unchecked_request(c))["messages"]
     roles = [m["role"] for m in messages]
     assert all(a != b for a, b in itertools.pairwise(roles))
     assert not messages or roles[0] == "user"
@@ -426,3 +428,17 @@ def _texts(kind: str, n: int) -> list[str]:
 
 
 BUILDER = BedrockClient(SPEC, client=object())
+
+
+def unchecked_request(c: ConversationContext) -> WireRequest:
+    """``c`` rendered as a request without the template's pairing check: the histories above
+    hold calls and results in any order, and alternation is the encoder's own rule."""
+    prepared = c.prepare_messages_for_llm(BUILDER.formatter, False)
+    return WireRequest(
+        prepared=prepared,
+        spec=SPEC,
+        depth=Depth.IMMEDIATE,
+        output_budget=16_000,
+        max_tokens=16_000,
+        thinking_active=False,
+    )

@@ -54,7 +54,8 @@ def chat(client: LLMClient, c: ConversationContext, text: str) -> None:
 def test_a_growing_conversation_keeps_its_prefix_silently(warnings: list[str]) -> None:
     c = ConversationContext("p-1")
     c.put_main_objective("task", "Be kind.")
-    c.add_tool(ToolDefinitionBlock(name="t", description="d"))
+    # named so no message mentions it: the scripted model calls a tool its text names
+    c.add_tool(ToolDefinitionBlock(name="lookup", description="d"))
     client = ScriptedClient()
     for text in ("one", "two", "three"):
         chat(client, c, text)

@@ -69,6 +69,9 @@ def test_a_scripted_answer_calls_tools_with_arguments() -> None:
         )
     ]
     c.add_message(response.to_message())
+    c.add_message(
+        OutgoingMessage(blocks=[ToolResultBlock(tool_use_id="toolu_0001_1", content="ok")])
+    )
     c.add_user_message("more")
     assert client.respond(c).text.startswith("Answer 2")  # the script ran out: the default
 
