@@ -10,7 +10,8 @@ process knobs. This module re-exports what an application uses.
 from ._obtain import Obtaining
 from ._service import ConversationService, ServiceStats
 from ._thinker import BasicThinker, Event, Thinker
-from .agent._agent import Agent, Chat
+from .agent._agent import Agent
+from .agent._chat import Chat
 from .agent._effects import RetryPolicy
 from .agent._events import (
     AgentEvent,

@@ -1,5 +1,6 @@
-"""The agent host: ``Agent`` (a model, tools, an objective, declarations) and ``Chat`` (one
-user's conversation with it), with whole turns from threads and from asyncio.
+"""The agent host's ``Agent`` (a model, tools, an objective, declarations); ``agent.chat``
+opens a ``Chat`` (``_chat.py``, one user's conversation with it), with whole turns from
+threads and from asyncio.
 
     agent = Agent(client, tools=[get_weather], objective="Answer briefly.",
                   output=OutputSize.STANDARD, depth=Depth.IMMEDIATE)
@@ -12,12 +13,10 @@ user's conversation with it), with whole turns from threads and from asyncio.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from parlour.runtime import (
@@ -30,25 +29,18 @@ from parlour.runtime import (
     OutputSize,
     PojoResponseHandler,
 )
-from parlour.runtime.blocks import ContentBlock
 from parlour.runtime.compaction import ContextCompactor, ContextWindowManager
-from parlour.runtime.errors import IllegalStateError, UncorrectableLLMError
+from parlour.runtime.errors import UncorrectableLLMError
 
-from .._gate import gating, turn_gate
 from .._service import ConversationService
 from ._calls import start_pools
+from ._chat import Chat
 from ._compactor import default_compactor
-from ._drive import drive, drive_async, run
 from ._effects import Compact, RetryPolicy
-from ._events import AgentEvent, Reply, TurnDone
-from ._history import HistoryMessage, ahistory, history
-from ._joiners import AgentThinker
-from ._ledger import LedgerEntry, UsageLedger, decode_entries
-from ._otel import tracer, turn_span
+from ._ledger import UsageLedger
 from ._tools import ToolBox
-from ._turn import TurnPlan, turn_steps
 
-__all__ = ["Agent", "Chat"]
+__all__ = ["Agent"]
 
 BeforeModelCall = Callable[[ConversationContext, UsageLedger], None]
 
@@ -204,189 +196,3 @@ class Agent:
             warm.add_user_message("warm")
             manager.measure(warm)
         return manager
-
-
-class Chat:
-    """One user's conversation with an agent; one turn at a time.
-
-    Thread-safety: a chat may be used from any thread or loop, one turn at a time; a second
-    turn started while one runs raises ``IllegalStateError``.
-    """
-
-    def __init__(
-        self,
-        agent: Agent,
-        service: ConversationService,
-        user_id: str,
-        conversation_id: str | None,
-        temporary: bool,
-        deps: Any = None,
-    ) -> None:
-        self.agent = agent
-        self.service = service
-        self.deps = deps  # every tool call that takes a ToolContext gets it
-        self.thinker = AgentThinker(
-            user_id,
-            depth=agent.depth,
-            output_declaration=agent.output,
-            retain_duration=agent.retain,
-        )
-        if conversation_id is not None:
-            self.thinker.set_conversation_id(conversation_id)
-        elif not temporary:
-            self.thinker.mint_conversation_id()
-        self.temporary = temporary
-        self._busy = threading.Lock()
-        self._ledger = agent.ledger(self.conversation_id)  # its id is fixed from here on
-        # ``send`` holds the process's turn gate where every wait lets it go (see _gate.py)
-        gated = gating(service.store, service.session)
-        self._gate: Callable[[], AbstractContextManager[None]] = (
-            turn_gate.held if gated else contextlib.nullcontext
-        )
-
-    @property
-    def conversation_id(self) -> str:
-        return self.thinker.conversation_id
-
-    @property
-    def user_id(self) -> str:
-        return self.thinker.user_id
-
-    @property
-    def durable(self) -> bool:
-        """True when every turn is saved to a persistent store."""
-        return not self.temporary and self.service.store is not None
-
-    def usage(self) -> list[LedgerEntry]:
-        """The conversation's ledger: every model call's usage (the summary calls of
-        compactions included), every compaction, as saved with the conversation; after a
-        restart, read from the store until this process runs a turn on it.
-
-        Raises:
-            PermissionError: the stored conversation belongs to another user.
-        """
-        store = self.service.store
-        if self._ledger.seeded or self.temporary or store is None:
-            return self._ledger.entries()
-        snapshot = store.load(self.conversation_id, self.user_id)
-        return decode_entries(snapshot.usage) if snapshot is not None else []
-
-    def history(self) -> list[HistoryMessage]:
-        """The conversation's messages as its user sees them, in order (``_history.py``):
-        the stored record as of its last saved boundary, read without the lease (a running
-        turn goes on); a chat that is not durable reads its live copy, between turns.
-
-        Raises:
-            PermissionError: the conversation belongs to another user.
-            IllegalStateError: a chat that is not durable is running a turn.
-        """
-        return history(self.service, self.thinker, self.durable, self._busy)
-
-    async def ahistory(self) -> list[HistoryMessage]:
-        """``history`` on the running loop, never blocking it; raises what it raises."""
-        return await ahistory(self.service, self.thinker, self.durable, self._busy)
-
-    # -- from threads ---------------------------------------------------------------------------
-
-    def send(self, text: str, attachments: Sequence[ContentBlock] = ()) -> Reply:
-        """One whole turn; blocks this thread until it ends.
-
-        Raises:
-            TurnCancelledError: ``force_release`` cancelled it (after its boundary save).
-            ConversationUnavailableError, PermissionError: it could not be obtained.
-            RetryableLLMError, UncorrectableLLMError: the model failed it (after the save).
-            IllegalStateError: a turn is already running on this chat.
-        """
-        plan = self._begin(deltas=False)
-        try:
-            with self._gate(), turn_span(plan.tracer, self.thinker):
-                reply = run(turn_steps(plan, text, attachments), plan, self.service)
-            self._done(plan, reply)
-            return reply
-        finally:
-            self._end()
-
-    def stream(
-        self, text: str, attachments: Sequence[ContentBlock] = ()
-    ) -> Generator[AgentEvent, None, None]:
-        """One whole turn as its events, ending with ``TurnDone``; raises what ``send``
-        raises. Closing the iterator early cancels the turn (saved and released first)."""
-        return self._events(text, attachments, deltas=True)
-
-    def _events(
-        self, text: str, attachments: Sequence[ContentBlock], *, deltas: bool
-    ) -> Generator[AgentEvent, None, None]:
-        """The turn's events; without ``deltas`` no ``TextDelta`` is yielded (joiners
-        still get them), for a caller that reads only the reply."""
-        plan = self._begin(deltas)
-        try:
-            with turn_span(plan.tracer, self.thinker):
-                reply = yield from drive(turn_steps(plan, text, attachments), plan, self.service)
-            yield self._done(plan, reply)
-        finally:
-            self._end()
-
-    # -- from asyncio ---------------------------------------------------------------------------
-
-    async def asend(self, text: str, attachments: Sequence[ContentBlock] = ()) -> Reply:
-        """``send`` on the running loop, never blocking it. Cancelling the awaiting task
-        cancels the turn (saved and released first) and raises ``CancelledError``."""
-        return await self._arun(text, attachments, lambda event: None)
-
-    async def astream(
-        self, text: str, attachments: Sequence[ContentBlock] = ()
-    ) -> AsyncIterator[AgentEvent]:
-        """``stream`` on the running loop. Closing or cancelling the iteration cancels the
-        turn (saved and released before the close returns)."""
-        queue: asyncio.Queue[AgentEvent] = asyncio.Queue()
-        task = asyncio.ensure_future(self._arun(text, attachments, queue.put_nowait))
-        try:
-            while True:
-                getter = asyncio.ensure_future(queue.get())
-                await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-                if getter.done():
-                    yield getter.result()
-                    continue
-                getter.cancel()
-                while not queue.empty():
-                    yield queue.get_nowait()
-                yield TurnDone(reply=task.result())
-                return
-        finally:
-            if not task.done():
-                task.cancel()
-                await asyncio.wait([task])
-
-    async def _arun(
-        self, text: str, attachments: Sequence[ContentBlock], emit: Callable[[AgentEvent], None]
-    ) -> Reply:
-        plan = self._begin()
-        try:
-            with turn_span(plan.tracer, self.thinker):
-                steps = turn_steps(plan, text, attachments)
-                reply = await drive_async(steps, plan, self.service, emit)
-            self._done(plan, reply)
-            return reply
-        finally:
-            self._end()
-
-    # -- the turn's frame -----------------------------------------------------------------------
-
-    def _begin(self, deltas: bool = True) -> TurnPlan:
-        if not self._busy.acquire(blocking=False):
-            raise IllegalStateError(
-                f"A turn is already running on conversation {self.conversation_id}; wait for "
-                "it to end, or offer the message to it with service.offer."
-            )
-        thinker = self.thinker
-        state = thinker.begin_turn()
-        return TurnPlan(self.agent, thinker, state, self._ledger, deltas, tracer(), self.deps)
-
-    def _done(self, plan: TurnPlan, reply: Reply) -> TurnDone:
-        done = TurnDone(reply=reply)
-        plan.state.publish(done)
-        return done
-
-    def _end(self) -> None:
-        self.thinker.end_turn()
-        self._busy.release()

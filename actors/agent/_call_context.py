@@ -24,8 +24,8 @@ from parlour.runtime import Cancellation, ToolContext
 from parlour.runtime.blocks import ToolUseBlock
 
 from ._joiners import AgentThinker
+from ._plan import TurnPlan
 from ._tools import Contexts
-from ._turn import TurnPlan
 
 __all__ = ["CallScope", "cancel_calls", "contexts_for", "idempotency_key"]
 

@@ -24,8 +24,8 @@ from .._gate import waiting
 from ..tuning import POOL_SIZES, Cap, provider_cap, set_provider_concurrency
 from ._events import AgentEvent, TextDelta, TurnCancelledError
 from ._otel import OFF, model_attributes, span_on
+from ._plan import TurnPlan
 from ._tools import prestarted_pool
-from ._turn import TurnPlan
 from ._workers import MODEL_WORKERS, Raised, model_workers
 
 __all__ = [

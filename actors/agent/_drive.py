@@ -52,8 +52,8 @@ from ._calls import (
 from ._effects import CallModel, Compact, Obtain, Pause, Release, RunTools, Save
 from ._events import AgentEvent, Event, Reply, TextDelta
 from ._otel import model_attributes, span_on
+from ._plan import Steps, TurnPlan
 from ._tools import run_calls, run_calls_async, tool_pool
-from ._turn import Steps, TurnPlan
 
 __all__ = ["drive", "drive_async", "run", "set_provider_concurrency"]
 

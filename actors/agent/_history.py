@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import msgspec
 
@@ -156,3 +156,13 @@ async def ahistory(
             service.release(thinker)
     finally:
         busy.release()
+
+
+def stopped_early(messages: Sequence[HistoryMessage]) -> bool:
+    """Whether a turn on these messages stopped before the model's last word: the last
+    message is the user's, a round of tool results the model has not read, or an answer
+    whose tool calls have no results (a process that died while its tools ran)."""
+    if not messages:
+        return False
+    last = messages[-1]
+    return last.role != "assistant" or bool(last.tool_calls)

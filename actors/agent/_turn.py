@@ -20,7 +20,7 @@ raises. The lease is always released.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 import msgspec
@@ -29,22 +29,21 @@ from loguru import logger
 from parlour.runtime import (
     ConversationContext,
     IncomingMessage,
-    LLMClient,
     LLMResponse,
     Message,
     OutgoingMessage,
     ResponseHandler,
-    Usage,
 )
 from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from parlour.runtime.compaction import FitReport
 from parlour.runtime.errors import (
+    IllegalStateError,
     OutputTruncationRetry,
     RetryableLLMError,
     UncorrectableLLMError,
 )
 
-from ._effects import CallModel, Compact, Obtain, Pause, Release, RetryPolicy, RunTools, Save
+from ._effects import CallModel, Compact, Obtain, Pause, Release, RunTools
 from ._events import (
     Compacted,
     OfferAccepted,
@@ -56,91 +55,11 @@ from ._events import (
     TurnError,
     add_usage,
 )
-from ._joiners import AgentThinker, TurnState
-from ._ledger import UsageLedger
+from ._joiners import AgentThinker
 from ._otel import compaction_event
-from ._tools import ToolBox
+from ._plan import NO_USAGE, Steps, TurnPlan
 
 OBJECTIVE_KEY = "agent"
-_NONE = Usage()  # a turn's usage before its first call
-
-
-class TurnPlan:
-    """Everything one turn needs: the agent's settings (read from ``seat``, anything with
-    the ``Agent``'s attributes of these names), the chat's thinker, ledger and deps, and the
-    turn's own state; made by ``Chat`` for each turn (by hand, no keyword binding: it is
-    on every turn's path)."""
-
-    __slots__ = (
-        "_save",
-        "added",
-        "async_sleep",
-        "before_model_call",
-        "call_scope",
-        "client",
-        "deltas",
-        "deps",
-        "handler",
-        "ledger",
-        "max_rounds",
-        "model_timeout_s",
-        "objective",
-        "retry",
-        "sleep",
-        "state",
-        "thinker",
-        "tool_timeout_s",
-        "tools",
-        "tracer",
-        "usage",
-        "window",
-    )
-    client: LLMClient
-    tools: ToolBox
-    objective: str | None
-    max_rounds: int
-    retry: RetryPolicy
-    tool_timeout_s: float
-    model_timeout_s: float
-    sleep: Callable[[float], None]
-    async_sleep: Callable[[float], Awaitable[None]]
-    before_model_call: Callable[[ConversationContext, UsageLedger], None] | None
-    window: Callable[[ConversationContext], Compact | None] | None
-    handler: ResponseHandler | None
-
-    def __init__(
-        self,
-        seat: Any,
-        thinker: AgentThinker,
-        state: TurnState,
-        ledger: UsageLedger,
-        deltas: bool,  # the driver's caller reads text deltas (False: only the reply)
-        tracer: Any,  # the OpenTelemetry tracer, looked up once per turn (None: no spans)
-        deps: Any = None,  # the chat's dependencies, for tools that take a ToolContext
-    ) -> None:
-        self.client, self.tools, self.objective = seat.client, seat.tools, seat.objective
-        self.max_rounds, self.retry = seat.max_rounds, seat.retry
-        self.tool_timeout_s, self.model_timeout_s = seat.tool_timeout_s, seat.model_timeout_s
-        self.sleep, self.async_sleep = seat.sleep, seat.async_sleep
-        self.before_model_call, self.window = seat.before_model_call, seat.window
-        self.handler = seat.handler
-        self.thinker, self.state, self.ledger = thinker, state, ledger
-        self.deltas, self.tracer = deltas, tracer
-        self.deps = deps
-        self.call_scope: Any = None  # ``_call_context.CallScope``: made when a tool takes one
-        self.added: list[Message] = []
-        self.usage: Usage = _NONE  # the turn's calls, summed
-        self._save: Save | None = None
-
-    def saving(self, context: ConversationContext) -> Save:
-        """The ``Save`` of ``context`` (one per turn: effects carry data only)."""
-        save = self._save
-        if save is None or save.context is not context:
-            save = self._save = Save(context)
-        return save
-
-
-Steps = Generator[Any, Any, Reply]
 
 
 # -- the turn -----------------------------------------------------------------------------------
@@ -149,14 +68,18 @@ Steps = Generator[Any, Any, Reply]
 _OBTAIN, _RELEASE = Obtain(), Release()  # no fields: one of each serves every turn
 
 
-def turn_steps(plan: TurnPlan, text: str, attachments: Sequence[ContentBlock] = ()) -> Steps:
-    """One whole turn (see the module docstring); returns the reply."""
+def turn_steps(plan: TurnPlan, text: str | None, attachments: Sequence[ContentBlock] = ()) -> Steps:
+    """One whole turn (see the module docstring); returns the reply. With ``text`` None the
+    turn resumes an interrupted one: no user message is added."""
     context: ConversationContext = yield _OBTAIN
     abandoned = False  # closed by the garbage collector: a driver bug, nothing can be yielded
     try:
         _prepare(context, plan)
-        _add(context, plan, _user_message(text, attachments, plan.handler))
-        yield plan.saving(context)  # waited: durable before the model is called
+        if text is None:
+            _check_resumable(context)
+        else:
+            _add(context, plan, _user_message(text, attachments, plan.handler))
+            yield plan.saving(context)  # waited: durable before the model is called
         return (yield from _answer_all(context, plan))
     except GeneratorExit:
         abandoned = True
@@ -271,6 +194,18 @@ def _reply(plan: TurnPlan, response: LLMResponse, *, exhausted: bool) -> Reply:
     )
 
 
+def _check_resumable(context: ConversationContext) -> None:
+    """Refuse to resume a conversation whose last turn ended with the model's answer."""
+    last = context.messages[-1] if context.messages else None
+    answered = isinstance(last, IncomingMessage) and not any(
+        isinstance(b, ToolUseBlock) for b in last.blocks
+    )
+    if last is None or answered:
+        raise IllegalStateError(
+            f"Conversation {context.conversation_id} has no interrupted turn to resume."
+        )
+
+
 def _check_cancelled(thinker: AgentThinker) -> None:
     if thinker.cancelled is not None:
         raise TurnCancelledError(
@@ -306,7 +241,7 @@ def _ask(context: ConversationContext, plan: TurnPlan) -> Generator[Any, Any, LL
         plan.state.commit_text()
         plan.ledger.record_call(context, response)
         plan.usage = (
-            response.usage if plan.usage is _NONE else add_usage(plan.usage, response.usage)
+            response.usage if plan.usage is NO_USAGE else add_usage(plan.usage, response.usage)
         )
         return response
 

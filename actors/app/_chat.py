@@ -16,7 +16,8 @@ from parlour.runtime.errors import ParlourError
 from parlour.stores import LmdbStore, MemorySessionCache
 
 from .._service import ConversationService
-from ..agent._agent import Agent, Chat
+from ..agent._agent import Agent
+from ..agent._chat import Chat
 from ..agent._events import TextDelta, ToolCallFinished, ToolCallStarted, TurnDone
 from ._workload import get_current_time
 

@@ -35,7 +35,8 @@ from parlour.stores import LmdbStore, MemorySessionCache
 
 from .._service import ConversationService
 from .._thinker import BasicThinker
-from ..agent._agent import Agent, Chat
+from ..agent._agent import Agent
+from ..agent._chat import Chat
 from ..agent._events import Compacted
 from ..agent._ledger import CompactionRecord
 from ._workload import TurnStats, drive, get_current_time

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import msgspec
 
-from ..agent._agent import Chat
+from ..agent._chat import Chat
 
 
 def get_current_time() -> str:

@@ -24,7 +24,8 @@ from parlour.runtime.snapshots import MessageSnapshot
 from parlour.stores import PersistentStore
 
 from .._service import ConversationService
-from ..agent._agent import Agent, Chat
+from ..agent._agent import Agent
+from ..agent._chat import Chat
 from ..agent._events import AgentEvent, Reply, TurnDone
 from ..agent._joiners import AgentThinker
 

@@ -257,8 +257,8 @@ def test_running_async_and_sync_tools_see_their_turn_cancelled_on_the_async_path
 
     async def async_wait(ctx: ToolContext[None]) -> str:
         """Works on the loop until its turn is cancelled."""
-        await asyncio.to_thread(both.wait)
-        try:
+        try:  # the cancel may land while the barrier's thread returns: still inside the try
+            await asyncio.to_thread(both.wait)
             await ctx.cancelled.wait_async()
         finally:  # a cancelled turn cancels this task too: it learns why first
             saw["async"] = ctx.is_cancelled()

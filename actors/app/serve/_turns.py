@@ -18,7 +18,8 @@ from parlour.runtime.errors import IllegalStateError
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 
 from ..._service import ConversationService
-from ...agent._agent import Agent, Chat
+from ...agent._agent import Agent
+from ...agent._chat import Chat
 from ...agent._events import AgentEvent, TurnError
 from ...agent._ledger import decode_entries
 

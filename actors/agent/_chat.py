@@ -1,0 +1,255 @@
+"""``Chat``: one user's conversation with an agent, whole turns from threads and from
+asyncio, and ``Seat``, what a chat needs of its agent (``Agent`` is one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import threading
+from collections.abc import AsyncIterator, Callable, Generator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from parlour.runtime import ConversationContext, Depth, OutputSize
+from parlour.runtime.blocks import ContentBlock
+from parlour.runtime.errors import IllegalStateError
+
+from .._gate import gating, turn_gate
+from .._service import ConversationService
+from ._drive import drive, drive_async, run
+from ._effects import Compact
+from ._events import AgentEvent, Reply, TurnDone
+from ._history import HistoryMessage, ahistory, history, stopped_early
+from ._joiners import AgentThinker
+from ._ledger import LedgerEntry, UsageLedger, decode_entries
+from ._otel import tracer, turn_span
+from ._plan import TurnPlan
+from ._turn import turn_steps
+
+__all__ = ["Chat", "Seat"]
+
+
+class Seat(Protocol):
+    """What a chat needs of its agent: its declarations and retention, a ledger per
+    conversation, and the settings a turn reads (``TurnPlan``)."""
+
+    depth: Depth | None
+    output: OutputSize | int | None
+    retain: dt.timedelta
+
+    def ledger(self, conversation_id: str) -> UsageLedger: ...
+
+    def window(self, context: ConversationContext) -> Compact | None: ...
+
+
+class Chat:
+    """One user's conversation with an agent; one turn at a time.
+
+    Thread-safety: a chat may be used from any thread or loop, one turn at a time; a second
+    turn started while one runs raises ``IllegalStateError``.
+    """
+
+    def __init__(
+        self,
+        agent: Seat,
+        service: ConversationService,
+        user_id: str,
+        conversation_id: str | None,
+        temporary: bool,
+        deps: Any = None,
+    ) -> None:
+        self.agent = agent
+        self.service = service
+        self.deps = deps  # every tool call that takes a ToolContext gets it
+        self.thinker = AgentThinker(
+            user_id,
+            depth=agent.depth,
+            output_declaration=agent.output,
+            retain_duration=agent.retain,
+        )
+        if conversation_id is not None:
+            self.thinker.set_conversation_id(conversation_id)
+        elif not temporary:
+            self.thinker.mint_conversation_id()
+        self.temporary = temporary
+        self._busy = threading.Lock()
+        self._ledger = agent.ledger(self.conversation_id)  # its id is fixed from here on
+        # ``send`` holds the process's turn gate where every wait lets it go (see _gate.py)
+        gated = gating(service.store, service.session)
+        self._gate: Callable[[], AbstractContextManager[None]] = (
+            turn_gate.held if gated else contextlib.nullcontext
+        )
+
+    @property
+    def conversation_id(self) -> str:
+        return self.thinker.conversation_id
+
+    @property
+    def user_id(self) -> str:
+        return self.thinker.user_id
+
+    @property
+    def durable(self) -> bool:
+        """True when every turn is saved to a persistent store."""
+        return not self.temporary and self.service.store is not None
+
+    def usage(self) -> list[LedgerEntry]:
+        """The conversation's ledger: every model call's usage (the summary calls of
+        compactions included), every compaction, as saved with the conversation; after a
+        restart, read from the store until this process runs a turn on it.
+
+        Raises:
+            PermissionError: the stored conversation belongs to another user.
+        """
+        store = self.service.store
+        if self._ledger.seeded or self.temporary or store is None:
+            return self._ledger.entries()
+        snapshot = store.load(self.conversation_id, self.user_id)
+        return decode_entries(snapshot.usage) if snapshot is not None else []
+
+    def history(self) -> list[HistoryMessage]:
+        """The conversation's messages as its user sees them, in order (``_history.py``):
+        the stored record as of its last saved boundary, read without the lease (a running
+        turn goes on); a chat that is not durable reads its live copy, between turns.
+
+        Raises:
+            PermissionError: the conversation belongs to another user.
+            IllegalStateError: a chat that is not durable is running a turn.
+        """
+        return history(self.service, self.thinker, self.durable, self._busy)
+
+    @property
+    def interrupted(self) -> bool:
+        """True when the conversation's last turn stopped before the model's last word (the
+        process died, or the turn failed or was cancelled, after the user's message or a
+        round of tool results): ``resume`` continues it. Reads what ``history`` reads."""
+        return stopped_early(self.history())
+
+    async def ahistory(self) -> list[HistoryMessage]:
+        """``history`` on the running loop, never blocking it; raises what it raises."""
+        return await ahistory(self.service, self.thinker, self.durable, self._busy)
+
+    # -- from threads ---------------------------------------------------------------------------
+
+    def send(self, text: str, attachments: Sequence[ContentBlock] = ()) -> Reply:
+        """One whole turn; blocks this thread until it ends.
+
+        Raises:
+            TurnCancelledError: ``force_release`` cancelled it (after its boundary save).
+            ConversationUnavailableError, PermissionError: it could not be obtained.
+            RetryableLLMError, UncorrectableLLMError: the model failed it (after the save).
+            IllegalStateError: a turn is already running on this chat.
+        """
+        return self._send(text, attachments)
+
+    def resume(self) -> Reply:
+        """Continue an interrupted turn from its last durable step: the model is asked again
+        with what the conversation holds (the user's message, the results of the tools that
+        finished, an interrupted call's error result), and the turn goes on as any turn
+        does; no new user message is added. Raises what ``send`` raises, and
+        ``IllegalStateError`` when the conversation has no interrupted turn."""
+        return self._send(None, ())
+
+    def _send(self, text: str | None, attachments: Sequence[ContentBlock]) -> Reply:
+        plan = self._begin(deltas=False)
+        try:
+            with self._gate(), turn_span(plan.tracer, self.thinker):
+                reply = run(turn_steps(plan, text, attachments), plan, self.service)
+            self._done(plan, reply)
+            return reply
+        finally:
+            self._end()
+
+    def stream(
+        self, text: str, attachments: Sequence[ContentBlock] = ()
+    ) -> Generator[AgentEvent, None, None]:
+        """One whole turn as its events, ending with ``TurnDone``; raises what ``send``
+        raises. Closing the iterator early cancels the turn (saved and released first)."""
+        return self._events(text, attachments, deltas=True)
+
+    def _events(
+        self, text: str, attachments: Sequence[ContentBlock], *, deltas: bool
+    ) -> Generator[AgentEvent, None, None]:
+        """The turn's events; without ``deltas`` no ``TextDelta`` is yielded (joiners
+        still get them), for a caller that reads only the reply."""
+        plan = self._begin(deltas)
+        try:
+            with turn_span(plan.tracer, self.thinker):
+                reply = yield from drive(turn_steps(plan, text, attachments), plan, self.service)
+            yield self._done(plan, reply)
+        finally:
+            self._end()
+
+    # -- from asyncio ---------------------------------------------------------------------------
+
+    async def asend(self, text: str, attachments: Sequence[ContentBlock] = ()) -> Reply:
+        """``send`` on the running loop, never blocking it. Cancelling the awaiting task
+        cancels the turn (saved and released first) and raises ``CancelledError``."""
+        return await self._arun(text, attachments, lambda event: None)
+
+    async def aresume(self) -> Reply:
+        """``resume`` on the running loop, never blocking it; raises what it raises."""
+        return await self._arun(None, (), lambda event: None)
+
+    async def astream(
+        self, text: str, attachments: Sequence[ContentBlock] = ()
+    ) -> AsyncIterator[AgentEvent]:
+        """``stream`` on the running loop. Closing or cancelling the iteration cancels the
+        turn (saved and released before the close returns)."""
+        queue: asyncio.Queue[AgentEvent] = asyncio.Queue()
+        task = asyncio.ensure_future(self._arun(text, attachments, queue.put_nowait))
+        try:
+            while True:
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    yield getter.result()
+                    continue
+                getter.cancel()
+                while not queue.empty():
+                    yield queue.get_nowait()
+                yield TurnDone(reply=task.result())
+                return
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.wait([task])
+
+    async def _arun(
+        self,
+        text: str | None,
+        attachments: Sequence[ContentBlock],
+        emit: Callable[[AgentEvent], None],
+    ) -> Reply:
+        plan = self._begin()
+        try:
+            with turn_span(plan.tracer, self.thinker):
+                steps = turn_steps(plan, text, attachments)
+                reply = await drive_async(steps, plan, self.service, emit)
+            self._done(plan, reply)
+            return reply
+        finally:
+            self._end()
+
+    # -- the turn's frame -----------------------------------------------------------------------
+
+    def _begin(self, deltas: bool = True) -> TurnPlan:
+        if not self._busy.acquire(blocking=False):
+            raise IllegalStateError(
+                f"A turn is already running on conversation {self.conversation_id}; wait for "
+                "it to end, or offer the message to it with service.offer."
+            )
+        thinker = self.thinker
+        state = thinker.begin_turn()
+        return TurnPlan(self.agent, thinker, state, self._ledger, deltas, tracer(), self.deps)
+
+    def _done(self, plan: TurnPlan, reply: Reply) -> TurnDone:
+        done = TurnDone(reply=reply)
+        plan.state.publish(done)
+        return done
+
+    def _end(self) -> None:
+        self.thinker.end_turn()
+        self._busy.release()

@@ -1,0 +1,168 @@
+"""A process killed (``kill -9``) while its tool runs leaves a conversation every provider
+still accepts: the next request answers the interrupted call, a new message or ``resume``
+goes on from the last durable step, and nothing saved before the kill is lost.
+
+The turn runs in a real child process on a real LmdbStore; the recovery runs here, through
+the real Anthropic and OpenAI SDKs over their offline transports (the suite's conftest
+checks every body sent against the SDK's request type)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from parlour.actors import Agent, ConversationService
+from parlour.runtime import Depth, LLMClient, OutputSize
+from parlour.runtime.blocks import TextBlock, ToolResultBlock, ToolUseBlock
+from parlour.runtime.providers import AnthropicClient, OpenAIClient
+from parlour.runtime.testing import (
+    MockProvider,
+    anthropic_message,
+    mock_anthropic_sdk,
+    mock_openai_sdk,
+    openai_completion,
+)
+from parlour.stores import LmdbStore
+
+USER = "alice"
+CHILD = textwrap.dedent(
+    """
+    import sys
+
+    from parlour.actors import Agent, ConversationService
+    from parlour.runtime import Depth, OutputSize, ScriptedClient
+    from parlour.runtime.testing import scripted_tool_calls
+    from parlour.stores import LmdbStore
+
+
+    def lookup(order_id: str) -> str:
+        '''Look an order up.
+
+        Args:
+            order_id: the order.
+        '''
+        print("tool started", flush=True)
+        sys.stdin.readline()  # never answered: the parent kills this process here
+        return "shipped"
+
+
+    model = ScriptedClient([scripted_tool_calls(("lookup", {"order_id": "42"}))])
+    agent = Agent(model, tools=[lookup], output=OutputSize.COMPACT, depth=Depth.IMMEDIATE)
+    with LmdbStore(sys.argv[1]) as store, ConversationService(store) as service:
+        chat = agent.chat(service, user_id="alice")
+        print(chat.conversation_id, flush=True)
+        chat.send("Where is order 42?")
+    """
+)
+
+
+def lookup(order_id: str) -> str:
+    """Look an order up.
+
+    Args:
+        order_id: the order.
+    """
+    return f"order {order_id} shipped"
+
+
+@pytest.fixture(scope="module")
+def killed_mid_tool(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A store whose only conversation's process was killed while its tool ran."""
+    data = tmp_path_factory.mktemp("killed") / "db"
+    with subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(data)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as child:
+        assert child.stdout is not None
+        try:
+            conversation_id = child.stdout.readline().strip()
+            assert child.stdout.readline().strip() == "tool started"
+        finally:
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+    return data, conversation_id
+
+
+def _anthropic(server: MockProvider) -> LLMClient:
+    return AnthropicClient("claude-sonnet-4-5", client=mock_anthropic_sdk(server))
+
+
+def _openai(server: MockProvider) -> LLMClient:
+    return OpenAIClient("gpt-5-mini", client=mock_openai_sdk(server))
+
+
+PROVIDERS: dict[str, tuple[Callable[[MockProvider], LLMClient], Callable[[], Any]]] = {
+    "anthropic": (_anthropic, lambda: anthropic_message("It shipped yesterday.")),
+    "openai": (_openai, lambda: openai_completion("It shipped yesterday.")),
+}
+
+
+def _recover(killed: tuple[Path, str], tmp_path: Path, provider: str, go: str) -> Any:
+    """Open a copy of the killed process's store, go on with ``go`` (a new message, or
+    ``resume``), and return what the provider was sent and the stored conversation."""
+    data, conversation_id = killed
+    copy = tmp_path / "db"
+    shutil.copytree(data, copy)
+    make, answer = PROVIDERS[provider]
+    server = MockProvider(answer())
+    agent = Agent(make(server), tools=[lookup], output=OutputSize.COMPACT, depth=Depth.IMMEDIATE)
+    with LmdbStore(copy) as store, ConversationService(store) as service:
+        chat = agent.chat(service, user_id=USER, conversation_id=conversation_id)
+        assert chat.interrupted  # the stored record ends with the unanswered call
+        reply = chat.resume() if go == "resume" else chat.send("Hello again?")
+        assert reply.text == "It shipped yesterday."
+        assert not chat.interrupted
+        stored = store.load(conversation_id, USER)
+    assert stored is not None
+    return server.last_body, stored
+
+
+def _anthropic_shape(body: dict[str, Any]) -> list[str]:
+    return [m["role"] + ":" + ",".join(b["type"] for b in m["content"]) for m in body["messages"]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("go", ["send", "resume"])
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+def test_a_process_killed_mid_tool_leaves_a_conversation_the_provider_accepts(
+    killed_mid_tool: tuple[Path, str], tmp_path: Path, provider: str, go: str
+) -> None:
+    body, stored = _recover(killed_mid_tool, tmp_path, provider, go)
+    if provider == "anthropic":
+        shape = _anthropic_shape(body)
+        assert shape[:3] == ["user:text", "assistant:tool_use", "user:tool_result"] or shape[
+            :3
+        ] == ["user:text", "assistant:text,tool_use", "user:tool_result"]
+        call = next(b for b in body["messages"][1]["content"] if b["type"] == "tool_use")
+        result = body["messages"][2]["content"][0]
+        assert result["tool_use_id"] == call["id"] and result["is_error"] is True
+        assert "interrupted" in str(result["content"])
+        if go == "send":
+            assert body["messages"][-1]["content"][-1] == {"type": "text", "text": "Hello again?"}
+    else:
+        messages = [m for m in body["messages"] if m["role"] != "system"]
+        roles = [m["role"] for m in messages]
+        assert roles[:3] == ["user", "assistant", "tool"]
+        assert messages[2]["tool_call_id"] == messages[1]["tool_calls"][0]["id"]
+        assert "interrupted" in str(messages[2]["content"])
+        assert roles[3:] == (["user"] if go == "send" else [])
+    # the user's question and the model's call, saved before the kill, are there once each
+    blocks = [b for m in stored.messages for b in m.blocks]
+    texts = [b.text for b in blocks if isinstance(b, TextBlock)]
+    assert texts.count("Where is order 42?") == 1
+    calls = [b for b in blocks if isinstance(b, ToolUseBlock)]
+    assert len(calls) == 1
+    results = [b for b in blocks if isinstance(b, ToolResultBlock)]
+    assert [r.tool_use_id for r in results] == [calls[0].id]
