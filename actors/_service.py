@@ -318,20 +318,32 @@ class ConversationService:
 
     # -- following a running turn, offering it messages -------------------------------------
 
-    def join(self, conversation_id: str, user_id: str) -> AsyncIterator[Event]:
+    def join(
+        self, conversation_id: str, user_id: str, *, after: int | None = None
+    ) -> AsyncIterator[Event]:
         """Follow the running agent turn on ``conversation_id``: first its text so far, then
         its live events; the iteration ends with the turn (its last event ``TurnDone`` when
         the turn succeeds). It ends at once when no turn runs, and for another user's
         conversation, which is indistinguishable from an idle one.
 
+        Args:
+            after: resume a follow: every event of the running turn numbered (``seq``)
+                above ``after``, each once and in order, those already published first
+                (0: the whole turn). A number the turn has not reached gives its live events.
+                The events are kept while the turn runs; once it has ended (or the process
+                restarted) the join ends at once, as when no turn runs.
+
         Thread-safety: iterate it on any event loop; the turn may run anywhere.
         """
-        return self._joined(conversation_id, user_id)
+        return self._joined(conversation_id, user_id, after)
 
-    async def _joined(self, conversation_id: str, user_id: str) -> AsyncIterator[Event]:
+    async def _joined(
+        self, conversation_id: str, user_id: str, after: int | None
+    ) -> AsyncIterator[Event]:
         host = self._host(conversation_id, user_id)
         if host is not None:
-            async with contextlib.aclosing(host.follow()) as events:  # closed if we stop early
+            # closed if we stop early
+            async with contextlib.aclosing(host.follow(after)) as events:
                 async for event in events:
                     yield event
 

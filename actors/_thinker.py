@@ -87,7 +87,16 @@ class Thinker(Protocol):
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     """Base of every event a turn streams: a frozen msgspec struct whose subclasses each
-    declare their wire tag (``{"type": <tag>, ...}``)."""
+    declare their wire tag (``{"type": <tag>, "seq": <n>, ...}``).
+
+    Attributes:
+        seq: the event's place in its turn, 1, 2, 3... in the order the turn published its
+            events; a follower that has seen up to ``seq`` resumes after it
+            (``ConversationService.join(..., after=seq)``). 0 on an event no turn has
+            published, and in a wire form from before events were numbered.
+    """
+
+    seq: int = 0
 
 
 @runtime_checkable
@@ -97,10 +106,12 @@ class Joinable(Protocol):
     conversation's owning thinker. A thinker without both methods is never joined.
     """
 
-    def follow(self) -> AsyncGenerator[Event, None]:
-        """The running turn's events from now on, headed by its text so far; the iteration
-        ends with the turn, at once when none runs. Iterated on any event loop; a follower
-        that stops early closes it (``aclose``), which stops the feed."""
+    def follow(self, after: int | None = None) -> AsyncGenerator[Event, None]:
+        """The running turn's events: with ``after`` None, from now on, headed by its text
+        so far; else every event numbered above ``after``, those already published first
+        (each once, in order). The iteration ends with the turn, at once when none runs.
+        Iterated on any event loop; a follower that stops early closes it (``aclose``),
+        which stops the feed."""
         ...
 
     def offer(self, text: str) -> bool:

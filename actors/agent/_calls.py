@@ -22,7 +22,7 @@ from parlour.runtime.errors import RetryableLLMError
 
 from .._gate import waiting
 from ..tuning import POOL_SIZES, Cap, provider_cap, set_provider_concurrency
-from ._events import AgentEvent, TextDelta, TurnCancelledError
+from ._events import AgentEvent, TurnCancelledError
 from ._otel import OFF, model_attributes, span_on
 from ._plan import TurnPlan
 from ._tools import prestarted_pool
@@ -115,7 +115,7 @@ class ThreadedCall:
     between the two, so the worker finds the interpreter free when it wakes. With
     ``deltas`` the text deltas come back through the call's queue, and ``events`` yields
     each as a ``TextDelta``. Without (a caller that reads only the reply: ``result``), the
-    worker hands each delta straight to the turn's broadcast, for joiners, and the turn's
+    worker hands each delta straight to the turn's log, for joiners, and the turn's
     thread wakes once, for the answer: no thread switch per delta. Either way no delta
     of an abandoned call is published.
     """
@@ -177,9 +177,7 @@ class ThreadedCall:
                 if type(item) is Raised:
                     raise item.error
                 if isinstance(item, str):
-                    event = TextDelta(text=item)
-                    self.plan.state.publish(event)
-                    yield event
+                    yield self.plan.state.publish_delta(item)
                 elif item is not _WAKE:
                     return item  # type: ignore[return-value]
                 item = self._next()
@@ -246,9 +244,7 @@ def stream_model(
             return _inline_call(plan, context, deltas)
         finally:  # what streamed before a raise (a truncation, say) streamed all the same
             for text in deltas:
-                event = TextDelta(text=text)
-                plan.state.publish(event)
-                yield event
+                yield plan.state.publish_delta(text)
     cap, call = _begin_call(plan, context, deltas=True)
     try:
         with model_span(plan) as current:

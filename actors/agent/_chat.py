@@ -208,9 +208,9 @@ class Chat:
                     yield getter.result()
                     continue
                 getter.cancel()
-                while not queue.empty():
+                while not queue.empty():  # the turn's TurnDone last, when it succeeded
                     yield queue.get_nowait()
-                yield TurnDone(reply=task.result())
+                task.result()  # raises what the turn raised
                 return
         finally:
             if not task.done():
@@ -228,7 +228,7 @@ class Chat:
             with turn_span(plan.tracer, self.thinker):
                 steps = turn_steps(plan, text, attachments)
                 reply = await drive_async(steps, plan, self.service, emit)
-            self._done(plan, reply)
+            emit(self._done(plan, reply))
             return reply
         finally:
             self._end()
@@ -246,9 +246,8 @@ class Chat:
         return TurnPlan(self.agent, thinker, state, self._ledger, deltas, tracer(), self.deps)
 
     def _done(self, plan: TurnPlan, reply: Reply) -> TurnDone:
-        done = TurnDone(reply=reply)
-        plan.state.publish(done)
-        return done
+        """The turn's ``TurnDone``, published (numbered) to its followers."""
+        return plan.state.publish(TurnDone(reply=reply))
 
     def _end(self) -> None:
         self.thinker.end_turn()

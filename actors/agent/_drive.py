@@ -50,7 +50,7 @@ from ._calls import (
     timed_out,
 )
 from ._effects import CallModel, Compact, Obtain, Pause, Release, RunTools, Save
-from ._events import AgentEvent, Event, Reply, TextDelta
+from ._events import AgentEvent, Event, Reply
 from ._otel import model_attributes, span_on
 from ._plan import Steps, TurnPlan
 from ._tools import run_calls, run_calls_async, tool_pool
@@ -79,9 +79,7 @@ def drive(
         value, error = None, None
         try:
             if isinstance(item, Event):
-                event = cast(AgentEvent, item)
-                plan.state.publish(event)
-                yield event
+                yield plan.state.publish(cast(AgentEvent, item))
             elif type(item) is CallModel:
                 if plan.deltas:
                     value = yield from stream_model(plan, item.context)
@@ -237,8 +235,10 @@ class _AsyncTurn:
         self.loop.call_soon_threadsafe(self.forced.set)
 
     def publish(self, event: AgentEvent) -> None:
-        self.plan.state.publish(event)
-        self.emit(event)
+        self.emit(self.plan.state.publish(event))
+
+    def publish_delta(self, text: str) -> None:
+        self.emit(self.plan.state.publish_delta(text))
 
     async def run(self) -> Reply:
         value: Any = None
@@ -344,9 +344,9 @@ class _AsyncTurn:
             if abandon.is_set():
                 raise Abandoned()
             if threading.get_ident() == loop_thread:
-                self.publish(TextDelta(text=text))
+                self.publish_delta(text)
             else:
-                self.loop.call_soon_threadsafe(self.publish, TextDelta(text=text))
+                self.loop.call_soon_threadsafe(self.publish_delta, text)
 
         return on_text
 

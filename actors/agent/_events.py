@@ -9,7 +9,8 @@ A ``Restarted`` event discards the text of the attempt it interrupts: the model 
 being tried again (a truncation escalation, a retryable provider error).
 
 Every event derives from ``Event``, the core's base (``parlour.actors._thinker``, named
-here too), so that ``ConversationService.join`` can yield them without knowing the agent.
+here too), so that ``ConversationService.join`` can yield them without knowing the agent;
+from it each has ``seq``, its number in the turn, set as the turn publishes it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
 """Following a running turn and offering it messages: the agent's thinker carries both.
 
-A running turn has a ``TurnState``: a broadcast of its events (a joiner first gets the
-text so far, then live events, and its iteration ends with the turn) and an inbox of
-offered messages (taken at the turn's boundaries in arrival order; once the turn closes it,
-an offer is refused). ``AgentThinker`` is the core's ``Joinable``: its ``follow`` and
-``offer`` reach the running turn. There is no registry of its own: the service's ``join``
-and ``offer`` find the thinker through its user-guarded ``owning_thinker``, so another
-user's conversation is indistinguishable from an idle one.
+A running turn has a ``TurnState``: the log of its events, numbered as they are published
+(``seq`` 1, 2, 3...), read by its followers (a follower joining with no ``after`` first gets
+the text so far, then live events; with ``after`` every event numbered above it, the
+published ones first; its iteration ends with the turn), and an inbox of offered messages
+(taken at the turn's boundaries in arrival order; once the turn closes it, an offer is
+refused). ``AgentThinker`` is the core's ``Joinable``: its ``follow`` and ``offer`` reach
+the running turn. There is no registry of its own: the service's ``join`` and ``offer``
+find the thinker through its user-guarded ``owning_thinker``, so another user's
+conversation is indistinguishable from an idle one.
 """
 
 from __future__ import annotations
@@ -15,18 +17,45 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncGenerator, Callable
-from typing import Any, cast
+from typing import Any, TypeVar
+
+from msgspec.structs import replace
 
 from .._thinker import BasicThinker, Event
-from ._events import AgentEvent, Restarted, TextDelta, TurnDone
+from ._events import Restarted, TextDelta, TurnDone
 
 __all__ = ["AgentThinker", "TurnState"]
 
-_END = object()
+E = TypeVar("E", bound=Event)
+# One entry of a turn's log: the event numbered by its place, or a text delta's text alone
+# while nobody has needed it as an event (the sync path's deltas: built for a reader only).
+Logged = str | Event
+
+
+class _Follower:
+    """One follower's wake-up: an asyncio event on its own loop, set at most once per look
+    (``due`` is under the turn state's lock), so a slow follower costs one post, not one
+    per event."""
+
+    __slots__ = ("due", "loop", "ready")
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.ready = asyncio.Event()
+        self.due = False
+
+    def wake(self) -> None:
+        with contextlib.suppress(RuntimeError):  # the follower's loop closed: nobody listens
+            self.loop.call_soon_threadsafe(self.ready.set)
 
 
 class TurnState:
-    """One running turn's broadcast and inbox.
+    """One running turn's event log and inbox.
+
+    The log keeps every event of the turn, in publishing order, for its followers to read
+    and resume in: memory is bounded by the turn (it goes with the state when the turn has
+    ended and its last follower has read to the end). A text delta costs one list entry,
+    the same text the follower's "text so far" needs anyway.
 
     Thread-safety: every method may be called from any thread; one lock guards both.
     """
@@ -37,57 +66,73 @@ class TurnState:
         "_ended",
         "_followers",
         "_lock",
+        "_log",
         "_offers",
-        "_partial",
+        "_partial_from",
         "_source",
     )
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._committed: list[str] = []
-        self._partial: list[str] = []
-        self._followers: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[Any]]] = []
+        self._log: list[Logged] = []  # entry i is the event numbered i + 1
+        self._committed: list[str] = []  # the text of the model calls that finished
+        self._partial_from = 0  # where the current call's text starts in the log
+        self._followers: list[_Follower] = []
         self._offers: list[str] = []
         self._source: object = None  # the token of the call whose deltas text_sink takes
         self._closed = False
         self._ended = False
 
-    # -- the broadcast ------------------------------------------------------------------------
+    # -- the log ------------------------------------------------------------------------------
 
-    def publish(self, event: AgentEvent) -> None:
-        """Record ``event`` in the text so far and pass it to every follower."""
-        kind = type(event)
+    def publish(self, event: E) -> E:
+        """Number ``event`` as the turn's next, log it and wake every follower; returns
+        the numbered event (what the turn's own caller is given)."""
         with self._lock:
-            if kind is TextDelta:
-                self._partial.append(cast(TextDelta, event).text)
-            elif kind is Restarted:
-                self._partial.clear()
+            log = self._log
+            numbered = replace(event, seq=len(log) + 1)
+            log.append(numbered)
+            if type(event) is Restarted:  # the attempt's text is discarded
+                self._partial_from = len(log)
             if not self._followers:
-                return
-            followers = list(self._followers)
-        for loop, queue in followers:
-            _post(loop, queue, event)
+                return numbered
+            due = self._due()
+        for follower in due:
+            follower.wake()
+        return numbered
+
+    def publish_delta(self, text: str) -> TextDelta:
+        """``publish(TextDelta(text=text))``, the event built numbered at once."""
+        with self._lock:
+            log = self._log
+            event = TextDelta(text=text, seq=len(log) + 1)
+            log.append(event)
+            if not self._followers:
+                return event
+            due = self._due()
+        for follower in due:
+            follower.wake()
+        return event
 
     def publish_text(self, text: str) -> None:
-        """``publish(TextDelta(text=text))``, the event built only for a follower."""
+        """A text delta nobody here reads: logged as its text, built for a follower only."""
         with self._lock:
-            self._partial.append(text)
+            self._log.append(text)
             if not self._followers:
                 return
-            followers = list(self._followers)
-        event = TextDelta(text=text)
-        for loop, queue in followers:
-            _post(loop, queue, event)
+            due = self._due()
+        for follower in due:
+            follower.wake()
 
     def text_sink(self, refused: type[Exception]) -> tuple[Callable[[str], None], object]:
-        """A model call's delta callback: each delta goes to the text so far and to every
-        follower (no event built while nobody follows), until ``stop_stream`` with the
-        returned token; a later delta raises ``refused`` and publishes nothing. The
-        state's lock orders each delta against the stop."""
+        """A model call's delta callback: each delta is logged (no event built: a follower
+        builds its own) and wakes the followers, until ``stop_stream`` with the returned
+        token; a later delta raises ``refused`` and publishes nothing. The state's lock
+        orders each delta against the stop."""
         token = object()
         with self._lock:
             self._source = token
-        acquire, release, append = self._lock.acquire, self._lock.release, self._partial.append
+        acquire, release, append = self._lock.acquire, self._lock.release, self._log.append
 
         def on_text(text: str) -> None:  # once per delta: the lock taken by hand, cheaper
             acquire()
@@ -97,12 +142,11 @@ class TurnState:
                 append(text)
                 if not self._followers:
                     return
-                followers = list(self._followers)
+                due = self._due()
             finally:
                 release()
-            event = TextDelta(text=text)
-            for loop, queue in followers:
-                _post(loop, queue, event)
+            for follower in due:
+                follower.wake()
 
         return on_text, token
 
@@ -115,34 +159,60 @@ class TurnState:
     def commit_text(self) -> None:
         """The current model call finished: its text is no longer discarded by a restart."""
         with self._lock:
-            self._committed.extend(self._partial)
-            self._partial.clear()
+            self._committed += _texts(self._log[self._partial_from :])
+            self._partial_from = len(self._log)
 
     def end(self) -> None:
-        """The turn is over: every follower's iteration ends."""
+        """The turn is over: every follower reads to the end of the log, then stops."""
         with self._lock:
             self._ended = True
-            followers, self._followers = self._followers, []
-        for loop, queue in followers:
-            _post(loop, queue, _END)
+            due, self._followers = self._due(), []
+        for follower in due:
+            follower.wake()
 
-    def follow(self) -> asyncio.Queue[Any] | None:
-        """A queue of this turn's events from now on, headed by the text so far; None once
-        the turn has ended. Call it on the follower's event loop."""
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
+    def _due(self) -> list[_Follower]:
+        """The followers not woken since their last look, marked woken (under the lock)."""
+        due = [f for f in self._followers if not f.due]
+        for follower in due:
+            follower.due = True
+        return due
+
+    # -- following ----------------------------------------------------------------------------
+
+    def follow(self, after: int | None = None) -> tuple[_Follower, int, TextDelta | None] | None:
+        """A new follower (call it on the follower's event loop), the log index it reads
+        from, and its head: with ``after`` None, the text so far (numbered as the turn's
+        latest event, so resuming after it loses nothing) and the index of the next event;
+        else no head and the index after the event numbered ``after`` (the log's end, live
+        events only, when the turn never reached it). None once the turn has ended."""
+        follower = _Follower()
         with self._lock:
             if self._ended:
                 return None
-            so_far = "".join(self._committed + self._partial)
-            self._followers.append((loop, queue))
-        if so_far:
-            queue.put_nowait(TextDelta(text=so_far))
-        return queue
+            count = len(self._log)
+            if after is not None:
+                self._followers.append(follower)
+                return follower, min(max(after, 0), count), None
+            so_far = "".join(self._committed + _texts(self._log[self._partial_from :]))
+            self._followers.append(follower)
+        return follower, count, TextDelta(text=so_far, seq=count) if so_far else None
 
-    def unfollow(self, queue: asyncio.Queue[Any]) -> None:
+    def read(self, follower: _Follower, at: int) -> tuple[list[Event], bool]:
+        """The events from log index ``at`` on, numbered, and whether the turn has ended
+        (then they are its last). Clears the follower's wake-up first: a later event wakes
+        it again."""
+        follower.ready.clear()
         with self._lock:
-            self._followers = [(lp, q) for lp, q in self._followers if q is not queue]
+            follower.due = False
+            entries, ended = self._log[at:], self._ended
+        return [
+            TextDelta(text=e, seq=n) if isinstance(e, str) else e
+            for n, e in enumerate(entries, at + 1)
+        ], ended
+
+    def unfollow(self, follower: _Follower) -> None:
+        with self._lock:
+            self._followers = [f for f in self._followers if f is not follower]
 
     # -- the inbox ----------------------------------------------------------------------------
 
@@ -171,9 +241,15 @@ class TurnState:
             return taken
 
 
-def _post(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Any], item: object) -> None:
-    with contextlib.suppress(RuntimeError):  # the follower's loop closed: nobody listens
-        loop.call_soon_threadsafe(queue.put_nowait, item)
+def _texts(entries: list[Logged]) -> list[str]:
+    """The text of the text deltas among ``entries``."""
+    texts = []
+    for entry in entries:
+        if isinstance(entry, str):
+            texts.append(entry)
+        elif isinstance(entry, TextDelta):
+            texts.append(entry.text)
+    return texts
 
 
 class AgentThinker(BasicThinker):
@@ -215,20 +291,30 @@ class AgentThinker(BasicThinker):
         if hook is not None:
             hook()
 
-    async def follow(self) -> AsyncGenerator[Event, None]:
-        """The running turn's events from now on: first its text so far, then live
-        events, up to ``TurnDone`` or the turn's end; nothing when no turn runs."""
+    async def follow(self, after: int | None = None) -> AsyncGenerator[Event, None]:
+        """The running turn's events up to ``TurnDone`` or the turn's end; nothing when no
+        turn runs. With ``after`` None: first its text so far, then live events; else each
+        event numbered above ``after`` once, in order, the published ones first."""
         turn = self.turn
-        queue = turn.follow() if turn is not None else None
-        if turn is None or queue is None:
+        joined = turn.follow(after) if turn is not None else None
+        if turn is None or joined is None:
             return
+        follower, at, head = joined
         try:
-            while (event := await queue.get()) is not _END:
-                yield event
-                if isinstance(event, TurnDone):
+            if head is not None:
+                yield head
+            while True:
+                events, ended = turn.read(follower, at)
+                at += len(events)
+                for event in events:
+                    yield event
+                    if type(event) is TurnDone:
+                        return
+                if ended:
                     return
+                await follower.ready.wait()
         finally:
-            turn.unfollow(queue)
+            turn.unfollow(follower)
 
     def offer(self, text: str) -> bool:
         """Queue ``text`` for the running turn's next boundary; False when none runs or it

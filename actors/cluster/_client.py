@@ -230,12 +230,16 @@ class AgentCluster:
 
     # -- joiners, offers, release -----------------------------------------------------------
 
-    async def join(self, conversation_id: str, user_id: str) -> AsyncIterator[AgentEvent]:
+    async def join(
+        self, conversation_id: str, user_id: str, *, after: int | None = None
+    ) -> AsyncIterator[AgentEvent]:
         """Follow the running turn on ``conversation_id`` from any process, as
-        ``ConversationService.join``: it ends at once for an idle or another user's one."""
+        ``ConversationService.join`` (``after`` included): it ends at once for an idle or
+        another user's one."""
         shard = self.shard_of(conversation_id)
         with self.translated(shard, conversation_id):
-            async for ref in (await self.aready(shard)).join.remote(conversation_id, user_id):
+            shard_ref = await self.aready(shard)
+            async for ref in shard_ref.join.remote(conversation_id, user_id, after):
                 yield await ref
 
     def offer(self, conversation_id: str, user_id: str, text: str) -> bool:

@@ -113,7 +113,9 @@ def portable(reply: Reply) -> Reply:
 
 
 def _portable_event(event: AgentEvent) -> AgentEvent:
-    return TurnDone(reply=portable(event.reply)) if isinstance(event, TurnDone) else event
+    if isinstance(event, TurnDone):
+        return msgspec.structs.replace(event, reply=portable(event.reply))
+    return event
 
 
 class ClusterThinker(AgentThinker):
@@ -220,9 +222,11 @@ class ShardHost:
 
     # -- joiners, offers, release ---------------------------------------------------------
 
-    async def join(self, conversation_id: str, user_id: str) -> AsyncIterator[AgentEvent]:
+    async def join(
+        self, conversation_id: str, user_id: str, after: int | None = None
+    ) -> AsyncIterator[AgentEvent]:
         """The running turn's events, as ``ConversationService.join``."""
-        async for event in self.service.join(conversation_id, user_id):
+        async for event in self.service.join(conversation_id, user_id, after=after):
             # an Event to the service: here only AgentThinkers host turns, so an AgentEvent
             yield _portable_event(cast(AgentEvent, event))
 

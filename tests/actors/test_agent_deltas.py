@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from parlour.actors import (
@@ -17,7 +17,6 @@ from parlour.actors import (
     TurnCancelledError,
     TurnDone,
 )
-from parlour.actors.agent._joiners import AgentThinker
 from parlour.runtime import Depth, LLMResponse, OutputSize, ScriptedClient
 from parlour.runtime.blocks import TextBlock
 from parlour.runtime.providers import WireRequest
@@ -56,19 +55,11 @@ def _agent(client: ScriptedClient) -> Agent:
     return Agent(client, output=OutputSize.STANDARD, depth=Depth.IMMEDIATE)
 
 
-def _follow(service: ConversationService, cid: str) -> tuple[asyncio.Queue[Any], Any]:
-    thinker = service.owning_thinker(cid, "alice")
-    assert isinstance(thinker, AgentThinker) and thinker.turn is not None
-    queue = thinker.turn.follow()
-    assert queue is not None
-    return queue, thinker.turn
-
-
-async def _drain(queue: asyncio.Queue[Any]) -> list[AgentEvent]:
-    events: list[AgentEvent] = []
-    while isinstance(event := await queue.get(), TextDelta | TurnDone):
-        events.append(event)
-    return events
+async def _follow(service: ConversationService, cid: str) -> tuple[AsyncIterator[Any], Any]:
+    """A joiner of the running turn, and its first event (the text so far): once it has
+    come, the joiner follows the turn."""
+    joined = service.join(cid, "alice")
+    return joined, await anext(joined)
 
 
 def test_a_joiner_of_a_sent_turn_gets_every_text_delta_live_and_in_order(
@@ -82,15 +73,16 @@ def test_a_joiner_of_a_sent_turn_gets_every_text_delta_live_and_in_order(
     assert client.held.wait(10)
 
     async def follow() -> list[AgentEvent]:
-        queue, _ = _follow(service, chat.conversation_id)
+        joined, first = await _follow(service, chat.conversation_id)
         client.go.set()
-        return await _drain(queue)
+        return [first] + [e async for e in joined]
 
     events = asyncio.run(follow())
     turn.join(10)
     # the text so far, then each later delta as it came, then the end of the turn
     texts = [e.text for e in events if isinstance(e, TextDelta)]
     assert texts == ["One", " two", " three", " four."]
+    assert [e.seq for e in events] == [1, 2, 3, 4, 5]  # each numbered as the turn published it
     assert isinstance(events[-1], TurnDone) and events[-1].reply == outcome["reply"]
     assert outcome["reply"].text == "One two three four."
 
@@ -104,15 +96,15 @@ def test_force_release_stops_a_sent_turns_stream_at_its_next_delta(
     assert client.held.wait(10)
 
     async def follow() -> list[AgentEvent]:
-        queue, _ = _follow(service, chat.conversation_id)
+        joined, first = await _follow(service, chat.conversation_id)
         assert service.force_release(chat.conversation_id, "alice") is not None
         turn.join(10)  # the turn ended at once, its stream still held
         client.go.set()
         assert client.finished.wait(10)
-        return await _drain(queue)
+        return [first] + [e async for e in joined]
 
     events = asyncio.run(follow())
     assert not turn.is_alive() and isinstance(outcome[0], TurnCancelledError)
     assert client.delivered == ["First"]  # the delta after the release was refused
-    assert events == [TextDelta(text="First")]  # nothing published after the release
+    assert events == [TextDelta(text="First", seq=1)]  # nothing published after the release
     assert service.owning_thinker(chat.conversation_id, "alice") is None

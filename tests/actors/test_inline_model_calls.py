@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from parlour.actors import Agent, ConversationService, TextDelta, TurnCancelledError, TurnDone
-from parlour.actors.agent._joiners import AgentThinker
 from parlour.runtime import (
     ConversationContext,
     Depth,
@@ -106,19 +106,16 @@ def test_a_joiner_of_a_sent_turn_gets_an_inline_answers_text(
     loop = asyncio.new_event_loop()
     running = threading.Thread(target=loop.run_forever, daemon=True)
     running.start()
-    queues: list[asyncio.Queue[Any]] = []
+    joiners: list[tuple[AsyncIterator[Any], Any]] = []
 
     def lookup() -> str:
         """Look something up."""
 
-        async def follow() -> asyncio.Queue[Any]:
-            thinker = service.owning_thinker(chat.conversation_id, "alice")
-            assert isinstance(thinker, AgentThinker) and thinker.turn is not None
-            queue = thinker.turn.follow()
-            assert queue is not None
-            return queue
+        async def follow() -> tuple[AsyncIterator[Any], Any]:
+            joined = service.join(chat.conversation_id, "alice")
+            return joined, await anext(joined)  # the text so far: it follows from now on
 
-        queues.append(asyncio.run_coroutine_threadsafe(follow(), loop).result(10))
+        joiners.append(asyncio.run_coroutine_threadsafe(follow(), loop).result(10))
         return "found"
 
     chat = _agent(ScriptedClient(), tools=[lookup]).chat(service, user_id="alice")
@@ -126,10 +123,8 @@ def test_a_joiner_of_a_sent_turn_gets_an_inline_answers_text(
         reply = chat.send("Please lookup the weather")
 
         async def drain() -> list[Any]:
-            events = []
-            while not isinstance(event := await queues[0].get(), TurnDone):
-                events.append(event)
-            return events
+            joined, first = joiners[0]
+            return [first] + [e async for e in joined if not isinstance(e, TurnDone)]
 
         events = asyncio.run_coroutine_threadsafe(drain(), loop).result(10)
     finally:

@@ -499,9 +499,10 @@ class _Hosting(BasicThinker):
         super().__init__(user_id)
         self.offered: list[str] = []
 
-    async def follow(self) -> AsyncGenerator[TextDelta, None]:
-        for text in self.offered:
-            yield TextDelta(text=text)
+    async def follow(self, after: int | None = None) -> AsyncGenerator[TextDelta, None]:
+        for n, text in enumerate(self.offered, 1):
+            if after is None or n > after:
+                yield TextDelta(text=text, seq=n)
 
     def offer(self, text: str) -> bool:
         self.offered.append(text)
@@ -515,12 +516,14 @@ def test_any_owning_thinker_that_can_be_followed_and_offered_to_is_joined_for_it
     cid = owner.mint_conversation_id()
     service.obtain_conversation(None, owner).get(timeout=5)
 
-    async def joined(user_id: str) -> list[object]:
-        return [event async for event in service.join(cid, user_id)]
+    async def joined(user_id: str, after: int | None = None) -> list[object]:
+        return [event async for event in service.join(cid, user_id, after=after)]
 
     assert service.offer(cid, "alice", "first") and service.offer(cid, "alice", "second")
     assert not service.offer(cid, "mallory", "let me in")
-    assert asyncio.run(joined("alice")) == [TextDelta(text="first"), TextDelta(text="second")]
+    first, second = TextDelta(text="first", seq=1), TextDelta(text="second", seq=2)
+    assert asyncio.run(joined("alice")) == [first, second]
+    assert asyncio.run(joined("alice", after=1)) == [second]
     assert asyncio.run(joined("mallory")) == []
     service.release(owner)
     assert not service.offer(cid, "alice", "after the turn")  # nobody owns it now

@@ -32,6 +32,7 @@ from ._http import (
     AccessLog,
     ApiError,
     json_body,
+    last_event_id,
     sse,
     token_of,
     user_of,
@@ -329,10 +330,12 @@ def _text_of(body: dict[str, Any], limit: int) -> str:
 
 async def _events(request: Request) -> Response:
     """The conversation's turns as SSE: the running one from its start, then each next
-    one (``?once=1``: only the running one, nothing when idle)."""
+    one (``?once=1``: only the running one, nothing when idle). A reconnecting
+    ``EventSource``'s ``Last-Event-ID`` resumes the running turn after that event."""
     ctx, user_id, cid = await _mine(request)
     once = request.query_params.get("once") == "1"
-    return sse(ctx.host.watch(user_id, cid, once=once))
+    after = last_event_id(request)
+    return sse(ctx.host.watch(user_id, cid, once=once, after=after))
 
 
 async def _cancel(request: Request) -> Response:

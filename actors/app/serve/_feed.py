@@ -24,11 +24,13 @@ def wire_event(event: AgentEvent) -> WireEvent:
     """An agent event as the JSON object an SSE ``data`` line carries (``type`` first).
 
     The final ``done`` event carries the reply's text and usage, not its message objects.
+    Every event carries its ``seq``, the SSE id the host sends it with.
     """
     if isinstance(event, TurnDone):
         reply = event.reply
         return {
             "type": "done",
+            "seq": event.seq,
             "text": reply.text,
             "usage": msgspec.to_builtins(reply.usage),
             "rounds_exhausted": reply.rounds_exhausted,
@@ -54,6 +56,17 @@ class TurnFeed:
     def push(self, event: WireEvent) -> None:
         self.events.append(event)
         self._wake()
+
+    def index_after(self, seq: int) -> int:
+        """Where a follower that has seen this turn's events up to the one numbered ``seq``
+        (its SSE id) resumes: just past that event; at the turn's start for 0; at the end,
+        the live events, for a number the turn has not reached."""
+        if seq <= 0:
+            return 0
+        for at, event in enumerate(self.events):
+            if event.get("seq") == seq:
+                return at + 1
+        return len(self.events)
 
     def finish(self) -> None:
         self.done = True

@@ -233,33 +233,41 @@ class ChatHost:
     # -- following and cancelling ---------------------------------------------------------
 
     async def watch(
-        self, user_id: str, conversation_id: str, *, once: bool
+        self, user_id: str, conversation_id: str, *, once: bool, after: int | None = None
     ) -> AsyncIterator[list[WireEvent]]:
         """The conversation's turns as they run, in batches of events: first a
         ``watching`` event (from then on no turn is missed), then the running turn from its
-        start, then each next one (``once``: only the running one; nothing when idle).
+        start (given ``after``, a reconnect's last seq: from just past that event), then
+        each next one from its start (``once``: only the running one; nothing when idle).
         Idle, a ``ping`` event comes every so often; it ends when the host shuts down."""
         slot = self._slot(user_id, conversation_id)
         slot.watchers += 1
         try:
-            async for batch in self._watch(slot, once):
+            async for batch in self._watch(slot, once, after):
                 yield batch
         finally:
             slot.watchers -= 1
 
-    async def _watch(self, slot: _Slot, once: bool) -> AsyncIterator[list[WireEvent]]:
+    async def _watch(
+        self, slot: _Slot, once: bool, after: int | None
+    ) -> AsyncIterator[list[WireEvent]]:
         conversation_id, user_id = slot.chat.conversation_id, slot.chat.user_id
-        seen = slot.turns - (1 if slot.running is not None else 0)
-        yield [{"type": "watching", "running": slot.running is not None}]
+        running = slot.running
+        seen = slot.turns - (1 if running is not None else 0)
+        yield [{"type": "watching", "running": running is not None}]
         while not self.closing:
             feed = slot.feed
             if feed is not None and slot.turns > seen:  # running, or run since the last look
                 seen = slot.turns
-                async for batch in feed.follow():
+                # a reconnect resumes the turn it left, not one begun since
+                start = feed.index_after(after) if after is not None and feed is running else 0
+                async for batch in feed.follow(start):
                     yield batch
             else:
-                async for agent_event in self.turns.join_running(conversation_id, user_id):
+                joined = self.turns.join_running(conversation_id, user_id, after=after)
+                async for agent_event in joined:
                     yield [wire_event(agent_event)]  # a turn this host did not start
+            after = None  # only the turn running at a reconnect resumes; later ones start whole
             if once or self.closing:
                 return
             if slot.turns == seen and not await self._next_turn(slot):

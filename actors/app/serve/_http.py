@@ -23,6 +23,7 @@ __all__ = [
     "ApiError",
     "error_response",
     "json_body",
+    "last_event_id",
     "sse",
     "token_of",
     "user_of",
@@ -117,14 +118,34 @@ async def json_body(request: Request, limit: int) -> dict[str, Any]:
     return value
 
 
+# Frames that begin a turn, or come between turns: they clear the client's last event id
+# (an empty ``id:``), so a reconnect never resumes a later turn after an earlier one's seq.
+_CLEARS_ID = frozenset({"turn_start", "ping"})
+
+
 def _frame(event: dict[str, Any]) -> str:
     data = json.dumps(event, separators=(",", ":"))
-    return f"event: {event['type']}\ndata: {data}\n\n"
+    kind = event["type"]
+    seq = event.get("seq")
+    if seq:  # a turn's event: its number is the id a reconnect sends back (Last-Event-ID)
+        return f"id: {seq}\nevent: {kind}\ndata: {data}\n\n"
+    if kind in _CLEARS_ID:
+        return f"id:\nevent: {kind}\ndata: {data}\n\n"
+    return f"event: {kind}\ndata: {data}\n\n"
+
+
+def last_event_id(request: Request) -> int | None:
+    """The seq a reconnecting ``EventSource`` has seen up to (its ``Last-Event-ID``
+    header, the ``id`` of the last event it got); None without one, or for one that is no
+    event number (the follow then starts as a fresh one does)."""
+    raw = request.headers.get("last-event-id", "").strip()
+    return int(raw) if raw.isdigit() and len(raw) <= 18 else None
 
 
 def sse(batches: AsyncIterator[list[dict[str, Any]]]) -> StreamingResponse:
     """A Server-Sent Events response: one ``event:``/``data:`` pair per event, each batch
-    of events in one write."""
+    of events in one write. A turn's event (one with a ``seq``) is sent with ``id: <seq>``;
+    a ``turn_start`` or a ``ping`` with an empty ``id:``, which clears the client's."""
 
     async def frames() -> AsyncIterator[bytes]:
         async for batch in batches:

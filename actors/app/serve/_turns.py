@@ -55,7 +55,9 @@ class Turns(Protocol):
 
     def offer(self, conversation_id: str, user_id: str, text: str) -> bool: ...
 
-    def join_running(self, conversation_id: str, user_id: str) -> AsyncIterator[AgentEvent]: ...
+    def join_running(
+        self, conversation_id: str, user_id: str, *, after: int | None = None
+    ) -> AsyncIterator[AgentEvent]: ...
 
     def force_release(self, conversation_id: str, user_id: str) -> str | None: ...
 
@@ -86,13 +88,16 @@ class LocalTurns:
     def offer(self, conversation_id: str, user_id: str, text: str) -> bool:
         return self.service.offer(conversation_id, user_id, text)
 
-    async def join_running(self, conversation_id: str, user_id: str) -> AsyncIterator[AgentEvent]:
-        """The turn some owner runs on the conversation; nothing when none does (asked off
-        the loop: it is an actor round trip)."""
+    async def join_running(
+        self, conversation_id: str, user_id: str, *, after: int | None = None
+    ) -> AsyncIterator[AgentEvent]:
+        """The turn some owner runs on the conversation (after the event numbered
+        ``after``, as ``service.join``); nothing when none does (asked off the loop: it is
+        an actor round trip)."""
         owner = await asyncio.to_thread(self.service.owning_thinker, conversation_id, user_id)
         if owner is None:
             return
-        async for event in self.service.join(conversation_id, user_id):
+        async for event in self.service.join(conversation_id, user_id, after=after):
             # an Event to the service: here only AgentThinkers host turns, so an AgentEvent
             yield cast(AgentEvent, event)
 
@@ -136,10 +141,13 @@ class ClusterTurns:
             _unless_lost(exc)
             return False  # the send becomes a turn of its own, which reports the loss
 
-    async def join_running(self, conversation_id: str, user_id: str) -> AsyncIterator[AgentEvent]:
-        """The turn running on the conversation's shard, from any process that started it."""
+    async def join_running(
+        self, conversation_id: str, user_id: str, *, after: int | None = None
+    ) -> AsyncIterator[AgentEvent]:
+        """The turn running on the conversation's shard, from any process that started it
+        (after the event numbered ``after``, as ``service.join``)."""
         try:
-            async for event in self.cluster.join(conversation_id, user_id):
+            async for event in self.cluster.join(conversation_id, user_id, after=after):
                 yield event
         except TurnError as exc:
             _unless_lost(exc)

@@ -186,16 +186,21 @@ def test_a_joiner_in_another_process_follows_the_turn_and_its_offer_is_answered(
     reply_ref = turn.remote(config, "alice", chat.conversation_id, "please hold")
     ray.get(gate.arrived.remote(), timeout=60)
 
-    async def follow() -> list[Any]:
+    async def follow() -> tuple[list[Any], list[Any]]:
         joined = cluster.join(chat.conversation_id, "alice")
         events = [await anext(joined)]  # the turn's text so far
+        replayed = cluster.join(chat.conversation_id, "alice", after=0)
+        whole = [await anext(replayed)]  # the turn from its first event
         assert cluster.offer(chat.conversation_id, "alice", "and one more")
         await gate.open.remote()
         events += [event async for event in joined]
-        return events
+        whole += [event async for event in replayed]
+        return events, whole
 
-    events = asyncio.run(follow())
+    events, whole = asyncio.run(follow())
     assert isinstance(events[-1], TurnDone)
+    assert [e.seq for e in whole] == list(range(1, len(whole) + 1))
+    assert whole[-1].seq == events[-1].seq and whole[-len(events) + 1 :] == events[1:]
     assert any(isinstance(e, OfferAccepted) and e.text == "and one more" for e in events)
     reply = ray.get(reply_ref, timeout=60)
     assert reply.text == events[-1].reply.text

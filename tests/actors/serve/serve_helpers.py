@@ -1,12 +1,12 @@
 """Helpers of the HTTP host tests: a gated tool that holds a turn open, the app on uvicorn
-on a loopback port, and SSE readers."""
+on a loopback port, and SSE readers (their data, or their ids and data)."""
 
 from __future__ import annotations
 
 import json
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import httpx2
@@ -83,6 +83,19 @@ def sse_events(response: httpx2.Response) -> Iterator[dict[str, Any]]:
     for line in response.iter_lines():
         if line.startswith("data: "):
             yield json.loads(line[len("data: ") :])
+
+
+def sse_frames(lines: Iterable[str]) -> Iterator[tuple[str | None, dict[str, Any]]]:
+    """The id and the JSON data of each event of an SSE stream, as they arrive: the id
+    None when the event has no ``id`` line, "" when it has an empty one (which clears the
+    client's last event id)."""
+    frame_id: str | None = None
+    for line in lines:
+        if line.startswith("id:"):
+            frame_id = line[3:].strip()
+        elif line.startswith("data: "):
+            yield frame_id, json.loads(line[len("data: ") :])
+            frame_id = None
 
 
 def parse_sse(body: str) -> list[dict[str, Any]]:

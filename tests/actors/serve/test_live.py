@@ -231,7 +231,8 @@ def test_a_turn_run_outside_the_host_is_followed_through_the_service(
         with c.stream("GET", url) as j:
             joined = sse_events(j)
             assert next(joined) == {"type": "watching", "running": False}
-            assert next(joined) == {"type": "text_delta", "text": "Calling hold_on."}
+            # the text so far, numbered as the turn's latest event (the tool call after it)
+            assert next(joined) == {"type": "text_delta", "seq": 2, "text": "Calling hold_on."}
             gate.opened.set()
             rest = list(joined)
     turn.join(10)
