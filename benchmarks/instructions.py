@@ -21,7 +21,10 @@ turns cause are counted. The paths:
 - agent: ``Chat.send`` of an ``Agent`` on the scripted model (the same turn, plus the usage
   ledger, the window check before the model call and the turn's followers);
 - tools: the agent path with what a real agent carries: twenty function tools (four
-  parameters each) and an objective of about 800 characters (the model calls none of them).
+  parameters each) and an objective of about 800 characters (the model calls none of them);
+- round: the agent path with one tool the model calls: two model calls a turn, and a
+  durable boundary before each external call (the user's message, the answer that calls
+  the tool, the tool's result), then the final answer.
 
 Prints each path's instructions per turn and its ratio to the floor and to the service path.
 Needs valgrind (``apt-get install valgrind``); takes about four minutes.
@@ -43,7 +46,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-PATHS = ("floor", "service", "agent", "tools")
+PATHS = ("floor", "service", "agent", "tools", "round")
 TOOLS, OBJECTIVE = 20, "Answer briefly, and look things up before you answer. " * 15
 _TOTAL = re.compile(rb"^(?:summary|totals): (\d+)", re.MULTILINE)
 
@@ -84,6 +87,13 @@ def turns_of(
             thinkers = [_thinker(i, None) for i in range(conversations)]
             yield lambda i, t: _service_turn(service, client, thinkers[i], i, t)
             return
+        if path == "round":
+            agent = Agent(
+                ScriptedClient(), tools=[lookup], output=OutputSize.STANDARD, depth=Depth.IMMEDIATE
+            )
+            chats = [agent.chat(service, user_id=_user(i)) for i in range(conversations)]
+            yield lambda i, t: chats[i].send(f"{text(i, t)} Use lookup.")
+            return
         agent = Agent(
             ScriptedClient(),
             tools=[_tool(n) for n in range(TOOLS)] if path == "tools" else (),
@@ -93,6 +103,11 @@ def turns_of(
         )
         chats = [agent.chat(service, user_id=_user(i)) for i in range(conversations)]
         yield lambda i, t: chats[i].send(text(i, t))
+
+
+def lookup(order_id: str = "42") -> str:
+    """The status of an order (the scripted model calls it when the message names it)."""
+    return f"Order {order_id} shipped yesterday."
 
 
 def _tool(n: int) -> Callable[..., str]:
@@ -181,6 +196,8 @@ def main() -> None:
         print(f"{path:<10}{cost:>14,.0f}{to_floor:>10}{to_service:>11}")
     if "tools" in costs:
         print(f"(tools: the agent path with {TOOLS} function tools and a long objective)")
+    if "round" in costs:
+        print("(round: the agent path with one tool call a turn, two model calls)")
 
 
 if __name__ == "__main__":
