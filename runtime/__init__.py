@@ -26,7 +26,7 @@ from ._handlers import (
     ToolCall,
 )
 from ._messages import IncomingMessage, Message, OutgoingMessage
-from ._pairing import DanglingCall, dangling_calls
+from ._pairing import DanglingCall, dangling_calls, is_interrupted_result
 from ._palette import DeclaredTool
 from ._prepared import PreparedConversation, Turn
 from ._roles import Depth, Grade, Input, OutputSize, TurnRole
@@ -179,6 +179,7 @@ __all__ = [
     "dangling_calls",
     "extract_alias_from_ref",
     "generate_schema",
+    "is_interrupted_result",
     "normalize_ref",
     "read_artifact",
     "refs_mentioned_in",

@@ -40,6 +40,7 @@ __all__ = [
     "check_pairing",
     "dangling_calls",
     "interrupted_result",
+    "is_interrupted_result",
 ]
 
 INTERRUPTED_RESULT = (
@@ -94,6 +95,16 @@ def interrupted_result(call: ToolUseBlock) -> ToolResultBlock:
     """The error result that answers ``call`` when its outcome was lost."""
     return ToolResultBlock(
         tool_use_id=call.id, content=INTERRUPTED_RESULT.format(name=call.name), is_error=True
+    )
+
+
+def is_interrupted_result(block: ContentBlock, name: str) -> bool:
+    """Whether ``block`` is the ``interrupted_result`` a restore gave a call to tool ``name``
+    (the exact error text, not any error that mentions an interruption)."""
+    return (
+        type(block) is ToolResultBlock
+        and block.is_error
+        and block.content == INTERRUPTED_RESULT.format(name=name)
     )
 
 

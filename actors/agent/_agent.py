@@ -72,10 +72,14 @@ class Agent:
         before_model_call: called before every model call with the context and the ledger.
         sleep, async_sleep: how backoff waits; inject them in tests.
         retain: how long an idle conversation stays in memory after a turn.
+        rerun_on_recovery: names of tools safe to run again with the same arguments and
+            idempotency key (as ``FunctionTool(..., rerun_on_recovery=True)`` declares one):
+            ``Chat.resume`` runs a call of theirs that a crash interrupted again, instead of
+            leaving the model its interrupted result.
 
     Raises:
-        ValueError: ``max_rounds`` is below 1, two tools share a name, or the comfort
-            window or the trigger is out of range.
+        ValueError: ``max_rounds`` is below 1, two tools share a name, ``rerun_on_recovery``
+            names no tool, or the comfort window or the trigger is out of range.
 
     Thread-safety: one agent serves many chats on many threads and loops at once.
     """
@@ -101,11 +105,12 @@ class Agent:
         sleep: Callable[[float], None] = time.sleep,
         async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         retain: dt.timedelta = dt.timedelta(minutes=5),
+        rerun_on_recovery: Iterable[str] = (),
     ) -> None:
         if max_rounds < 1:
             raise ValueError(f"An agent needs max_rounds of at least 1, not {max_rounds}.")
         self.client = client
-        self.tools = ToolBox(tools)
+        self.tools = ToolBox(tools, rerun_on_recovery)
         self.objective = objective
         self.output = output
         self.depth = depth

@@ -1,22 +1,27 @@
 """The two drivers of a turn's effects: in the calling thread, and on an event loop.
 
 ``drive`` performs each effect of ``turn_steps`` in the calling thread and yields the
-turn's events as they happen; the model call itself (unless the client answers inline,
-with no I/O: then in the calling thread) runs on a model worker and hands its
-text deltas to the waiting turn (or, when the turn's caller reads only the reply, straight
-to the turn's followers), which waits at most ``model_timeout_s`` and wakes at once on a
-force release. ``drive_async`` performs them without blocking the event loop: saves
-(the LMDB commit) in a bounded pool, the model call through ``client.arespond`` (the SDKs'
-async clients on the loop, the scripted model inline, boto3 on a worker thread), async
-tools on the loop, the obtain through ``ConversationService.obtain_async`` (its grant
-completes a loop future from the releasing thread; a cancelled turn gives the obtain up, and
-a grant that raced the cancel is released). Both publish every event to the turn's
+turn's events as they happen; the model call itself (unless the client answers inline, with
+no I/O: then in the calling thread) runs on a model worker and hands its text deltas to the
+waiting turn (or, when the turn's caller reads only the reply, straight to the turn's
+followers), which waits at most ``model_timeout_s`` and wakes at once on a force release.
+``drive_async`` performs them without blocking the event loop: saves (the LMDB commit) in
+a bounded pool, the model call through ``client.arespond`` (the SDKs' async clients on the
+loop, the scripted model inline, boto3 on a worker thread), async tools on the loop, the
+obtain through ``ConversationService.obtain_async`` (its grant completes a loop future from
+the releasing thread; a cancelled turn gives the obtain up, and a grant that raced the
+cancel is released). A round of tool calls is started by ``RunTools`` (a ``ThreadRound``
+here, a ``LoopRound`` on the loop) and its results come back as they finish
+(``NextResults``), for the turn to save each. Both publish every event to the turn's
 followers. In a turn gated by ``Chat.send`` (``_gate.py``) every effect that may wait lets
 the gate go: the driver's tools, pause and compaction here, the obtain, the save and the
 worker model call where they wait. Tools that take a ``ToolContext`` get theirs from
 ``_call_context`` (made here, in the driver's thread), and learn of a cancellation through
 the thinker's cancel hook (the sync path, while tools run) or ``force`` and the caller's
 cancel (the async path).
+
+Why this module is long: it holds both drivers of one set of effects, side by side, so
+that each effect is performed alike on both paths.
 
 Thread-safety: a driver runs one turn; many drivers run at once on one service.
 """
@@ -49,11 +54,11 @@ from ._calls import (
     stream_model,
     timed_out,
 )
-from ._effects import CallModel, Compact, Obtain, Pause, Release, RunTools, Save
+from ._effects import CallModel, Compact, NextResults, Obtain, Pause, Release, RunTools, Save
 from ._events import AgentEvent, Event, Reply
 from ._otel import model_attributes, span_on
 from ._plan import Steps, TurnPlan
-from ._tools import run_calls, run_calls_async, tool_pool
+from ._tools import Finished, LoopRound, ThreadRound, tool_pool
 
 __all__ = ["drive", "drive_async", "run", "set_provider_concurrency"]
 
@@ -139,11 +144,16 @@ def _run_tools(effect: RunTools, plan: TurnPlan, service: ConversationService) -
     contexts = contexts_for(plan, effect.calls)
     if contexts is not None:  # a force release meanwhile tells the calls (no model call runs)
         plan.thinker.set_cancel_hook(plan.call_scope.on_release)
-    with (
-        waiting(),
-        span_on(plan.tracer, "parlour.tools", **{"parlour.tool_calls": len(effect.calls)}),
-    ):
-        return run_calls(plan.tools, effect.calls, plan.tool_timeout_s, contexts)
+    round_ = ThreadRound(plan.tools, effect.calls, plan.tool_timeout_s, contexts)
+    return round_, _next_results(NextResults(round_), plan, service)
+
+
+def _next_results(effect: NextResults, plan: TurnPlan, service: ConversationService) -> Finished:
+    """The round's next results, waited for with the gate let go."""
+    round_ = cast(ThreadRound, effect.round)
+    running = len(round_.pending) + len(round_.ready)
+    with waiting(), span_on(plan.tracer, "parlour.tools", **{"parlour.tool_calls": running}):
+        return round_.next()
 
 
 def _pause(effect: Pause, plan: TurnPlan, service: ConversationService) -> None:
@@ -161,6 +171,7 @@ _PERFORM: dict[type, Perform] = {
     Save: _save,
     Compact: _compact,
     RunTools: _run_tools,
+    NextResults: _next_results,
     Pause: _pause,
     Release: _release,
 }
@@ -298,13 +309,21 @@ class _AsyncTurn:
                 return await self._call_model(context)
             case RunTools(calls=calls):
                 contexts = contexts_for(plan, calls)
-                with span_on(plan.tracer, "parlour.tools", **{"parlour.tool_calls": len(calls)}):
-                    return await run_calls_async(plan.tools, calls, plan.tool_timeout_s, contexts)
+                round_ = LoopRound(plan.tools, calls, plan.tool_timeout_s, contexts)
+                return round_, await self._results(round_)
+            case NextResults(round=started):  # a LoopRound: RunTools made it above
+                return await self._results(cast(LoopRound, started))
             case Pause(seconds=seconds):
                 await plan.async_sleep(seconds)
             case Release():
                 service.release(thinker)
         return None
+
+    async def _results(self, round_: LoopRound) -> Finished:
+        with span_on(
+            self.plan.tracer, "parlour.tools", **{"parlour.tool_calls": len(round_.pending)}
+        ):
+            return await round_.next()
 
     async def _shielded(self, fn: Callable[..., Any], *args: Any) -> Any:
         """A blocking call in the save pool; a cancellation waits for it to finish, so

@@ -16,6 +16,8 @@ from parlour.runtime import ConversationContext
 from parlour.runtime.blocks import ToolUseBlock
 from parlour.runtime.compaction import ContextWindowManager
 
+from ._tools import ToolRound
+
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
@@ -66,9 +68,17 @@ class CallModel(msgspec.Struct, frozen=True):
 
 
 class RunTools(msgspec.Struct, frozen=True):
-    """Run the calls concurrently; the result is one ``ToolResultBlock`` per call, in order."""
+    """Start the calls, concurrently; the result is the round (``_tools.ToolRound``) and
+    the first results to finish (``_tools.Finished``: at least one)."""
 
     calls: Sequence[ToolUseBlock]
+
+
+class NextResults(msgspec.Struct, frozen=True):
+    """Wait for the next calls of a started round to finish; the result is their results
+    (``_tools.Finished``: at least one)."""
+
+    round: ToolRound
 
 
 class Pause(msgspec.Struct, frozen=True):
@@ -79,4 +89,4 @@ class Release(msgspec.Struct, frozen=True):
     """Release the lease with the thinker's retention."""
 
 
-Effect = Obtain | Save | Compact | CallModel | RunTools | Pause | Release
+Effect = Obtain | Save | Compact | CallModel | RunTools | NextResults | Pause | Release

@@ -2,8 +2,11 @@
 
 Events are frozen, tagged msgspec structs, in the order a turn produces them::
 
-    Compacted? TextDelta* (ToolCallStarted ToolCallFinished)* ... Restarted? ... OfferAccepted?
-    ... TurnDone
+    Recovered? (ToolCallStarted ToolCallFinished)* Compacted? TextDelta*
+    (ToolCallStarted ToolCallFinished)* ... Restarted? ... OfferAccepted? ... TurnDone
+
+``Recovered`` opens only a resumed turn (``Chat.resume``) whose last round holds calls a
+crash interrupted; the calls it runs again follow it.
 
 A ``Restarted`` event discards the text of the attempt it interrupts: the model call is
 being tried again (a truncation escalation, a retryable provider error).
@@ -29,6 +32,7 @@ __all__ = [
     "Compacted",
     "Event",
     "OfferAccepted",
+    "Recovered",
     "Reply",
     "Restarted",
     "TextDelta",
@@ -51,6 +55,8 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True):
         output: the typed answer when the agent declares an ``output_type``, else None.
         rounds_exhausted: True when the turn stopped at ``max_rounds`` with tool results
             the model has not answered yet.
+        recovered: on a resumed turn whose last round a crash interrupted, what the turn
+            did about it (the event it reported); else None.
     """
 
     text: str
@@ -58,6 +64,17 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True):
     messages: list[Any]
     output: Any = None
     rounds_exhausted: bool = False
+    recovered: Recovered | None = None
+
+
+class Recovered(Event, tag="recovered", frozen=True, kw_only=True):
+    """A resumed turn found calls a crash interrupted (they hold the interrupted result):
+    ``rerun`` lists the ids of those it runs again now (their tools are declared safe to run
+    again: ``rerun_on_recovery``), ``interrupted`` the ids of those whose interrupted result
+    stays, for the model to read."""
+
+    rerun: list[str]
+    interrupted: list[str]
 
 
 class TextDelta(Event, tag="text_delta", frozen=True, kw_only=True):
@@ -117,6 +134,7 @@ AgentEvent = (
     | Restarted
     | OfferAccepted
     | Compacted
+    | Recovered
     | TurnDone
 )
 

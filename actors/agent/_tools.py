@@ -5,9 +5,11 @@ gives an error result carrying the exception's message, an unknown name and argu
 do not fit the signature give error results too, and a call past its timeout gives an error
 result while the turn goes on. Sync tools run in a bounded thread pool shared by the
 process; async tools run on the event loop (on the async path) or on a pool thread's own
-loop (on the sync path). The calls of one answer run concurrently. A tool whose function
-takes a ``ToolContext`` gets the one the driver made for its call (``_call_context``); a
-call given up at its timeout has its context's ``cancelled`` set.
+loop (on the sync path). The calls of one answer run concurrently, as a round
+(``ThreadRound``, ``LoopRound``) whose ``next`` hands out the results of the calls that
+finished since the last look, so that the turn saves each result as it comes. A tool whose
+function takes a ``ToolContext`` gets the one the driver made for its call
+(``_call_context``); a call given up at its timeout has its context's ``cancelled`` set.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import asyncio
 import concurrent.futures as cf
 import inspect
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -24,9 +27,17 @@ import msgspec
 from parlour.runtime import FunctionTool, ToolContext, tool_from_function
 from parlour.runtime.blocks import ToolResultBlock, ToolUseBlock
 
-__all__ = ["Contexts", "ToolBox", "run_calls", "run_calls_async"]
+__all__ = [
+    "Contexts",
+    "Finished",
+    "LoopRound",
+    "ThreadRound",
+    "ToolBox",
+    "ToolRound",
+]
 
 Contexts = Sequence[ToolContext[Any] | None] | None  # one per call (None: no call takes one)
+Finished = list[tuple[int, ToolResultBlock]]  # results, each with its call's place in the round
 
 TOOL_WORKERS = 32
 _pool: cf.ThreadPoolExecutor | None = None
@@ -60,13 +71,19 @@ class ToolBox:
     Args:
         tools: functions (sync or async, annotated; the docstring describes them) or ready
             ``FunctionTool``s. ``contextual`` names those that take a ``ToolContext``.
+        rerun_on_recovery: names of tools safe to run again after a crash interrupted
+            them; ``rerun`` names these and those declared so themselves.
 
     Raises:
-        ValueError: two tools share a name.
+        ValueError: two tools share a name, or ``rerun_on_recovery`` names no tool.
         TypeError: a function takes ``*args`` or ``**kwargs``.
     """
 
-    def __init__(self, tools: Iterable[Callable[..., Any] | FunctionTool]) -> None:
+    def __init__(
+        self,
+        tools: Iterable[Callable[..., Any] | FunctionTool],
+        rerun_on_recovery: Iterable[str] = (),
+    ) -> None:
         self.tools: dict[str, FunctionTool] = {}
         for item in tools:
             tool = item if isinstance(item, FunctionTool) else tool_from_function(item)
@@ -74,6 +91,12 @@ class ToolBox:
                 raise ValueError(f"Two tools are named {tool.name}; tool names must be unique.")
             self.tools[tool.name] = tool
         self.contextual = frozenset(n for n, t in self.tools.items() if t.context_param)
+        named = frozenset(rerun_on_recovery)
+        if unknown := sorted(named - self.tools.keys()):
+            raise ValueError(
+                f"rerun_on_recovery names {', '.join(unknown)}, which no tool of the agent is."
+            )
+        self.rerun = named | {n for n, t in self.tools.items() if t.rerun_on_recovery}
 
     def declarations(self) -> list[FunctionTool]:
         return list(self.tools.values())
@@ -122,26 +145,6 @@ def _call_in_thread(box: ToolBox, call: ToolUseBlock, context: ToolContext[Any] 
     return value
 
 
-def run_calls(
-    box: ToolBox, calls: Sequence[ToolUseBlock], timeout_s: float, contexts: Contexts = None
-) -> list[ToolResultBlock]:
-    """Run every call concurrently in the tool pool; the results in the calls' order.
-
-    Blocks the calling thread for at most ``timeout_s`` (a call still running then gets a
-    timeout result and is left to finish in its pool thread, its outcome discarded).
-    """
-    results: list[ToolResultBlock | None] = [_unknown(box, c) for c in calls]
-    futures = {
-        i: tool_pool().submit(_call_in_thread, box, c, contexts[i] if contexts else None)
-        for i, c in enumerate(calls)
-        if results[i] is None
-    }
-    cf.wait(futures.values(), timeout=timeout_s)
-    for i, future in futures.items():
-        results[i] = _outcome(calls[i], future, timeout_s, contexts[i] if contexts else None)
-    return [r for r in results if r is not None]
-
-
 def _outcome(
     call: ToolUseBlock,
     future: cf.Future[Any],
@@ -153,24 +156,6 @@ def _outcome(
         return _timed_out(call, timeout_s, context)
     exc = future.exception()
     return _result(call, future.result()) if exc is None else _failure(call, exc)
-
-
-async def run_calls_async(
-    box: ToolBox, calls: Sequence[ToolUseBlock], timeout_s: float, contexts: Contexts = None
-) -> list[ToolResultBlock]:
-    """Run every call concurrently: async tools on this loop, sync ones in the tool pool.
-
-    Never blocks the loop. Cancelling it cancels the async calls (sync ones finish in their
-    pool threads, their outcomes discarded).
-    """
-    return list(
-        await asyncio.gather(
-            *(
-                _one_async(box, c, timeout_s, contexts[i] if contexts else None)
-                for i, c in enumerate(calls)
-            )
-        )
-    )
 
 
 async def _one_async(
@@ -192,3 +177,85 @@ async def _start(box: ToolBox, call: ToolUseBlock, context: ToolContext[Any] | N
         return await box.tools[call.name].call(call.input_json or "{}", context)
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(tool_pool(), _call_in_thread, box, call, context)
+
+
+# -- a round of calls, its results handed out as they finish --------------------------------------
+
+
+class ToolRound:
+    """The calls of one answer, running; ``done`` once every result was handed out."""
+
+    pending: dict[Any, int]  # each running call's future or task, and its place
+    ready: Finished  # results in, not handed out yet
+
+    @property
+    def done(self) -> bool:
+        return not self.pending and not self.ready
+
+    def cancel(self) -> None:
+        """Stop waiting for the calls still running (their outcomes are discarded)."""
+        for running in self.pending:
+            running.cancel()
+        self.pending.clear()
+
+
+class ThreadRound(ToolRound):
+    """A round on the sync path: each call in the tool pool. ``next`` blocks until a call
+    finishes; at ``timeout_s`` after the start every call still running gets its timeout
+    result at once (and is left to finish in its pool thread, its outcome discarded)."""
+
+    def __init__(
+        self, box: ToolBox, calls: Sequence[ToolUseBlock], timeout_s: float, contexts: Contexts
+    ) -> None:
+        self.calls, self.timeout_s, self.contexts = calls, timeout_s, contexts
+        self.ready = []
+        self.pending = {}
+        for i, call in enumerate(calls):
+            unknown = _unknown(box, call)
+            if unknown is not None:
+                self.ready.append((i, unknown))
+                continue
+            context = contexts[i] if contexts else None
+            self.pending[tool_pool().submit(_call_in_thread, box, call, context)] = i
+        self.deadline = time.monotonic() + timeout_s
+
+    def next(self) -> Finished:
+        """The results of the calls finished since the last look (at least one)."""
+        if self.pending:
+            wait = 0.0 if self.ready else max(self.deadline - time.monotonic(), 0.0)
+            finished, _ = cf.wait(self.pending, wait, cf.FIRST_COMPLETED)
+            if not finished and not self.ready:  # past the deadline: all of them time out
+                finished = set(self.pending)
+            for future in finished:
+                i = self.pending.pop(future)
+                context = self.contexts[i] if self.contexts else None
+                self.ready.append((i, _outcome(self.calls[i], future, self.timeout_s, context)))
+        batch, self.ready = self.ready, []
+        return batch
+
+
+class LoopRound(ToolRound):
+    """A round on the async path: a task per call on the running loop (async tools on it,
+    sync ones in the tool pool), each with its own timeout."""
+
+    def __init__(
+        self, box: ToolBox, calls: Sequence[ToolUseBlock], timeout_s: float, contexts: Contexts
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        self.ready = []
+        self.pending = {
+            loop.create_task(_one_async(box, c, timeout_s, contexts[i] if contexts else None)): i
+            for i, c in enumerate(calls)
+        }
+
+    async def next(self) -> Finished:
+        """The results of the calls finished since the last look (at least one). Cancelling
+        it cancels every call still running (sync ones finish in their pool threads)."""
+        try:
+            finished, _ = await asyncio.wait(self.pending, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            running = list(self.pending)
+            self.cancel()
+            await asyncio.wait(running)
+            raise
+        return [(self.pending.pop(task), task.result()) for task in finished]

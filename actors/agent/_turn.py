@@ -30,7 +30,6 @@ from parlour.runtime import (
     ConversationContext,
     IncomingMessage,
     LLMResponse,
-    Message,
     OutgoingMessage,
     ResponseHandler,
 )
@@ -43,14 +42,12 @@ from parlour.runtime.errors import (
     UncorrectableLLMError,
 )
 
-from ._effects import CallModel, Compact, Obtain, Pause, Release, RunTools
+from ._effects import CallModel, Compact, Obtain, Pause, Release
 from ._events import (
     Compacted,
     OfferAccepted,
     Reply,
     Restarted,
-    ToolCallFinished,
-    ToolCallStarted,
     TurnCancelledError,
     TurnError,
     add_usage,
@@ -58,6 +55,8 @@ from ._events import (
 from ._joiners import AgentThinker
 from ._otel import compaction_event
 from ._plan import NO_USAGE, Steps, TurnPlan
+from ._rounds import add as _add
+from ._rounds import recover, run_tools
 
 OBJECTIVE_KEY = "agent"
 
@@ -75,12 +74,17 @@ def turn_steps(plan: TurnPlan, text: str | None, attachments: Sequence[ContentBl
     abandoned = False  # closed by the garbage collector: a driver bug, nothing can be yielded
     try:
         _prepare(context, plan)
+        recovered = None
         if text is None:
             _check_resumable(context)
+            recovered = yield from recover(context, plan)
         else:
             _add(context, plan, _user_message(text, attachments, plan.handler))
             yield plan.saving(context)  # waited: durable before the model is called
-        return (yield from _answer_all(context, plan))
+        reply = yield from _answer_all(context, plan)
+        if recovered is not None:
+            reply = msgspec.structs.replace(reply, recovered=recovered)
+        return reply
     except GeneratorExit:
         abandoned = True
         raise
@@ -107,11 +111,6 @@ def _user_message(
 ) -> OutgoingMessage:
     blocks: list[ContentBlock] = [TextBlock(text=text), *attachments]
     return OutgoingMessage(text, blocks, response_handler=handler, compactable=False)
-
-
-def _add(context: ConversationContext, plan: TurnPlan, message: Message) -> None:
-    context.add_message(message)
-    plan.added.append(message)
 
 
 def _answer_all(context: ConversationContext, plan: TurnPlan) -> Steps:
@@ -178,7 +177,7 @@ def _rounds(context: ConversationContext, plan: TurnPlan) -> Steps:
         yield plan.saving(context)  # waited: tools may act on the world next
         if not calls:
             return _reply(plan, response, exhausted=False)
-        yield from _run_tools(context, plan, calls)
+        yield from run_tools(context, plan, calls)
         if offers := plan.state.take():
             yield from _take_offers(context, plan, offers)
     assert response is not None  # max_rounds >= 1, checked by the agent
@@ -267,20 +266,6 @@ def _fit(context: ConversationContext, plan: TurnPlan, effect: Compact) -> Steps
     return Reply(text="", usage=plan.usage, messages=[])
 
 
-def _run_tools(context: ConversationContext, plan: TurnPlan, calls: list[ToolUseBlock]) -> Steps:
-    for call in calls:
-        yield ToolCallStarted(call_id=call.id, name=call.name, arguments=call.input_json)
-    results: list[ToolResultBlock] = yield RunTools(calls)
-    names = {c.id: c.name for c in calls}
-    for r in results:
-        yield ToolCallFinished(
-            call_id=r.tool_use_id, name=names[r.tool_use_id], content=r.content, is_error=r.is_error
-        )
-    _add(context, plan, OutgoingMessage(blocks=results, compactable=True))
-    yield plan.saving(context)
-    return Reply(text="", usage=plan.usage, messages=[])
-
-
 # -- the abnormal end ---------------------------------------------------------------------------
 
 
@@ -315,7 +300,15 @@ def _end_abnormally(context: ConversationContext, plan: TurnPlan, exc: BaseExcep
             )
             for c in pending
         ]
-        _add(context, plan, OutgoingMessage(blocks=results, compactable=True))
+        last = context.messages[-1]
+        if (
+            isinstance(last, OutgoingMessage)
+            and last.blocks
+            and type(last.blocks[0]) is ToolResultBlock
+        ):
+            last.blocks.extend(results)  # the round's results message, some calls finished
+        else:
+            _add(context, plan, OutgoingMessage(blocks=results, compactable=True))
     for text in plan.state.close():
         _add(context, plan, _user_message(text, (), plan.handler))
     try:

@@ -42,6 +42,9 @@ class FunctionTool:
 
     ``context_param`` names the function's parameter that receives the call's
     ``ToolContext`` (None: it takes none); it is not a field of ``input_type``.
+    ``rerun_on_recovery`` declares the tool safe to run again with the same arguments (and
+    the same ``ToolContext.idempotency_key``): a host resuming a turn whose call to it was
+    interrupted by a crash runs the call again instead of keeping the interrupted result.
     """
 
     def __init__(
@@ -52,8 +55,10 @@ class FunctionTool:
         input_type: type[msgspec.Struct],
         *,
         context_param: str | None = None,
+        rerun_on_recovery: bool = False,
     ) -> None:
         self.fn = fn
+        self.rerun_on_recovery = rerun_on_recovery
         self._name = name
         self.description = description
         self.input_type = input_type
@@ -95,14 +100,19 @@ class FunctionTool:
 
 
 def tool_from_function(
-    fn: Callable[..., Any], *, name: str | None = None, description: str | None = None
+    fn: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    rerun_on_recovery: bool = False,
 ) -> FunctionTool:
     """A ``FunctionTool`` from ``fn``'s signature and docstring.
 
     A parameter without a default is required; its description comes from the docstring's
     ``Args:`` section (or an ``Annotated[..., LLMDescription(...)]`` annotation). A parameter
     annotated ``ToolContext`` (``ToolContext[X]``, optional or not) is left out of the
-    schema and becomes the tool's ``context_param``.
+    schema and becomes the tool's ``context_param``. ``rerun_on_recovery``: as
+    ``FunctionTool``'s.
 
     Raises:
         TypeError: ``fn`` takes ``*args`` or ``**kwargs``, which have no schema, or more
@@ -133,6 +143,7 @@ def tool_from_function(
         description or summary or tool_name,
         input_type,
         context_param=context_param,
+        rerun_on_recovery=rerun_on_recovery,
     )
 
 
