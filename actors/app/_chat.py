@@ -3,6 +3,7 @@
 The scripted model by default (offline), a real one with ``--model`` when its key is set;
 conversations are durable in ``--data-dir`` and ``--resume ID`` continues one. An empty
 line, ``/quit``, end of input or Ctrl-C ends the chat; every finished turn is already saved.
+A resumed conversation whose last turn was interrupted says so, and ``/resume`` finishes it.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ def run_chat(
                 f"conversation {chat.conversation_id} ({client.model_id}); resume it with "
                 f"--resume {chat.conversation_id}"
             )
+            if resume is not None and chat.interrupted:
+                print("its last turn was interrupted: /resume finishes it")
             _loop(chat, stdin or sys.stdin)
         except KeyboardInterrupt:
             print("\ninterrupted")
@@ -66,7 +69,10 @@ def _loop(chat: Chat, stdin: TextIO) -> None:
             print()
             return
         try:
-            _turn(chat, text)
+            if text == "/resume":
+                print(f"agent> {chat.resume().text}")
+            else:
+                _turn(chat, text)
         except ParlourError as exc:
             print(f"\n[turn failed: {exc}]")
 

@@ -9,11 +9,13 @@ from pathlib import Path
 import pykka
 import pytest
 
-from parlour.actors import ConversationService
+from parlour.actors import Agent, ConversationService
 from parlour.actors.app import _cases, _demo, _workload
 from parlour.actors.app._cli import main
 from parlour.actors.app._demo import demo_agent
+from parlour.runtime import Depth, LLMResponse, OutputSize, PreparedConversation, ScriptedClient
 from parlour.runtime.blocks import TextBlock
+from parlour.runtime.errors import UncorrectableLLMError
 from parlour.stores import LmdbStore
 
 
@@ -157,3 +159,27 @@ def test_bench_case_prints_every_path_against_the_floor_and_the_restore_rate(
     )
     assert found is not None, line
     assert all(float(rate.replace(",", "")) > 0 for rate in found.groups())
+
+
+def test_chat_offers_to_finish_an_interrupted_turn_and_resume_finishes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def down(_: PreparedConversation) -> LLMResponse:
+        raise UncorrectableLLMError("The model is down.")
+
+    agent = Agent(ScriptedClient([down]), output=OutputSize.COMPACT, depth=Depth.IMMEDIATE)
+    with LmdbStore(tmp_path / "data") as store, ConversationService(store) as service:
+        chat = agent.chat(service, user_id="ann")
+        with pytest.raises(UncorrectableLLMError):
+            chat.send("Are you there?")
+    cid = chat.conversation_id
+    monkeypatch.setattr("sys.stdin", io.StringIO("/resume\n/quit\n"))
+    data = str(tmp_path / "data")
+    assert main(["chat", "--data-dir", data, "--user", "ann", "--resume", cid]) == 0
+    out = capsys.readouterr().out
+    assert "its last turn was interrupted: /resume finishes it" in out
+    assert "agent> Answer 1: you said 'Are you there?'." in out
+    with LmdbStore(tmp_path / "data") as store:
+        snapshot = store.load(cid, "ann")
+    assert snapshot is not None
+    assert [m.role for m in snapshot.messages] == ["user", "assistant"]  # no second question
