@@ -1,5 +1,6 @@
 """The store commands of ``parlour``: ``list``, ``show``, ``history``, ``export``, ``import``,
-``delete`` and ``fsck``, on an LmdbStore data directory.
+``delete`` and ``fsck`` (``--repair`` answers the calls a kill left unanswered), on an LmdbStore
+data directory.
 
 Read-only commands open the store ``readonly=True`` (they never create one and work beside
 a running server); bad input is one line on stderr and exit status 1, never a traceback.
@@ -22,13 +23,14 @@ from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
-from parlour.runtime import Transcript
+from parlour.runtime import Transcript, dangling_calls
 from parlour.runtime.errors import CorruptSnapshotError, IllegalStateError
 from parlour.runtime.snapshots import (
     ConversationPersistenceSnapshot,
     MessageSnapshot,
     decode_snapshot,
     encode_snapshot,
+    repaired_messages,
 )
 from parlour.stores import LmdbStore
 
@@ -85,8 +87,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], data
     imported = command("import", "read an exported conversation in", "user_id", "file")
     imported.add_argument("--as-new", action="store_true", help="under a freshly minted id")
     command("delete", "delete a stored conversation", "user_id", "conversation_id")
-    command("fsck", "find stored records that do not decode").add_argument(
-        "--quarantine", action="store_true", help="move what is found into quarantine"
+    fsck = command("fsck", "find records that do not decode and turns a kill interrupted")
+    fsck.add_argument("--quarantine", action="store_true", help="move undecodable records away")
+    fsck.add_argument(
+        "--repair", action="store_true", help="answer interrupted tool calls, as a restore does"
     )
 
 
@@ -232,10 +236,17 @@ def _markdown(snapshot: ConversationPersistenceSnapshot) -> str:
 
 
 def _fsck(args: argparse.Namespace, console: Console) -> int:
-    with _open(args.data_dir, write=args.quarantine) as store:
+    with _open(args.data_dir, write=args.quarantine or args.repair) as store:
         found = store.undecodable()
         for cid, _ in found if args.quarantine else ():
             store.quarantine(cid)
+        interrupted = store.interrupted()
+        if args.repair:
+            interrupted = [(cid, user, _repair(store, cid, user)) for cid, user, _ in interrupted]
+    return max(_undecodable(found, args, console), _interrupted(interrupted, args, console))
+
+
+def _undecodable(found: list[tuple[str, str]], args: argparse.Namespace, console: Console) -> int:
     if not found:
         console.print(f"{args.data_dir}: every record decodes.")
         return 0
@@ -250,6 +261,38 @@ def _fsck(args: argparse.Namespace, console: Console) -> int:
         return 0
     print(f"parlour fsck: {len(found)} damaged; --quarantine moves them away", file=sys.stderr)
     return 1
+
+
+def _interrupted(
+    found: list[tuple[str, str, int]], args: argparse.Namespace, console: Console
+) -> int:
+    if not found:
+        console.print(f"{args.data_dir}: every tool call has its result.")
+        return 0
+    what = "repaired" if args.repair else "interrupted"
+    table = Table(title=f"{len(found)} conversations {what}: tool calls without a result")
+    table.add_column("id", no_wrap=True)
+    table.add_column("user", no_wrap=True)
+    table.add_column("calls repaired" if args.repair else "calls unanswered", justify="right")
+    for cid, user, calls in found:
+        table.add_row(cid, user, str(calls))
+    console.print(table)
+    if args.repair:
+        console.print(f"repaired {len(found)} (each call answered as interrupted)")
+        return 0
+    print(f"parlour fsck: {len(found)} interrupted; --repair answers their calls", file=sys.stderr)
+    return 1
+
+
+def _repair(store: LmdbStore, cid: str, user: str) -> int:
+    """Store ``cid`` as a restore reads it, each dangling call answered as interrupted, as a
+    new version fenced on the one loaded; how many calls it answered."""
+    snapshot = _loaded(store, user, cid)
+    calls = len(dangling_calls(snapshot.messages))
+    if calls:
+        snapshot.messages = repaired_messages(snapshot.messages)
+        store.save_context(snapshot, user)
+    return calls
 
 
 # -- writing commands ---------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """LmdbStore's administration, as an object: ``Maintenance`` measures the store
-(``statistics``), finds damaged records (``damaged``, ``undecodable``), moves them aside
+(``statistics``), finds damaged records (``damaged``, ``undecodable``) and conversations
+a killed process left with unanswered tool calls (``interrupted``), moves records aside
 (``quarantine``, ``quarantined``) and copies the store (``backup``). None of it is part of
 ``PersistentStore``; ``parlour fsck`` and the admin commands use it."""
 
@@ -11,7 +12,9 @@ from typing import Any
 
 import msgspec
 
+from parlour.runtime.blocks import ToolResultBlock, ToolUseBlock
 from parlour.runtime.errors import CorruptSnapshotError
+from parlour.runtime.snapshots import MessageSnapshot
 
 from .._ids import conversation_key
 from .._memory import DeleteListeners
@@ -105,6 +108,13 @@ class Maintenance:
         order, read in one snapshot."""
         return self._directory.view(lambda txn: _undecodable(txn, self._dbs))
 
+    def interrupted(self) -> list[tuple[str, str, int]]:
+        """Every conversation whose current record holds a tool call that no later result
+        answers (what a process killed while a tool ran leaves), as (id, owner, how many
+        such calls), in id order, read in one snapshot. A record that does not decode is
+        ``undecodable``'s, not listed here."""
+        return self._directory.view(lambda txn: _interrupted(txn, self._dbs))
+
 
 def _undecodable(txn: Any, dbs: Databases) -> list[tuple[str, str]]:
     found = []
@@ -116,3 +126,31 @@ def _undecodable(txn: Any, dbs: Databases) -> list[tuple[str, str]]:
         except CorruptSnapshotError as exc:
             found.append((cid, str(exc)))
     return found
+
+
+def _interrupted(txn: Any, dbs: Databases) -> list[tuple[str, str, int]]:
+    found = []
+    for item, raw in txn.cursor(db=dbs.heads):
+        key = bytes(item)
+        cid = key.decode(errors="replace")
+        try:
+            snapshot = _reads.record_of(txn, dbs, key, cid, decode_header(cid, raw))
+        except CorruptSnapshotError:
+            continue
+        calls = unanswered_calls(snapshot.messages)
+        if calls:
+            found.append((cid, snapshot.user_id or "", calls))
+    return found
+
+
+def unanswered_calls(messages: list[MessageSnapshot]) -> int:
+    """How many tool calls of ``messages`` no later result answers: a result answers an
+    open call of its id before it (the count a restore's repair answers)."""
+    open_: dict[str, int] = {}
+    for message in messages:
+        for block in message.blocks:
+            if type(block) is ToolUseBlock:
+                open_[block.id] = open_.get(block.id, 0) + 1
+            elif type(block) is ToolResultBlock and open_.get(block.tool_use_id):
+                open_[block.tool_use_id] -= 1
+    return sum(open_.values())

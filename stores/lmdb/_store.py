@@ -280,6 +280,12 @@ class LmdbStore:
         """
         return self._maintenance.undecodable()
 
+    def interrupted(self) -> list[tuple[str, str, int]]:
+        """Every conversation whose current record holds a tool call no later result
+        answers, as (id, owner, how many such calls), in id order, read in one snapshot;
+        ``parlour fsck --repair`` answers them (``Maintenance.interrupted``)."""
+        return self._maintenance.interrupted()
+
     # -- closing ------------------------------------------------------------------------------
 
     def close(self) -> None:

@@ -16,11 +16,21 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from parlour.actors import Agent, ConversationService
 from parlour.actors.app._cli import main
 from parlour.actors.app._demo import run_demo
-from parlour.runtime import ConversationContext
-from parlour.runtime.blocks import PojoBlock
+from parlour.runtime import (
+    ConversationContext,
+    Depth,
+    IncomingMessage,
+    OutgoingMessage,
+    OutputSize,
+    is_interrupted_result,
+)
+from parlour.runtime.blocks import PojoBlock, ToolResultBlock, ToolUseBlock
+from parlour.runtime.providers import AnthropicClient
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot, encode_snapshot
+from parlour.runtime.testing import MockProvider, anthropic_message, mock_anthropic_sdk
 from parlour.stores import LmdbStore
 
 
@@ -192,6 +202,98 @@ def test_fsck_finds_a_record_that_does_not_decode_and_quarantines_it_on_request(
         assert len(store.list_conversations("user-1")) == 1  # the others are untouched
 
 
+KILLED = "killed-mid-tool"
+
+
+def _kill_mid_tool(data: Path) -> None:
+    """Store what a process killed while its tool ran leaves: the model's call, last."""
+    context = ConversationContext(KILLED, user_id="carol")
+    context.add_user_message("Where is order 42?")
+    call = ToolUseBlock(id="toolu_1", name="lookup", input_json='{"order_id": "42"}')
+    context.add_message(IncomingMessage(blocks=[call]))
+    with LmdbStore(data) as store:
+        store.create_context(context.to_snapshot(), "carol")
+
+
+def lookup(order_id: str) -> str:
+    """Look an order up.
+
+    Args:
+        order_id: the order.
+    """
+    return f"order {order_id} shipped"
+
+
+def test_fsck_reports_a_conversation_killed_mid_tool_and_exits_non_zero(
+    data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _kill_mid_tool(data)
+    status, out, err = _run(capsys, "fsck", "--data-dir", str(data))
+    assert status == 1 and "every record decodes" in out
+    assert "1 conversations interrupted" in out and KILLED in out and "carol" in out
+    assert err == "parlour fsck: 1 interrupted; --repair answers their calls\n"
+    with LmdbStore(data, readonly=True) as store:
+        assert store.interrupted() == [(KILLED, "carol", 1)]
+        assert len(store.get_version_history(KILLED, "carol")) == 1  # a report writes nothing
+
+
+def test_the_store_counts_only_calls_no_later_result_answers(tmp_path: Path) -> None:
+    context = ConversationContext("mixed", user_id="dave")
+    calls = [ToolUseBlock(id=i, name="lookup", input_json="{}") for i in ("a", "b", "c")]
+    context.add_message(IncomingMessage(blocks=calls[:1]))
+    context.add_message(OutgoingMessage(blocks=[ToolResultBlock(tool_use_id="a", content="ok")]))
+    context.add_message(IncomingMessage(blocks=calls[1:]))
+    answered = ConversationContext("answered", user_id="dave")
+    answered.add_message(IncomingMessage(blocks=calls[:1]))
+    answered.add_message(OutgoingMessage(blocks=[ToolResultBlock(tool_use_id="a", content="")]))
+    with LmdbStore(tmp_path / "db") as store:
+        store.create_context(context.to_snapshot(), "dave")
+        store.create_context(answered.to_snapshot(), "dave")
+        assert store.interrupted() == [("mixed", "dave", 2)]
+
+
+def test_fsck_repair_answers_the_call_as_a_new_version_and_leaves_the_healthy_alone(
+    data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _kill_mid_tool(data)
+    healthy = _first(data)
+    with LmdbStore(data, readonly=True) as store:
+        before = store.version_of(healthy, "user-0")
+    status, out, _ = _run(capsys, "fsck", "--repair", "--data-dir", str(data))
+    assert status == 0 and "repaired 1" in out and KILLED in out and "calls repaired" in out
+    with LmdbStore(data, readonly=True) as store:
+        assert store.interrupted() == []
+        repaired = store.load(KILLED, "carol")
+        assert repaired is not None and repaired.stored_version == 2
+        [answer] = repaired.messages[-1].blocks
+        assert isinstance(answer, ToolResultBlock) and answer.tool_use_id == "toolu_1"
+        assert is_interrupted_result(answer, "lookup") and repaired.messages[-1].role == "user"
+        old = store.load_version(KILLED, 1, "carol")
+        assert old is not None and isinstance(old.messages[-1].blocks[0], ToolUseBlock)
+        assert store.version_of(healthy, "user-0") == before
+    status, out, _ = _run(capsys, "fsck", "--data-dir", str(data))
+    assert status == 0 and "every tool call has its result" in out
+
+
+def test_a_repaired_conversation_renders_for_anthropic_with_each_call_paired(
+    data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _kill_mid_tool(data)
+    assert _run(capsys, "fsck", "--repair", "--data-dir", str(data))[0] == 0
+    server = MockProvider(anthropic_message("It shipped yesterday."))
+    model = AnthropicClient("claude-sonnet-4-5", client=mock_anthropic_sdk(server))
+    agent = Agent(model, tools=[lookup], output=OutputSize.COMPACT, depth=Depth.IMMEDIATE)
+    with LmdbStore(data) as store, ConversationService(store) as service:
+        chat = agent.chat(service, user_id="carol", conversation_id=KILLED)
+        assert chat.interrupted  # repaired, not finished: resume or a new message goes on
+        assert chat.send("Hello again?").text == "It shipped yesterday."
+    messages = server.last_body["messages"]
+    shape = [m["role"] + ":" + ",".join(b["type"] for b in m["content"]) for m in messages]
+    assert shape == ["user:text", "assistant:tool_use", "user:tool_result", "user:text"]
+    result = messages[2]["content"][0]
+    assert result["tool_use_id"] == messages[1]["content"][0]["id"] and result["is_error"]
+
+
 def _corrupt_store(tmp_path: Path) -> Path:
     (tmp_path / "corrupt").mkdir()
     (tmp_path / "corrupt" / "data.mdb").write_bytes(b"not an lmdb file" * 512)
@@ -210,6 +312,8 @@ def _corrupt_store(tmp_path: Path) -> Path:
         (["export", "user-0", "no-such-id", "--data-dir", "{demo}"], "no conversation"),
         (["import", "user-0", "{file}", "--data-dir", "{demo}"], "is not a parlour export"),
         (["fsck", "--data-dir", "{missing}"], "There is no parlour store"),
+        (["fsck", "--repair", "--data-dir", "{missing}"], "There is no parlour store"),
+        (["fsck", "--repair", "--data-dir", "{corrupt}"], "cannot be used"),
         (["delete", "user-0", "x", "--data-dir", "{missing}"], "There is no parlour store"),
     ],
 )
