@@ -1,0 +1,201 @@
+"""A process killed (``kill -9``) while its tool runs leaves a conversation the next
+process recovers on any store and in any dialect: on PostgreSQL (the child and the recovery
+each on their own ``PostgresStore`` over the same database), and on LMDB through Bedrock's
+Converse API, whose request alternates roles and answers the interrupted call (text tool
+dialect: the call in the assistant's envelope) first thing in the very next message.
+
+The turn runs in a real child process; the recovery runs here, through the real SDKs over
+their offline transports (Anthropic's double; a real boto3 client whose ``ConverseStream``
+request is serialized and answered at its send hook). The
+PostgreSQL test needs a server named by ``PARLOUR_TEST_POSTGRES`` and is skipped without one.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from parlour.actors import Agent, ConversationService
+from parlour.runtime import Depth, LLMClient, OutputSize
+from parlour.runtime.blocks import TextBlock, ToolResultBlock, ToolUseBlock
+from parlour.runtime.providers import AnthropicClient, BedrockClient, parse_tool_calls
+from parlour.runtime.snapshots import ConversationPersistenceSnapshot
+from parlour.runtime.testing import (
+    ConverseStreamMock,
+    MockProvider,
+    anthropic_message,
+    converse_stream_events,
+    dummy_bedrock_client,
+    fake_spec,
+    mock_anthropic_sdk,
+)
+from parlour.stores import LmdbStore, PersistentStore, PostgresStore
+
+USER = "alice"
+CHILD = textwrap.dedent(
+    """
+    import sys
+
+    from parlour.actors import Agent, ConversationService
+    from parlour.runtime import Depth, OutputSize, ScriptedClient
+    from parlour.runtime.testing import scripted_tool_calls
+    from parlour.stores import LmdbStore, PostgresStore
+
+
+    def lookup(order_id: str) -> str:
+        '''Look an order up.
+
+        Args:
+            order_id: the order.
+        '''
+        print("tool started", flush=True)
+        sys.stdin.readline()  # never answered: the parent kills this process here
+        return "shipped"
+
+
+    kind, where = sys.argv[1], sys.argv[2]
+    store = LmdbStore(where) if kind == "lmdb" else PostgresStore(where)
+    model = ScriptedClient([scripted_tool_calls(("lookup", {"order_id": "42"}))])
+    agent = Agent(model, tools=[lookup], output=OutputSize.COMPACT, depth=Depth.IMMEDIATE)
+    with store, ConversationService(store) as service:
+        chat = agent.chat(service, user_id="alice")
+        print(chat.conversation_id, flush=True)
+        chat.send("Where is order 42?")
+    """
+)
+
+
+def lookup(order_id: str) -> str:
+    """Look an order up.
+
+    Args:
+        order_id: the order.
+    """
+    return f"order {order_id} shipped"
+
+
+def _killed_mid_tool(kind: str, where: str) -> str:
+    """Run a turn in a child process on the store ``kind`` at ``where``, kill it while its
+    tool runs, and return the conversation's id."""
+    with subprocess.Popen(
+        [sys.executable, "-c", CHILD, kind, where],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as child:
+        assert child.stdout is not None
+        try:
+            conversation_id = child.stdout.readline().strip()
+            assert child.stdout.readline().strip() == "tool started"
+        finally:
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+    return conversation_id
+
+
+def _recover(
+    store: PersistentStore, model: LLMClient, conversation_id: str, go: str
+) -> ConversationPersistenceSnapshot:
+    """Go on with ``go`` (a new message, or ``resume``) on ``store``; the stored record."""
+    agent = Agent(model, tools=[lookup], output=OutputSize.COMPACT, depth=Depth.IMMEDIATE)
+    with ConversationService(store) as service:
+        chat = agent.chat(service, user_id=USER, conversation_id=conversation_id)
+        assert chat.interrupted  # the stored record ends with the unanswered call
+        reply = chat.resume() if go == "resume" else chat.send("Hello again?")
+        assert reply.text == "It shipped yesterday."
+        assert not chat.interrupted
+    stored = store.load(conversation_id, USER)
+    assert stored is not None
+    return stored
+
+
+def _saved_once_and_paired(stored: ConversationPersistenceSnapshot) -> None:
+    """The question and the call, saved before the kill, are there once each; the call has
+    exactly one result."""
+    blocks = [b for m in stored.messages for b in m.blocks]
+    texts = [b.text for b in blocks if isinstance(b, TextBlock)]
+    assert texts.count("Where is order 42?") == 1
+    calls = [b for b in blocks if isinstance(b, ToolUseBlock)]
+    assert len(calls) == 1
+    results = [b for b in blocks if isinstance(b, ToolResultBlock)]
+    assert [r.tool_use_id for r in results] == [calls[0].id]
+
+
+@pytest.fixture
+def postgres_conninfo() -> Iterator[str]:
+    """A schema of this test's own on the server ``PARLOUR_TEST_POSTGRES`` names."""
+    dsn = os.environ.get("PARLOUR_TEST_POSTGRES")
+    if not dsn:
+        pytest.skip("no PostgreSQL server: PARLOUR_TEST_POSTGRES is not set")
+    psycopg = pytest.importorskip("psycopg")
+    from psycopg.conninfo import make_conninfo
+
+    schema = f"test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")  # a fresh hex name
+    yield make_conninfo(dsn, options=f"-c search_path={schema}")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("go", ["send", "resume"])
+def test_a_process_killed_mid_tool_on_postgresql_recovers_in_another_process(
+    postgres_conninfo: str, go: str
+) -> None:
+    conversation_id = _killed_mid_tool("postgres", postgres_conninfo)
+    server = MockProvider(anthropic_message("It shipped yesterday."))
+    model = AnthropicClient("claude-sonnet-4-5", client=mock_anthropic_sdk(server))
+    with PostgresStore(postgres_conninfo) as store:
+        stored = _recover(store, model, conversation_id, go)
+    messages = server.last_body["messages"]
+    shape = [m["role"] + ":" + ",".join(b["type"] for b in m["content"]) for m in messages]
+    assert shape[:3] == ["user:text", "assistant:tool_use", "user:tool_result"]
+    result = messages[2]["content"][0]
+    assert result["tool_use_id"] == messages[1]["content"][0]["id"] and result["is_error"]
+    assert "interrupted" in str(result["content"])
+    _saved_once_and_paired(stored)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("go", ["send", "resume"])
+def test_a_process_killed_mid_tool_recovers_through_bedrock_with_the_call_paired(
+    tmp_path: Path, go: str
+) -> None:
+    conversation_id = _killed_mid_tool("lmdb", str(tmp_path / "db"))
+    boto = dummy_bedrock_client()
+    bedrock = ConverseStreamMock(boto, converse_stream_events("It shipped yesterday."))
+    spec = fake_spec(
+        id="anthropic.claude-test-v1:0", provider="bedrock", supports_prompt_caching=False
+    )
+    with LmdbStore(tmp_path / "db") as store:
+        stored = _recover(store, BedrockClient(spec, client=boto), conversation_id, go)
+    [request] = bedrock.bodies  # the JSON body boto3 serialized, as it would have sent it
+    messages: list[dict[str, Any]] = request["messages"]
+    roles = [m["role"] for m in messages]
+    assert roles == ["user", "assistant", "user"]  # alternating: Converse refuses otherwise
+    # Converse carries tool traffic as text here: the call in the assistant's envelope,
+    # its result as the first text of the very next (user) message
+    said = "".join(c.get("text", "") for c in messages[1]["content"])
+    [call] = parse_tool_calls(said)
+    assert call.name == "lookup"
+    result = messages[2]["content"][0]["text"]
+    assert result == (
+        f"Tool error for {call.id}: The call to lookup was interrupted before it returned a "
+        "result, so its outcome is unknown."
+    )
+    texts = [c.get("text", "") for m in messages for c in m["content"]]
+    assert sum(t.startswith(("Tool error for", "Tool result for")) for t in texts) == 1
+    if go == "send":
+        assert messages[2]["content"][-1] == {"text": "Hello again?"}
+    _saved_once_and_paired(stored)
