@@ -8,12 +8,7 @@ checks every body sent against the SDK's request type)."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,65 +28,16 @@ from parlour.runtime.testing import (
 )
 from parlour.stores import LmdbStore
 
+from .kills import MID_TOOL, killed_after, lookup
+
 USER = "alice"
-CHILD = textwrap.dedent(
-    """
-    import sys
-
-    from parlour.actors import Agent, ConversationService
-    from parlour.runtime import Depth, OutputSize, ScriptedClient
-    from parlour.runtime.testing import scripted_tool_calls
-    from parlour.stores import LmdbStore
-
-
-    def lookup(order_id: str) -> str:
-        '''Look an order up.
-
-        Args:
-            order_id: the order.
-        '''
-        print("tool started", flush=True)
-        sys.stdin.readline()  # never answered: the parent kills this process here
-        return "shipped"
-
-
-    model = ScriptedClient([scripted_tool_calls(("lookup", {"order_id": "42"}))])
-    agent = Agent(model, tools=[lookup], output=OutputSize.COMPACT, depth=Depth.IMMEDIATE)
-    with LmdbStore(sys.argv[1]) as store, ConversationService(store) as service:
-        chat = agent.chat(service, user_id="alice")
-        print(chat.conversation_id, flush=True)
-        chat.send("Where is order 42?")
-    """
-)
-
-
-def lookup(order_id: str) -> str:
-    """Look an order up.
-
-    Args:
-        order_id: the order.
-    """
-    return f"order {order_id} shipped"
 
 
 @pytest.fixture(scope="module")
 def killed_mid_tool(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A store whose only conversation's process was killed while its tool ran."""
     data = tmp_path_factory.mktemp("killed") / "db"
-    with subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(data)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    ) as child:
-        assert child.stdout is not None
-        try:
-            conversation_id = child.stdout.readline().strip()
-            assert child.stdout.readline().strip() == "tool started"
-        finally:
-            os.kill(child.pid, signal.SIGKILL)
-            child.wait(timeout=30)
-    assert child.returncode == -signal.SIGKILL
+    [conversation_id] = killed_after(MID_TOOL, ["lmdb", str(data)], "tool started")
     return data, conversation_id
 
 

@@ -13,10 +13,6 @@ PostgreSQL test needs a server named by ``PARLOUR_TEST_POSTGRES`` and is skipped
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import textwrap
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,66 +36,15 @@ from parlour.runtime.testing import (
 )
 from parlour.stores import LmdbStore, PersistentStore, PostgresStore
 
+from .kills import MID_TOOL, killed_after, lookup
+
 USER = "alice"
-CHILD = textwrap.dedent(
-    """
-    import sys
-
-    from parlour.actors import Agent, ConversationService
-    from parlour.runtime import Depth, OutputSize, ScriptedClient
-    from parlour.runtime.testing import scripted_tool_calls
-    from parlour.stores import LmdbStore, PostgresStore
-
-
-    def lookup(order_id: str) -> str:
-        '''Look an order up.
-
-        Args:
-            order_id: the order.
-        '''
-        print("tool started", flush=True)
-        sys.stdin.readline()  # never answered: the parent kills this process here
-        return "shipped"
-
-
-    kind, where = sys.argv[1], sys.argv[2]
-    store = LmdbStore(where) if kind == "lmdb" else PostgresStore(where)
-    model = ScriptedClient([scripted_tool_calls(("lookup", {"order_id": "42"}))])
-    agent = Agent(model, tools=[lookup], output=OutputSize.COMPACT, depth=Depth.IMMEDIATE)
-    with store, ConversationService(store) as service:
-        chat = agent.chat(service, user_id="alice")
-        print(chat.conversation_id, flush=True)
-        chat.send("Where is order 42?")
-    """
-)
-
-
-def lookup(order_id: str) -> str:
-    """Look an order up.
-
-    Args:
-        order_id: the order.
-    """
-    return f"order {order_id} shipped"
 
 
 def _killed_mid_tool(kind: str, where: str) -> str:
     """Run a turn in a child process on the store ``kind`` at ``where``, kill it while its
     tool runs, and return the conversation's id."""
-    with subprocess.Popen(
-        [sys.executable, "-c", CHILD, kind, where],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    ) as child:
-        assert child.stdout is not None
-        try:
-            conversation_id = child.stdout.readline().strip()
-            assert child.stdout.readline().strip() == "tool started"
-        finally:
-            os.kill(child.pid, signal.SIGKILL)
-            child.wait(timeout=30)
-    assert child.returncode == -signal.SIGKILL
+    [conversation_id] = killed_after(MID_TOOL, [kind, where], "tool started")
     return conversation_id
 
 

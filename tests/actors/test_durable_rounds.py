@@ -10,11 +10,7 @@ through the real Anthropic and OpenAI SDKs over their offline transports."""
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import textwrap
 import threading
 from collections.abc import Callable
@@ -45,6 +41,8 @@ from parlour.runtime.testing import (
     scripted_tool_calls,
 )
 from parlour.stores import LmdbStore
+
+from .kills import killed_after
 
 USER = "alice"
 
@@ -122,20 +120,7 @@ def killed_mid_round(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
     base = tmp_path_factory.mktemp("killed-round")
     data, runs = base / "db", base / "runs"
     runs.mkdir()
-    with subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(data), str(runs)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    ) as child:
-        assert child.stdout is not None
-        try:
-            conversation_id = child.stdout.readline().strip()
-            assert child.stdout.readline().strip() == "three blocked"
-        finally:
-            os.kill(child.pid, signal.SIGKILL)
-            child.wait(timeout=30)
-    assert child.returncode == -signal.SIGKILL
+    [conversation_id] = killed_after(CHILD, [str(data), str(runs)], "three blocked")
     return data, runs, conversation_id
 
 
