@@ -27,7 +27,7 @@ turns cause are counted. The paths:
   the tool, the tool's result), then the final answer.
 
 Prints each path's instructions per turn and its ratio to the floor and to the service path.
-Needs valgrind (``apt-get install valgrind``); takes about four minutes.
+Needs valgrind (``apt-get install valgrind``); takes about five minutes.
 
     python benchmarks/instructions.py [--conversations 20] [--short 5] [--long 15]
 """
