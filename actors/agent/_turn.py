@@ -32,6 +32,7 @@ from parlour.runtime import (
     LLMResponse,
     OutgoingMessage,
     ResponseHandler,
+    dangling_calls,
 )
 from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from parlour.runtime.compaction import FitReport
@@ -269,28 +270,11 @@ def _fit(context: ConversationContext, plan: TurnPlan, effect: Compact) -> Steps
 # -- the abnormal end ---------------------------------------------------------------------------
 
 
-def pending_calls(context: ConversationContext) -> list[ToolUseBlock]:
-    """Tool calls of the last answer that no later message answers."""
-    for at in range(len(context.messages) - 1, -1, -1):
-        message = context.messages[at]
-        if isinstance(message, IncomingMessage):
-            answered = {
-                b.tool_use_id
-                for later in context.messages[at + 1 :]
-                for b in later.blocks
-                if isinstance(b, ToolResultBlock)
-            }
-            return [
-                b for b in message.blocks if isinstance(b, ToolUseBlock) and b.id not in answered
-            ]
-    return []
-
-
 def _end_abnormally(context: ConversationContext, plan: TurnPlan, exc: BaseException) -> Steps:
     """Answer every pending tool call with an error result, keep untaken offers as user
     messages, and save at this boundary. A failing save is logged, never raised over ``exc``."""
     why = str(exc) or type(exc).__name__
-    pending = pending_calls(context)
+    pending = [dangling.call for dangling in dangling_calls(context.messages)]
     if pending:
         results = [
             ToolResultBlock(
