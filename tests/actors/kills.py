@@ -10,6 +10,12 @@ import subprocess
 import sys
 import textwrap
 
+from parlour.actors import Agent, ConversationService
+from parlour.runtime import Depth, LLMClient, OutputSize
+from parlour.runtime.blocks import TextBlock, ToolResultBlock, ToolUseBlock
+from parlour.runtime.snapshots import ConversationPersistenceSnapshot
+from parlour.stores import PersistentStore
+
 MID_TOOL = textwrap.dedent(
     """
     import sys
@@ -52,6 +58,35 @@ def lookup(order_id: str) -> str:
         order_id: the order.
     """
     return f"order {order_id} shipped"
+
+
+def recover_mid_tool(
+    store: PersistentStore, model: LLMClient, conversation_id: str, go: str
+) -> ConversationPersistenceSnapshot:
+    """Go on with ``go`` (a new message, or ``resume``) on the conversation ``MID_TOOL``
+    left in ``store``, answered by ``model`` with "It shipped yesterday."; the stored record."""
+    agent = Agent(model, tools=[lookup], output=OutputSize.COMPACT, depth=Depth.IMMEDIATE)
+    with ConversationService(store) as service:
+        chat = agent.chat(service, user_id="alice", conversation_id=conversation_id)
+        assert chat.interrupted  # the stored record ends with the unanswered call
+        reply = chat.resume() if go == "resume" else chat.send("Hello again?")
+        assert reply.text == "It shipped yesterday."
+        assert not chat.interrupted
+    stored = store.load(conversation_id, "alice")
+    assert stored is not None
+    return stored
+
+
+def saved_once_and_paired(stored: ConversationPersistenceSnapshot) -> None:
+    """The question and the call ``MID_TOOL`` saved before the kill are there once each,
+    and the call has exactly one result."""
+    blocks = [b for m in stored.messages for b in m.blocks]
+    texts = [b.text for b in blocks if isinstance(b, TextBlock)]
+    assert texts.count("Where is order 42?") == 1
+    calls = [b for b in blocks if isinstance(b, ToolUseBlock)]
+    assert len(calls) == 1
+    results = [b for b in blocks if isinstance(b, ToolResultBlock)]
+    assert [r.tool_use_id for r in results] == [calls[0].id]
 
 
 def killed_after(code: str, args: list[str], last: str) -> list[str]:

@@ -15,9 +15,7 @@ from typing import Any
 
 import pytest
 
-from parlour.actors import Agent, ConversationService
-from parlour.runtime import Depth, LLMClient, OutputSize
-from parlour.runtime.blocks import TextBlock, ToolResultBlock, ToolUseBlock
+from parlour.runtime import LLMClient
 from parlour.runtime.providers import AnthropicClient, OpenAIClient
 from parlour.runtime.testing import (
     MockProvider,
@@ -28,7 +26,7 @@ from parlour.runtime.testing import (
 )
 from parlour.stores import LmdbStore
 
-from .kills import MID_TOOL, killed_after, lookup
+from .kills import MID_TOOL, killed_after, recover_mid_tool, saved_once_and_paired
 
 USER = "alice"
 
@@ -63,15 +61,8 @@ def _recover(killed: tuple[Path, str], tmp_path: Path, provider: str, go: str) -
     shutil.copytree(data, copy)
     make, answer = PROVIDERS[provider]
     server = MockProvider(answer())
-    agent = Agent(make(server), tools=[lookup], output=OutputSize.COMPACT, depth=Depth.IMMEDIATE)
-    with LmdbStore(copy) as store, ConversationService(store) as service:
-        chat = agent.chat(service, user_id=USER, conversation_id=conversation_id)
-        assert chat.interrupted  # the stored record ends with the unanswered call
-        reply = chat.resume() if go == "resume" else chat.send("Hello again?")
-        assert reply.text == "It shipped yesterday."
-        assert not chat.interrupted
-        stored = store.load(conversation_id, USER)
-    assert stored is not None
+    with LmdbStore(copy) as store:
+        stored = recover_mid_tool(store, make(server), conversation_id, go)
     return server.last_body, stored
 
 
@@ -104,11 +95,4 @@ def test_a_process_killed_mid_tool_leaves_a_conversation_the_provider_accepts(
         assert messages[2]["tool_call_id"] == messages[1]["tool_calls"][0]["id"]
         assert "interrupted" in str(messages[2]["content"])
         assert roles[3:] == (["user"] if go == "send" else [])
-    # the user's question and the model's call, saved before the kill, are there once each
-    blocks = [b for m in stored.messages for b in m.blocks]
-    texts = [b.text for b in blocks if isinstance(b, TextBlock)]
-    assert texts.count("Where is order 42?") == 1
-    calls = [b for b in blocks if isinstance(b, ToolUseBlock)]
-    assert len(calls) == 1
-    results = [b for b in blocks if isinstance(b, ToolResultBlock)]
-    assert [r.tool_use_id for r in results] == [calls[0].id]
+    saved_once_and_paired(stored)

@@ -20,11 +20,7 @@ from typing import Any
 
 import pytest
 
-from parlour.actors import Agent, ConversationService
-from parlour.runtime import Depth, LLMClient, OutputSize
-from parlour.runtime.blocks import TextBlock, ToolResultBlock, ToolUseBlock
 from parlour.runtime.providers import AnthropicClient, BedrockClient, parse_tool_calls
-from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from parlour.runtime.testing import (
     ConverseStreamMock,
     MockProvider,
@@ -34,9 +30,9 @@ from parlour.runtime.testing import (
     fake_spec,
     mock_anthropic_sdk,
 )
-from parlour.stores import LmdbStore, PersistentStore, PostgresStore
+from parlour.stores import LmdbStore, PostgresStore
 
-from .kills import MID_TOOL, killed_after, lookup
+from .kills import MID_TOOL, killed_after, recover_mid_tool, saved_once_and_paired
 
 USER = "alice"
 
@@ -46,34 +42,6 @@ def _killed_mid_tool(kind: str, where: str) -> str:
     tool runs, and return the conversation's id."""
     [conversation_id] = killed_after(MID_TOOL, [kind, where], "tool started")
     return conversation_id
-
-
-def _recover(
-    store: PersistentStore, model: LLMClient, conversation_id: str, go: str
-) -> ConversationPersistenceSnapshot:
-    """Go on with ``go`` (a new message, or ``resume``) on ``store``; the stored record."""
-    agent = Agent(model, tools=[lookup], output=OutputSize.COMPACT, depth=Depth.IMMEDIATE)
-    with ConversationService(store) as service:
-        chat = agent.chat(service, user_id=USER, conversation_id=conversation_id)
-        assert chat.interrupted  # the stored record ends with the unanswered call
-        reply = chat.resume() if go == "resume" else chat.send("Hello again?")
-        assert reply.text == "It shipped yesterday."
-        assert not chat.interrupted
-    stored = store.load(conversation_id, USER)
-    assert stored is not None
-    return stored
-
-
-def _saved_once_and_paired(stored: ConversationPersistenceSnapshot) -> None:
-    """The question and the call, saved before the kill, are there once each; the call has
-    exactly one result."""
-    blocks = [b for m in stored.messages for b in m.blocks]
-    texts = [b.text for b in blocks if isinstance(b, TextBlock)]
-    assert texts.count("Where is order 42?") == 1
-    calls = [b for b in blocks if isinstance(b, ToolUseBlock)]
-    assert len(calls) == 1
-    results = [b for b in blocks if isinstance(b, ToolResultBlock)]
-    assert [r.tool_use_id for r in results] == [calls[0].id]
 
 
 @pytest.fixture
@@ -102,14 +70,14 @@ def test_a_process_killed_mid_tool_on_postgresql_recovers_in_another_process(
     server = MockProvider(anthropic_message("It shipped yesterday."))
     model = AnthropicClient("claude-sonnet-4-5", client=mock_anthropic_sdk(server))
     with PostgresStore(postgres_conninfo) as store:
-        stored = _recover(store, model, conversation_id, go)
+        stored = recover_mid_tool(store, model, conversation_id, go)
     messages = server.last_body["messages"]
     shape = [m["role"] + ":" + ",".join(b["type"] for b in m["content"]) for m in messages]
     assert shape[:3] == ["user:text", "assistant:tool_use", "user:tool_result"]
     result = messages[2]["content"][0]
     assert result["tool_use_id"] == messages[1]["content"][0]["id"] and result["is_error"]
     assert "interrupted" in str(result["content"])
-    _saved_once_and_paired(stored)
+    saved_once_and_paired(stored)
 
 
 @pytest.mark.slow
@@ -124,7 +92,7 @@ def test_a_process_killed_mid_tool_recovers_through_bedrock_with_the_call_paired
         id="anthropic.claude-test-v1:0", provider="bedrock", supports_prompt_caching=False
     )
     with LmdbStore(tmp_path / "db") as store:
-        stored = _recover(store, BedrockClient(spec, client=boto), conversation_id, go)
+        stored = recover_mid_tool(store, BedrockClient(spec, client=boto), conversation_id, go)
     [request] = bedrock.bodies  # the JSON body boto3 serialized, as it would have sent it
     messages: list[dict[str, Any]] = request["messages"]
     roles = [m["role"] for m in messages]
@@ -143,4 +111,4 @@ def test_a_process_killed_mid_tool_recovers_through_bedrock_with_the_call_paired
     assert sum(t.startswith(("Tool error for", "Tool result for")) for t in texts) == 1
     if go == "send":
         assert messages[2]["content"][-1] == {"text": "Hello again?"}
-    _saved_once_and_paired(stored)
+    saved_once_and_paired(stored)
