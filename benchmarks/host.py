@@ -1,0 +1,326 @@
+"""A host behind a slow model: C chats at once, each turn waiting L seconds for its answer.
+
+A real model answers in 1-30 s, so a host's throughput is its concurrency divided by the
+model's latency: C chats doing back-to-back turns offer C / L turns a second, and what a
+host adds is its overhead and its caps. Each path runs in a child process of its own (a
+clean heap, its own threads, its own resident memory) on a fresh fsync'd LMDB store:
+
+- ``floor``: a hand-written loop on threads: a dict of message lists, msgspec, one
+  fsync'd LMDB commit for the user message and one for the answer, the model's wait a
+  ``time.sleep`` in the chat's thread. The baseline of every ratio.
+- ``service``: the service API on threads: obtain, add the user message, save (waited),
+  wait L, add the answer, save, release.
+- ``send``: ``Chat.send`` on threads, the model a scripted one that answers after L.
+- ``asend``: ``Chat.asend``, every chat a task on one event loop, the model answering after
+  an ``asyncio.sleep(L)``.
+
+Each chat is its own thread (or task) and runs T turns. Printed per path: turns/s, its share
+of the offered rate, the added latency (a turn's time minus L) at p50 and p99, the CPU per
+turn (the child's user + system time over its turns), resident memory per live
+conversation (the child's growth over the run, divided by C), and the path's turns/s as a
+ratio to the floor's. Figures move a fifth between runs on a shared machine: compare only
+ratios within one run.
+
+    python benchmarks/host.py [--chats 500] [--latency 1.0] [--turns 3]
+                              [--paths floor service send asend]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+PATHS = ("floor", "service", "send", "asend")
+
+
+def _text(chat: int, turn: int) -> str:
+    return f"Chat {chat}, turn {turn}: where is my order?"
+
+
+def _rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+class _Meter:
+    """Resident memory and CPU from the start of the chats to their end (set-up and
+    tear-down left out)."""
+
+    def start(self) -> None:
+        self.rss, self.cpu = _rss_kib(), resource.getrusage(resource.RUSAGE_SELF)
+        self.begun = time.perf_counter()
+
+    def stop(self) -> None:
+        self.seconds = time.perf_counter() - self.begun
+        self.rss = _rss_kib() - self.rss
+        cpu = resource.getrusage(resource.RUSAGE_SELF)
+        self.user = cpu.ru_utime - self.cpu.ru_utime
+        self.system = cpu.ru_stime - self.cpu.ru_stime
+
+
+def _on_threads(chats: int, one: Callable[[int], list[float]], meter: _Meter) -> list[float]:
+    """``one(i)`` for every chat, each on a thread of its own, started together."""
+    results: list[list[float]] = [[] for _ in range(chats)]
+    start = threading.Barrier(chats, action=meter.start)
+
+    def run(i: int) -> None:
+        start.wait()
+        results[i] = one(i)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(chats)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    meter.stop()
+    return [x for r in results for x in r]
+
+
+def run_floor(data: Path, chats: int, turns: int, latency: float, meter: _Meter) -> list[float]:
+    """The hand-written loop, with the least a durable host needs: a group commit (one
+    writer thread puts whatever is queued in one fsync'd transaction, then wakes its
+    waiters), so it is bounded by the disk's commits, not by one fsync per put."""
+    import lmdb
+    import msgspec
+
+    env = lmdb.open(str(data), map_size=1 << 32, sync=True, metasync=True)
+    encode = msgspec.json.Encoder().encode
+    logs: dict[str, list[dict[str, str]]] = {f"c{i}": [] for i in range(chats)}
+    queue: list[tuple[bytes, bytes, threading.Event]] = []
+    ready = threading.Condition()
+    closing = [False]
+
+    def writer() -> None:
+        while True:
+            with ready:
+                while not queue and not closing[0]:
+                    ready.wait()
+                batch = queue[:]
+                del queue[:]
+            if not batch:
+                return
+            with env.begin(write=True) as txn:
+                for key, value, _ in batch:
+                    txn.put(key, value)
+            for _, _, done in batch:
+                done.set()
+
+    def put(key: str, log: list[dict[str, str]]) -> None:
+        done = threading.Event()
+        with ready:
+            queue.append((key.encode(), encode(log), done))
+            ready.notify()
+        done.wait()
+
+    def one(i: int) -> list[float]:
+        key, taken = f"c{i}", []
+        for t in range(turns):
+            begun = time.perf_counter()
+            log = logs[key]
+            log.append({"role": "user", "text": _text(i, t)})
+            put(key, log)
+            time.sleep(latency)
+            log.append({"role": "assistant", "text": "It shipped yesterday."})
+            put(key, log)
+            taken.append(time.perf_counter() - begun)
+        return taken
+
+    committer = threading.Thread(target=writer, daemon=True)
+    committer.start()
+    try:
+        return _on_threads(chats, one, meter)
+    finally:
+        with ready:
+            closing[0] = True
+            ready.notify()
+        committer.join()
+        env.close()
+
+
+def _slow_client(latency: float) -> Any:
+    from parlour.runtime import ScriptedClient
+
+    class SlowModel(ScriptedClient):
+        """Answers like the scripted default, after ``latency`` seconds."""
+
+        def _send(self, request: Any) -> Any:
+            time.sleep(latency)
+            return super()._send(request)
+
+        async def _asend(self, request: Any, on_text: Any) -> Any:
+            await asyncio.sleep(latency)
+            return ScriptedClient._send(self, request)
+
+    return SlowModel()
+
+
+def run_service(data: Path, chats: int, turns: int, latency: float, meter: _Meter) -> list[float]:
+    from parlour.actors import BasicThinker, ConversationService
+    from parlour.runtime import Depth, IncomingMessage, OutputSize
+    from parlour.stores import LmdbStore, MemorySessionCache
+
+    client = _slow_client(latency)
+    with LmdbStore(data) as store:
+        service = ConversationService(store, MemorySessionCache(), cleanup_interval_s=0)
+
+        def one(i: int) -> list[float]:
+            thinker = BasicThinker(
+                f"user-{i}", output_declaration=OutputSize.STANDARD, depth=Depth.IMMEDIATE
+            )
+            thinker.mint_conversation_id()
+            taken = []
+            for t in range(turns):
+                begun = time.perf_counter()
+                context = service.obtain_conversation(None, thinker).get()
+                try:
+                    context.add_user_message(_text(i, t))
+                    service.save_conversation(context, thinker)
+                    response = client.respond(context)
+                    context.add_message(IncomingMessage(blocks=response.blocks))
+                    service.save_conversation(context, thinker)
+                finally:
+                    service.release(thinker)
+                taken.append(time.perf_counter() - begun)
+            return taken
+
+        try:
+            return _on_threads(chats, one, meter)
+        finally:
+            service.stop()
+
+
+def _agent(latency: float) -> Any:
+    from parlour.actors import Agent
+    from parlour.runtime import Depth, OutputSize
+
+    return Agent(_slow_client(latency), output=OutputSize.STANDARD, depth=Depth.IMMEDIATE)
+
+
+def run_send(data: Path, chats: int, turns: int, latency: float, meter: _Meter) -> list[float]:
+    from parlour.actors import ConversationService
+    from parlour.stores import LmdbStore, MemorySessionCache
+
+    agent = _agent(latency)
+    with LmdbStore(data) as store:
+        service = ConversationService(store, MemorySessionCache(), cleanup_interval_s=0)
+
+        def one(i: int) -> list[float]:
+            chat, taken = agent.chat(service, user_id=f"user-{i}"), []
+            for t in range(turns):
+                begun = time.perf_counter()
+                chat.send(_text(i, t))
+                taken.append(time.perf_counter() - begun)
+            return taken
+
+        try:
+            return _on_threads(chats, one, meter)
+        finally:
+            service.stop()
+
+
+def run_asend(data: Path, chats: int, turns: int, latency: float, meter: _Meter) -> list[float]:
+    from parlour.actors import ConversationService
+    from parlour.stores import LmdbStore, MemorySessionCache
+
+    agent = _agent(latency)
+
+    async def main(service: Any) -> list[float]:
+        async def one(i: int) -> list[float]:
+            chat, taken = agent.chat(service, user_id=f"user-{i}"), []
+            for t in range(turns):
+                begun = time.perf_counter()
+                await chat.asend(_text(i, t))
+                taken.append(time.perf_counter() - begun)
+            return taken
+
+        meter.start()
+        results = await asyncio.gather(*(one(i) for i in range(chats)))
+        meter.stop()
+        return [x for r in results for x in r]
+
+    with LmdbStore(data) as store:
+        service = ConversationService(store, MemorySessionCache(), cleanup_interval_s=0)
+        try:
+            return asyncio.run(main(service))
+        finally:
+            service.stop()
+
+
+RUNS = {"floor": run_floor, "service": run_service, "send": run_send, "asend": run_asend}
+
+
+def child(path: str, chats: int, turns: int, latency: float) -> None:
+    """Run one path and print its figures as one JSON line."""
+    meter = _Meter()
+    with tempfile.TemporaryDirectory() as tmp:
+        taken = RUNS[path](Path(tmp) / "db", chats, turns, latency, meter)
+    added = sorted(t - latency for t in taken)
+    used = meter.user + meter.system
+    figures = {
+        "turns": len(taken),
+        "seconds": meter.seconds,
+        "p50": added[len(added) // 2],
+        "p99": added[min(len(added) - 1, int(len(added) * 0.99))],
+        "cpu_per_turn": used / max(1, len(taken)),
+        "kernel_share": meter.system / max(used, 1e-9),
+        "rss_per_chat_kib": meter.rss / chats,
+    }
+    print(json.dumps(figures))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--chats", type=int, default=500)
+    parser.add_argument("--latency", type=float, default=1.0, help="the model's seconds")
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
+    parser.add_argument("--child", choices=PATHS, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.chats, args.turns, args.latency)
+        return
+    paths = ["floor", *(p for p in args.paths if p != "floor")]
+    offered = args.chats / args.latency
+    print(
+        f"{args.chats} chats x {args.turns} turns, the model answering after "
+        f"{args.latency:g} s: {offered:,.0f} turns/s offered"
+    )
+    print(
+        f"{'path':<8} {'turns/s':>9} {'offered':>8} {'p50 +ms':>8} {'p99 +ms':>8} "
+        f"{'CPU/turn':>9} {'kernel':>7} {'RSS/chat':>9} {'x floor':>8}"
+    )
+    floor_rate = None
+    for path in paths:
+        command = [sys.executable, __file__, "--child", path]
+        command += ["--chats", str(args.chats), "--turns", str(args.turns)]
+        command += ["--latency", str(args.latency)]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+            print(f"{path:<8} failed: {tail[0]}")
+            continue
+        figures = json.loads(done.stdout.strip().splitlines()[-1])
+        rate = figures["turns"] / figures["seconds"]
+        floor_rate = floor_rate or rate
+        print(
+            f"{path:<8} {rate:>9,.0f} {rate / offered:>8.0%} {figures['p50'] * 1e3:>8,.0f} "
+            f"{figures['p99'] * 1e3:>8,.0f} {figures['cpu_per_turn'] * 1e3:>7.2f}ms "
+            f"{figures['kernel_share']:>7.0%} {figures['rss_per_chat_kib']:>7.1f}KiB "
+            f"{rate / floor_rate:>7.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()
