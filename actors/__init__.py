@@ -30,6 +30,7 @@ from .agent._events import (
 from .agent._history import HistoryMessage, HistoryToolCall, HistoryToolResult
 from .agent._joiners import AgentThinker
 from .agent._ledger import CompactionRecord, ModelCallRecord, UsageLedger
+from .agent._limits import UsageLimitExceeded, UsageLimits
 from .app.serve import TokenBook, asgi_app
 
 __all__ = [
@@ -62,5 +63,7 @@ __all__ = [
     "TurnDone",
     "TurnError",
     "UsageLedger",
+    "UsageLimitExceeded",
+    "UsageLimits",
     "asgi_app",
 ]

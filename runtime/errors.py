@@ -26,6 +26,8 @@ Exception
 │       │                              (parlour.actors.agent._events)
 │       ├── TurnCancelledError         the turn was cancelled at a boundary
 │       │                              (parlour.actors.agent._events)
+│       ├── UsageLimitExceeded         the turn reached a usage limit
+│       │                              (parlour.actors.agent._limits)
 │       └── ShardLostError             a cluster shard died before it answered
 │                                      (parlour.actors.cluster._client)
 └── internal signals: raised and caught inside parlour, they never reach a caller

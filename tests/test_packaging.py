@@ -91,6 +91,8 @@ PINNED = {
         "TurnDone",
         "TurnError",
         "UsageLedger",
+        "UsageLimitExceeded",
+        "UsageLimits",
         "asgi_app",
     ],
     "parlour.actors.agent": [],

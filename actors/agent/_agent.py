@@ -38,6 +38,7 @@ from ._chat import Chat
 from ._compactor import default_compactor
 from ._effects import Compact, RetryPolicy
 from ._ledger import UsageLedger
+from ._limits import Limits, UsageLimits
 from ._tools import ToolBox
 
 __all__ = ["Agent"]
@@ -72,6 +73,10 @@ class Agent:
         before_model_call: called before every model call with the context and the ledger.
         sleep, async_sleep: how backoff waits; inject them in tests.
         retain: how long an idle conversation stays in memory after a turn.
+        turn_limits, chat_limits: the most one turn, and the chat's whole conversation
+            (counted from its stored usage ledger, so across restarts), may spend in model
+            requests and tokens (``UsageLimits``); a turn that would pass one raises
+            ``UsageLimitExceeded`` (see ``parlour.actors.agent._limits``).
         rerun_on_recovery: names of tools safe to run again with the same arguments and
             idempotency key (as ``FunctionTool(..., rerun_on_recovery=True)`` declares one):
             ``Chat.resume`` runs a call of theirs that a crash interrupted again, instead of
@@ -106,6 +111,8 @@ class Agent:
         async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         retain: dt.timedelta = dt.timedelta(minutes=5),
         rerun_on_recovery: Iterable[str] = (),
+        turn_limits: UsageLimits | None = None,
+        chat_limits: UsageLimits | None = None,
     ) -> None:
         if max_rounds < 1:
             raise ValueError(f"An agent needs max_rounds of at least 1, not {max_rounds}.")
@@ -115,6 +122,8 @@ class Agent:
         self.output = output
         self.depth = depth
         self.max_rounds = max_rounds
+        scopes = (("turn", turn_limits), ("chat", chat_limits))
+        self.limits: Limits = tuple((s, lim) for s, lim in scopes if lim is not None)
         self.handler = PojoResponseHandler(output_type) if output_type is not None else None
         self.tool_timeout_s = tool_timeout_s
         self.model_timeout_s = model_timeout_s

@@ -12,6 +12,7 @@ from ._effects import Compact, RetryPolicy, Save
 from ._events import Reply
 from ._joiners import AgentThinker, TurnState
 from ._ledger import UsageLedger
+from ._limits import Limits
 from ._tools import ToolBox
 
 __all__ = ["NO_USAGE", "Steps", "TurnPlan"]
@@ -36,6 +37,7 @@ class TurnPlan:
         "deps",
         "handler",
         "ledger",
+        "limits",
         "max_rounds",
         "model_timeout_s",
         "objective",
@@ -46,6 +48,7 @@ class TurnPlan:
         "tool_timeout_s",
         "tools",
         "tracer",
+        "turn_start",
         "usage",
         "window",
     )
@@ -53,6 +56,7 @@ class TurnPlan:
     tools: ToolBox
     objective: str | None
     max_rounds: int
+    limits: Limits
     retry: RetryPolicy
     tool_timeout_s: float
     model_timeout_s: float
@@ -73,7 +77,8 @@ class TurnPlan:
         deps: Any = None,  # the chat's dependencies, for tools that take a ToolContext
     ) -> None:
         self.client, self.tools, self.objective = seat.client, seat.tools, seat.objective
-        self.max_rounds, self.retry = seat.max_rounds, seat.retry
+        self.max_rounds, self.retry, self.limits = seat.max_rounds, seat.retry, seat.limits
+        self.turn_start = 0  # the ledger entry the turn's spending counts from: set at obtain
         self.tool_timeout_s, self.model_timeout_s = seat.tool_timeout_s, seat.model_timeout_s
         self.sleep, self.async_sleep = seat.sleep, seat.async_sleep
         self.before_model_call, self.window = seat.before_model_call, seat.window

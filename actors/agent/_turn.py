@@ -11,7 +11,8 @@ A turn: obtain; add the user message (non-compactable); save. Then up to ``max_r
 times: check for cancellation, fit the conversation to its window (a compaction is saved
 at the next boundary like any other change), call the model (retryable errors retried
 with backoff within the turn's budget, a truncation escalated once, each retry announced
-by ``Restarted``), add the answer, save; run its tool calls, add the results as one
+by ``Restarted``; a call that would pass a usage limit is not made), add the answer, save;
+stop if it went past a usage limit, else run its tool calls, add the results as one
 outgoing message (compactable), save, and take offered messages. With no more tool calls,
 offers are taken (or the inbox closed) and each taken offer is answered in the same turn.
 A failed or cancelled turn gives every pending tool call an error result, saves, and
@@ -54,6 +55,7 @@ from ._events import (
     add_usage,
 )
 from ._joiners import AgentThinker
+from ._limits import check_after, check_before, needs_estimate
 from ._otel import compaction_event
 from ._plan import NO_USAGE, Steps, TurnPlan
 from ._rounds import add as _add
@@ -100,6 +102,7 @@ def turn_steps(plan: TurnPlan, text: str | None, attachments: Sequence[ContentBl
 
 def _prepare(context: ConversationContext, plan: TurnPlan) -> None:
     plan.ledger.seed(context)
+    plan.turn_start = len(context.usage_ledger)
     if plan.objective and not context.has_main_objective(OBJECTIVE_KEY):
         context.put_main_objective(OBJECTIVE_KEY, plan.objective)
     tools = plan.tools.tools
@@ -178,6 +181,8 @@ def _rounds(context: ConversationContext, plan: TurnPlan) -> Steps:
         yield plan.saving(context)  # waited: tools may act on the world next
         if not calls:
             return _reply(plan, response, exhausted=False)
+        if plan.limits:  # an answer past a limit is kept, but its calls do not run
+            check_after(context, plan.limits, plan.turn_start)
         yield from run_tools(context, plan, calls)
         if offers := plan.state.take():
             yield from _take_offers(context, plan, offers)
@@ -221,6 +226,8 @@ def _ask(context: ConversationContext, plan: TurnPlan) -> Generator[Any, Any, LL
         effect = plan.window(context) if plan.window is not None else None
         if effect is not None:
             yield from _fit(context, plan, effect)
+        if plan.limits:
+            check_before(context, plan.limits, plan.turn_start, _estimate(context, plan))
         try:
             response: LLMResponse = yield CallModel(context)
         except OutputTruncationRetry as exc:
@@ -244,6 +251,16 @@ def _ask(context: ConversationContext, plan: TurnPlan) -> Generator[Any, Any, LL
             response.usage if plan.usage is NO_USAGE else add_usage(plan.usage, response.usage)
         )
         return response
+
+
+def _estimate(context: ConversationContext, plan: TurnPlan) -> int | None:
+    """The next request's input tokens, by the conversation's own count (None: no limit
+    counts input tokens)."""
+    if not needs_estimate(plan.limits):
+        return None
+    binding = context.model_binding
+    spec = binding.spec if binding is not None else None
+    return context.get_total_tokens(spec if spec is not None else plan.client.spec)
 
 
 def _fit(context: ConversationContext, plan: TurnPlan, effect: Compact) -> Steps:
