@@ -94,9 +94,12 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
             events; a follower that has seen up to ``seq`` resumes after it
             (``ConversationService.join(..., after=seq)``). 0 on an event no turn has
             published, and in a wire form from before events were numbered.
+        turn: the id of the turn that published it ("" where ``seq`` is 0): a resumed
+            turn keeps its id, so a follower tells one turn's events from the next's.
     """
 
     seq: int = 0
+    turn: str = ""
 
 
 @runtime_checkable

@@ -26,6 +26,7 @@ from ._handlers import (
     ToolCall,
 )
 from ._messages import IncomingMessage, Message, OutgoingMessage
+from ._open_turn import ApprovalDecision, OpenTurn, PendingCall, TurnStep
 from ._pairing import DanglingCall, dangling_calls, is_interrupted_result
 from ._palette import DeclaredTool
 from ._prepared import PreparedConversation, Turn
@@ -107,6 +108,7 @@ __all__ = [
     "SCHEMA_NOTATION_GUIDANCE",
     "TOOL_ANNOUNCEMENT",
     "TOOL_WEIGHT_GUIDANCE",
+    "ApprovalDecision",
     "Artifact",
     "ArtifactRegistry",
     "Cancellation",
@@ -145,8 +147,10 @@ __all__ = [
     "ModelSpec",
     "NativeToolsFormatter",
     "OfflineCompactor",
+    "OpenTurn",
     "OutgoingMessage",
     "OutputSize",
+    "PendingCall",
     "PojoResponseHandler",
     "PreparedConversation",
     "ResponseHandler",
@@ -168,6 +172,7 @@ __all__ = [
     "TruncatingSummarizer",
     "Turn",
     "TurnRole",
+    "TurnStep",
     "Usage",
     "WireRequest",
     "alias_of",

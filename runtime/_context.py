@@ -29,6 +29,7 @@ from ._handlers import ContentFormatter, GenericContentFormatter, ResponseHandle
 from ._message_snapshot import MessageSnapshot, message_snapshots, repaired_messages
 from ._messages import Message, OutgoingMessage
 from ._objective import ObjectiveMap, ObjectiveSlot
+from ._open_turn import OpenTurn
 from ._palette import DeclaredTool, Palette
 from ._prepared import PreparedConversation, Turn
 from ._reconcile import companions_to_find, reconcile_head, stream_additions
@@ -99,6 +100,8 @@ class ConversationContext:
         self.prior_spec_id: str | None = None
         # the stored record's fencing version at load or last save (0: none); set by persisters
         self.stored_version = 0
+        # the agent's open-turn record, saved with each boundary (``OpenTurn``); None: none
+        self.open_turn: OpenTurn | None = None
         self.artifact_registry = ArtifactRegistry()
         # What each model call and compaction cost, kept beside the conversation and
         # persisted with it: never rendered, never part of the conversation's token count.
@@ -371,6 +374,7 @@ class ConversationContext:
             skills=self.admitted_skills(),
             stored_version=self.stored_version,
             usage=copy_entries(self.usage_ledger),
+            turn=self.open_turn,
         )
 
     @staticmethod
@@ -396,6 +400,7 @@ class ConversationContext:
         c.cache_main_objective = snapshot.cache_main_objective
         c.prior_spec_id = snapshot.prior_spec_id
         c.stored_version = snapshot.stored_version
+        c.open_turn = snapshot.turn
         c.usage_ledger.extend(snapshot.usage)  # its own fresh Ledger: an append keeps its token
         for skill in snapshot.skills:
             c.admit_skill(skill)
@@ -463,6 +468,9 @@ class ConversationPersistenceSnapshot(msgspec.Struct, kw_only=True):
     stored_version: int = 0
     # The usage ledger in its plain form (model calls, compactions); never sent to a model.
     usage: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    # The open-turn record (``OpenTurn``) as the last save left it; None: written before it
+    # existed, or no agent turn ran. Stores keep it beside the body, never in it.
+    turn: OpenTurn | None = None
 
     @classmethod
     def of(cls, context: ConversationContext) -> ConversationPersistenceSnapshot:

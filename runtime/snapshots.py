@@ -21,6 +21,7 @@ import msgspec
 from ._context import FORMAT_VERSION, ConversationPersistenceSnapshot
 from ._message_snapshot import MessageSnapshot, message_snapshots, repaired_messages
 from ._objective import ObjectiveSlot
+from ._open_turn import OpenTurn
 from ._validation import MAX_NESTING, nesting_depth
 from .blocks import ContentBlock, PojoBlock
 from .errors import CorruptSnapshotError
@@ -30,6 +31,7 @@ __all__ = [
     "ConversationPersistenceSnapshot",
     "MessageSnapshot",
     "ObjectiveSlot",
+    "OpenTurn",
     "decode_message_snapshot",
     "decode_snapshot",
     "decode_usage_entry",

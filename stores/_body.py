@@ -64,6 +64,7 @@ def body_after(snapshot: ConversationPersistenceSnapshot, previous: Body | None)
             messages=[],
             usage=[],
             stored_version=0,
+            turn=None,
             objective=[],
             legacy_objective=None,
             declared_tools=[],

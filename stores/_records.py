@@ -20,6 +20,7 @@ from parlour.runtime.errors import CorruptSnapshotError
 from parlour.runtime.snapshots import (
     ConversationPersistenceSnapshot,
     MessageSnapshot,
+    OpenTurn,
     decode_message_snapshot,
     decode_snapshot,
     decode_usage_entry,
@@ -36,7 +37,8 @@ class Header(msgspec.Struct, frozen=True, kw_only=True):
     the fencing version advanced by every save, the version history's chain as that
     version left it (None: that version was not recorded with one, so the next is a
     checkpoint; a parlour that predates the field ignores it and drops it on rewrite), and
-    the usage ledger's entry count."""
+    the usage ledger's entry count, and the open-turn record the save carried (kept here,
+    not in the body, so a boundary that moves only the turn's step rewrites no body)."""
 
     user_id: Annotated[str, msgspec.Meta(min_length=1)]
     title: str
@@ -46,6 +48,7 @@ class Header(msgspec.Struct, frozen=True, kw_only=True):
     version: Annotated[int, msgspec.Meta(ge=1)] = 1
     history: Chain | None = None
     usage_count: Annotated[int, msgspec.Meta(ge=0)] = 0
+    turn: OpenTurn | None = None
 
 
 class LegacyHeader(msgspec.Struct, frozen=True, kw_only=True):
@@ -82,6 +85,32 @@ def decode_header(conversation_id: str, raw: bytes | memoryview) -> Header:
         ) from exc
 
 
+_turn_encoder = msgspec.json.Encoder()
+_turn_decoder = msgspec.json.Decoder(OpenTurn)
+
+
+def encode_turn(turn: OpenTurn | None) -> bytes | None:
+    """An open-turn record's stored bytes (None: no record)."""
+    return None if turn is None else _turn_encoder.encode(turn)
+
+
+def decode_turn(conversation_id: str, raw: bytes | memoryview | None) -> OpenTurn | None:
+    """The open-turn record stored as ``raw`` (None: none stored).
+
+    Raises:
+        CorruptSnapshotError: the bytes are not a valid record.
+    """
+    if raw is None:
+        return None
+    try:
+        return _turn_decoder.decode(raw)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise CorruptSnapshotError(
+            f"The open-turn record of stored conversation {conversation_id} is damaged: "
+            f"{_reason(exc)}"
+        ) from exc
+
+
 def _reason(exc: BaseException) -> str:
     return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
 
@@ -98,11 +127,12 @@ def message_prefix(key: bytes) -> bytes:
 
 def encode_body(snapshot: ConversationPersistenceSnapshot) -> bytes:
     """The snapshot without its messages and its usage ledger (they are stored one record
-    each) and without its ``stored_version`` (every read stamps the record's own), so that
+    each), without its ``stored_version`` (every read stamps the record's own) and its
+    open-turn record (each store keeps it with the save's header), so that
     a save that changed nothing else writes the body it already has: the same bytes, which
     a store may skip."""
     return encode_snapshot(
-        msgspec.structs.replace(snapshot, messages=[], usage=[], stored_version=0)
+        msgspec.structs.replace(snapshot, messages=[], usage=[], stored_version=0, turn=None)
     )
 
 
@@ -286,14 +316,18 @@ def _encode_from(
     return [(i, encode(items[i])) for i in range(start, len(items))]
 
 
-def advanced(old: Header, now: dt.datetime, message_count: int, usage_count: int) -> Header:
-    """The header of the save after ``old``: the next version, the new counts and time."""
+def advanced(
+    old: Header, now: dt.datetime, message_count: int, usage_count: int, turn: OpenTurn | None
+) -> Header:
+    """The header of the save after ``old``: the next version, the new counts, time and
+    open-turn record."""
     return msgspec.structs.replace(
         old,
         updated_at=now,
         message_count=message_count,
         version=old.version + 1,
         usage_count=usage_count,
+        turn=turn,
     )
 
 

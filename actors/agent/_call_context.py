@@ -2,8 +2,9 @@
 it: the turn id and every call's ``Cancellation``.
 
 Nothing here runs for a turn whose tools take no context: the turn's ``CallScope`` is made
-when its first such call is about to run (the turn id minted then), so a turn without one
-pays nothing. Contexts are made in the driver's thread, before the calls start.
+when its first such call is about to run, so a turn without one pays nothing. The turn id
+is the turn's own (``TurnPlan.turn_id``, the open-turn record's: a resumed turn keeps it).
+Contexts are made in the driver's thread, before the calls start.
 
 The idempotency key is the first 32 hex digits of the SHA-256 of the conversation id, a NUL
 and the call id: the same whenever the same call of the same conversation runs (the model's
@@ -14,7 +15,6 @@ neither the user nor the conversation to the service it is handed to.
 from __future__ import annotations
 
 import hashlib
-import secrets
 import threading
 from collections.abc import Sequence
 
@@ -43,7 +43,7 @@ class CallScope:
     __slots__ = ("_guard", "cancellations", "cancelled", "thinker", "turn_id")
 
     def __init__(self, plan: TurnPlan) -> None:
-        self.turn_id = "turn-" + secrets.token_hex(8)
+        self.turn_id = plan.turn_id
         self.cancellations: list[Cancellation] = []
         self.thinker: AgentThinker = plan.thinker
         self.cancelled: str | None = None  # why the turn was cancelled, once it was

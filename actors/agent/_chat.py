@@ -118,18 +118,20 @@ class Chat:
             PermissionError: the conversation belongs to another user.
             IllegalStateError: a chat that is not durable is running a turn.
         """
-        return history(self.service, self.thinker, self.durable, self._busy)
+        return history(self.service, self.thinker, self.durable, self._busy)[0]
 
     @property
     def interrupted(self) -> bool:
         """True when the conversation's last turn stopped before the model's last word (the
         process died, or the turn failed or was cancelled, after the user's message or a
-        round of tool results): ``resume`` continues it. Reads what ``history`` reads."""
-        return stopped_early(self.history())
+        round of tool results): ``resume`` continues it, and so does the next ``send``
+        (first). Read from the stored open-turn record; a conversation saved before
+        records by its last message. Reads what ``history`` reads."""
+        return stopped_early(*history(self.service, self.thinker, self.durable, self._busy))
 
     async def ahistory(self) -> list[HistoryMessage]:
         """``history`` on the running loop, never blocking it; raises what it raises."""
-        return await ahistory(self.service, self.thinker, self.durable, self._busy)
+        return (await ahistory(self.service, self.thinker, self.durable, self._busy))[0]
 
     # -- from threads ---------------------------------------------------------------------------
 

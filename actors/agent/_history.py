@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
+from parlour.runtime import ConversationContext, OpenTurn, TurnStep
 from parlour.runtime.blocks import TextBlock, ToolResultBlock, ToolUseBlock
 from parlour.runtime.errors import IllegalStateError
 from parlour.runtime.snapshots import MessageSnapshot
@@ -105,10 +106,17 @@ def entries(messages: Iterable[MessageSnapshot]) -> list[HistoryMessage]:
     return [entry(m) for m in messages]
 
 
-def _stored(service: ConversationService, thinker: Thinker) -> list[HistoryMessage]:
+Stored = tuple[list[HistoryMessage], OpenTurn | None]
+
+
+def _stored(service: ConversationService, thinker: Thinker) -> Stored:
     assert service.store is not None
     snapshot = service.store.load(thinker.conversation_id, thinker.user_id)
-    return entries(snapshot.messages) if snapshot is not None else []
+    return (entries(snapshot.messages), snapshot.turn) if snapshot is not None else ([], None)
+
+
+def _live(context: ConversationContext) -> Stored:
+    return entries(map(MessageSnapshot.of, context.messages)), context.open_turn
 
 
 def _between_turns(busy: threading.Lock, conversation_id: str) -> None:
@@ -121,8 +129,9 @@ def _between_turns(busy: threading.Lock, conversation_id: str) -> None:
 
 def history(
     service: ConversationService, thinker: Thinker, durable: bool, busy: threading.Lock
-) -> list[HistoryMessage]:
-    """The chat's history (see the module docstring); ``busy`` is the chat's turn lock.
+) -> Stored:
+    """The chat's history (see the module docstring) and its open-turn record; ``busy`` is
+    the chat's turn lock.
 
     Raises:
         PermissionError: the conversation belongs to another user.
@@ -134,7 +143,7 @@ def history(
     try:
         context = service.obtain_conversation(None, thinker).get()
         try:
-            return entries(map(MessageSnapshot.of, context.messages))
+            return _live(context)
         finally:
             service.release(thinker)
     finally:
@@ -143,7 +152,7 @@ def history(
 
 async def ahistory(
     service: ConversationService, thinker: Thinker, durable: bool, busy: threading.Lock
-) -> list[HistoryMessage]:
+) -> Stored:
     """``history`` without blocking the running loop (the store read in a worker thread)."""
     if durable:
         return await asyncio.to_thread(_stored, service, thinker)
@@ -151,17 +160,20 @@ async def ahistory(
     try:
         context = await service.obtain_async(None, thinker)
         try:
-            return entries(map(MessageSnapshot.of, context.messages))
+            return _live(context)
         finally:
             service.release(thinker)
     finally:
         busy.release()
 
 
-def stopped_early(messages: Sequence[HistoryMessage]) -> bool:
-    """Whether a turn on these messages stopped before the model's last word: the last
-    message is the user's, a round of tool results the model has not read, or an answer
-    whose tool calls have no results (a process that died while its tools ran)."""
+def stopped_early(messages: Sequence[HistoryMessage], record: OpenTurn | None) -> bool:
+    """Whether a turn on these messages stopped before the model's last word: its open-turn
+    record says it is open (and not waiting for approvals); with no record (one saved
+    before records), the last message is the user's, a round of tool results the model
+    has not read, or an answer whose tool calls have no results."""
+    if record is not None:
+        return record.open and record.step != TurnStep.APPROVAL
     if not messages:
         return False
     last = messages[-1]

@@ -70,9 +70,11 @@ class TurnState:
         "_offers",
         "_partial_from",
         "_source",
+        "turn_id",
     )
 
     def __init__(self) -> None:
+        self.turn_id = ""  # the turn's id, set as it starts: every event carries it
         self._lock = threading.Lock()
         self._log: list[Logged] = []  # entry i is the event numbered i + 1
         self._committed: list[str] = []  # the text of the model calls that finished
@@ -90,7 +92,7 @@ class TurnState:
         the numbered event (what the turn's own caller is given)."""
         with self._lock:
             log = self._log
-            numbered = replace(event, seq=len(log) + 1)
+            numbered = replace(event, seq=len(log) + 1, turn=self.turn_id)
             log.append(numbered)
             if type(event) is Restarted:  # the attempt's text is discarded
                 self._partial_from = len(log)
@@ -105,7 +107,7 @@ class TurnState:
         """``publish(TextDelta(text=text))``, the event built numbered at once."""
         with self._lock:
             log = self._log
-            event = TextDelta(text=text, seq=len(log) + 1)
+            event = TextDelta(text=text, seq=len(log) + 1, turn=self.turn_id)
             log.append(event)
             if not self._followers:
                 return event
@@ -195,7 +197,8 @@ class TurnState:
                 return follower, min(max(after, 0), count), None
             so_far = "".join(self._committed + _texts(self._log[self._partial_from :]))
             self._followers.append(follower)
-        return follower, count, TextDelta(text=so_far, seq=count) if so_far else None
+        head = TextDelta(text=so_far, seq=count, turn=self.turn_id) if so_far else None
+        return follower, count, head
 
     def read(self, follower: _Follower, at: int) -> tuple[list[Event], bool]:
         """The events from log index ``at`` on, numbered, and whether the turn has ended
@@ -205,8 +208,9 @@ class TurnState:
         with self._lock:
             follower.due = False
             entries, ended = self._log[at:], self._ended
+        turn = self.turn_id
         return [
-            TextDelta(text=e, seq=n) if isinstance(e, str) else e
+            TextDelta(text=e, seq=n, turn=turn) if isinstance(e, str) else e
             for n, e in enumerate(entries, at + 1)
         ], ended
 

@@ -43,11 +43,13 @@ class TurnPlan:
         "objective",
         "retry",
         "sleep",
+        "start",
         "state",
         "thinker",
         "tool_timeout_s",
         "tools",
         "tracer",
+        "turn_id",
         "turn_start",
         "usage",
         "window",
@@ -87,6 +89,8 @@ class TurnPlan:
         self.deltas, self.tracer = deltas, tracer
         self.deps = deps
         self.call_scope: Any = None  # ``_call_context.CallScope``: made when a tool takes one
+        self.turn_id = ""  # the turn's id (``_record``), set as the turn starts
+        self.start = 0  # the index of the turn's first message, for its open-turn record
         self.added: list[Message] = []
         self.usage: Usage = NO_USAGE  # the turn's calls, summed
         self._save: Save | None = None

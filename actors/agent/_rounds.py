@@ -29,6 +29,7 @@ from parlour.runtime.blocks import ToolResultBlock, ToolUseBlock
 from ._effects import NextResults, RunTools
 from ._events import Recovered, Reply, ToolCallFinished, ToolCallStarted
 from ._plan import Steps, TurnPlan
+from ._record import mark_round
 from ._tools import Finished, ToolRound
 
 __all__ = ["add", "recover", "run_tools"]
@@ -83,6 +84,7 @@ def _round(
             for i, result in finished:
                 results[i] = result
             place(results, finished)
+            mark_round(context, plan)
             yield plan.saving(context)  # waited: a finished call outlives a crash
             if round_.done:
                 break
@@ -100,13 +102,21 @@ def _round(
 # -- a resumed turn's recovery ------------------------------------------------------------------
 
 
-def recover(context: ConversationContext, plan: TurnPlan) -> Generator[Any, Any, Recovered | None]:
-    """On a resumed turn whose last round holds interrupted results: run again the calls
-    of tools safe to run again, each real result replacing its interrupted one (saved as
-    each comes), and report what was done; None when nothing was interrupted."""
+def recover(
+    context: ConversationContext, plan: TurnPlan, always: bool = False
+) -> Generator[Any, Any, Recovered | None]:
+    """On a turn that picks up an interrupted one whose last round holds interrupted
+    results: run again the calls of tools safe to run again, each real result replacing
+    its interrupted one (saved as each comes), and report what was done; when nothing was
+    interrupted, None, or with ``always`` (the open-turn record said a turn was cut short)
+    an empty ``Recovered``."""
     found = _interrupted(context)
     if not found:
-        return None
+        if not always:
+            return None
+        empty = Recovered(rerun=[], interrupted=[])
+        yield empty
+        return empty
     message, places = found
     rerun = [call for call in places if call.name in plan.tools.rerun]
     recovered = Recovered(

@@ -22,7 +22,7 @@ raises. The lease is always released.
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 from loguru import logger
@@ -31,8 +31,10 @@ from parlour.runtime import (
     ConversationContext,
     IncomingMessage,
     LLMResponse,
+    OpenTurn,
     OutgoingMessage,
     ResponseHandler,
+    TurnStep,
     dangling_calls,
 )
 from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
@@ -48,6 +50,7 @@ from ._effects import CallModel, Compact, Obtain, Pause, Release
 from ._events import (
     Compacted,
     OfferAccepted,
+    Recovered,
     Reply,
     Restarted,
     TurnCancelledError,
@@ -58,6 +61,7 @@ from ._joiners import AgentThinker
 from ._limits import check_after, check_before, needs_estimate
 from ._otel import compaction_event
 from ._plan import NO_USAGE, Steps, TurnPlan
+from ._record import mark, mark_round, new_turn_id, replayed
 from ._rounds import add as _add
 from ._rounds import recover, run_tools
 
@@ -68,6 +72,9 @@ OBJECTIVE_KEY = "agent"
 
 
 _OBTAIN, _RELEASE = Obtain(), Release()  # no fields: one of each serves every turn
+_USER: Final = TurnStep.USER
+_DONE: Final = TurnStep.DONE
+_ANSWER: Final = TurnStep.ANSWER
 
 
 def turn_steps(plan: TurnPlan, text: str | None, attachments: Sequence[ContentBlock] = ()) -> Steps:
@@ -77,12 +84,19 @@ def turn_steps(plan: TurnPlan, text: str | None, attachments: Sequence[ContentBl
     abandoned = False  # closed by the garbage collector: a driver bug, nothing can be yielded
     try:
         _prepare(context, plan)
-        recovered = None
         if text is None:
-            _check_resumable(context)
-            recovered = yield from recover(context, plan)
+            recovered = yield from _resume(context, plan)
         else:
+            prior, start = context.open_turn, len(context.messages)
+            if (prior is None and not start) or (prior is not None and prior.step == _DONE):
+                recovered = None  # the usual turn: the last one ended (or there was none)
+                plan.turn_id = plan.state.turn_id = turn_id = new_turn_id()
+            else:
+                recovered = yield from _pick_up(context, plan)
+                turn_id = plan.turn_id
+            plan.start = start
             _add(context, plan, _user_message(text, attachments, plan.handler))
+            context.open_turn = OpenTurn(turn_id, _USER, start)  # in the save that follows
             yield plan.saving(context)  # waited: durable before the model is called
         reply = yield from _answer_all(context, plan)
         if recovered is not None:
@@ -98,6 +112,40 @@ def turn_steps(plan: TurnPlan, text: str | None, attachments: Sequence[ContentBl
         plan.state.close()
         if not abandoned:
             yield _RELEASE
+
+
+def _begin(plan: TurnPlan, turn_id: str, start: int) -> None:
+    plan.turn_id = plan.state.turn_id = turn_id
+    plan.start = start
+
+
+def _pick_up(context: ConversationContext, plan: TurnPlan) -> Generator[Any, Any, Recovered | None]:
+    """A new turn's start when the last turn was cut short (its record open, or a record
+    from before records whose last round holds interrupted results): the recovery a
+    ``resume`` would make first, under the new turn's id."""
+    _begin(plan, new_turn_id(), len(context.messages))
+    return (yield from recover(context, plan, always=context.open_turn is not None))
+
+
+def _resume(context: ConversationContext, plan: TurnPlan) -> Generator[Any, Any, Recovered | None]:
+    """A resumed turn's start: it keeps the interrupted turn's id and first replays the
+    steps it made durable (a follower joining now sees the whole turn), then recovers, and
+    saves before the model is called (the restore's interrupted answers included)."""
+    _check_resumable(context)
+    prior = context.open_turn
+    if prior is not None:
+        _begin(plan, prior.id, prior.start)
+        yield from replayed(context.messages[prior.start :])
+    else:
+        _begin(plan, new_turn_id(), len(context.messages))
+    recovered = yield from recover(context, plan, always=prior is not None)
+    last = context.messages[-1]
+    if type(last) is OutgoingMessage and last.blocks and type(last.blocks[0]) is ToolResultBlock:
+        mark_round(context, plan)
+    else:
+        mark(context, plan, TurnStep.USER)
+    yield plan.saving(context)  # waited: the repaired results durable before the model call
+    return recovered
 
 
 def _prepare(context: ConversationContext, plan: TurnPlan) -> None:
@@ -151,6 +199,7 @@ def _typed(context: ConversationContext, plan: TurnPlan, reply: Reply) -> Steps:
             app_authored=True,
         ),
     )
+    mark(context, plan, TurnStep.USER)
     yield plan.saving(context)
     reply = yield from _rounds(context, plan)
     try:
@@ -167,6 +216,7 @@ def _take_offers(context: ConversationContext, plan: TurnPlan, offers: list[str]
     for text in offers:
         _add(context, plan, _user_message(text, (), plan.handler))
         yield OfferAccepted(text=text)
+    mark(context, plan, TurnStep.USER)
     yield plan.saving(context)
     return Reply(text="", usage=plan.usage, messages=[])
 
@@ -178,6 +228,7 @@ def _rounds(context: ConversationContext, plan: TurnPlan) -> Steps:
         response = yield from _ask(context, plan)
         calls = response.tool_uses
         _add(context, plan, IncomingMessage(blocks=response.blocks, compactable=bool(calls)))
+        context.open_turn = OpenTurn(plan.turn_id, _ANSWER if calls else _DONE, plan.start)
         yield plan.saving(context)  # waited: tools may act on the world next
         if not calls:
             return _reply(plan, response, exhausted=False)
@@ -200,12 +251,17 @@ def _reply(plan: TurnPlan, response: LLMResponse, *, exhausted: bool) -> Reply:
 
 
 def _check_resumable(context: ConversationContext) -> None:
-    """Refuse to resume a conversation whose last turn ended with the model's answer."""
+    """Refuse to resume a conversation whose last turn ended with the model's answer (its
+    open-turn record says so; a record from before records: its last message is that)."""
     last = context.messages[-1] if context.messages else None
-    answered = isinstance(last, IncomingMessage) and not any(
-        isinstance(b, ToolUseBlock) for b in last.blocks
-    )
-    if last is None or answered:
+    record = context.open_turn
+    if record is not None:
+        ended = not record.open
+    else:
+        ended = isinstance(last, IncomingMessage) and not any(
+            isinstance(b, ToolUseBlock) for b in last.blocks
+        )
+    if last is None or ended:
         raise IllegalStateError(
             f"Conversation {context.conversation_id} has no interrupted turn to resume."
         )
@@ -310,6 +366,8 @@ def _end_abnormally(context: ConversationContext, plan: TurnPlan, exc: BaseExcep
             last.blocks.extend(results)  # the round's results message, some calls finished
         else:
             _add(context, plan, OutgoingMessage(blocks=results, compactable=True))
+        if plan.turn_id:
+            mark_round(context, plan)
     for text in plan.state.close():
         _add(context, plan, _user_message(text, (), plan.handler))
     try:

@@ -170,6 +170,8 @@ def _as_of(
     ledger = None if usage is None else (len(usage), usage)
     snapshot = decode_record(cid, head.user_id, len(messages), body, messages, ledger)
     snapshot.stored_version = version
+    if version == head.version:  # the header keeps the current version's open-turn record
+        snapshot.turn = head.turn
     return snapshot
 
 

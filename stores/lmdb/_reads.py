@@ -89,6 +89,7 @@ def record_of(
     usage = run_of(txn, dbs.usage, key, count) if count else []
     snapshot = decode_record(cid, head.user_id, head.message_count, body, messages, (count, usage))
     snapshot.stored_version = head.version
+    snapshot.turn = head.turn
     return snapshot
 
 

@@ -82,9 +82,10 @@ class Writes:
                     message_count=len(plan.items),
                     version=version,
                     usage_count=len(usage.items),
+                    turn=snapshot.turn,
                 )
             else:
-                head = advanced(old, now, len(plan.items), len(usage.items))
+                head = advanced(old, now, len(plan.items), len(usage.items), snapshot.turn)
             self._put(txn, key, cid, old, head, body, plan, usage)
             return head.version
 
@@ -115,7 +116,8 @@ class Writes:
                 )
             if snapshot.stored_version != old.version:
                 raise StaleVersionError(cid, snapshot.stored_version, old.version)
-            head = advanced(old, self._book.moment(self._now), len(plan.items), len(usage.items))
+            moment = self._book.moment(self._now)
+            head = advanced(old, moment, len(plan.items), len(usage.items), snapshot.turn)
             self._put(txn, key, cid, old, head, body, plan, usage)
             return head.version
 

@@ -7,7 +7,8 @@ The tables live in the first schema of the connection's ``search_path``:
   version), indexed by owner and recency for listing.
 - ``parlour_versions``: one row per kept version of a conversation: when it was saved, the
   snapshot without its messages and usage ledger, how many messages and ledger entries it
-  had (the ledger's count NULL: a version saved before layout 2, whose body holds it).
+  had (the ledger's count NULL: a version saved before layout 2, whose body holds it), and
+  the open-turn record the save carried (NULL: none).
 - ``parlour_messages``: one row per message a save wrote, valid from the version that wrote
   it until (not including) the version that replaced or removed it; NULL while current.
 - ``parlour_usage``: one row per usage ledger entry a save wrote, valid the same way.
@@ -23,7 +24,7 @@ from parlour.runtime.errors import IllegalStateError
 if TYPE_CHECKING:
     import psycopg
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # an arbitrary constant: the advisory lock that serializes migrations across processes
 _MIGRATION_LOCK = 0x7061726C6F7572
@@ -85,6 +86,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """CREATE INDEX parlour_usage_current
             ON parlour_usage (conversation_id, idx) WHERE to_version IS NULL""",
         "ALTER TABLE parlour_versions ADD COLUMN usage_count integer",
+    ),
+    (  # the open-turn record beside the body (NULL: none, as every version before layout 3)
+        "ALTER TABLE parlour_versions ADD COLUMN turn bytea",
     ),
 )
 

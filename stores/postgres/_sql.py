@@ -13,8 +13,9 @@ from __future__ import annotations
 _WRITE_TAIL = """
 , kept AS (
     INSERT INTO parlour_versions
-        (conversation_id, version, saved_at, message_count, body, usage_count)
-    SELECT %(cid)s, head.version, %(now)s, %(count)s, %(body)b, %(ucount)s FROM head
+        (conversation_id, version, saved_at, message_count, body, usage_count, turn)
+    SELECT %(cid)s, head.version, %(now)s, %(count)s, %(body)b, %(ucount)s, %(turn)b
+    FROM head
 ), closed AS (
     UPDATE parlour_messages m SET to_version = head.version FROM head
     WHERE m.conversation_id = %(cid)s AND m.to_version IS NULL AND m.idx >= %(start)s
@@ -72,8 +73,9 @@ HEAD = "SELECT user_id, version FROM parlour_conversations WHERE conversation_id
 EXISTS = """
 SELECT 1 FROM parlour_conversations WHERE conversation_id = %(cid)s AND user_id = %(user)s"""
 
-# owner, version, message count, body, messages, ledger count, ledger entries: all but the
-# first only for the owner (the entries only when the version counts its ledger)
+# owner, version, message count, body, messages, ledger count, ledger entries, open-turn
+# record: all but the first only for the owner (the entries only when the version counts
+# its ledger)
 _READ = """
 SELECT c.user_id, v.version, v.message_count, v.body,
     CASE WHEN c.user_id = %(user)s THEN ARRAY(
@@ -82,7 +84,8 @@ SELECT c.user_id, v.version, v.message_count, v.body,
     v.usage_count,
     CASE WHEN v.usage_count > 0 THEN ARRAY(
         SELECT u.entry FROM parlour_usage u
-        WHERE u.conversation_id = c.conversation_id AND {visible_usage} ORDER BY u.idx) END
+        WHERE u.conversation_id = c.conversation_id AND {visible_usage} ORDER BY u.idx) END,
+    v.turn
 FROM parlour_conversations c
 LEFT JOIN parlour_versions v ON v.conversation_id = c.conversation_id
     AND c.user_id = %(user)s AND v.version = {version}

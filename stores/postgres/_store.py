@@ -21,6 +21,7 @@ from .._body import Body, body_after
 from .._ids import require_id, user_key
 from .._memory import DeleteListeners
 from .._protocols import ConversationSummary, ConversationVersion, Settle, saved_now
+from .._records import decode_turn, encode_turn
 from . import _sql as sql
 from ._database import Database
 from ._support import Remembered, checked, decode_row, encode_messages, encode_usage
@@ -165,6 +166,7 @@ class PostgresStore:
             "ucount": len(usage),
             "ustart": ustart,
             "usage": encode_usage(usage[ustart:]),
+            "turn": encode_turn(snapshot.turn),
         }
 
     def _refusal(self, cid: str, user_id: str, expected: int) -> Exception:
@@ -344,13 +346,15 @@ class PostgresStore:
         rows = self._db.rows(query, {"cid": cid, "user": user_id, **extra})
         if not rows:
             return None
-        owner, version, count, body, messages, ucount, entries = rows[0]
+        owner, version, count, body, messages, ucount, entries, turn = rows[0]
         if owner != user_id:
             raise not_owned(cid, user_id)
         if body is None:
             return None
         usage = None if ucount is None else (ucount, entries or [])
-        return decode_row(cid, owner, version, body, messages, count, usage), usage is not None
+        snapshot = decode_row(cid, owner, version, body, messages, count, usage)
+        snapshot.turn = decode_turn(cid, turn)
+        return snapshot, usage is not None
 
     # -- plumbing ---------------------------------------------------------------------------
 

@@ -198,7 +198,8 @@ def test_a_joiner_gets_the_text_so_far_then_live_events_and_another_user_gets_no
         opened.set()
         rest = [e async for e in joined]
         reply = await task
-        assert first == TextDelta(text="Opening it.", seq=3)  # numbered as the tool call
+        assert first == TextDelta(text="Opening it.", seq=3, turn=first.turn)  # as the call
+        assert first.turn and {e.turn for e in rest} == {first.turn}  # one turn's id on each
         assert [e.content for e in rest if isinstance(e, ToolCallFinished)] == ["opened"]
         assert isinstance(rest[-1], TurnDone) and rest[-1].reply == reply
         assert [e async for e in service.join(cid, "alice")] == []  # idle: ends at once
@@ -273,7 +274,11 @@ def test_an_offer_taken_by_an_async_turn_is_announced_and_answered(
     events = asyncio.run(main())
     offered = [i for i, e in enumerate(events) if isinstance(e, OfferAccepted)]
     assert len(offered) == 1
-    assert events[offered[0]] == OfferAccepted(text="and close it after", seq=offered[0] + 1)
+    turn = events[0].turn
+    assert events[offered[0]] == OfferAccepted(
+        text="and close it after", seq=offered[0] + 1, turn=turn
+    )
+    assert turn and {e.turn for e in events} == {turn}  # the offer's answer is the same turn
     assert [e.seq for e in events] == list(range(1, len(events) + 1))  # the whole turn
     assert any(isinstance(e, TextDelta) for e in events[offered[0] :])
     assert isinstance(events[-1], TurnDone)
@@ -347,7 +352,8 @@ def test_a_joiner_on_a_loop_follows_a_turn_running_in_a_thread(
 
     events = asyncio.run(follow())
     turn.join(10)
-    assert events[0] == TextDelta(text="Opening.", seq=2)  # numbered as the tool call
+    assert events[0] == TextDelta(text="Opening.", seq=2, turn=events[0].turn)  # as the call
+    assert events[0].turn and {e.turn for e in events} == {events[0].turn}
     assert isinstance(events[-1], TurnDone) and events[-1].reply == outcome["reply"]
 
 

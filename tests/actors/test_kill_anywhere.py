@@ -385,18 +385,24 @@ def _assert_paired(body: dict[str, Any]) -> None:
 
 
 def _recover(killed: Killed, copy: Path, go: str) -> None:
-    """On a copy of the killed store, go on with ``go`` (a new message, or ``resume`` with
-    ``work`` declared safe to run again): the request pairs every call, the turn ends with
-    the model's answer, nothing acknowledged is lost or doubled, and only the calls of
-    ``work`` left without a result run again (on ``resume``)."""
+    """On a copy of the killed store, go on with ``go`` (a new message, or ``resume``; either
+    recovers first, ``work`` declared safe to run again): the request pairs every call, the
+    turn ends with the model's answer, nothing acknowledged is lost or doubled, and only the
+    calls of ``work`` left without a result (or with the interrupted result an earlier
+    recovery saved) run again."""
     shutil.copytree(killed.data, copy)
     before = _stored(copy, killed.conversation_id)
+    interrupted = {
+        r.tool_use_id for r in _results(before) if r.content.startswith("The call to work was")
+    }
     dangling = [d.call for d in dangling_calls(before.messages)]
-    reruns = {_tag(c) for c in dangling if c.name == "work"} if go == "resume" else set()
+    calls = [b for m in before.messages for b in m.blocks if isinstance(b, ToolUseBlock)]
+    reruns = {_tag(c) for c in dangling if c.name == "work"}
+    reruns |= {_tag(c) for c in calls if c.id in interrupted}
     runs = _runs(killed.runs)
     server = MockProvider(anthropic_message(RECOVERED))
     model = AnthropicClient("claude-sonnet-4-5", client=mock_anthropic_sdk(server))
-    tools = _tools(killed.runs, rerun=go == "resume")
+    tools = _tools(killed.runs, rerun=True)
     agent = Agent(model, tools=tools, output=OutputSize.COMPACT, depth=Depth.IMMEDIATE)
     with LmdbStore(copy) as store, ConversationService(store) as service:
         chat = agent.chat(service, user_id=USER, conversation_id=killed.conversation_id)
@@ -404,6 +410,9 @@ def _recover(killed: Killed, copy: Path, go: str) -> None:
         reply = chat.resume() if go == "resume" else chat.send("Hello again?")
         assert reply.text == RECOVERED
         assert not chat.interrupted
+    # either way the turn says it picked up an interrupted one, and what it ran again
+    assert reply.recovered is not None
+    assert {_tag(c) for c in calls if c.id in reply.recovered.rerun} == reruns
     assert len(server.bodies) == 1
     _assert_paired(server.last_body)
     if go == "send":
@@ -415,7 +424,11 @@ def _recover(killed: Killed, copy: Path, go: str) -> None:
     last = stored.messages[-1]
     assert last.role == "assistant" and [b.text for b in last.blocks] == [RECOVERED]
     assert dangling_calls(stored.messages) == []
-    kept = {(r.tool_use_id, r.content, r.is_error) for r in _results(before)}
+    kept = {
+        (r.tool_use_id, r.content, r.is_error)
+        for r in _results(before)
+        if r.tool_use_id not in interrupted
+    }
     assert kept <= {(r.tool_use_id, r.content, r.is_error) for r in _results(stored)}
     _assert_kept(killed, stored, answered=True)
     assert _runs(killed.runs) == runs  # the killed process's notes: nothing ran as it
@@ -459,8 +472,9 @@ def test_a_recovery_killed_while_it_resumes_leaves_a_conversation_the_next_one_f
     killed = _killed(tmp_path / "killed", SHAPE, ["tool", 0, 2])
     _kill_recovery(killed)
     stored = _stored(killed.data, killed.conversation_id)
-    # the restore's interrupted answer is not a step of its own: it may or may not be kept
-    _assert_kept(killed, stored, answered=False)
+    # the resume saved the restore's interrupted answer before its model call
+    _assert_kept(killed, stored, answered=True)
+    assert stored.turn is not None and stored.turn.open
     _check(killed, tmp_path)
 
 
@@ -491,5 +505,6 @@ def test_any_turn_killed_at_any_step_keeps_what_it_acknowledged_once_and_recover
     killed = _killed(base / "killed", rounds, kill)
     if kill_recovery_too:
         _kill_recovery(killed)
-        _assert_kept(killed, _stored(killed.data, killed.conversation_id), answered=False)
+        # killed in its model call: it had saved what the restore repaired
+        _assert_kept(killed, _stored(killed.data, killed.conversation_id), answered=True)
     _check(killed, base)

@@ -115,18 +115,18 @@ def test_a_body_naming_another_conversation_or_owner_than_its_row_is_corrupt(
 def test_a_fresh_database_gets_the_tables_at_the_current_layout(
     store: PostgresStore, postgres_conninfo: str
 ) -> None:
-    assert _sql(postgres_conninfo, "SELECT version FROM parlour_schema") == [(2,)]
+    assert _sql(postgres_conninfo, "SELECT version FROM parlour_schema") == [(3,)]
     store.create_context(_conversation(1).to_snapshot(), "alice")
     with PostgresStore(postgres_conninfo) as reopened:
         assert reopened.version_of("c1", "alice") == 1
-    assert _sql(postgres_conninfo, "SELECT version FROM parlour_schema") == [(2,)]
+    assert _sql(postgres_conninfo, "SELECT version FROM parlour_schema") == [(3,)]
 
 
 def test_a_database_laid_out_by_a_newer_parlour_is_refused_naming_it_without_the_password(
     store: PostgresStore, postgres_conninfo: str
 ) -> None:
     _sql(postgres_conninfo, "UPDATE parlour_schema SET version = 99")
-    with pytest.raises(IllegalStateError, match=r"layout 99, newer than .* \(2\); upgrade") as e:
+    with pytest.raises(IllegalStateError, match=r"layout 99, newer than .* \(3\); upgrade") as e:
         PostgresStore(postgres_conninfo + " password=hunter2")  # trust auth ignores it
     assert "hunter2" not in str(e.value) and "search_path" in str(e.value)
 
@@ -151,7 +151,7 @@ def test_stores_opening_an_empty_database_at_once_lay_it_out_once(postgres_conni
     for made in opened:
         made.close()
     assert failures == [] and len(opened) == 4
-    assert _sql(postgres_conninfo, "SELECT version FROM parlour_schema") == [(2,)]
+    assert _sql(postgres_conninfo, "SELECT version FROM parlour_schema") == [(3,)]
 
 
 def test_a_closed_store_refuses_every_call_and_closing_again_is_harmless(

@@ -119,6 +119,7 @@ def _as_layout_1(conninfo: str, ledgers: dict[int, list[dict[str, Any]]]) -> Non
         )
     _sql(conninfo, "DROP TABLE parlour_usage")
     _sql(conninfo, "ALTER TABLE parlour_versions DROP COLUMN usage_count")
+    _sql(conninfo, "ALTER TABLE parlour_versions DROP COLUMN turn")
     _sql(conninfo, "UPDATE parlour_schema SET version = 1")
 
 
@@ -133,7 +134,7 @@ def test_a_database_laid_out_before_ledger_rows_migrates_and_every_version_still
         store.save_context(c.to_snapshot(), "alice")
     _as_layout_1(postgres_conninfo, ledgers)
     with PostgresStore(postgres_conninfo) as store:
-        assert _sql(postgres_conninfo, "SELECT version FROM parlour_schema") == [(2,)]
+        assert _sql(postgres_conninfo, "SELECT version FROM parlour_schema") == [(3,)]
         loaded = store.load("c1", "alice")
         assert loaded is not None and loaded.usage == ledgers[2]
         c = loaded.to_conversation()

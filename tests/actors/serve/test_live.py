@@ -232,9 +232,16 @@ def test_a_turn_run_outside_the_host_is_followed_through_the_service(
             joined = sse_events(j)
             assert next(joined) == {"type": "watching", "running": False}
             # the text so far, numbered as the turn's latest event (the tool call after it)
-            assert next(joined) == {"type": "text_delta", "seq": 2, "text": "Calling hold_on."}
+            head = next(joined)
+            assert head == {
+                "type": "text_delta",
+                "seq": 2,
+                "turn": head["turn"],
+                "text": "Calling hold_on.",
+            }
             gate.opened.set()
             rest = list(joined)
+            assert head["turn"] and {e["turn"] for e in rest[:-1]} == {head["turn"]}
     turn.join(10)
     kinds = [e["type"] for e in rest]
     assert "tool_result" in kinds and kinds[-1] == "done"

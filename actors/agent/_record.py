@@ -1,0 +1,78 @@
+"""The turn's side of the open-turn record (``parlour.runtime.OpenTurn``): the turn id, the
+step each boundary save records, and the events a resumed turn replays from it.
+
+The record rides in the save of the boundary it describes (it is a field of the context's
+snapshot, which the stores keep beside the body): no extra commit. ``mark`` sets it just
+before a boundary's save; the turn's final save marks it ``DONE``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from collections.abc import Sequence
+from typing import Literal
+
+from parlour.runtime import ConversationContext, IncomingMessage, Message, OpenTurn, TurnStep
+from parlour.runtime.blocks import TextBlock, ToolResultBlock, ToolUseBlock
+
+from .._thinker import Event
+from ._events import TextDelta, ToolCallFinished, ToolCallStarted
+from ._plan import TurnPlan
+
+__all__ = ["mark", "mark_round", "new_turn_id", "replayed"]
+
+Step = Literal["user", "answer", "tools", "approval", "done"]  # ``OpenTurn.step``'s
+_PROCESS = secrets.token_hex(6)  # drawn once: a turn id costs a counter step, no syscall
+_COUNT = itertools.count(1)
+
+
+def new_turn_id() -> str:
+    """A fresh turn id: unique in this process, and across processes with the 48 random
+    bits drawn at import."""
+    return f"turn-{_PROCESS}-{next(_COUNT):x}"
+
+
+def mark(context: ConversationContext, plan: TurnPlan, step: Step) -> None:
+    """Record ``step`` as the turn's last durable boundary (saved with the next save)."""
+    context.open_turn = OpenTurn(plan.turn_id, step, plan.start)
+
+
+def mark_round(context: ConversationContext, plan: TurnPlan) -> None:
+    """Record a tool round whose results message (the last message) answers the calls it
+    holds so far."""
+    answered = tuple(
+        b.tool_use_id for b in context.messages[-1].blocks if type(b) is ToolResultBlock
+    )
+    context.open_turn = OpenTurn(plan.turn_id, TurnStep.TOOLS, plan.start, answered)
+
+
+def replayed(messages: Sequence[Message]) -> list[Event]:
+    """The events of a turn's durable steps, from its stored messages: each model answer's
+    text and calls, each saved result (a resumed turn publishes them first, so a follower
+    that joins it after a restart sees the whole turn)."""
+    names: dict[str, str] = {}
+    events: list[Event] = []
+    for message in messages:
+        if isinstance(message, IncomingMessage):
+            text = "".join(b.text for b in message.blocks if type(b) is TextBlock)
+            if text:
+                events.append(TextDelta(text=text))
+            for call in message.blocks:
+                if type(call) is ToolUseBlock:
+                    names[call.id] = call.name
+                    events.append(
+                        ToolCallStarted(call_id=call.id, name=call.name, arguments=call.input_json)
+                    )
+            continue
+        events.extend(
+            ToolCallFinished(
+                call_id=b.tool_use_id,
+                name=names.get(b.tool_use_id, ""),
+                content=b.content,
+                is_error=b.is_error,
+            )
+            for b in message.blocks
+            if type(b) is ToolResultBlock
+        )
+    return events
