@@ -16,7 +16,7 @@ from parlour.runtime.blocks import RedactedThinkingBlock, ThinkingBlock
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot, encode_snapshot
 from parlour.stores import ConversationSummary, PersistentStore
 
-from ...agent._ledger import ModelCallRecord
+from ...agent._ledger import ModelCallRecord, decode_entries
 
 __all__ = [
     "conversation_view",
@@ -42,11 +42,10 @@ def load_mine(
         return None
 
 
-def conversation_view(
-    snapshot: ConversationPersistenceSnapshot, spec: ModelSpec, usage: list[Any]
-) -> dict[str, Any]:
+def conversation_view(snapshot: ConversationPersistenceSnapshot, spec: ModelSpec) -> dict[str, Any]:
     """A conversation as the inspector shows it: messages (thinking left out), the
-    transcript, the token count against the model's window, and the usage ledger."""
+    transcript, the token count against the model's window, and the usage ledger saved
+    with it (so it reads the same after a restart, and for turns another process ran)."""
     context = snapshot.to_conversation()
     return {
         "conversation_id": snapshot.conversation_id,
@@ -56,7 +55,7 @@ def conversation_view(
         "messages": [_message(m) for m in snapshot.messages],
         "transcript": Transcript.render(context),
         "tokens": {"used": context.get_total_tokens(spec), "window": spec.max_context_tokens},
-        "usage": [_entry(e) for e in usage],
+        "usage": [_entry(e) for e in decode_entries(snapshot.usage)],
     }
 
 
