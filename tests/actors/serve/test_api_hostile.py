@@ -10,6 +10,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from parlour.actors import ConversationService, asgi_app
+from parlour.runtime.blocks import TextBlock
 from parlour.stores import LmdbStore, MemorySessionCache
 
 from .serve_helpers import ALICE, TOKENS, Gate, create, make_agent, parse_sse
@@ -92,8 +93,9 @@ def test_a_new_conversation_with_a_text_starts_with_that_message(
     )
     snapshot = store.load(cid, "alice")
     assert snapshot is not None
-    users = [m for m in snapshot.messages if m.role == "user"]
-    assert [m.blocks[0].text for m in users] == ["first words", "next"]  # type: ignore[attr-defined]
+    user_blocks = [b for m in snapshot.messages if m.role == "user" for b in m.blocks]
+    said = [b.text for b in user_blocks if isinstance(b, TextBlock)]
+    assert said == ["first words", "next"]
     assert snapshot.title == "first words"
 
 
