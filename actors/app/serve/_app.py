@@ -207,13 +207,16 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
 
 
 async def _list(request: Request) -> Response:
-    """``?cursor=N&limit=M``: one page of the user's conversations, newest first."""
+    """``?cursor=N&limit=M&q=words``: one page of the user's conversations, newest first
+    (with ``q``, those whose title holds it, in any case)."""
     ctx = _ctx(request)
     user_id = user_of(request, ctx.tokens)
     limit = _int_param(request, "limit", 20, 1, ctx.page_limit)
     cursor = _int_param(request, "cursor", 0, 0, 10**9)
+    query = request.query_params.get("q", "")[:200]
     summaries = await asyncio.to_thread(ctx.store.list_conversations, user_id)
-    return JSONResponse(views.page_of(summaries, ctx.host.fresh(user_id), cursor, limit))
+    fresh = ctx.host.fresh(user_id)
+    return JSONResponse(views.page_of(summaries, fresh, cursor, limit, query))
 
 
 async def _create(request: Request) -> Response:
@@ -248,8 +251,10 @@ async def _read(request: Request) -> Response:
     if snapshot is None:
         view = views.empty_view(cid, spec)
     else:
-        view = await asyncio.to_thread(views.conversation_view, snapshot, spec)
+        formatter = ctx.turns.formatter
+        view = await asyncio.to_thread(views.conversation_view, snapshot, spec, formatter)
     view["running"] = ctx.host.running(user_id, cid)
+    view["interrupted"] = view["interrupted"] and not view["running"]
     view["versions_supported"] = ctx.keeps_history
     return JSONResponse(view)
 

@@ -13,7 +13,12 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Protocol, cast
 
-from parlour.runtime import ModelSpec
+from parlour.runtime import (
+    ContentFormatter,
+    GenericContentFormatter,
+    ModelSpec,
+    NativeToolsFormatter,
+)
 from parlour.runtime.errors import IllegalStateError
 
 from ..._service import ConversationService
@@ -49,6 +54,12 @@ class Turns(Protocol):
     @property
     def spec(self) -> ModelSpec: ...
 
+    @property
+    def formatter(self) -> ContentFormatter:
+        """How the model's client renders tools (natively, or as text), for the inspector's
+        view of what the model is sent."""
+        ...
+
     def chat(self, user_id: str, conversation_id: str | None = None) -> HostedChat: ...
 
     def offer(self, conversation_id: str, user_id: str, text: str) -> bool: ...
@@ -75,6 +86,10 @@ class LocalTurns:
     @property
     def spec(self) -> ModelSpec:
         return self.agent.client.spec
+
+    @property
+    def formatter(self) -> ContentFormatter:
+        return self.agent.client.formatter
 
     def chat(self, user_id: str, conversation_id: str | None = None) -> Chat:
         return self.agent.chat(self.service, user_id=user_id, conversation_id=conversation_id)
@@ -120,6 +135,12 @@ class ClusterTurns:
     @property
     def spec(self) -> ModelSpec:
         return self._spec
+
+    @property
+    def formatter(self) -> ContentFormatter:
+        """The offline model renders tools as text; every provider's client, natively."""
+        native = self._spec.provider != "scripted"
+        return NativeToolsFormatter() if native else GenericContentFormatter()
 
     def chat(self, user_id: str, conversation_id: str | None = None) -> ClusterChat:
         return self.cluster.chat(user_id=user_id, conversation_id=conversation_id)
