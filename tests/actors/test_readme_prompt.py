@@ -84,7 +84,8 @@ def test_a_typed_answer_adds_the_legend_and_its_instructions_ride_the_turn_unsto
     said = [b.text for b in prepared.turns[-1].blocks if isinstance(b, TextBlock)]
     assert said[0] == "Forecast for Paris"
     assert said[1].startswith("Reply with one JSON object, and nothing around it")
-    stored = service.store.load(request.conversation_id, "alice")  # type: ignore[union-attr]
+    assert service.store is not None and request.conversation_id is not None
+    stored = service.store.load(request.conversation_id, "alice")
     assert stored is not None
     kept = [b.text for m in stored.messages for b in m.blocks if isinstance(b, TextBlock)]
     assert not any("Reply with one JSON object" in text for text in kept)
