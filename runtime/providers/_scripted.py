@@ -27,7 +27,7 @@ from ..models._budget import OutputDeclaration
 from ..models._catalog_data import DEFAULT_SPECS
 from ..models._spec import ModelSpec
 from ._response import LLMResponse, StopReason, Usage
-from ._scripted_args import arguments_for, names_tool
+from ._scripted_args import arguments_for, tool_asked_for
 from ._template import LLMClient, TextCallback, WireRequest
 
 Reply = str | LLMResponse | Callable[[PreparedConversation], LLMResponse]
@@ -154,13 +154,15 @@ class ScriptedClient(LLMClient):
             return _response([TextBlock(text=text)], prepared, tally, model_id)
         text = " ".join(b.text for b in last.blocks if isinstance(b, TextBlock)).strip()
         turn = tally.answered + 1
-        for tool in tally.tools(prepared):
-            if names_tool(text, tool.name):
-                schema = json.loads(tool.schema_json) if tool.schema_json else None
-                arguments = json.dumps(arguments_for(schema, text))
-                call = ToolUseBlock(id=f"toolu_{turn:04d}_1", name=tool.name, input_json=arguments)
-                blocks: list[ContentBlock] = [TextBlock(text=f"Calling {tool.name}."), call]
-                return _response(blocks, prepared, tally, model_id, StopReason.TOOL_USE)
+        tools = {tool.name: tool for tool in tally.tools(prepared)}
+        asked = tool_asked_for(text, tools)
+        if asked is not None:
+            tool = tools[asked]
+            schema = json.loads(tool.schema_json) if tool.schema_json else None
+            arguments = json.dumps(arguments_for(schema, text))
+            call = ToolUseBlock(id=f"toolu_{turn:04d}_1", name=tool.name, input_json=arguments)
+            blocks: list[ContentBlock] = [TextBlock(text=f"Calling {tool.name}."), call]
+            return _response(blocks, prepared, tally, model_id, StopReason.TOOL_USE)
         answer = f"Answer {turn}: you said {text!r}."
         return _response([TextBlock(text=answer)], prepared, tally, model_id)
 

@@ -7,11 +7,13 @@ of the schema and the user's message: the same conversation always calls the sam
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["arguments_for", "names_tool"]
+__all__ = ["arguments_for", "names_tool", "tool_asked_for"]
 
 _FORMATS = {
     "date": "2025-01-01",
@@ -51,18 +53,34 @@ _COMMON = frozenset(
     }
 )
 _CAPITALISED = re.compile(r"\b[A-Z][\w'-]*")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_WORD = re.compile(r"\w+")
 
 
 def names_tool(text: str, name: str) -> bool:
     """Whether ``text`` asks for the tool ``name``: it holds the name itself, or one of the
     name's words (``get_weather``: "weather"; ``holdOn``: "hold") of four letters or more
     as a word of its own, in any case, that is not a common verb ("list", "search", ...)."""
-    if name in text:
-        return True
-    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name).replace("_", " ").replace("-", " ")
-    words = {w.lower() for w in spaced.split() if len(w) >= 4} - _COMMON
-    said = set(re.findall(r"\w+", text.lower()))
-    return bool(words & said)
+    return tool_asked_for(text, [name]) == name
+
+
+def tool_asked_for(text: str, names: Iterable[str]) -> str | None:
+    """The tool of ``names`` that ``text`` asks for (as ``names_tool``), or None: the first
+    whose whole name it holds, else the first one of whose words it says. The message's
+    words are read only when no whole name is in it."""
+    names = list(names)
+    whole = next((name for name in names if name in text), None)
+    if whole is not None:
+        return whole
+    said = set(_WORD.findall(text.lower()))
+    return next((name for name in names if not _words_of(name).isdisjoint(said)), None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _words_of(name: str) -> frozenset[str]:
+    """The words of a tool's name that ask for it: four letters or more, not common."""
+    spaced = _CAMEL.sub(" ", name).replace("_", " ").replace("-", " ")
+    return frozenset(w.lower() for w in spaced.split() if len(w) >= 4) - _COMMON
 
 
 def arguments_for(schema: dict[str, Any] | None, text: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import parlour.runtime
 from parlour.runtime import ConversationContext, StopReason, tool_from_function
-from parlour.runtime.providers._scripted_args import arguments_for, names_tool
+from parlour.runtime.providers._scripted_args import arguments_for, names_tool, tool_asked_for
 from parlour.runtime.testing import ScriptedClient
 
 
@@ -76,6 +76,9 @@ def test_a_message_that_asks_for_no_tool_is_answered_and_common_words_ask_for_no
     assert not names_tool("get me a list", "list_files")  # "list" is too common to count
     assert names_tool("show the files", "list_files") and names_tool("holdOn please", "holdOn")
     assert names_tool("I will hold on", "hold_on") and not names_tool("go on", "hold_on")
+    tools = ["get_weather", "weather_alerts"]
+    assert tool_asked_for("use weather_alerts", tools) == "weather_alerts"  # a whole name first
+    assert tool_asked_for("any weather news?", tools) == "get_weather"  # then the first by word
 
 
 SCHEMAS: st.SearchStrategy[dict[str, Any]] = st.recursive(
