@@ -20,6 +20,7 @@ from parlour.runtime.blocks import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from parlour.runtime.errors import ParlourError
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot, encode_snapshot
 from parlour.stores import ConversationSummary, PersistentStore
 
@@ -80,7 +81,10 @@ def prompt_view(context: ConversationContext, formatter: ContentFormatter) -> di
     """What the model is sent besides the messages: the system text (the head freezes at
     the first call, so every call saw this one) and the tools, each with the message it
     was announced at (0: in the head, from the first call on)."""
-    prepared = context.prepare_messages_for_llm(formatter)
+    try:
+        prepared = context.prepare_messages_for_llm(formatter)
+    except ParlourError as exc:  # a stored message no model could be sent: say so, not 500
+        return {"system": f"(this conversation does not render: {exc})", "tools": []}
     tools = [_tool(d, 0) for d in prepared.tool_definitions]
     for at, turn in enumerate(prepared.turns, start=1):
         tools += [_tool(b, at) for b in turn.blocks if isinstance(b, ToolDefinitionBlock)]
