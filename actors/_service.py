@@ -5,6 +5,9 @@ Its work is done by parts it holds, each with its own state, none holding the se
 saves at boundaries (with ``DeferredSaves``), ``Leases`` keeps what each job holds and
 releases it, ``Registry`` reaches the supervisor, its mirror and the session cache, and
 ``Lifecycle`` runs the sweep ticker and ``stop``, in its order.
+
+Why this module is long: it is the whole public face of the service, one short method per
+operation, each documenting its contract; the work itself lives in the parts above.
 """
 
 from __future__ import annotations
@@ -324,7 +327,7 @@ class ConversationService:
         """Follow the running agent turn on ``conversation_id``: first its text so far, then
         its live events; the iteration ends with the turn (its last event ``TurnDone`` when
         the turn succeeds). It ends at once when no turn runs, and for another user's
-        conversation, which is indistinguishable from an idle one.
+        conversation; ``turn_running`` tells the two apart (it refuses another user's).
 
         Args:
             after: resume a follow: every event of the running turn numbered (``seq``)
@@ -346,6 +349,19 @@ class ConversationService:
             async with contextlib.aclosing(host.follow(after)) as events:
                 async for event in events:
                     yield event
+
+    def turn_running(self, conversation_id: str, user_id: str) -> bool:
+        """Whether a turn others may join (``join``, ``offer``) runs on the conversation
+        now: how a follower whose ``join`` ended at once tells an idle conversation of its
+        own (False) from another user's (refused).
+
+        Raises:
+            PermissionError: another user's conversation, live or stored; the same refusal
+                in every state (busy, idle, stored or not), which says the id is taken.
+        """
+        if self._registry.holder(conversation_id, user_id) is None and self.store is not None:
+            self.store.version_of(conversation_id, user_id)  # a stored one's owner is checked
+        return self._host(conversation_id, user_id) is not None
 
     def _host(self, conversation_id: str, user_id: str) -> Joinable | None:
         """The owning thinker if it hosts a turn others may join; None for nobody, another

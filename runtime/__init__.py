@@ -82,6 +82,7 @@ from .providers import (
     WireRequest,
     client_for,
     respond_with_truncation_retry,
+    scripted_tool_calls,
 )
 from .schema._aliases import alias_of
 from .schema._function_tools import FunctionTool, tool_from_function
@@ -191,6 +192,7 @@ __all__ = [
     "render_tool_text",
     "resolve_grade",
     "respond_with_truncation_retry",
+    "scripted_tool_calls",
     "summary_model",
     "tool_from_function",
     "type_alias",

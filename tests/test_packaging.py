@@ -199,6 +199,7 @@ PINNED = {
         "render_tool_text",
         "resolve_grade",
         "respond_with_truncation_retry",
+        "scripted_tool_calls",
         "summary_model",
         "tool_from_function",
         "type_alias",

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 Reply = dict[str, Any] | tuple[int, dict[str, Any]] | bytes | BaseException
+# what an httpx2.MockTransport takes: a MockProvider, or any function of a request to a
+# response (``httpx2.Request`` to ``httpx2.Response``; typed loosely, httpx2 is optional)
+Handler = Callable[[Any], Any]
 
 
 class MockProvider:
@@ -60,33 +63,34 @@ def _as_stream(reply: dict[str, Any]) -> bytes | dict[str, Any]:
     return reply
 
 
-def _http_client(handler: MockProvider) -> Any:
+def _http_client(handler: Handler) -> Any:
     import httpx2
 
     return httpx2.Client(transport=httpx2.MockTransport(handler))
 
 
-def mock_anthropic_sdk(handler: MockProvider) -> Any:
-    """A real ``anthropic.Anthropic`` over ``handler``: a dummy key, no SDK retries."""
+def mock_anthropic_sdk(handler: Handler) -> Any:
+    """A real ``anthropic.Anthropic`` over ``handler`` (a ``MockProvider``, or any function
+    of an ``httpx2.Request`` to an ``httpx2.Response``): a dummy key, no SDK retries."""
     import anthropic
 
     return anthropic.Anthropic(api_key="test-key", max_retries=0, http_client=_http_client(handler))
 
 
-def mock_openai_sdk(handler: MockProvider) -> Any:
+def mock_openai_sdk(handler: Handler) -> Any:
     """A real ``openai.OpenAI`` over ``handler``: a dummy key, no SDK retries."""
     import openai
 
     return openai.OpenAI(api_key="test-key", max_retries=0, http_client=_http_client(handler))
 
 
-def _async_http_client(handler: MockProvider) -> Any:
+def _async_http_client(handler: Handler) -> Any:
     import httpx2
 
     return httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
 
 
-def mock_async_anthropic_sdk(handler: MockProvider) -> Any:
+def mock_async_anthropic_sdk(handler: Handler) -> Any:
     """A real ``anthropic.AsyncAnthropic`` over ``handler``: a dummy key, no SDK retries."""
     import anthropic
 
@@ -94,7 +98,7 @@ def mock_async_anthropic_sdk(handler: MockProvider) -> Any:
     return anthropic.AsyncAnthropic(api_key="test-key", max_retries=0, http_client=http)
 
 
-def mock_async_openai_sdk(handler: MockProvider) -> Any:
+def mock_async_openai_sdk(handler: Handler) -> Any:
     """A real ``openai.AsyncOpenAI`` over ``handler``: a dummy key, no SDK retries."""
     import openai
 

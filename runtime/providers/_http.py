@@ -49,13 +49,15 @@ class HttpSdkClient(LLMClient):
             ``api_key`` and ``max_retries`` are not used for it. ``sdk_client=`` is its
             deprecated name.
         async_client: a ready async SDK client (``AsyncAnthropic``, ``AsyncOpenAI``) for
-            ``arespond``; else one is made from the key at the first ``arespond``.
+            ``arespond``; else one is made from the key at the first ``arespond``. Given
+            alone (no ``client``), no key is wanted until a blocking call is made.
         max_retries: the SDK's own retry with backoff for rate limits, overload, timeouts.
         catalog, depth, output_declaration: see ``LLMClient``.
 
     Raises:
         ImportError: the SDK is missing; the message names the pip extra.
-        UncorrectableLLMError: no API key is configured; the message names the variable.
+        UncorrectableLLMError: no API key is configured (and neither SDK client is given);
+            the message names the variable.
     """
 
     formatter = NativeToolsFormatter()
@@ -86,10 +88,26 @@ class HttpSdkClient(LLMClient):
         self._sdk = require_sdk(self.module, self.module)
         client = injected(client, sdk_client, "sdk_client")
         self._api_key, self._max_retries = api_key, max_retries
-        if client is None:
-            client = self._make(self.provider)
-        self.sdk_client = client
+        if client is None and async_client is None:
+            client = self._make(self.provider)  # no key is refused here, not at first use
+        self._client = client
         self._async_client = async_client
+
+    @property
+    def sdk_client(self) -> Any:
+        """The SDK client the blocking calls use; given only an ``async_client``, it is
+        made from the key at the first blocking call.
+
+        Raises:
+            UncorrectableLLMError: none was given and no API key is configured.
+        """
+        if self._client is None:
+            self._client = self._make(self.provider)
+        return self._client
+
+    @sdk_client.setter
+    def sdk_client(self, client: Any) -> None:
+        self._client = client
 
     def _make(self, cls_name: str) -> Any:
         key = require_key(self._api_key, self.env_var, self.provider)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -27,6 +27,7 @@ from ..models._budget import OutputDeclaration
 from ..models._catalog_data import DEFAULT_SPECS
 from ..models._spec import ModelSpec
 from ._response import LLMResponse, StopReason, Usage
+from ._scripted_args import arguments_for, tool_asked_for
 from ._template import LLMClient, TextCallback, WireRequest
 
 Reply = str | LLMResponse | Callable[[PreparedConversation], LLMResponse]
@@ -39,9 +40,14 @@ class ScriptedClient(LLMClient):
 
     Args:
         replies: answers used in order, each a text, a ready ``LLMResponse``, or a function
-            of the prepared conversation. When they run out (or none are given) the default
-            applies: a turn whose last user message names a declared tool calls that tool;
-            a turn answering tool results reports them; anything else is echoed.
+            of the prepared conversation, shared by every conversation. When they run out
+            (or none are given) the default applies: a turn whose last user message names a
+            declared tool (its name, or a word of it: "weather" for ``get_weather``) calls
+            that tool, with arguments made from its schema (every required property: see
+            ``arguments_for``); a turn answering tool results reports them; anything else
+            is echoed.
+        scripts: answers per conversation id, used before the shared ``replies`` for that
+            conversation's calls (``script`` adds more once a conversation's id is known).
         model_id: the id reported on every response (and of the spec, when none is given).
         spec: the model it stands in for; a conversation bound to any provider's model is
             served too, so budgets can be tested against real specs offline.
@@ -66,11 +72,13 @@ class ScriptedClient(LLMClient):
         depth: Depth | None = Depth.IMMEDIATE,
         output_declaration: OutputDeclaration | None = OutputSize.STANDARD,
         requests: list[WireRequest] | None = None,
+        scripts: Mapping[str, Iterable[Reply]] | None = None,
     ) -> None:
         if spec is None:
             spec = SCRIPTED_SPEC if model_id == "scripted" else _renamed(SCRIPTED_SPEC, model_id)
         super().__init__(spec, depth=depth, output_declaration=output_declaration)
         self._replies: deque[Reply] = deque(replies)
+        self._scripts: dict[str, deque[Reply]] = {}
         self.requests = requests
         self._tallies = _Tallies()
         own = type(self)  # a subclass that answers otherwise may block: not inline
@@ -78,6 +86,18 @@ class ScriptedClient(LLMClient):
             getattr(own, name) is getattr(ScriptedClient, name)
             for name in ("respond", "_send", "_stream", "_send_with", "_default")
         )
+        for conversation_id, answers in (scripts or {}).items():
+            self.script(conversation_id, *answers)
+
+    def script(self, conversation_id: str, *replies: Reply) -> None:
+        """Queue ``replies`` for ``conversation_id``'s next calls (after those it has
+        queued), ahead of the shared replies; other conversations never see them.
+
+        Thread-safety: any thread; each conversation's answers are taken in call order.
+        """
+        self._scripts.setdefault(conversation_id, deque()).extend(replies)
+        if any(callable(r) for r in replies):
+            self._inline = False  # a function may block: its calls go to a model worker
 
     @property
     def answers_inline(self) -> bool:
@@ -89,8 +109,9 @@ class ScriptedClient(LLMClient):
         if self.requests is not None:
             self.requests.append(request)
         prepared = request.prepared
+        own = self._scripts.get(request.conversation_id or "")
         try:
-            reply = self._replies.popleft()
+            reply = own.popleft() if own else self._replies.popleft()
         except IndexError:
             return self._default(request)
         if isinstance(reply, str):
@@ -133,11 +154,15 @@ class ScriptedClient(LLMClient):
             return _response([TextBlock(text=text)], prepared, tally, model_id)
         text = " ".join(b.text for b in last.blocks if isinstance(b, TextBlock)).strip()
         turn = tally.answered + 1
-        for tool in tally.tools(prepared):
-            if tool.name in text:
-                call = ToolUseBlock(id=f"toolu_{turn:04d}_1", name=tool.name, input_json="{}")
-                blocks: list[ContentBlock] = [TextBlock(text=f"Calling {tool.name}."), call]
-                return _response(blocks, prepared, tally, model_id, StopReason.TOOL_USE)
+        tools = {tool.name: tool for tool in tally.tools(prepared)}
+        asked = tool_asked_for(text, tools)
+        if asked is not None:
+            tool = tools[asked]
+            schema = json.loads(tool.schema_json) if tool.schema_json else None
+            arguments = json.dumps(arguments_for(schema, text))
+            call = ToolUseBlock(id=f"toolu_{turn:04d}_1", name=tool.name, input_json=arguments)
+            blocks: list[ContentBlock] = [TextBlock(text=f"Calling {tool.name}."), call]
+            return _response(blocks, prepared, tally, model_id, StopReason.TOOL_USE)
         answer = f"Answer {turn}: you said {text!r}."
         return _response([TextBlock(text=answer)], prepared, tally, model_id)
 

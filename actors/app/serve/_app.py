@@ -13,7 +13,7 @@ import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -40,15 +40,13 @@ from ._http import (
 from ._tokens import TokenBook
 from ._turns import Turns
 
-if TYPE_CHECKING:
-    pass
-
 __all__ = ["build"]
 
 STATIC = Path(__file__).parent / "static"
 _ASSETS = {"app.js": "text/javascript", "app.css": "text/css"}
 _ID = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")
 _COOKIE_AGE_S = 30 * 24 * 3600
+_MAX_VERSION = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -209,23 +207,41 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
 
 
 async def _list(request: Request) -> Response:
-    """``?cursor=N&limit=M``: one page of the user's conversations, newest first."""
+    """``?cursor=N&limit=M&q=words``: one page of the user's conversations, newest first
+    (with ``q``, those whose title holds it, in any case)."""
     ctx = _ctx(request)
     user_id = user_of(request, ctx.tokens)
     limit = _int_param(request, "limit", 20, 1, ctx.page_limit)
     cursor = _int_param(request, "cursor", 0, 0, 10**9)
+    query = request.query_params.get("q", "")[:200]
     summaries = await asyncio.to_thread(ctx.store.list_conversations, user_id)
-    return JSONResponse(views.page_of(summaries, ctx.host.fresh(user_id), cursor, limit))
+    fresh = ctx.host.fresh(user_id)
+    return JSONResponse(views.page_of(summaries, fresh, cursor, limit, query))
 
 
 async def _create(request: Request) -> Response:
+    """A new conversation; with a body ``{"text": ...}``, started with that message (its
+    turn runs detached: follow it on ``.../events``, or read the conversation)."""
     ctx = _ctx(request)
     user_id = user_of(request, ctx.tokens)
+    text = None
+    if _has_body(request):
+        body = await json_body(request, ctx.max_body_bytes)
+        text = _text_of(body, ctx.max_text_chars) if body else None
     try:
         cid = ctx.host.create(user_id)
+        created: dict[str, Any] = {"conversation_id": cid}
+        if text is not None:
+            status, _, _ = await ctx.host.send(user_id, cid, text)
+            created["accepted"] = status
     except ShuttingDownError as exc:
         raise ApiError(503, str(exc)) from None
-    return JSONResponse({"conversation_id": cid}, status_code=201)
+    return JSONResponse(created, status_code=201)
+
+
+def _has_body(request: Request) -> bool:
+    length = request.headers.get("content-length")
+    return bool(request.headers.get("content-type")) or (length not in (None, "0"))
 
 
 async def _read(request: Request) -> Response:
@@ -235,9 +251,10 @@ async def _read(request: Request) -> Response:
     if snapshot is None:
         view = views.empty_view(cid, spec)
     else:
-        usage = ctx.turns.usage(cid, snapshot)
-        view = await asyncio.to_thread(views.conversation_view, snapshot, spec, usage)
+        formatter = ctx.turns.formatter
+        view = await asyncio.to_thread(views.conversation_view, snapshot, spec, formatter)
     view["running"] = ctx.host.running(user_id, cid)
+    view["interrupted"] = view["interrupted"] and not view["running"]
     view["versions_supported"] = ctx.keeps_history
     return JSONResponse(view)
 
@@ -280,18 +297,33 @@ async def _versions(request: Request) -> Response:
 async def _version(request: Request) -> Response:
     ctx, user_id, cid = await _mine(request)
     raw = request.path_params["version"]
-    try:
-        at: int | dt.datetime = int(raw) if raw.isdigit() else dt.datetime.fromisoformat(raw)
-    except ValueError:
-        raise ApiError(400, "A version is named by its number or an ISO 8601 timestamp.") from None
+    at = _version_of(raw)
     try:
         snapshot = await asyncio.to_thread(views.load_version, ctx.store, cid, user_id, at)
     except NotImplementedError as exc:
         raise ApiError(501, str(exc)) from None
     if snapshot is None:
-        raise _missing(cid)
+        raise ApiError(404, f"Conversation {cid} has no version {raw[:40]}; see its /versions.")
     spec = ctx.turns.spec
-    return JSONResponse(await asyncio.to_thread(views.conversation_view, snapshot, spec, []))
+    return JSONResponse(await asyncio.to_thread(views.conversation_view, snapshot, spec))
+
+
+def _version_of(raw: str) -> int | dt.datetime:
+    """A version's number (a number past any version a store keeps is refused here, before
+    it reaches one that stores 64-bit numbers) or a time.
+
+    Raises:
+        ApiError: 404 for a number past 2**63 - 1; 400 for neither a number nor a time.
+    """
+    if raw.isdigit():
+        if len(raw) > 19 or int(raw) > _MAX_VERSION:
+            raise ApiError(404, f"No version {raw[:40]}: versions are numbered up to 2**63 - 1.")
+        return int(raw)
+    try:
+        at = dt.datetime.fromisoformat(raw)
+    except ValueError:
+        raise ApiError(400, "A version is named by its number or an ISO 8601 timestamp.") from None
+    return at if at.tzinfo is not None else at.replace(tzinfo=dt.UTC)
 
 
 # -- turns ------------------------------------------------------------------------------------

@@ -92,12 +92,15 @@ def user_of(request: Request, book: TokenBook) -> str:
     return user_id
 
 
-async def json_body(request: Request, limit: int) -> dict[str, Any]:
-    """The request's JSON object, read up to ``limit`` bytes.
+async def json_body(
+    request: Request, limit: int, fields: frozenset[str] = frozenset({"text"})
+) -> dict[str, Any]:
+    """The request's JSON object, read up to ``limit`` bytes, with only ``fields`` in it.
 
     Raises:
         ApiError: 415 when it is not declared JSON, 413 beyond ``limit``, 400 when it is
-            not a JSON object.
+            not a JSON object (nested too deeply to read, too), or holds a string that is
+            not Unicode text (a lone surrogate), 422 naming a field it does not take.
     """
     if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
         raise ApiError(415, "The request body must be JSON (Content-Type: application/json).")
@@ -113,9 +116,29 @@ async def json_body(request: Request, limit: int) -> dict[str, Any]:
         value = json.loads(body)
     except ValueError:
         raise ApiError(400, "The request body is not valid JSON.") from None
+    except RecursionError:  # deep nesting fits in a small body; json recurses on it
+        raise ApiError(400, "The request body is nested too deeply.") from None
     if not isinstance(value, dict):
         raise ApiError(400, "The request body must be a JSON object.")
+    unknown = sorted(set(value) - fields)
+    if unknown:
+        named = ", ".join(repr(name[:100]) for name in unknown[:10])
+        taken = ", ".join(sorted(fields))
+        raise ApiError(422, f"Unknown field {named}; the body takes only: {taken}.")
+    for key, item in value.items():
+        if isinstance(item, str) and not _is_text(item):
+            raise ApiError(400, f"The field {key!r} holds a lone surrogate, not Unicode text.")
     return value
+
+
+def _is_text(value: str) -> bool:
+    """Whether ``value`` is Unicode text (JSON's ``\\ud800`` escapes decode to lone
+    surrogates, which no store, model or UTF-8 encoder takes)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # Frames that begin a turn, or come between turns: they clear the client's last event id

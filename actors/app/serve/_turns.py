@@ -3,25 +3,28 @@
 (``ClusterTurns``), whose shards run each turn where its conversation lives.
 
 The host asks both the same few things: a chat for a conversation, an offer to its running
-turn, the events of a turn some other code runs, a forced release, a removal, and the usage
-ledger to show.
+turn, the events of a turn some other code runs, a forced release and a removal.
+The usage ledger shown is the one saved with the conversation, read from the store.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
-from parlour.runtime import ModelSpec
+from parlour.runtime import (
+    ContentFormatter,
+    GenericContentFormatter,
+    ModelSpec,
+    NativeToolsFormatter,
+)
 from parlour.runtime.errors import IllegalStateError
-from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 
 from ..._service import ConversationService
 from ...agent._agent import Agent
 from ...agent._chat import Chat
 from ...agent._events import AgentEvent, TurnError
-from ...agent._ledger import decode_entries
 
 if TYPE_CHECKING:
     from ...cluster import AgentCluster, ClusterChat
@@ -45,11 +48,17 @@ class Turns(Protocol):
     """What the host asks of whatever runs its turns.
 
     ``offer``, ``force_release`` and ``remove`` may block (the host calls them off its
-    loop); ``chat`` and ``usage`` do not; ``join_running`` is iterated on the loop.
+    loop); ``chat`` does not; ``join_running`` is iterated on the loop.
     """
 
     @property
     def spec(self) -> ModelSpec: ...
+
+    @property
+    def formatter(self) -> ContentFormatter:
+        """How the model's client renders tools (natively, or as text), for the inspector's
+        view of what the model is sent."""
+        ...
 
     def chat(self, user_id: str, conversation_id: str | None = None) -> HostedChat: ...
 
@@ -62,10 +71,6 @@ class Turns(Protocol):
     def force_release(self, conversation_id: str, user_id: str) -> str | None: ...
 
     def remove(self, conversation_id: str, user_id: str) -> None: ...
-
-    def usage(
-        self, conversation_id: str, snapshot: ConversationPersistenceSnapshot
-    ) -> list[Any]: ...
 
 
 class LocalTurns:
@@ -81,6 +86,10 @@ class LocalTurns:
     @property
     def spec(self) -> ModelSpec:
         return self.agent.client.spec
+
+    @property
+    def formatter(self) -> ContentFormatter:
+        return self.agent.client.formatter
 
     def chat(self, user_id: str, conversation_id: str | None = None) -> Chat:
         return self.agent.chat(self.service, user_id=user_id, conversation_id=conversation_id)
@@ -107,10 +116,6 @@ class LocalTurns:
     def remove(self, conversation_id: str, user_id: str) -> None:
         self.service.remove_conversation(conversation_id, user_id)
 
-    def usage(self, conversation_id: str, snapshot: ConversationPersistenceSnapshot) -> list[Any]:
-        """This agent's ledger of the conversation (what it ran in this process)."""
-        return self.agent.ledger(conversation_id).entries()
-
 
 class ClusterTurns:
     """Turns on an ``AgentCluster``: each runs on its conversation's shard, its events
@@ -130,6 +135,12 @@ class ClusterTurns:
     @property
     def spec(self) -> ModelSpec:
         return self._spec
+
+    @property
+    def formatter(self) -> ContentFormatter:
+        """The offline model renders tools as text; every provider's client, natively."""
+        native = self._spec.provider != "scripted"
+        return NativeToolsFormatter() if native else GenericContentFormatter()
 
     def chat(self, user_id: str, conversation_id: str | None = None) -> ClusterChat:
         return self.cluster.chat(user_id=user_id, conversation_id=conversation_id)
@@ -166,10 +177,6 @@ class ClusterTurns:
         except TurnError as exc:
             _unless_lost(exc)
             raise IllegalStateError(str(exc)) from exc
-
-    def usage(self, conversation_id: str, snapshot: ConversationPersistenceSnapshot) -> list[Any]:
-        """The ledger saved with the conversation (the shard's agent keeps the live one)."""
-        return decode_entries(snapshot.usage)
 
 
 def _unless_lost(exc: TurnError) -> None:

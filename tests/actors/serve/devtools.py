@@ -130,7 +130,13 @@ class Page:
     def text_of(self, element_id: str) -> str:
         return str(self.js(f"document.getElementById({json.dumps(element_id)}).innerText"))
 
-    def screenshot(self, path: Path) -> Path:
-        data = self.call("Page.captureScreenshot", format="png")["data"]
+    def screenshot(self, path: Path, *, whole: bool = False) -> Path:
+        """The viewport as a PNG at ``path`` (``whole``: the whole page, below the fold too)."""
+        params: dict[str, Any] = {"format": "png"}
+        if whole:
+            size = self.call("Page.getLayoutMetrics")["cssContentSize"]
+            clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
+            params |= {"captureBeyondViewport": True, "clip": clip}
+        data = self.call("Page.captureScreenshot", **params)["data"]
         path.write_bytes(base64.b64decode(data))
         return path

@@ -13,7 +13,7 @@ import pytest
 
 from parlour.stores import LmdbStore
 
-from .devtools import CHROMIUM, Browser
+from .devtools import CHROMIUM, Browser, Page
 from .serve_helpers import HOLD, Gate, LiveServer
 
 IN_CI = os.environ.get("CI") == "true"
@@ -25,6 +25,23 @@ pytestmark = [
     ),
 ]
 DOCS_SHOT = os.environ.get("PARLOUR_DOCS_SCREENSHOT")  # set to refresh the docs' image
+
+
+# whether an element is on screen: laid out (a box), not display:none, not invisible
+VISIBLE = (
+    "(e => { const s = getComputedStyle(e), r = e.getBoundingClientRect();"
+    " return s.display !== 'none' && s.visibility !== 'hidden' && r.width > 0 && r.height > 0;"
+    " })(document.getElementById({id!r}))"
+)
+# every request the page makes, recorded
+SPY = (
+    "window.sent = []; const f = window.fetch;"
+    " window.fetch = (url, o) => { window.sent.push(String(url)); return f(url, o); }; true"
+)
+
+
+def visible(page: Page, element_id: str) -> bool:
+    return bool(page.js(VISIBLE.replace("{id!r}", repr(element_id))))
 
 
 @pytest.fixture
@@ -39,12 +56,15 @@ def test_the_inspector_chats_streams_and_a_second_page_follows_the_running_turn(
 ) -> None:
     first = browser.page(f"{live.url}/#token=alice-token")
     first.wait("!document.getElementById('app').hidden")
+    assert visible(first, "app") and not visible(first, "signin")
+    assert not visible(first, "chat")  # no conversation is open: nowhere to type
     assert first.text_of("who") == "alice"
     assert first.js("location.hash") == ""  # the token left the address bar
     assert "alice-token" not in first.js("document.cookie")  # the cookie is HttpOnly
 
     first.js("document.getElementById('new').click()")
     first.wait("!document.getElementById('chat').hidden")  # watching: no turn is missed
+    assert visible(first, "chat")
     cid = first.js("new URLSearchParams(location.search).get('c')")
     first.js("document.getElementById('text').value = 'Hello there'")
     first.js("document.getElementById('chat').requestSubmit()")
@@ -70,17 +90,104 @@ def test_the_inspector_chats_streams_and_a_second_page_follows_the_running_turn(
         page.wait("document.getElementById('live').hidden")
         assert page.text_of("status") == "idle"
     first.js(
-        "for (const id of ['versions-box', 'usage-box']) document.getElementById(id).open = true"
+        "for (const id of ['versions-box', 'usage-box', 'prompt-box'])"
+        " document.getElementById(id).open = true;"
+        " document.querySelectorAll('#messages details.tool').forEach(d => d.open = true)"
     )
-    first.wait("document.querySelectorAll('#versions button').length >= 2")
+    first.wait("document.querySelectorAll('#versions button').length >= 4")
+    steps = first.text_of("versions")
+    for step in ("user message", "model answered", "model called hold_on", "tool result"):
+        assert step in steps  # each version names the step that made it
     first.js("document.querySelector('#versions button').click()")  # the oldest version
     first.wait("document.getElementById('diff').innerText.includes('+ ')")
     assert "Hello there" in first.text_of("diff")  # what every later save added
-    assert "model_call" in first.text_of("usage")
+    usage = first.text_of("usage")
+    assert usage.count("model call") == 3 and "total" in usage  # one row a call, and a sum
+    assert "Answer briefly." in first.text_of("system")  # the system text the model saw
+    assert "hold_on: Wait until the operator says go." in first.text_of("tools")
+    folded = first.text_of("messages")
+    assert "arguments: {}" in folded and "result: go" in folded  # the call and its result
+    assert visible(first, "prompt-box") and visible(first, "usage-box")
+    assert not visible(first, "interrupted")
     tokens = first.text_of("tokens")
     assert "/ 200000 tokens" in tokens
-    shot = first.screenshot(tmp_path / "3-answered.png")
+    shot = first.screenshot(tmp_path / "3-answered.png", whole=True)
     if DOCS_SHOT:
         shutil.copy(shot, DOCS_SHOT)
     snapshot = store.load(cid, "alice")
     assert snapshot is not None and snapshot.messages[-1].role == "assistant"
+
+
+def test_signed_out_only_the_sign_in_form_shows(live: LiveServer, browser: Browser) -> None:
+    page = browser.page(f"{live.url}/#token=forged")
+    page.wait("!document.getElementById('signin').hidden")
+    assert visible(page, "signin")
+    for hidden in ("app", "chat", "list", "new", "messages"):
+        assert not visible(page, hidden), hidden  # the app renders nothing under the form
+    page.js("document.getElementById('token').value = 'alice-token'")
+    page.js("document.getElementById('signin-form').requestSubmit()")
+    page.wait("!document.getElementById('app').hidden")
+    assert visible(page, "app") and not visible(page, "signin")
+
+
+def test_with_no_conversation_open_nothing_can_be_sent_anywhere(
+    live: LiveServer, browser: Browser, store: LmdbStore
+) -> None:
+    page = browser.page(f"{live.url}/#token=alice-token")
+    page.wait("!document.getElementById('app').hidden")
+    page.js(SPY)
+    page.js("document.getElementById('text').value = 'lost words'")
+    page.js("document.getElementById('chat').requestSubmit()")
+    page.js("new Promise(r => setTimeout(r, 300))")  # room for a request that must not come
+    assert not visible(page, "chat")
+    assert page.js("window.sent") == []
+    assert store.list_conversations("alice") == []
+
+
+def test_the_list_searches_shows_dates_exports_and_deletes(
+    live: LiveServer, browser: Browser, store: LmdbStore
+) -> None:
+    with live.client() as http:
+        for text in ("Plan the garden", "Fix the bike"):
+            assert http.post("/api/conversations", json={"text": text}).status_code == 201
+    page = browser.page(f"{live.url}/#token=alice-token")
+    page.wait("document.querySelectorAll('#list li').length === 2")
+    assert page.wait(
+        "[...document.querySelectorAll('#list .when')].every(e => /\\d/.test(e.innerText))"
+    )
+    rows = page.js("document.querySelectorAll('#list li .export:not([hidden])').length")
+    assert rows == 2 and page.js("document.querySelectorAll('#list li .delete').length") == 2
+    page.js("document.getElementById('search').value = 'GARDEN'")
+    page.js("document.getElementById('search').dispatchEvent(new Event('input'))")
+    page.wait("document.querySelectorAll('#list li').length === 1")
+    assert "Plan the garden" in page.text_of("list")
+    href = page.js("document.querySelector('#list .export').href")
+    exported = page.js(f"fetch({href!r}).then(r => r.json())")
+    assert exported["title"] == "Plan the garden"
+    [garden] = [s for s in store.list_conversations("alice") if s.title == "Plan the garden"]
+    page.js("document.querySelector('#list .delete').click()")  # asks once more
+    assert page.text_of("list").count("sure?") == 1 and store.exists(
+        garden.conversation_id, "alice"
+    )
+    page.js("document.querySelector('#list .delete').click()")
+    page.wait("document.querySelectorAll('#list li').length === 0")
+    assert not store.exists(garden.conversation_id, "alice")
+    assert [s.title for s in store.list_conversations("alice")] == ["Fix the bike"]
+
+
+def test_an_interrupted_turn_shows_as_interrupted(
+    live: LiveServer, gate: Gate, browser: Browser, store: LmdbStore
+) -> None:
+    page = browser.page(f"{live.url}/#token=alice-token")
+    page.wait("!document.getElementById('app').hidden")
+    page.js("document.getElementById('new').click()")
+    page.wait("!document.getElementById('chat').hidden")
+    page.js(f"document.getElementById('text').value = {HOLD!r}")
+    page.js("document.getElementById('chat').requestSubmit()")
+    page.wait("!document.getElementById('cancel').hidden")
+    assert gate.entered.wait(15)
+    page.js("document.getElementById('cancel').click()")
+    gate.opened.set()  # the tool returns; the turn is cancelled at its next boundary
+    page.wait("document.getElementById('status').innerText === 'idle'")
+    page.wait("!document.getElementById('interrupted').hidden")
+    assert visible(page, "interrupted") and "stopped before" in page.text_of("interrupted")

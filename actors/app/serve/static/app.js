@@ -3,7 +3,8 @@
 // relative, so the app works mounted under a prefix too.
 "use strict";
 const $ = (id) => document.getElementById(id);
-const state = { current: null, cursor: 0, source: null, versions: [] };
+const state = { current: null, cursor: 0, source: null, versions: [], query: "" };
+const conversationPath = (id) => `api/conversations/${encodeURIComponent(id)}`;
 
 async function api(path, options = {}) {
   const response = await fetch(path, { credentials: "same-origin", ...options });
@@ -45,37 +46,85 @@ async function start() {
 
 async function loadList(reset) {
   if (reset) { state.cursor = 0; $("list").replaceChildren(); }
-  const page = await api(`api/conversations?limit=20&cursor=${state.cursor}`);
-  for (const c of page.conversations) {
-    const item = el("li", c.title || "(new chat)");
-    item.dataset.id = c.conversation_id;
-    item.title = c.conversation_id;
-    item.onclick = () => open(c.conversation_id);
-    if (c.conversation_id === state.current) item.classList.add("current");
-    $("list").append(item);
-  }
+  const q = state.query ? `&q=${encodeURIComponent(state.query)}` : "";
+  const page = await api(`api/conversations?limit=20&cursor=${state.cursor}${q}`);
+  for (const c of page.conversations) $("list").append(listItem(c));
   state.cursor = page.next || 0;
   $("more").hidden = page.next === null;
 }
 
+function listItem(c) {
+  const item = el("li");
+  item.dataset.id = c.conversation_id;
+  item.title = c.conversation_id;
+  const when = c.updated_at ? new Date(c.updated_at).toLocaleString() : "not saved yet";
+  const exporter = el("a", "export", "act export");
+  exporter.href = conversationPath(c.conversation_id) + "/export";
+  exporter.download = c.conversation_id + ".json";
+  exporter.hidden = !c.updated_at;  // nothing stored to export yet
+  const remover = el("button", "delete", "act delete");
+  remover.onclick = (e) => { e.stopPropagation(); remove(c.conversation_id, remover); };
+  exporter.onclick = (e) => e.stopPropagation();
+  const row = el("span", undefined, "row");
+  row.append(el("span", when, "when"), exporter, remover);
+  item.append(el("span", c.title || "(new chat)", "name"), row);
+  item.onclick = () => open(c.conversation_id);
+  if (c.conversation_id === state.current) item.classList.add("current");
+  return item;
+}
+
+async function remove(id, button) {
+  if (button.textContent !== "sure?") { button.textContent = "sure?"; return; }  // a second click deletes
+  try { await api(conversationPath(id), { method: "DELETE" }); } catch (e) { button.textContent = "delete"; button.title = e.message; return; }
+  if (id === state.current) close();
+  await loadList(true);
+}
+
+function close() {
+  state.current = null;
+  if (state.source) { state.source.close(); state.source = null; }
+  history.replaceState(null, "", location.pathname);
+  $("title").textContent = "Pick or start a chat";
+  for (const id of ["tokens", "status"]) $(id).textContent = "";
+  $("messages").replaceChildren();
+  for (const id of ["chat", "live", "cancel", "interrupted", "prompt-box", "usage-box", "versions-box", "transcript-box"]) $(id).hidden = true;
+}
+
 async function open(id) {
   state.current = id;
+  $("chat").hidden = true;  // until this conversation's stream is watching
   history.replaceState(null, "", "?c=" + encodeURIComponent(id));
   for (const li of $("list").children) li.classList.toggle("current", li.dataset.id === id);
   await refresh();
   await watch(id);  // sends wait until the stream is watching, so no turn is missed
+  for (const box of ["prompt-box", "usage-box", "versions-box", "transcript-box"]) $(box).hidden = false;
   $("chat").hidden = false;
 }
 
 async function refresh() {
-  const c = await api(`api/conversations/${encodeURIComponent(state.current)}`);
+  if (!state.current) return;
+  const c = await api(conversationPath(state.current));
   $("title").textContent = c.title || "(new chat)";
   $("tokens").textContent = `${c.tokens.used} / ${c.tokens.window} tokens · version ${c.version}`;
   renderMessages($("messages"), c.messages);
   $("transcript").textContent = c.transcript;
+  $("interrupted").hidden = !c.interrupted;
+  renderPrompt(c.prompt);
   renderUsage(c.usage);
   setRunning(c.running);
   await renderVersions(c);
+}
+
+function renderPrompt(prompt) {
+  $("system").textContent = prompt ? prompt.system : "";
+  const box = $("tools");
+  box.replaceChildren();
+  for (const t of prompt ? prompt.tools : []) {
+    const fold = el("details", undefined, "tool");
+    const when = t.announced_at ? ` (announced at message ${t.announced_at})` : "";
+    fold.append(el("summary", `${t.name}: ${t.description}${when}`), el("pre", JSON.stringify(t.schema, null, 2)));
+    box.append(fold);
+  }
 }
 
 function renderMessages(box, messages) {
@@ -95,8 +144,11 @@ function renderMessages(box, messages) {
 
 function toolFold(name, args, result) {
   const fold = el("details", undefined, "tool" + (result && result.is_error ? " error" : ""));
-  fold.append(el("summary", `${name}(${args})` + (result ? "" : " …")));
-  if (result) fold.append(el("pre", typeof result.content === "string" ? result.content : JSON.stringify(result.content)));
+  fold.append(el("summary", `${name}(${args})` + (result ? (result.is_error ? " failed" : "") : " …")));
+  let pretty = args;
+  try { pretty = JSON.stringify(JSON.parse(args), null, 2); } catch (e) { /* shown as sent */ }
+  fold.append(el("pre", "arguments: " + pretty, "args"));
+  if (result) fold.append(el("pre", "result: " + (typeof result.content === "string" ? result.content : JSON.stringify(result.content))));
   return fold;
 }
 
@@ -104,26 +156,35 @@ function renderUsage(entries) {
   const table = $("usage");
   table.replaceChildren();
   const head = el("tr");
-  for (const h of ["kind", "model / level", "input", "output", "cache read", "cache write", "seconds"]) head.append(el("th", h));
+  for (const h of ["#", "kind", "model / level", "input", "output", "cache read", "cache write", "seconds"]) head.append(el("th", h));
   table.append(head);
+  const total = { input_tokens: 0, output_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0, latency_s: 0 };
+  let n = 0;
   for (const e of entries) {
     const row = el("tr");
+    n += 1;
+    if (e.kind === "model_call") for (const k in total) total[k] += e[k];
     const cells = e.kind === "model_call"
-      ? [e.kind, e.model, e.input_tokens, e.output_tokens, e.cache_read_tokens, e.cache_write_tokens, e.latency_s.toFixed(2)]
-      : [e.kind, e.level, e.tokens_before, e.tokens_after, "", "", ""];
+      ? [n, e.purpose === "summary" ? "summary call" : "model call", e.model, e.input_tokens, e.output_tokens, e.cache_read_tokens, e.cache_write_tokens, e.latency_s.toFixed(2)]
+      : [n, "compaction", e.level, e.tokens_before + " before", e.tokens_after + " after", "", "", ""];
     for (const c of cells) row.append(el("td", String(c)));
     table.append(row);
   }
+  const sum = el("tr", undefined, "total");
+  for (const c of ["", "total", "", total.input_tokens, total.output_tokens, total.cache_read_tokens, total.cache_write_tokens, total.latency_s.toFixed(2)]) sum.append(el("td", String(c)));
+  table.append(sum);
 }
 
 async function renderVersions(c) {
   const box = $("versions");
   box.replaceChildren();
-  if (!c.versions_supported) { box.append(el("p", `This store keeps no version history; this is version ${c.version}.`)); return; }
-  const found = await api(`api/conversations/${encodeURIComponent(c.conversation_id)}/versions`);
+  if (!c.versions_supported) { box.append(el("p", `This store answers no version history; this is version ${c.version}.`)); return; }
+  if (!c.version) { box.append(el("p", "Not saved yet: its first message makes version 1.")); return; }
+  const found = await api(`${conversationPath(c.conversation_id)}/versions`);
   if (!found.versions) { box.append(el("p", found.error || "No version history.")); return; }
   for (const v of found.versions) {
-    const button = el("button", `v${v.version} · ${v.saved_at.slice(0, 19).replace("T", " ")}`);
+    const at = new Date(v.saved_at).toLocaleTimeString();
+    const button = el("button", `v${v.version} · ${at} · ${v.step || "saved"}`);
     button.onclick = () => showVersion(c.conversation_id, v.version);
     box.append(button);
   }
@@ -171,6 +232,7 @@ function watch(id) {
 
 async function send(text) {
   const id = state.current;
+  if (!id) return;  // no conversation is open: there is nowhere to send it
   await api(`api/conversations/${encodeURIComponent(id)}/messages`, {
     method: "POST", headers: { "content-type": "application/json", accept: "application/json" },
     body: JSON.stringify({ text }),
@@ -183,8 +245,13 @@ $("new").onclick = async () => {
   await open(created.conversation_id);
 };
 $("more").onclick = () => loadList(false);
+let searching = null;
+$("search").oninput = () => {
+  clearTimeout(searching);
+  searching = setTimeout(() => { state.query = $("search").value.trim(); loadList(true); }, 200);
+};
 $("cancel").onclick = () => api(`api/conversations/${encodeURIComponent(state.current)}/cancel`, { method: "POST" });
-$("chat").onsubmit = (e) => { e.preventDefault(); const t = $("text").value.trim(); if (t) { $("text").value = ""; send(t); } };
+$("chat").onsubmit = (e) => { e.preventDefault(); const t = $("text").value.trim(); if (t && state.current) { $("text").value = ""; send(t); } };
 $("text").onkeydown = (e) => { if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("chat").requestSubmit(); } };
 $("signin-form").onsubmit = async (e) => { e.preventDefault(); if (await signIn($("token").value)) start(); };
 start();
