@@ -72,7 +72,7 @@ def conversation_view(
         "transcript": Transcript.render(context),
         "tokens": {"used": context.get_total_tokens(spec), "window": spec.max_context_tokens},
         "usage": [_entry(e) for e in decode_entries(snapshot.usage)],
-        "interrupted": stopped_early(entries(snapshot.messages)),
+        "interrupted": stopped_early(entries(snapshot.messages), snapshot.turn),
         "prompt": prompt,
     }
 
