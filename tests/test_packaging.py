@@ -352,6 +352,7 @@ PINNED = {
         "PersistentStore",
         "PostgresStore",
         "SessionStore",
+        "StoreInUseError",
         "StoreStatistics",
         "saved_now",
     ],
