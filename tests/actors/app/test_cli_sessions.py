@@ -5,6 +5,9 @@ resumed chat, ``show`` and ``list`` print."""
 from __future__ import annotations
 
 import json
+import os
+import pty
+import select
 import signal
 import subprocess
 import urllib.request
@@ -223,3 +226,48 @@ def test_serve_agent_that_cannot_be_loaded_is_refused_in_one_line(
     done = parlour(tmp_path, "serve", "--agent", factory, "--data-dir", "data", env=env)
     assert says in refused(done)
     assert not (tmp_path / "data").exists()
+
+
+def _read_pty(fd: int, marker: bytes, seen: bytearray) -> None:
+    """Read the terminal's output into ``seen`` until it holds ``marker`` once more."""
+    wanted = seen.count(marker) + 1
+    while seen.count(marker) < wanted:
+        ready, _, _ = select.select([fd], [], [], 60)  # a bound on a wait, not a sync
+        assert ready, f"no {marker!r} in a minute: {bytes(seen[-500:])!r}"
+        chunk = os.read(fd, 1024)
+        assert chunk, f"the chat ended before {marker!r}: {bytes(seen[-500:])!r}"
+        seen += chunk
+
+
+def test_chat_on_a_terminal_recalls_the_last_line_with_the_up_arrow(tmp_path: Path) -> None:
+    main, terminal = pty.openpty()
+    child = subprocess.Popen(
+        [*PARLOUR, "chat", "--user", "ann", "--data-dir", "data"],
+        cwd=tmp_path,
+        stdin=terminal,
+        stdout=terminal,
+        stderr=subprocess.PIPE,
+        env=environment(TERM="xterm"),
+    )
+    os.close(terminal)
+    seen = bytearray()
+    try:
+        _read_pty(main, b"you> ", seen)
+        os.write(main, b"Remember the tea\r")
+        _read_pty(main, b"you> ", seen)
+        os.write(main, b"\x1b[A\r")  # the up arrow: readline brings the last line back
+        _read_pty(main, b"you> ", seen)
+        os.write(main, b"\r")  # an empty line ends the chat
+        _, err = child.communicate(timeout=60)
+        assert child.returncode == 0 and err == b""
+    finally:
+        os.close(main)
+        if child.poll() is None:
+            child.kill()
+    with LmdbStore(tmp_path / "data", readonly=True) as store:
+        [summary] = store.list_conversations("ann")
+        stored = store.load(summary.conversation_id, "ann")
+    assert stored is not None
+    said = [m.blocks[0] for m in stored.messages if m.role == "user"]
+    assert [getattr(b, "text", None) for b in said] == ["Remember the tea", "Remember the tea"]
+    assert b"\x1b[A" not in seen and b"^[[A" not in seen  # no escape codes echoed
