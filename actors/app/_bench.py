@@ -87,6 +87,7 @@ def run_cases(names: list[str], sync: bool, rounds: int = 1) -> int:
     for name in names:
         shape = CASES[name]
         paths = 6 * shape.conversations * shape.turns * rounds
+        print(f"{name} case: {rounds} round(s), every path", flush=True)  # the wait's caption
         with ctrl_c_stops() as stop, _progress(paths, f"{name} case") as bar:
             advance = _stopping(partial(bar.advance, bar.task_ids[0]), stop)
             done = [run_case(name, shape, sync, advance) for _ in range(rounds)]

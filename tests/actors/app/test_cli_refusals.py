@@ -220,9 +220,18 @@ def test_an_unexpected_error_is_one_line_naming_it_and_debug_shows_the_traceback
     assert "RuntimeError: a bug" in debugged.stderr
 
 
-def test_ctrl_c_in_bench_stops_it_in_one_line_with_status_130(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("argv", "caption"),
+    [
+        (["--conversations", "2000", "--turns", "50", "--data-dir", "b"], "LMDB commits\n"),
+        (["--case", "default", "--rounds", "3"], "every path\n"),
+    ],
+)
+def test_ctrl_c_in_bench_stops_it_in_one_line_with_status_130(
+    tmp_path: Path, argv: list[str], caption: str
+) -> None:
     child = subprocess.Popen(
-        [*PARLOUR, "bench", "--conversations", "2000", "--turns", "50", "--data-dir", "b"],
+        [*PARLOUR, "bench", *argv],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -230,7 +239,7 @@ def test_ctrl_c_in_bench_stops_it_in_one_line_with_status_130(tmp_path: Path) ->
         env=environment(),
     )
     assert child.stdout is not None
-    read_until(child.stdout, "LMDB commits\n")  # the caption, printed as the turns start
+    read_until(child.stdout, caption)  # printed as the turns start
     child.send_signal(signal.SIGINT)
     out, err = child.communicate(timeout=120)
     done = subprocess.CompletedProcess(child.args, child.returncode, out, err)
