@@ -35,7 +35,7 @@ from .._service import ConversationService
 from ..agent._agent import Agent
 from ._chat import model_client
 from ._cluster import ray_init
-from ._guard import AdminError
+from ._guard import AdminError, say
 from ._workload import get_current_time
 from .serve import asgi_app, cluster_asgi_app
 from .serve._host import ChatHost
@@ -168,7 +168,12 @@ def run_serve_cluster(
 ) -> int:
     """Serve ``config``'s cluster until SIGTERM or Ctrl-C (its shards are made or found by
     name; they outlive this process). Tokens are kept in ``data_dir``. Returns the exit
-    status: 1 on a bad token file, shard count or agent factory, 2 without Ray."""
+    status, after one line on stderr when it is not 0: 1 on a bad token file, shard count
+    or agent factory, or shards that did not start, 2 without Ray installed.
+
+    Raises:
+        AdminError: no Ray cluster runs at the address, or the address cannot be bound.
+    """
     try:
         import ray  # noqa: F401  (installed: the cluster extra)
 
@@ -176,7 +181,7 @@ def run_serve_cluster(
 
         from ..cluster import AgentCluster
     except ImportError:
-        print("serving a cluster needs Ray: pip install 'parlour[cluster]'", file=sys.stderr)
+        say("serve", "serving a cluster needs Ray: pip install 'parlour[cluster]'")
         return 2
     try:
         ray_init(config.address, config.namespace)  # before anything is written
@@ -190,13 +195,13 @@ def run_serve_cluster(
         )
         store = PostgresStore(config.store)
     except (ValueError, ImportError) as exc:
-        print(exc, file=sys.stderr)
+        say("serve", str(exc))
         return 1
     with store:
         try:
             app = cluster_asgi_app(cluster, store, tokens=tokens)
         except ParlourError as exc:  # the shards could not start
-            print(f"The cluster's shards did not start: {_why(exc)}", file=sys.stderr)
+            say("serve", f"The cluster's shards did not start: {_why(exc)}")
             return 1
         listener = _listen(host, port)
         url = f"http://{host}:{listener.getsockname()[1]}/"
