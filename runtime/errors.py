@@ -19,7 +19,9 @@ Exception
 │   ├── CorruptSnapshotError           a stored record that does not decode
 │   ├── StaleVersionError              a save from a version the record has moved past
 │   ├── IllegalStateError              an operation the current state forbids
-│   │                                  (also a RuntimeError)
+│   │   │                              (also a RuntimeError)
+│   │   └── StoreInUseError            another process writes the LMDB directory
+│   │                                  (parlour.stores.lmdb._lock)
 │   ├── ConversationNotFoundError      an update for a record that does not exist
 │   │                                  (also a LookupError)
 │   └── TurnError                      a turn ended abnormally after its boundary save
@@ -33,8 +35,8 @@ Exception
 └── internal signals: raised and caught inside parlour, they never reach a caller
     ├── Abandoned                      ends a model call whose turn stopped listening
     │                                  (parlour.actors.agent._calls)
-    ├── AdminError                     a store command's refusal, printed as one line
-    │                                  (parlour.actors.app._admin)
+    ├── AdminError                     a command's refusal, printed as one line
+    │                                  (parlour.actors.app._guard)
     ├── ApiError                       an HTTP refusal, answered as a JSON error
     │                                  (parlour.actors.app.serve._http)
     └── ShuttingDownError              the HTTP host starts no more turns: a 503

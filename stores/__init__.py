@@ -16,6 +16,7 @@ from ._protocols import (
     SessionStore,
     saved_now,
 )
+from .lmdb._lock import StoreInUseError
 from .lmdb._maintenance import StoreStatistics
 from .lmdb._store import LmdbStore
 from .postgres._store import PostgresStore
@@ -29,6 +30,7 @@ __all__ = [
     "PersistentStore",
     "PostgresStore",
     "SessionStore",
+    "StoreInUseError",
     "StoreStatistics",
     "saved_now",
 ]

@@ -360,6 +360,7 @@ PINNED = {
         "PersistentStore",
         "PostgresStore",
         "SessionStore",
+        "StoreInUseError",
         "StoreStatistics",
         "saved_now",
     ],

@@ -15,33 +15,30 @@ import sys
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-import lmdb
 import msgspec
 from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
 from parlour.runtime import Transcript, dangling_calls
-from parlour.runtime.errors import CorruptSnapshotError, IllegalStateError
+from parlour.runtime.errors import CorruptSnapshotError
 from parlour.runtime.snapshots import (
     ConversationPersistenceSnapshot,
-    MessageSnapshot,
     decode_snapshot,
     encode_snapshot,
     repaired_messages,
 )
 from parlour.stores import LmdbStore
 
+from ._guard import AdminError, existing_store, positive, store_dir
+from ._listing import print_conversations, said, when
+
 T = TypeVar("T")
 EXPORT_FORMAT = "parlour-conversation"
 EXPORT_VERSION = 1
 COMMANDS = ("list", "show", "history", "export", "import", "delete", "fsck")
-
-
-class AdminError(Exception):
-    """Bad input to a store command: the one line the user sees."""
 
 
 class ExportedVersion(msgspec.Struct, frozen=True, kw_only=True):
@@ -63,21 +60,21 @@ class Exported(msgspec.Struct, frozen=True, kw_only=True):
     versions: list[ExportedVersion] = msgspec.field(default_factory=list)
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], data: Path) -> None:
+def register(commands: argparse._SubParsersAction[Any], data: Path) -> None:
     """Add the store commands to ``commands``; ``data`` is the default data directory."""
 
     def command(name: str, text: str, *ids: str) -> argparse.ArgumentParser:
-        parser = commands.add_parser(name, help=text, description=text)
+        parser: argparse.ArgumentParser = commands.add_parser(name, help=text, description=text)
         for arg in ids:
             parser.add_argument(arg, type=Path if arg == "file" else str)
         parser.add_argument("--data-dir", type=Path, default=data, help=f"default: {data}")
         return parser
 
-    command("list", "list a user's stored conversations", "user_id").add_argument(
-        "--limit", type=int, default=None
-    )
+    listed = command("list", "list a user's stored conversations", "user_id")
+    listed.add_argument("--limit", type=positive, default=None, help="at most this many")
+    listed.add_argument("--json", action="store_true", help="a JSON array, one object each")
     show = command("show", "show a stored conversation", "user_id", "conversation_id")
-    show.add_argument("--version", type=int, default=None, help="a kept version")
+    show.add_argument("--version", type=positive, default=None, help="a kept version")
     show.add_argument("--json", action="store_true", help="the stored snapshot as JSON")
     command("history", "list a conversation's kept versions", "user_id", "conversation_id")
     export = command("export", "write a conversation out", "user_id", "conversation_id")
@@ -97,23 +94,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], data
 def run(args: argparse.Namespace) -> int:
     """Run the store command ``args.command``; returns the exit status.
 
-    Bad input (a missing, unreadable or non-directory data dir, a corrupt store, an
-    unknown user or id, a bad export file) is one line on stderr and status 1.
+    Raises:
+        AdminError: bad input (a missing, unreadable or non-directory data dir, an unknown
+            user, id or version, a bad export file); the store's own refusals pass through
+            to ``parlour``'s one line (``_guard.refusal``).
     """
     command: Callable[[argparse.Namespace, Console], int] = _RUNNERS[args.command]
     try:
         return command(args, Console(width=None if sys.stdout.isatty() else 160))
-    except (AdminError, FileNotFoundError, NotADirectoryError, PermissionError) as exc:
-        return _refused(args.command, str(exc))
-    except (IllegalStateError, CorruptSnapshotError, ValueError, msgspec.DecodeError) as exc:
-        return _refused(args.command, str(exc))
-    except (lmdb.Error, OSError) as exc:
-        return _refused(args.command, f"the store at {args.data_dir} cannot be used: {exc}")
-
-
-def _refused(command: str, message: str) -> int:
-    print(f"parlour {command}: {message.splitlines()[0] if message else 'failed'}", file=sys.stderr)
-    return 1
+    except (CorruptSnapshotError, ValueError, msgspec.DecodeError) as exc:
+        raise AdminError(str(exc)) from None
 
 
 def _open(data_dir: Path, *, write: bool = False, create: bool = False) -> LmdbStore:
@@ -122,23 +112,26 @@ def _open(data_dir: Path, *, write: bool = False, create: bool = False) -> LmdbS
     Raises:
         AdminError: the path is a file, cannot be read, or (unless ``create``) holds no store.
     """
-    if data_dir.exists() and not data_dir.is_dir():
-        raise AdminError(f"{data_dir} is a file, not a parlour data directory.")
     if data_dir.is_dir() and not os.access(data_dir, os.R_OK | os.X_OK):
         raise AdminError(f"{data_dir} cannot be read (permission denied).")
-    if not create and not (data_dir / "data.mdb").is_file():
-        where = "no such directory" if not data_dir.exists() else "the directory holds none"
-        raise AdminError(f"There is no parlour store at {data_dir} ({where}).")
-    return LmdbStore(data_dir, readonly=not write)
+    checked = store_dir(data_dir) if create else existing_store(data_dir)
+    return LmdbStore(checked, readonly=not write)
 
 
 def _loaded(
     store: LmdbStore, user: str, cid: str, version: int | None = None
 ) -> ConversationPersistenceSnapshot:
     found = store.load(cid, user) if version is None else store.load_version(cid, version, user)
+    if found is None and version is not None and store.load(cid, user) is not None:
+        raise AdminError(
+            f"Conversation {cid} keeps no version {version}: parlour history {user} {cid} "
+            "lists the kept ones."
+        )
     if found is None:
-        kept = "" if version is None else f" at version {version}"
-        raise AdminError(f"User {user} has no conversation {cid}{kept} in {store.path}.")
+        raise AdminError(
+            f"User {user} has no conversation {cid} in {store.path}: parlour list {user} "
+            "lists theirs."
+        )
     return found
 
 
@@ -148,14 +141,7 @@ def _loaded(
 def _list(args: argparse.Namespace, console: Console) -> int:
     with _open(args.data_dir) as store:
         found = store.list_conversations(args.user_id, limit=args.limit)
-    if not found:
-        raise AdminError(f"User {args.user_id} has no conversations in {args.data_dir}.")
-    table = Table(title=f"{args.user_id}'s conversations, newest first")
-    for column in ("id", "title", "updated (UTC)", "created (UTC)"):
-        table.add_column(column, no_wrap=column == "id")
-    for s in found:
-        table.add_row(s.conversation_id, s.title, _when(s.updated_at), _when(s.created_at))
-    console.print(table)
+    print_conversations(found, args.user_id, args.data_dir, args.json, console)
     return 0
 
 
@@ -171,7 +157,7 @@ def _show(args: argparse.Namespace, console: Console) -> int:
     for column in ("#", "role", "said"):
         table.add_column(column)
     for index, message in enumerate(snapshot.messages):
-        table.add_row(str(index), message.role, _said(message))
+        table.add_row(str(index), message.role, said(message))
     console.print(table)
     return 0
 
@@ -185,12 +171,14 @@ def _history(args: argparse.Namespace, console: Console) -> int:
     table.add_column("version", justify="right")
     table.add_column("saved (UTC)")
     for v in versions:
-        table.add_row(str(v.version), _when(v.saved_at))
+        table.add_row(str(v.version), when(v.saved_at))
     console.print(table)
     return 0
 
 
 def _export(args: argparse.Namespace, console: Console) -> int:
+    if args.output is not None and args.output.is_dir():
+        raise AdminError(f"--output {args.output} is a directory: name a file to write.")
     with _open(args.data_dir) as store:
         snapshot = _loaded(store, args.user_id, args.conversation_id)
         versions = _versions(store, args.user_id, args.conversation_id) if args.versions else []
@@ -231,7 +219,7 @@ def _markdown(snapshot: ConversationPersistenceSnapshot) -> str:
     return (
         f"# {snapshot.title or snapshot.conversation_id}\n\n"
         f"Conversation `{snapshot.conversation_id}`, version {snapshot.stored_version}, "
-        f"started {_when(snapshot.created_at)} UTC.\n\n```text\n{transcript.rstrip()}\n```\n"
+        f"started {when(snapshot.created_at)} UTC.\n\n```text\n{transcript.rstrip()}\n```\n"
     )
 
 
@@ -376,16 +364,6 @@ def _progress(items: Iterable[T], what: str) -> Iterable[T]:
         transient=True,
         disable=not sys.stderr.isatty() or len(listed) < 50,
     )
-
-
-def _when(moment: dt.datetime) -> str:
-    return f"{moment.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S}"
-
-
-def _said(message: MessageSnapshot) -> str:
-    if message.raw_content is not None:
-        return message.raw_content
-    return " ".join(str(getattr(b, "text", None) or type(b).__name__) for b in message.blocks)
 
 
 _RUNNERS: dict[str, Callable[[argparse.Namespace, Console], int]] = {

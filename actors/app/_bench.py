@@ -11,6 +11,9 @@ with every thread on one CPU. With ``--rounds N`` each case runs N times: each p
 its median round (by its ratio to that round's floor) and the lowest and highest ratio,
 and the restore rates their medians. On a shared machine one round's figures move by a
 fifth from run to run; a change smaller than the range is not measured.
+
+Ctrl-C stops it between turns (each thread after its current turn or conversation) and
+prints no table: ``KeyboardInterrupt`` reaches ``parlour``'s main, status 130.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from __future__ import annotations
 import statistics
 import sys
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -34,7 +38,7 @@ from parlour.stores import LmdbStore, MemorySessionCache
 from .._service import ConversationService
 from ..agent._agent import Agent
 from ._cases import CASES, CaseResult, Measured, Shape, run_case, text
-from ._workload import TurnStats, drive
+from ._workload import TurnStats, ctrl_c_stops, drive, stop_point
 
 
 @contextmanager
@@ -59,7 +63,10 @@ def run_bench(
 ) -> int:
     """The agent path alone on one shape; prints its table. Returns the exit status."""
     total = conversations * turns
+    shape = Shape(conversations, turns, workers)
+    print(_shape_line(shape, sync), flush=True)  # before the run: the wait has a caption
     with (
+        ctrl_c_stops() as stop,
         tempfile.TemporaryDirectory() as tmp,
         _progress(total, "turns") as bar,
         LmdbStore(data_dir or Path(tmp), sync=sync) as store,
@@ -68,8 +75,8 @@ def run_bench(
         agent = Agent(ScriptedClient(), output=OutputSize.STANDARD, depth=Depth.IMMEDIATE)
         chats = [agent.chat(service, user_id=f"user-{i % 16}") for i in range(conversations)]
         task = bar.task_ids[0]
-        stats = drive(chats, text, turns, workers, on_turn=lambda: bar.advance(task))
-    _shape_table(stats, Shape(conversations, turns, workers), sync)
+        stats = drive(chats, text, turns, workers, on_turn=lambda: bar.advance(task), stop=stop)
+    _shape_table(stats)
     return 0
 
 
@@ -80,9 +87,10 @@ def run_cases(names: list[str], sync: bool, rounds: int = 1) -> int:
     for name in names:
         shape = CASES[name]
         paths = 6 * shape.conversations * shape.turns * rounds
-        with _progress(paths, f"{name} case") as bar:
-            task = bar.task_ids[0]
-            done = [run_case(name, shape, sync, partial(bar.advance, task)) for _ in range(rounds)]
+        print(f"{name} case: {rounds} round(s), every path", flush=True)  # the wait's caption
+        with ctrl_c_stops() as stop, _progress(paths, f"{name} case") as bar:
+            advance = _stopping(partial(bar.advance, bar.task_ids[0]), stop)
+            done = [run_case(name, shape, sync, advance) for _ in range(rounds)]
         summaries.append(summarize(done))
     _cases_table(summaries, sync)
     return 0
@@ -145,16 +153,30 @@ def summarize(rounds: list[CaseResult]) -> CaseSummary:
     return CaseSummary(rounds[0].name, rounds[0].shape, len(rounds), paths, restore)
 
 
+def _stopping(progress: Callable[[int], None], stop: threading.Event) -> Callable[[int], None]:
+    """``progress``, raising ``KeyboardInterrupt`` in the worker thread that reports once
+    ``stop`` is set: the case's threads end there and the first one's error is raised."""
+
+    def report(turns: int) -> None:
+        progress(turns)
+        stop_point(stop)
+
+    return report
+
+
 def _durability(sync: bool) -> str:
     return "fsync'd" if sync else "unsynced"
 
 
-def _shape_table(stats: TurnStats, shape: Shape, sync: bool) -> None:
-    console = Console(highlight=False)
-    console.print(
+def _shape_line(shape: Shape, sync: bool) -> str:
+    return (
         f"{shape.conversations} conversations x {shape.turns} turns, {shape.workers} threads, "
         f"{_durability(sync)} LMDB commits"
     )
+
+
+def _shape_table(stats: TurnStats) -> None:
+    console = Console(highlight=False)
     table = Table(box=None, show_edge=False, pad_edge=False)
     for column in ("turns", "seconds", "turns/s", "p50 ms", "p99 ms"):
         table.add_column(column, justify="right")

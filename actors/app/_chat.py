@@ -1,43 +1,63 @@
 """``parlour chat``: an interactive chat with the agent, streaming each answer as it arrives.
 
 The scripted model by default (offline), a real one with ``--model`` when its key is set;
-conversations are durable in ``--data-dir`` and ``--resume ID`` continues one. An empty
-line, ``/quit``, end of input or Ctrl-C ends the chat; every finished turn is already saved.
-A resumed conversation whose last turn was interrupted says so, and ``/resume`` finishes it.
+conversations are durable in ``--data-dir`` and ``--resume ID`` continues one (refused at
+start when the user holds no such conversation there), showing its last few turns. An
+empty line, ``/quit`` or end of input ends the chat; Ctrl-C too, with status 130; every
+finished turn is already saved. A resumed conversation whose last turn was interrupted
+says so, and ``/resume`` finishes it. On a terminal, readline edits the line and keeps
+this session's history (the arrow keys).
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TextIO
 
-from parlour.runtime import Depth, OutputSize, client_for
-from parlour.runtime.errors import ParlourError
+from parlour.runtime import Depth, LLMClient, OutputSize, client_for
+from parlour.runtime.errors import ParlourError, UncorrectableLLMError
 from parlour.stores import LmdbStore, MemorySessionCache
 
 from .._service import ConversationService
 from ..agent._agent import Agent
 from ..agent._chat import Chat
 from ..agent._events import TextDelta, ToolCallFinished, ToolCallStarted, TurnDone
+from ..agent._history import HistoryMessage
+from ._guard import AdminError, existing_store, store_dir
 from ._workload import get_current_time
 
 OBJECTIVE = "You are a helpful assistant. Answer briefly; use tools when they help."
+CHAT_HELP = (
+    "Chat with the agent, streaming its answers. An empty line, /quit or end of input "
+    "(Ctrl-D) ends the chat, as does Ctrl-C (status 130); every finished turn is saved. "
+    "--resume ID continues a stored conversation (parlour list USER lists them); /resume "
+    "finishes its last turn when that was interrupted."
+)
+SHOWN_TURNS = 6  # the messages of a resumed conversation shown before the prompt
 
 
-def run_chat(
-    data_dir: Path,
-    user: str,
-    resume: str | None,
-    model: str,
-    stdin: TextIO | None = None,
-) -> int:
-    """The interactive loop; returns the exit status (1 when the model is unknown)."""
+def model_client(model: str) -> LLMClient:
+    """``client_for(model)``, its refusals (unknown model, missing key or SDK) as one line.
+
+    Raises:
+        AdminError: ``client_for`` refused.
+    """
     try:
-        client = client_for(model)
-    except ValueError as exc:
-        print(exc, file=sys.stderr)
-        return 1
+        return client_for(model)
+    except (ValueError, ImportError, UncorrectableLLMError) as exc:
+        raise AdminError(str(exc)) from None
+
+
+def run_chat(data_dir: Path, user: str, resume: str | None, model: str) -> int:
+    """The interactive loop; returns the exit status.
+
+    Raises:
+        AdminError: an unknown model, a model without its key or SDK, a data dir that is
+            a file, or (``resume``) no store or no conversation ``resume`` of ``user``.
+        PermissionError: ``resume`` is another user's conversation.
+        KeyboardInterrupt: Ctrl-C (the service stops cleanly first).
+    """
+    client = model_client(model)
     agent = Agent(
         client,
         tools=[get_current_time],
@@ -45,26 +65,56 @@ def run_chat(
         output=OutputSize.STANDARD,
         depth=Depth.IMMEDIATE,
     )
+    if resume is not None:
+        existing_store(data_dir)  # a mistyped --data-dir is refused, not created
+    else:
+        store_dir(data_dir)
     with LmdbStore(data_dir) as store, ConversationService(store, MemorySessionCache()) as service:
-        try:
-            chat = agent.chat(service, user_id=user, conversation_id=resume)
-            print(
-                f"conversation {chat.conversation_id} ({client.model_id}); resume it with "
-                f"--resume {chat.conversation_id}"
+        if resume is not None and store.load(resume, user) is None:  # another's: PermissionError
+            raise AdminError(
+                f"User {user} has no conversation {resume} in {data_dir}: parlour list {user} "
+                "lists theirs."
             )
-            if resume is not None and chat.interrupted:
+        chat = agent.chat(service, user_id=user, conversation_id=resume)
+        print(
+            f"conversation {chat.conversation_id} ({client.model_id}); resume it with "
+            f"--resume {chat.conversation_id}; an empty line ends the chat"
+        )
+        if resume is not None:
+            _show_last(chat.history()[-SHOWN_TURNS:])
+            if chat.interrupted:
                 print("its last turn was interrupted: /resume finishes it")
-            _loop(chat, stdin or sys.stdin)
-        except KeyboardInterrupt:
-            print("\ninterrupted")
+        _line_editing()
+        _loop(chat)
     return 0
 
 
-def _loop(chat: Chat, stdin: TextIO) -> None:
+def _show_last(messages: list[HistoryMessage]) -> None:
+    """The end of a resumed conversation, as the chat printed it."""
+    for message in messages:
+        if message.app_authored:
+            continue
+        if message.text:
+            print(f"{'you' if message.role == 'user' else 'agent'}> {message.text}")
+        for call in message.tool_calls:
+            print(f"  [{call.name}({call.arguments})]")
+        for result in message.tool_results:
+            print(f"  [-> {'error: ' if result.is_error else ''}{result.text}]")
+
+
+def _line_editing() -> None:
+    """readline's line editing and history for ``input``, on a terminal only (elsewhere it
+    may write control codes to stdout)."""
+    if sys.stdin.isatty():
+        import readline  # noqa: F401  (importing it is what turns it on)
+
+
+def _loop(chat: Chat) -> None:
     while True:
-        print("you> ", end="", flush=True)
-        line = stdin.readline()
-        text = line.strip()
+        try:
+            text = input("you> ").strip()
+        except EOFError:
+            text = ""
         if not text or text == "/quit":
             print()
             return

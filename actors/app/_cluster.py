@@ -8,7 +8,9 @@ import logging
 import sys
 from typing import Any
 
-__all__ = ["add_cluster_commands", "run_cluster"]
+from ._guard import AdminError, positive
+
+__all__ = ["add_cluster_commands", "ray_init", "run_cluster"]
 
 
 def add_cluster_commands(commands: Any) -> None:
@@ -18,7 +20,7 @@ def add_cluster_commands(commands: Any) -> None:
     status = actions.add_parser("status", help="shards, live conversations, health")
     status.add_argument("--address", default="auto", help="the Ray cluster (default: auto)")
     status.add_argument("--name", required=True, help="the cluster's name")
-    status.add_argument("--shards", type=int, required=True, help="how many shards it routes")
+    status.add_argument("--shards", type=positive, required=True, help="how many shards it routes")
     status.add_argument("--namespace", default="parlour")
     status.add_argument("--timeout", type=float, default=10.0, help="seconds per shard")
 
@@ -26,14 +28,13 @@ def add_cluster_commands(commands: Any) -> None:
 def run_cluster(args: argparse.Namespace) -> int:
     """Print one line per shard; exit status 1 when any shard is down or missing."""
     try:
-        import ray
+        import ray  # noqa: F401  (installed: the cluster extra)
     except ImportError:
         print("the cluster needs Ray: pip install 'parlour[cluster]'", file=sys.stderr)
         return 2
     from ..cluster._client import ShardDown, shard_statuses
 
-    if not ray.is_initialized():
-        ray.init(address=args.address, namespace=args.namespace, logging_level=logging.ERROR)
+    ray_init(args.address, args.namespace)
     report = shard_statuses(args.name, args.shards, args.namespace, args.timeout)
     for entry in report:
         if isinstance(entry, ShardDown):
@@ -45,3 +46,22 @@ def run_cluster(args: argparse.Namespace) -> int:
             f"\t{entry.owned} owned\t{entry.turns} turns\trunning {running}"
         )
     return 1 if any(isinstance(e, ShardDown) for e in report) else 0
+
+
+def ray_init(address: str, namespace: str) -> None:
+    """Connect this process to the Ray cluster at ``address`` (once).
+
+    Raises:
+        AdminError: no Ray cluster answers there.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=address, namespace=namespace, logging_level=logging.ERROR)
+    except ConnectionError:
+        raise AdminError(
+            f"no Ray cluster is running at --address {address}: start one (ray start --head) "
+            "or name its address."
+        ) from None

@@ -3,7 +3,8 @@ restart of the runtime, every conversation restored and resumed, one more turn e
 
 Runs offline on the ScriptedClient and an embedded LMDB directory. Exits non-zero when any
 conversation does not come back from the store exactly as it was saved; Ctrl-C stops it
-cleanly (running turns finish and are saved, nothing is left owned) with status 130.
+cleanly between turns (running turns finish and are saved, nothing is left owned, the
+store is closed) with status 130.
 
 ``parlour demo --long`` (``run_long_demo``) is one conversation that runs far past a small
 model window: every turn reads a long tool result, compaction makes room before the model
@@ -12,6 +13,8 @@ calls, and the demo prints each compaction's levels and tokens before and after.
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -39,8 +42,9 @@ from ..agent._agent import Agent
 from ..agent._chat import Chat
 from ..agent._events import Compacted
 from ..agent._ledger import CompactionRecord
-from ._workload import TurnStats, drive, get_current_time
+from ._workload import TurnStats, ctrl_c_stops, drive, get_current_time, stop_point
 
+MIN_WINDOW = 6_000  # --long: the compact answer's reserve and the tool's reports fit
 OBJECTIVE = "You are parlour's demo assistant. Answer briefly; use tools when asked."
 
 
@@ -68,10 +72,11 @@ def run_demo(data_dir: Path, conversations: int = 20, workers: int = 8) -> int:
     )
     agent = demo_agent()
     try:
-        first, saved = _phase_one(agent, data_dir, conversations, workers)
-        broken = _phase_two(agent, data_dir, saved, first)
+        with ctrl_c_stops() as stop:
+            first, saved = _phase_one(agent, data_dir, conversations, workers, stop)
+            broken = _phase_two(agent, data_dir, saved, first, stop)
     except KeyboardInterrupt:
-        print("\ninterrupted: running turns finished and were saved; stopped")
+        print("parlour demo: interrupted; every finished turn is saved", file=sys.stderr)
         return 130
     if broken:
         print(f"FAILED: {len(broken)} conversations did not restore intact: {broken}")
@@ -80,26 +85,32 @@ def run_demo(data_dir: Path, conversations: int = 20, workers: int = 8) -> int:
 
 
 def _phase_one(
-    agent: Agent, data_dir: Path, conversations: int, workers: int
+    agent: Agent, data_dir: Path, conversations: int, workers: int, stop: threading.Event
 ) -> tuple[TurnStats, dict[str, tuple[str, bytes]]]:
     with LmdbStore(data_dir) as store, ConversationService(store, MemorySessionCache()) as service:
         chats = [agent.chat(service, user_id=f"user-{i % 4}") for i in range(conversations)]
-        first = drive(chats, _opening, turns=2, workers=workers)
+        first = drive(chats, _opening, turns=2, workers=workers, stop=stop)
         saved = {c.conversation_id: (c.user_id, _stored_bytes(service, c)) for c in chats}
     print(
         f"  phase 1: {first.turns} turns in {first.seconds:.2f}s "
-        f"({first.turns_per_second:,.0f} turns/s), runtime stopped"
+        f"({first.turns_per_second:,.0f} turns/s), runtime stopped",
+        flush=True,
     )
     return first, saved
 
 
 def _phase_two(
-    agent: Agent, data_dir: Path, saved: dict[str, tuple[str, bytes]], first: TurnStats
+    agent: Agent,
+    data_dir: Path,
+    saved: dict[str, tuple[str, bytes]],
+    first: TurnStats,
+    stop: threading.Event,
 ) -> list[str]:
     broken = []
     with LmdbStore(data_dir) as store, ConversationService(store, MemorySessionCache()) as service:
         start = time.perf_counter()
         for cid, (user, stored) in saved.items():
+            stop_point(stop)
             resumed = agent.chat(service, user_id=user, conversation_id=cid)
             if _stored_bytes(service, resumed) != stored:
                 broken.append(cid)
@@ -194,17 +205,22 @@ def run_long_demo(data_dir: Path, turns: int = 100, window: int = 8_000) -> int:
     it never compacted or does not restore intact)."""
     agent = long_agent(window, turns)
     print(f"parlour demo --long: {turns} turns on a {window:,}-token model window, offline")
-    with LmdbStore(data_dir) as store, ConversationService(store, MemorySessionCache()) as service:
+    with (
+        ctrl_c_stops() as stop,
+        LmdbStore(data_dir) as store,
+        ConversationService(store, MemorySessionCache()) as service,
+    ):
         chat = agent.chat(service, user_id="long-user")
-        added = _long_turns(chat, turns)
+        added = _long_turns(chat, turns, stop)
         stored = _stored_bytes(service, chat)
         context = _restore(service, chat)
     return _long_summary(agent, chat, context, stored, added)
 
 
-def _long_turns(chat: Chat, turns: int) -> int:
+def _long_turns(chat: Chat, turns: int, stop: threading.Event) -> int:
     added = 0
     for turn in range(turns):
+        stop_point(stop)
         for event in chat.stream(f"Question {turn + 1}: which stations were above it?"):
             if isinstance(event, Compacted):
                 print(

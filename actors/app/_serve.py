@@ -1,6 +1,9 @@
 """``parlour serve``: the app on uvicorn, on the embedded defaults (LMDB in a directory, the
 scripted model unless a real one is named), with a token made on first run.
 
+``--agent module:function`` serves the application's agent (the function returns an
+``Agent``) instead of the chat agent on ``--model``.
+
 ``parlour serve --cluster NAME`` runs the same app over a Ray cluster of agent shards (the
 ``cluster`` extra): turns run on the shards, the inspector reads the shared PostgreSQL store.
 
@@ -12,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import socket
 import sys
 from collections.abc import Iterator
@@ -21,14 +23,19 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import starlette.applications  # noqa: F401  (the serve extra: refused before anything is made)
 import uvicorn
+from loguru import logger
 
-from parlour.runtime import Depth, OutputSize, client_for
+from parlour.runtime import Depth, OutputSize
 from parlour.runtime.errors import ParlourError
 from parlour.stores import LmdbStore, MemorySessionCache
 
 from .._service import ConversationService
 from ..agent._agent import Agent
+from ._chat import model_client
+from ._cluster import ray_init
+from ._guard import AdminError, say
 from ._workload import get_current_time
 from .serve import asgi_app, cluster_asgi_app
 from .serve._host import ChatHost
@@ -36,6 +43,7 @@ from .serve._tokens import TokenBook
 
 __all__ = [
     "ClusterConfig",
+    "load_agent",
     "run_serve",
     "run_serve_cluster",
     "serve_agent",
@@ -51,15 +59,37 @@ def serve_agent(model: str) -> Agent:
     """The agent ``parlour serve`` hosts: ``model`` with a clock tool.
 
     Raises:
-        ValueError: ``model`` is not in the catalog.
+        AdminError: ``model`` is not in the catalog, or lacks its key or SDK.
     """
     return Agent(
-        client_for(model),
+        model_client(model),
         tools=[get_current_time],
         objective=OBJECTIVE,
         output=OutputSize.STANDARD,
         depth=Depth.IMMEDIATE,
     )
+
+
+def load_agent(factory: str) -> Agent:
+    """The agent ``factory`` (``"package.module:function"``, importable from here) returns.
+
+    Raises:
+        AdminError: it is not of that form, cannot be imported, fails, or returns no Agent.
+    """
+    from ..cluster._shard import load_factory  # imports no Ray
+
+    try:
+        agent = load_factory(factory)()
+    except ImportError as exc:
+        raise AdminError(f"--agent {factory}: cannot import it ({exc}).") from None
+    except ValueError as exc:
+        raise AdminError(f"--agent {factory}: {exc}") from None
+    except Exception as exc:
+        why = ": ".join([type(exc).__name__, *str(exc).strip().splitlines()[:1]])
+        raise AdminError(f"--agent {factory} failed: {why}") from None
+    if not isinstance(agent, Agent):
+        raise AdminError(f"--agent {factory} returned {type(agent).__name__}, not an Agent.")
+    return agent
 
 
 def tokens_for(token_file: Path, user: str, new_token: bool) -> tuple[TokenBook, str | None]:
@@ -85,22 +115,31 @@ def run_serve(
     port: int,
     user: str = "me",
     new_token: bool = False,
+    factory: str | None = None,
 ) -> int:
-    """Serve until SIGTERM or Ctrl-C; returns the exit status (1 on a bad model or token file)."""
+    """Serve the agent ``factory`` makes (else the chat agent on ``model``) until SIGTERM or
+    Ctrl-C; returns the exit status.
+
+    Raises:
+        AdminError: a bad model, agent factory, address or token file; nothing is created
+            in ``data_dir`` before the address is bound.
+    """
+    agent = serve_agent(model) if factory is None else load_agent(factory)
+    listener = _listen(host, port)
     try:
-        agent = serve_agent(model)
         tokens, made = tokens_for(data_dir / "tokens.json", user, new_token)
     except ValueError as exc:
-        print(exc, file=sys.stderr)
-        return 1
+        listener.close()
+        raise AdminError(str(exc)) from None
     with (
+        listener,
         LmdbStore(data_dir) as store,
         ConversationService(store, MemorySessionCache()) as service,
     ):
         app = asgi_app(agent, service, tokens=tokens)
-        listener = _listen(host, port)
         url = f"http://{host}:{listener.getsockname()[1]}/"
         print(_banner(url, made, data_dir, agent.client.model_id), flush=True)
+        _log_info()
         serve_forever(app, listener)
     return 0
 
@@ -129,20 +168,24 @@ def run_serve_cluster(
 ) -> int:
     """Serve ``config``'s cluster until SIGTERM or Ctrl-C (its shards are made or found by
     name; they outlive this process). Tokens are kept in ``data_dir``. Returns the exit
-    status: 1 on a bad token file, shard count or agent factory, 2 without Ray."""
+    status, after one line on stderr when it is not 0: 1 on a bad token file, shard count
+    or agent factory, or shards that did not start, 2 without Ray installed.
+
+    Raises:
+        AdminError: no Ray cluster runs at the address, or the address cannot be bound.
+    """
     try:
-        import ray
+        import ray  # noqa: F401  (installed: the cluster extra)
 
         from parlour.stores import PostgresStore
 
         from ..cluster import AgentCluster
     except ImportError:
-        print("serving a cluster needs Ray: pip install 'parlour[cluster]'", file=sys.stderr)
+        say("serve", "serving a cluster needs Ray: pip install 'parlour[cluster]'")
         return 2
     try:
+        ray_init(config.address, config.namespace)  # before anything is written
         tokens, made = tokens_for(data_dir / "tokens.json", user, new_token)
-        if not ray.is_initialized():
-            ray.init(config.address, namespace=config.namespace, logging_level=logging.ERROR)
         cluster = AgentCluster(
             config.name,
             shards=config.shards,
@@ -152,20 +195,28 @@ def run_serve_cluster(
         )
         store = PostgresStore(config.store)
     except (ValueError, ImportError) as exc:
-        print(exc, file=sys.stderr)
+        say("serve", str(exc))
         return 1
     with store:
         try:
             app = cluster_asgi_app(cluster, store, tokens=tokens)
         except ParlourError as exc:  # the shards could not start
-            print(f"The cluster's shards did not start: {_why(exc)}", file=sys.stderr)
+            say("serve", f"The cluster's shards did not start: {_why(exc)}")
             return 1
         listener = _listen(host, port)
         url = f"http://{host}:{listener.getsockname()[1]}/"
         where = f"cluster {config.name} ({config.shards} shards)"
         print(_banner(url, made, where, app.state.ctx.turns.spec.id), flush=True)
+        _log_info()
         serve_forever(app, listener)
     return 0
+
+
+def _log_info() -> None:
+    """parlour's records from INFO up on stderr, once serving: a server's log (before, a
+    refusal is its one line alone)."""
+    logger.remove()
+    logger.add(sys.stderr, level="INFO")
 
 
 def _why(exc: BaseException) -> str:
@@ -183,11 +234,24 @@ def _banner(url: str, made: str | None, where: Path | str, model: str) -> str:
 
 
 def _listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host``:``port``.
+
+    Raises:
+        AdminError: the address cannot be bound (in use, not this machine's, a privileged
+            port).
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((host, port))
-    listener.listen(2048)  # connections queue from now on, before uvicorn starts
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(2048)  # connections queue from now on, before uvicorn starts
+    except OSError as exc:
+        listener.close()
+        why = exc.strerror or str(exc)
+        raise AdminError(
+            f"cannot listen on {host}:{port}: {why} (choose another --port or --host)."
+        ) from None
     return listener
 
 

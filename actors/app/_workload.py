@@ -1,13 +1,19 @@
 """Turn workloads shared by ``parlour demo``, ``parlour bench`` and the benchmarks: many
-agent chats driven by a pool of threads, every turn a whole ``Chat.send``."""
+agent chats driven by a pool of threads, every turn a whole ``Chat.send``; and Ctrl-C as a
+request to stop between turns (``ctrl_c_stops``)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import os
+import signal
+import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from types import FrameType
 
 import msgspec
 
@@ -44,17 +50,20 @@ def drive(
     workers: int,
     *,
     on_turn: Callable[[], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> TurnStats:
     """Run ``turns`` turns on every chat, ``workers`` threads at once.
 
     Each chat's turns run in order on one worker; chats interleave. ``on_turn`` is called
-    (from the worker threads) after every turn.
+    (from the worker threads) after every turn. Once ``stop`` is set (``ctrl_c_stops``
+    sets it), no new turn starts.
 
     Raises:
-        KeyboardInterrupt: Ctrl-C (or a turn raising it): no new turn starts, the running
-            ones finish, then it is re-raised. Anything a turn raises passes through.
+        KeyboardInterrupt: Ctrl-C (or a turn raising it, or ``stop`` set): no new turn
+            starts, the running ones finish, then it is raised. Anything a turn raises
+            passes through.
     """
-    stop = threading.Event()
+    stop = stop or threading.Event()
 
     def one_chat(index: int) -> list[float]:
         latencies = []
@@ -77,6 +86,43 @@ def drive(
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+    if stop.is_set():
+        raise KeyboardInterrupt
     seconds = time.perf_counter() - start
     latencies = [x for xs in per_chat for x in xs]
     return TurnStats(turns=len(latencies), seconds=seconds, latencies=latencies)
+
+
+@contextlib.contextmanager
+def ctrl_c_stops() -> Iterator[threading.Event]:
+    """Ctrl-C, while inside, sets the event it yields instead of raising in whatever the
+    main thread runs: a ``KeyboardInterrupt`` raised inside a store's commit would fail it
+    midway (and log the failure), so the work checks the event between turns and stops
+    there (``drive`` does, given it). A second Ctrl-C exits at once with status 130, as a
+    kill would: every turn saved before it is durable.
+
+    Only from the main thread (signal handlers live there); elsewhere it yields an event
+    nothing sets.
+    """
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            print("\ninterrupted again: stopped at once", file=sys.stderr, flush=True)
+            os._exit(130)
+        stop.set()
+
+    previous = signal.signal(signal.SIGINT, handle)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def stop_point(stop: threading.Event) -> None:
+    """Raise ``KeyboardInterrupt`` when ``stop`` is set: a clean place to stop, between turns."""
+    if stop.is_set():
+        raise KeyboardInterrupt

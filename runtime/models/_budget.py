@@ -149,8 +149,9 @@ class ModelBinding:
         if self.depth is not None:
             return self.depth
         raise UncorrectableLLMError(
-            f"{_name(seat)} declares no depth: declare one (context.depth) or bind a "
-            "ModelBinding that declares one."
+            f"{_name(seat)} declares no depth (how hard the model thinks): give the agent "
+            "one, Agent(..., depth=Depth.IMMEDIATE), or on a bare context set context.depth "
+            "or bind a ModelBinding that declares one."
         )
 
     def output_reserve(self, spec: ModelSpec) -> int:
@@ -184,9 +185,10 @@ class ModelBinding:
             declaration = self.output_declaration
         if declaration is None:
             raise UncorrectableLLMError(
-                f"{_name(seat)} declares no output size: its seat never said how much it "
-                "answers. Declare an OutputSize rung or a token count (output_declaration), "
-                "or bind a ModelBinding that declares one."
+                f"{_name(seat)} declares no output size (how long an answer may be): give "
+                "the agent one, Agent(..., output=OutputSize.STANDARD), or on a bare context "
+                "set output_declaration (a rung or a token count) or bind a ModelBinding "
+                "that declares one."
             )
         if isinstance(declaration, OutputSize):
             return spec.get_output_budget(declaration)

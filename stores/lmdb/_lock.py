@@ -21,11 +21,26 @@ from parlour.runtime.errors import IllegalStateError
 LOCK_FILE = "parlour-writer.lock"
 
 
+class StoreInUseError(IllegalStateError):
+    """Another process (or another open store) writes the directory: only one writer may
+    open it. ``directory`` and ``holder`` (the holder's pid, or "unknown") let an
+    application say what to do in its own terms."""
+
+    def __init__(self, directory: Path, holder: str) -> None:
+        self.directory = directory
+        self.holder = holder
+        super().__init__(
+            f"The store at {directory} is already open for writing by process {holder}; "
+            "only one writer may open a directory (open it with readonly=True to read "
+            "beside it)."
+        )
+
+
 class WriterLock:
     """The exclusive writer lock on ``directory``, taken by the constructor.
 
     Raises:
-        IllegalStateError: another process (or another open store) holds it; the message
+        StoreInUseError: another process (or another open store) holds it; the message
             names the directory and the holder's pid.
 
     Thread-safety: ``release`` once, from any thread.
@@ -38,11 +53,7 @@ class WriterLock:
         except BlockingIOError:
             holder = os.pread(self._fd, 32, 0).decode(errors="replace").strip() or "unknown"
             os.close(self._fd)
-            raise IllegalStateError(
-                f"The store at {directory} is already open for writing by process {holder}; "
-                "only one writer may open a directory (open it with readonly=True to read "
-                "beside it)."
-            ) from None
+            raise StoreInUseError(directory, holder) from None
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
 

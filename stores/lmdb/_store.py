@@ -55,8 +55,9 @@ class LmdbStore:
             share a time) and ages versions (UTC now by default).
 
     Raises:
-        IllegalStateError: another writer holds the directory (the message names its pid),
-            or the directory's layout is newer than this code (or, read-only, older).
+        StoreInUseError: another writer holds the directory (the message names its pid).
+        IllegalStateError: the directory's layout is newer than this code (or, read-only,
+            older).
         FileNotFoundError: ``readonly`` and there is no store at ``path``.
         ValueError: ``keep_versions`` is below 1.
 

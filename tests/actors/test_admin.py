@@ -64,7 +64,7 @@ def test_list_and_show_print_tables_of_the_demos_conversations(
 ) -> None:
     cid = _first(demo_data)
     status, out, _ = _run(capsys, "list", "user-0", "--data-dir", str(demo_data))
-    assert status == 0 and cid in out and "Conversation 0" in out and "┃ id" in out
+    assert status == 0 and out.startswith(f"{cid}\t") and "Conversation 0" in out  # piped
     status, out, _ = _run(capsys, "show", "user-0", cid, "--data-dir", str(demo_data))
     assert status == 0 and "get_current_time" in out and "assistant" in out
     status, out, _ = _run(capsys, "show", "user-0", cid, "--json", "--data-dir", str(demo_data))
@@ -306,7 +306,6 @@ def _corrupt_store(tmp_path: Path) -> Path:
         (["list", "user-0", "--data-dir", "{missing}"], "There is no parlour store"),
         (["show", "user-0", "x", "--data-dir", "{file}"], "is a file"),
         (["history", "user-0", "x", "--data-dir", "{corrupt}"], "cannot be used"),
-        (["list", "nobody", "--data-dir", "{demo}"], "User nobody has no conversations"),
         (["show", "user-0", "no-such-id", "--data-dir", "{demo}"], "no conversation no-such-id"),
         (["show", "user-1", "{cid}", "--data-dir", "{demo}"], "does not own"),
         (["export", "user-0", "no-such-id", "--data-dir", "{demo}"], "no conversation"),

@@ -73,4 +73,7 @@ def test_a_round_count_below_one_is_refused_in_one_line(
     with pytest.raises(SystemExit) as exit:
         main(["bench", "--case", "default", "--rounds", "0"])
     assert exit.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1].endswith("--rounds must be at least 1")
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "parlour bench: argument --rounds: must be at least 1, not 0 (see parlour bench --help)"
+    ]

@@ -38,7 +38,7 @@ def test_list_and_show_read_what_the_demo_stored(
     assert main(["list", "user-0", "--data-dir", data]) == 0
     listed = [line for line in capsys.readouterr().out.splitlines() if "AgentThinker-conv-" in line]
     assert len(listed) == 1
-    cid = listed[0].split()[1]
+    cid = listed[0].split("\t")[0]  # piped: one tab-separated line each
     assert main(["show", "user-0", cid, "--json", "--data-dir", data]) == 0
     assert '"conversation_id":"' + cid in capsys.readouterr().out
     assert main(["show", "user-0", "missing", "--data-dir", data]) == 1
@@ -100,7 +100,7 @@ def test_ctrl_c_stops_the_demo_cleanly_once(
 
     monkeypatch.setattr(_demo, "drive", interrupted_drive)
     assert main(["demo", "--data-dir", str(tmp_path / "data")]) == 130
-    assert "interrupted" in capsys.readouterr().out and started == [1]
+    assert "interrupted" in capsys.readouterr().err and started == [1]
     assert pykka.ActorRegistry.get_all() == []  # the service was stopped
     with LmdbStore(tmp_path / "data"):  # and the store closed: it opens again
         pass

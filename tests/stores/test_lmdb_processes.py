@@ -68,7 +68,7 @@ def test_a_second_writing_process_is_refused_naming_the_directory_and_holder(
             text=True,
             check=True,
         ).stdout
-        assert answer.startswith("IllegalStateError")
+        assert answer.startswith("StoreInUseError")  # an IllegalStateError
         assert str(tmp_path) in answer and f"by process {os.getpid()}" in answer
         c.add_user_message("still mine")
         assert store.save_context(c.to_snapshot(), "alice") == 2

@@ -114,8 +114,10 @@ def test_nothing_declared_is_an_error_naming_the_seat() -> None:
     with pytest.raises(UncorrectableLLMError, match="declares no output size") as caught:
         seat(c).resolve_output_budget()
     assert "c-1" in str(caught.value)
-    with pytest.raises(UncorrectableLLMError, match="declares no depth"):
+    assert "Agent(..., output=OutputSize.STANDARD)" in str(caught.value)  # what to do
+    with pytest.raises(UncorrectableLLMError, match="declares no depth") as caught:
         seat(c).resolve_depth()
+    assert "Agent(..., depth=Depth.IMMEDIATE)" in str(caught.value)
 
 
 def test_a_rung_translates_through_the_spec_and_a_count_stands() -> None:
