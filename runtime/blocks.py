@@ -1,4 +1,4 @@
-"""Content blocks: the eleven kinds a message is made of, as one msgspec tagged union.
+"""Content blocks: the twelve kinds a message is made of, as one msgspec tagged union.
 
 Every block is a frozen, keyword-only ``msgspec.Struct`` with a stable ``type`` tag, so a
 snapshot decodes to exactly the types it encoded and a class rename is never a wire change.
@@ -39,6 +39,7 @@ __all__ = [
     "ImageBlock",
     "JsonBlock",
     "PojoBlock",
+    "ReasoningBlock",
     "RedactedThinkingBlock",
     "SkillBlock",
     "TextBlock",
@@ -127,6 +128,19 @@ class RedactedThinkingBlock(Block, tag="redacted_thinking", frozen=True, kw_only
     data: str
 
 
+class ReasoningBlock(Block, tag="reasoning", frozen=True, kw_only=True):
+    """A reasoning item of OpenAI's Responses API, kept exactly as it came.
+
+    ``item_json`` is the item (its id, summary and encrypted content) as JSON: the Responses
+    dialect sends it back unchanged, and every other dialect leaves it out (only OpenAI can
+    read its encrypted content), except that Converse reads ``summary`` as the reasoning of
+    a turn that has nothing else. ``summary`` is the item's readable summary text.
+    """
+
+    item_json: str
+    summary: str = ""
+
+
 class SkillBlock(Block, tag="skill", frozen=True, kw_only=True):
     name: str
     body: str
@@ -143,6 +157,7 @@ ContentBlock = (
     | ToolResultBlock
     | ThinkingBlock
     | RedactedThinkingBlock
+    | ReasoningBlock
     | SkillBlock
 )
 
@@ -351,7 +366,7 @@ def render_text(block: ContentBlock) -> str:
             return f"[file {filename or mime_type}]"
         case SkillBlock(body=body):
             return body
-        case ThinkingBlock() | RedactedThinkingBlock():
+        case ThinkingBlock() | RedactedThinkingBlock() | ReasoningBlock():
             return ""
         case PojoBlock():
             raise UncorrectableLLMError(

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from parlour.runtime import ModelSpec, Transcript
-from parlour.runtime.blocks import RedactedThinkingBlock, ThinkingBlock
+from parlour.runtime.blocks import ReasoningBlock, RedactedThinkingBlock, ThinkingBlock
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot, encode_snapshot
 from parlour.stores import ConversationSummary, PersistentStore
 
@@ -29,7 +29,7 @@ __all__ = [
     "versions_of",
 ]
 
-_HIDDEN = (ThinkingBlock, RedactedThinkingBlock)
+_HIDDEN = (ThinkingBlock, RedactedThinkingBlock, ReasoningBlock)
 
 
 def load_mine(
