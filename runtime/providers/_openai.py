@@ -268,14 +268,18 @@ class OpenAIClient(HttpSdkClient):
     """OpenAI's Chat Completions through the official ``openai`` SDK.
 
     Args:
-        model: a catalog id or a ``ModelSpec``.
-        api_key: else ``OPENAI_API_KEY``.
+        model: a catalog id or a ``ModelSpec`` (``ModelSpec.custom`` for a model outside
+            the catalog).
+        api_key: else ``OPENAI_API_KEY``; not needed with a base URL.
         client: a ready ``openai.OpenAI`` (tests pass one over a mock transport).
         max_retries: the SDK's own retry with backoff.
+        base_url: an OpenAI-compatible server (vLLM, Ollama, llama.cpp), else
+            ``OPENAI_BASE_URL``, else OpenAI's; with either, no key is required.
 
     Raises:
         ImportError: the SDK is missing (``pip install 'parlour[openai]'``).
-        UncorrectableLLMError: no API key is configured.
+        UncorrectableLLMError: no API key is configured, and no base URL.
+        ValueError: the base URL is not an http(s) URL with a host.
     """
 
     module = "openai"
@@ -283,6 +287,8 @@ class OpenAIClient(HttpSdkClient):
     env_var = "OPENAI_API_KEY"
     default_model = "gpt-5-mini"
     error_map = ERROR_MAP
+    base_url_env = "OPENAI_BASE_URL"
+    keyless = True
 
     def encode(self, request: WireRequest) -> dict[str, Any]:
         return build_openai_body(request)
