@@ -135,10 +135,13 @@ class ReasoningBlock(Block, tag="reasoning", frozen=True, kw_only=True):
     dialect sends it back unchanged, and every other dialect leaves it out (only OpenAI can
     read its encrypted content), except that Converse reads ``summary`` as the reasoning of
     a turn that has nothing else. ``summary`` is the item's readable summary text.
+    ``followed_by`` is the id of the output item that came right after it (a call's or a
+    message's), which the API pairs it with when it is sent back; None when none did.
     """
 
     item_json: str
     summary: str = ""
+    followed_by: str | None = None
 
 
 class SkillBlock(Block, tag="skill", frozen=True, kw_only=True):

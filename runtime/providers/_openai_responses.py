@@ -78,36 +78,61 @@ def _user_items(turn: Turn) -> list[dict[str, Any]]:
 
 def _assistant_items(turn: Turn) -> list[dict[str, Any]]:
     """The turn's blocks as output items in their order: a reasoning item as it came, the
-    text between two other items as one assistant message, each call a ``function_call``."""
+    text between two other items as one assistant message, each call a ``function_call``.
+    The item right after a reasoning item carries the id it had then: the API pairs the two
+    by it."""
     items: list[dict[str, Any]] = []
     text: list[str] = []
+    paired: str | None = None  # the id owed to the next item, after a reasoning item
 
     def said() -> None:
+        nonlocal paired
         joined = "".join(text)
-        if not is_blank(joined):
-            items.append({"role": "assistant", "content": joined})
+        if is_blank(joined):
+            paired = None if text else paired  # the item it was owed to is not sent
+            text.clear()
+            return
         text.clear()
+        items.append(_message(joined, paired))
+        paired = None
 
     for block in turn.blocks:
         if isinstance(block, ReasoningBlock):
             said()
             items.append(json.loads(block.item_json))
+            paired = block.followed_by
         elif isinstance(block, ToolUseBlock):
             said()
-            items.append(_function_call(block))
+            items.append(_function_call(block, paired))
+            paired = None
         elif not isinstance(block, (*_SKIPPED, ToolResultBlock)):
             text.append(block_text(block))
     said()
     return items
 
 
-def _function_call(block: ToolUseBlock) -> dict[str, Any]:
+def _message(text: str, item_id: str | None) -> dict[str, Any]:
+    """Assistant text; with ``item_id``, as the output message it was (the API's form)."""
+    if item_id is None:
+        return {"role": "assistant", "content": text}
+    content = [{"type": "output_text", "text": text, "annotations": []}]
     return {
+        "type": "message",
+        "id": item_id,
+        "role": "assistant",
+        "status": "completed",
+        "content": content,
+    }
+
+
+def _function_call(block: ToolUseBlock, item_id: str | None) -> dict[str, Any]:
+    call = {
         "type": "function_call",
         "call_id": block.id,
         "name": block.name,
         "arguments": block.input_json,  # verbatim
     }
+    return call if item_id is None else {**call, "id": item_id}
 
 
 def build_responses_body(request: WireRequest) -> dict[str, Any]:
@@ -166,12 +191,16 @@ def _usage(usage: Any) -> Usage:
     )
 
 
-def _item_blocks(item: Any, refusals: list[str]) -> list[ContentBlock]:
+def _item_blocks(item: Any, after: Any, refusals: list[str]) -> list[ContentBlock]:
+    """The blocks of one output item; ``after`` is the item that follows it, or None."""
     match item.type:
         case "reasoning":
             raw = item.to_dict(mode="json")  # the fields the server sent, as it sent them
             summary = "".join(part.text for part in item.summary or ())
-            return [ReasoningBlock(item_json=json.dumps(raw), summary=summary)]
+            followed_by = getattr(after, "id", None) if after is not None else None
+            return [
+                ReasoningBlock(item_json=json.dumps(raw), summary=summary, followed_by=followed_by)
+            ]
         case "function_call":
             return [ToolUseBlock(id=item.call_id, name=item.name, input_json=item.arguments)]
         case "message":
@@ -184,8 +213,9 @@ def decode_response(response: Any) -> LLMResponse:
     """An SDK ``Response`` (completed or incomplete) as parlour's response."""
     blocks: list[ContentBlock] = []
     refusals: list[str] = []
-    for item in response.output:
-        blocks.extend(_item_blocks(item, refusals))
+    output = list(response.output)
+    for item, after in zip(output, [*output[1:], None], strict=True):
+        blocks.extend(_item_blocks(item, after, refusals))
     if refusals:
         stop = StopReason.CONTENT_FILTERED
     elif response.status == "incomplete":

@@ -161,6 +161,7 @@ def test_reasoning_items_go_back_unchanged_in_their_place_among_the_turns_items(
     assert second[1] == FIRST  # the item as the server sent it, encrypted content and all
     assert second[2] == {
         "type": "function_call",
+        "id": "fc_0",  # the item id the reasoning item is paired with
         "call_id": "call_1",
         "name": "find",
         "arguments": '{"item":"kettle"}',
@@ -169,8 +170,41 @@ def test_reasoning_items_go_back_unchanged_in_their_place_among_the_turns_items(
     assert third[:4] == second
     assert third[4:] == [
         SECOND,
-        {"role": "assistant", "content": "Shelf B4."},
+        {
+            "type": "message",
+            "id": "msg_1",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "Shelf B4.", "annotations": []}],
+        },
         {"role": "user", "content": [{"type": "input_text", "text": "Thanks."}]},
+    ]
+
+
+def test_only_the_item_right_after_a_reasoning_item_carries_its_id() -> None:
+    reply = openai_response(
+        "Looking.",
+        reasoning=[FIRST],
+        tool_calls=[
+            {"id": "call_1", "name": "find", "arguments": "{}"},
+            {"id": "call_2", "name": "find", "arguments": "{}"},
+        ],
+    )
+    llm, server = client(reply, openai_response("Done."))
+    c = conversation()
+    c.add_user_message("Find two.")
+    answer(c, llm)
+    blocks = c.messages[-1].blocks
+    assert isinstance(blocks[0], ReasoningBlock) and blocks[0].followed_by == "msg_1"
+    results = [ToolResultBlock(tool_use_id=f"call_{n}", content="B4") for n in (1, 2)]
+    c.add_message(OutgoingMessage(blocks=results))
+    answer(c, llm)
+    sent = server.last_body["input"][1:5]
+    assert [(i.get("type"), i.get("id")) for i in sent] == [
+        ("reasoning", "rs_1"),
+        ("message", "msg_1"),
+        ("function_call", None),
+        ("function_call", None),
     ]
 
 
@@ -260,7 +294,8 @@ def test_a_conversation_moves_between_responses_chat_completions_and_anthropic(
     answer(c, responses)
     assert items_of(r_server.last_body, "reasoning") == [FIRST, SECOND]
     said = [i["content"] for i in r_server.last_body["input"] if i.get("role") == "assistant"]
-    assert said == ["Shelf B4.", "Still B4.", "B4, as before."]
+    assert said[1:] == ["Still B4.", "B4, as before."]  # the first is the paired message
+    assert said[0][0]["text"] == "Shelf B4."
 
 
 def test_converse_reads_a_reasoning_only_turn_as_its_summary() -> None:
