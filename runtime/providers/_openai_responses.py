@@ -108,6 +108,8 @@ def _assistant_items(turn: Turn) -> list[dict[str, Any]]:
         elif not isinstance(block, (*_SKIPPED, ToolResultBlock)):
             text.append(block_text(block))
     said()
+    while items and items[-1].get("type") == "reasoning":
+        items.pop()  # a reasoning item the answer ended on: the API refuses one followed by none
     return items
 
 

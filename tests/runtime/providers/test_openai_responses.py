@@ -11,6 +11,8 @@ from typing import Any
 
 import httpx2
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from parlour.runtime import (
     ConversationContext,
@@ -433,3 +435,63 @@ def test_a_dropped_connection_on_the_async_client_is_retryable() -> None:
     c.add_user_message("Go")
     with pytest.raises(RetryableLLMError, match="could not be reached"):
         asyncio.run(llm.arespond(c, on_text=lambda _: None))
+
+
+# -- any answer ----------------------------------------------------------------------------------
+
+TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
+ITEM = st.one_of(
+    st.builds(lambda s, e: ("reasoning", s, e), TEXT, st.text("abcXYZ+/=-_", min_size=1)),
+    st.builds(lambda t: ("message", t), TEXT.filter(lambda t: not t.isspace() and t != "")),
+    st.just(("call",)),
+)
+
+
+def output_of(items: list[tuple[str, ...]]) -> dict[str, Any]:
+    """A response whose output is ``items`` in order, ids numbered by position."""
+    body = openai_response(None)
+    output: list[dict[str, Any]] = []
+    for n, item in enumerate(items):
+        if item[0] == "reasoning":
+            output.append(openai_reasoning(f"rs_{n}", item[1], item[2]))
+        elif item[0] == "message":
+            content = [{"type": "output_text", "text": item[1], "annotations": []}]
+            message = {"id": f"msg_{n}", "type": "message", "role": "assistant"}
+            output.append({**message, "status": "completed", "content": content})
+        else:
+            call = {"id": f"fc_{n}", "type": "function_call", "call_id": f"call_{n}"}
+            output.append({**call, "name": "find", "arguments": "{}", "status": "completed"})
+    return {**body, "output": output}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(ITEM, min_size=1, max_size=6))
+def test_any_answer_goes_back_with_its_reasoning_in_place_and_paired(
+    items: list[tuple[str, ...]],
+) -> None:
+    body = output_of(items)
+    llm, server = client(body, openai_response("ok"))
+    c = conversation()
+    c.add_user_message("Go")
+    answer(c, llm)
+    calls = [b.id for b in c.messages[-1].blocks if isinstance(b, ToolUseBlock)]
+    results = [ToolResultBlock(tool_use_id=call_id, content="B4") for call_id in calls]
+    c.add_message(OutgoingMessage(blocks=results) if results else OutgoingMessage("More?"))
+    answer(c, llm)
+    check_request("/v1/responses", server.last_body)
+    sent = [  # the answer's items, between the question and the results or the next question
+        i
+        for i in server.last_body["input"][1:]
+        if i.get("type") != "function_call_output" and i.get("role") != "user"
+    ]
+    output = body["output"]
+    last = max((n for n, i in enumerate(output) if i["type"] != "reasoning"), default=-1)
+    kept = [i for n, i in enumerate(output) if i["type"] != "reasoning" or n < last]
+    assert [i for i in sent if i.get("type") == "reasoning"] == [
+        i for i in kept if i["type"] == "reasoning"
+    ]  # every reasoning item that led somewhere, unchanged and in order
+    for at, item in enumerate(sent[:-1]):
+        if item.get("type") == "reasoning" and sent[at + 1].get("type") != "reasoning":
+            index = output.index(item)
+            assert sent[at + 1]["id"] == output[index + 1]["id"]  # paired by id
+    assert [i["call_id"] for i in sent if i.get("type") == "function_call"] == calls
