@@ -129,15 +129,10 @@ class RedactedThinkingBlock(Block, tag="redacted_thinking", frozen=True, kw_only
 
 
 class ReasoningBlock(Block, tag="reasoning", frozen=True, kw_only=True):
-    """A reasoning item of OpenAI's Responses API, kept exactly as it came.
-
-    ``item_json`` is the item (its id, summary and encrypted content) as JSON: the Responses
-    dialect sends it back unchanged, and every other dialect leaves it out (only OpenAI can
-    read its encrypted content), except that Converse reads ``summary`` as the reasoning of
-    a turn that has nothing else. ``summary`` is the item's readable summary text.
-    ``followed_by`` is the id of the output item that came right after it (a call's or a
-    message's), which the API pairs it with when it is sent back; None when none did.
-    """
+    """A reasoning item of OpenAI's Responses API as it came (``item_json``), sent back
+    unchanged by that dialect and left out by the others (only OpenAI reads its encrypted
+    content); ``summary`` is its readable text, ``followed_by`` the id of the output item
+    after it, which the API pairs it with."""
 
     item_json: str
     summary: str = ""

@@ -59,10 +59,10 @@ def check_base_url(url: str) -> str:
     """
     try:
         parts = urlsplit(url)
-        parts.port  # noqa: B018 - a port that does not parse raises here
+        port_parses = parts.port is None or parts.port >= 0  # a bad port raises ValueError
     except ValueError:
-        parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        port_parses = False
+    if not port_parses or parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(
             f"base_url {url!r} is not an http(s) URL with a host, such as "
             "http://localhost:11434/v1."

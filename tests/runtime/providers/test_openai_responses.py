@@ -102,7 +102,7 @@ def tool_loop(llm: Any) -> ConversationContext:
     c.add_user_message("Where are the blue kettles?")
     answer(c, llm, streamed=True)
     call = last_call(c)
-    c.add_message(OutgoingMessage(blocks=[ToolResultBlock(tool_use_id=call.id, content="B4")]))
+    c.add_message(OutgoingMessage(blocks=[ToolResultBlock(tool_use_id=call.id, content="K7")]))
     answer(c, llm)
     return c
 
@@ -113,7 +113,7 @@ def loop_replies() -> list[Any]:
         reasoning=[FIRST],
         tool_calls=[{"id": "call_1", "name": "find", "arguments": '{"item":"kettle"}'}],
     )
-    return [calling, openai_response("Shelf B4.", reasoning=[SECOND])]
+    return [calling, openai_response("Shelf K7.", reasoning=[SECOND])]
 
 
 def items_of(body: dict[str, Any], kind: str) -> list[dict[str, Any]]:
@@ -168,7 +168,7 @@ def test_reasoning_items_go_back_unchanged_in_their_place_among_the_turns_items(
         "name": "find",
         "arguments": '{"item":"kettle"}',
     }
-    assert second[3] == {"type": "function_call_output", "call_id": "call_1", "output": "B4"}
+    assert second[3] == {"type": "function_call_output", "call_id": "call_1", "output": "K7"}
     assert third[:4] == second
     assert third[4:] == [
         SECOND,
@@ -177,7 +177,7 @@ def test_reasoning_items_go_back_unchanged_in_their_place_among_the_turns_items(
             "id": "msg_1",
             "role": "assistant",
             "status": "completed",
-            "content": [{"type": "output_text", "text": "Shelf B4.", "annotations": []}],
+            "content": [{"type": "output_text", "text": "Shelf K7.", "annotations": []}],
         },
         {"role": "user", "content": [{"type": "input_text", "text": "Thanks."}]},
     ]
@@ -198,7 +198,7 @@ def test_only_the_item_right_after_a_reasoning_item_carries_its_id() -> None:
     answer(c, llm)
     blocks = c.messages[-1].blocks
     assert isinstance(blocks[0], ReasoningBlock) and blocks[0].followed_by == "msg_1"
-    results = [ToolResultBlock(tool_use_id=f"call_{n}", content="B4") for n in (1, 2)]
+    results = [ToolResultBlock(tool_use_id=f"call_{n}", content="K7") for n in (1, 2)]
     c.add_message(OutgoingMessage(blocks=results))
     answer(c, llm)
     sent = server.last_body["input"][1:5]
@@ -267,10 +267,10 @@ def test_reasoning_items_round_trip_through_lmdb_byte_for_byte(lmdb_store: LmdbS
 def test_a_conversation_moves_between_responses_chat_completions_and_anthropic(
     lmdb_store: LmdbStore,
 ) -> None:
-    responses, r_server = client(*loop_replies(), openai_response("Again B4."))
-    chat_server = MockProvider(openai_completion("Still B4."))
+    responses, r_server = client(*loop_replies(), openai_response("Again K7."))
+    chat_server = MockProvider(openai_completion("Still K7."))
     chat = OpenAIClient(SPEC, client=mock_openai_sdk(chat_server))
-    claude_server = MockProvider(anthropic_message("B4, as before."))
+    claude_server = MockProvider(anthropic_message("K7, as before."))
     claude = AnthropicClient(CLAUDE, client=mock_anthropic_sdk(claude_server))
 
     c = tool_loop(responses)
@@ -296,8 +296,8 @@ def test_a_conversation_moves_between_responses_chat_completions_and_anthropic(
     answer(c, responses)
     assert items_of(r_server.last_body, "reasoning") == [FIRST, SECOND]
     said = [i["content"] for i in r_server.last_body["input"] if i.get("role") == "assistant"]
-    assert said[1:] == ["Still B4.", "B4, as before."]  # the first is the paired message
-    assert said[0][0]["text"] == "Shelf B4."
+    assert said[1:] == ["Still K7.", "K7, as before."]  # the first is the paired message
+    assert said[0][0]["text"] == "Shelf K7."
 
 
 def test_converse_reads_a_reasoning_only_turn_as_its_summary() -> None:
@@ -329,12 +329,12 @@ def test_usage_counts_cached_and_reasoning_tokens() -> None:
 
 
 def test_a_streamed_answer_yields_its_deltas_then_the_whole_response() -> None:
-    llm, _ = client(openai_response("Shelf B4, second row.", reasoning=[FIRST]))
+    llm, _ = client(openai_response("Shelf K7, second row.", reasoning=[FIRST]))
     c = conversation()
     c.add_user_message("Where?")
     stream = llm.stream(c)
     pieces = list(stream)
-    assert len(pieces) > 2 and "".join(pieces) == "Shelf B4, second row."
+    assert len(pieces) > 2 and "".join(pieces) == "Shelf K7, second row."
     assert [type(b) for b in stream.response.blocks] == [ReasoningBlock, TextBlock]
 
 
@@ -353,7 +353,7 @@ def test_arespond_sends_the_same_body_and_streams_on_the_loop() -> None:
         c.add_message((await llm.arespond(c, on_text=pieces.append)).to_message())
         assert pieces == []  # a call answers with no text
         call = last_call(c)
-        result = ToolResultBlock(tool_use_id=call.id, content="B4")
+        result = ToolResultBlock(tool_use_id=call.id, content="K7")
         c.add_message(OutgoingMessage(blocks=[result]))
         c.add_message((await llm.arespond(c)).to_message())
         return c
@@ -475,7 +475,7 @@ def test_any_answer_goes_back_with_its_reasoning_in_place_and_paired(
     c.add_user_message("Go")
     answer(c, llm)
     calls = [b.id for b in c.messages[-1].blocks if isinstance(b, ToolUseBlock)]
-    results = [ToolResultBlock(tool_use_id=call_id, content="B4") for call_id in calls]
+    results = [ToolResultBlock(tool_use_id=call_id, content="K7") for call_id in calls]
     c.add_message(OutgoingMessage(blocks=results) if results else OutgoingMessage("More?"))
     answer(c, llm)
     check_request("/v1/responses", server.last_body)
