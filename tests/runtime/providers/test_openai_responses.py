@@ -22,6 +22,8 @@ from parlour.runtime import (
     ThinkingMode,
 )
 from parlour.runtime.blocks import (
+    FileBlock,
+    ImageBlock,
     ReasoningBlock,
     TextBlock,
     ThinkingBlock,
@@ -207,6 +209,25 @@ def test_only_the_item_right_after_a_reasoning_item_carries_its_id() -> None:
         ("message", "msg_1"),
         ("function_call", None),
         ("function_call", None),
+    ]
+
+
+def test_images_and_files_are_input_parts_with_data_urls() -> None:
+    llm, server = client(openai_response("A cat."))
+    c = conversation()
+    image = ImageBlock(data="aGk=", mime_type="image/png")
+    document = FileBlock(data="aGk=", mime_type="application/pdf", filename="cat.pdf")
+    c.add_message(OutgoingMessage(blocks=[TextBlock(text="What is this?"), image, document]))
+    answer(c, llm)
+    check_request("/v1/responses", server.last_body)
+    assert server.last_body["input"][0]["content"] == [
+        {"type": "input_text", "text": "What is this?"},
+        {"type": "input_image", "image_url": "data:image/png;base64,aGk=", "detail": "auto"},
+        {
+            "type": "input_file",
+            "file_data": "data:application/pdf;base64,aGk=",
+            "filename": "cat.pdf",
+        },
     ]
 
 
