@@ -1,4 +1,4 @@
-"""Content blocks: the eleven kinds a message is made of, as one msgspec tagged union.
+"""Content blocks: the twelve kinds a message is made of, as one msgspec tagged union.
 
 Every block is a frozen, keyword-only ``msgspec.Struct`` with a stable ``type`` tag, so a
 snapshot decodes to exactly the types it encoded and a class rename is never a wire change.
@@ -39,6 +39,7 @@ __all__ = [
     "ImageBlock",
     "JsonBlock",
     "PojoBlock",
+    "ReasoningBlock",
     "RedactedThinkingBlock",
     "SkillBlock",
     "TextBlock",
@@ -127,6 +128,17 @@ class RedactedThinkingBlock(Block, tag="redacted_thinking", frozen=True, kw_only
     data: str
 
 
+class ReasoningBlock(Block, tag="reasoning", frozen=True, kw_only=True):
+    """A reasoning item of OpenAI's Responses API as it came (``item_json``), sent back
+    unchanged by that dialect and left out by the others (only OpenAI reads its encrypted
+    content); ``summary`` is its readable text, ``followed_by`` the id of the output item
+    after it, which the API pairs it with."""
+
+    item_json: str
+    summary: str = ""
+    followed_by: str | None = None
+
+
 class SkillBlock(Block, tag="skill", frozen=True, kw_only=True):
     name: str
     body: str
@@ -143,6 +155,7 @@ ContentBlock = (
     | ToolResultBlock
     | ThinkingBlock
     | RedactedThinkingBlock
+    | ReasoningBlock
     | SkillBlock
 )
 
@@ -351,7 +364,7 @@ def render_text(block: ContentBlock) -> str:
             return f"[file {filename or mime_type}]"
         case SkillBlock(body=body):
             return body
-        case ThinkingBlock() | RedactedThinkingBlock():
+        case ThinkingBlock() | RedactedThinkingBlock() | ReasoningBlock():
             return ""
         case PojoBlock():
             raise UncorrectableLLMError(

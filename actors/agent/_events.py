@@ -149,7 +149,7 @@ class TurnCancelledError(TurnError):
 
 
 def add_usage(a: Usage, b: Usage) -> Usage:
-    """The sum of two usages; a cache counter stays None only when both are None."""
+    """The sum of two usages; a cache or reasoning counter stays None only when both are."""
 
     def plus(x: int | None, y: int | None) -> int | None:
         return None if x is None and y is None else (x or 0) + (y or 0)
@@ -161,4 +161,5 @@ def add_usage(a: Usage, b: Usage) -> Usage:
             a.cache_creation_input_tokens, b.cache_creation_input_tokens
         ),
         cache_read_input_tokens=plus(a.cache_read_input_tokens, b.cache_read_input_tokens),
+        reasoning_tokens=plus(a.reasoning_tokens, b.reasoning_tokens),
     )

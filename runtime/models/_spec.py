@@ -13,6 +13,15 @@ from .._roles import Depth, Grade, Input, OutputSize
 
 Provider = Literal["anthropic", "openai", "bedrock", "scripted"]
 DEFAULT_ENCODING = "cl100k_base"  # the token estimate's encoding when a spec names none
+# a model declared outside the catalog: the catalog's rungs, under a ceiling of at most a
+# quarter of its window (room left for the conversation) and at most 32,000 tokens
+_CUSTOM_RUNGS = {
+    OutputSize.VERDICT: 1_024,
+    OutputSize.COMPACT: 4_096,
+    OutputSize.STANDARD: 16_000,
+    OutputSize.EXTENDED: 32_000,
+}
+_CUSTOM_CEILING = 32_000
 
 
 class ThinkingMode(enum.Enum):
@@ -77,6 +86,51 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
             raise ValueError(f"Model {self.id} has no output budget for {', '.join(missing)}.")
         if any(v <= 0 for v in self.output_budgets.values()):
             raise ValueError(f"Model {self.id}: output budgets must be positive.")
+
+    @classmethod
+    def custom(
+        cls,
+        model_id: str,
+        *,
+        context_window: int,
+        provider: Provider = "openai",
+        max_output_tokens: int | None = None,
+        inputs: frozenset[Input] = frozenset(),
+        grade: Grade | None = None,
+    ) -> ModelSpec:
+        """A model the catalog does not know (a local one, say), from its context window.
+
+        The ceiling is ``max_output_tokens``, else a quarter of the window, at most 32,000;
+        each rung is the catalog's, at most the ceiling. No thinking is asked for and no
+        prompt cache assumed; ``inputs`` is text only unless given.
+
+        Raises:
+            ValueError: ``context_window`` or ``max_output_tokens`` is not a positive
+                integer, or the ceiling is larger than the window.
+        """
+        for name, value in (
+            ("context_window", context_window),
+            ("max_output_tokens", max_output_tokens),
+        ):
+            if value is not None and (type(value) is not int or value <= 0):
+                raise ValueError(
+                    f"Model {model_id}: {name} must be a positive integer, not {value!r}."
+                )
+        ceiling = max_output_tokens or min(context_window // 4 or 1, _CUSTOM_CEILING)
+        if ceiling > context_window:
+            raise ValueError(
+                f"Model {model_id}: max_output_tokens {ceiling} is larger than its "
+                f"context window of {context_window}."
+            )
+        return cls(
+            id=model_id,
+            provider=provider,
+            max_context_tokens=context_window,
+            max_output_tokens=ceiling,
+            output_budgets={rung: min(n, ceiling) for rung, n in _CUSTOM_RUNGS.items()},
+            inputs=inputs,
+            grade=grade,
+        )
 
     def get_output_budget(self, rung: OutputSize) -> int:
         """The tokens ``rung`` buys on this model (``MAX`` is the ceiling unless set)."""

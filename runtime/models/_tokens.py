@@ -38,6 +38,7 @@ from ..blocks import (
     FileBlock,
     ImageBlock,
     JsonBlock,
+    ReasoningBlock,
     RedactedThinkingBlock,
     SkillBlock,
     TextBlock,
@@ -286,7 +287,15 @@ def utf8_bound(text: str) -> int:
 
 
 _PLAIN = frozenset(
-    {JsonBlock, ToolUseBlock, ToolResultBlock, ThinkingBlock, RedactedThinkingBlock, SkillBlock}
+    {
+        JsonBlock,
+        ToolUseBlock,
+        ToolResultBlock,
+        ThinkingBlock,
+        RedactedThinkingBlock,
+        ReasoningBlock,
+        SkillBlock,
+    }
 )
 
 
@@ -301,6 +310,8 @@ def _plain_text(block: ContentBlock) -> str:
         return block.text
     if isinstance(block, RedactedThinkingBlock):
         return block.data
+    if isinstance(block, ReasoningBlock):
+        return block.item_json  # what the Responses dialect sends; the others send less
     if isinstance(block, SkillBlock):
         return block.body
     raise TypeError(f"no plain text for {type(block).__name__}")

@@ -15,6 +15,7 @@ from ._converse import (
 )
 from ._factory import SCRIPTED, client_for, provider_available
 from ._openai import OpenAIClient, build_openai_body
+from ._openai_responses import OpenAIResponsesClient, build_responses_body
 from ._prefix import PrefixMonitor
 from ._response import LLMResponse, StopReason, Usage
 from ._retry import respond_with_truncation_retry
@@ -29,6 +30,7 @@ __all__ = [
     "LLMClient",
     "LLMResponse",
     "OpenAIClient",
+    "OpenAIResponsesClient",
     "PrefixMonitor",
     "ResponseStream",
     "ScriptedClient",
@@ -38,6 +40,7 @@ __all__ = [
     "build_anthropic_params",
     "build_converse_request",
     "build_openai_body",
+    "build_responses_body",
     "client_for",
     "parse_tool_calls",
     "provider_available",

@@ -19,6 +19,7 @@ from ..blocks import (
     ContentBlock,
     FileBlock,
     ImageBlock,
+    ReasoningBlock,
     RedactedThinkingBlock,
     SkillBlock,
     TextBlock,
@@ -56,14 +57,14 @@ _STOP = {
 
 def encode_block(block: ContentBlock, conversation_id: str | None = None) -> dict[str, Any] | None:
     """One block as an Anthropic content param; None for a tool definition (native tools
-    travel in ``tools``, so the inline form is suppressed) and for blank text (the API
-    refuses empty text blocks).
+    travel in ``tools``, so the inline form is suppressed), for OpenAI's reasoning item
+    (only OpenAI reads it) and for blank text (the API refuses empty text blocks).
 
     Raises:
         ValueError: a file that is neither PDF nor text, or an image type the API lacks.
     """
     match block:
-        case ToolDefinitionBlock():
+        case ToolDefinitionBlock() | ReasoningBlock():  # OpenAI's reasoning: not for Anthropic
             return None
         case TextBlock(text=text) if is_blank(text):
             return None

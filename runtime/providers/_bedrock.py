@@ -135,6 +135,8 @@ class BedrockClient(LLMClient):
 
     Raises:
         ImportError: boto3 is missing (``pip install 'parlour[bedrock]'``).
+        UncorrectableLLMError: no region: neither ``region_name`` nor the AWS
+            configuration (``AWS_REGION``, ``AWS_DEFAULT_REGION``, a profile) names one.
     """
 
     formatter = GenericContentFormatter()
@@ -161,7 +163,14 @@ class BedrockClient(LLMClient):
             config = require_sdk("botocore.config", "bedrock").Config(
                 retries={"mode": "standard", "max_attempts": max_attempts}
             )
-            client = boto3.client("bedrock-runtime", region_name=region_name, config=config)
+            exceptions = require_sdk("botocore.exceptions", "bedrock")
+            try:
+                client = boto3.client("bedrock-runtime", region_name=region_name, config=config)
+            except exceptions.NoRegionError as exc:
+                raise UncorrectableLLMError(
+                    f"Bedrock model {self.spec.id} needs an AWS region: pass region_name=... "
+                    "to BedrockClient, or set AWS_REGION (or a region in the AWS profile)."
+                ) from exc
         self._sdk = require_sdk("botocore.exceptions", "bedrock")
         self.sdk_client = client
         self.user_opener = user_opener

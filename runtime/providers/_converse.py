@@ -21,6 +21,7 @@ from ..blocks import (
     ContentBlock,
     FileBlock,
     ImageBlock,
+    ReasoningBlock,
     RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
@@ -71,7 +72,7 @@ def encode_block(block: ContentBlock, conversation_id: str | None = None) -> Con
     match block:
         case ToolDefinitionBlock():
             return {"text": render_tool_text(block)}
-        case ToolUseBlock() | ThinkingBlock() | RedactedThinkingBlock():
+        case ToolUseBlock() | ThinkingBlock() | RedactedThinkingBlock() | ReasoningBlock():
             return None
         case ToolResultBlock(tool_use_id=call_id, content=content, is_error=is_error):
             label = "Tool error" if is_error else "Tool result"
@@ -121,11 +122,20 @@ def _assistant_content(turn: Turn, conversation_id: str | None) -> list[Content]
     if calls and _signature(parse_tool_calls(said)) != _signature(calls):
         content.append({"text": _envelope(calls)})
     if not content:
-        reasoning = [b for b in turn.blocks if isinstance(b, ThinkingBlock | RedactedThinkingBlock)]
+        reasoning = [b for b in turn.blocks if isinstance(b, _REASONING)]
         if reasoning:
-            text = "".join(b.text if isinstance(b, ThinkingBlock) else "" for b in reasoning)
+            text = "".join(_reasoning_text(b) for b in reasoning)
             content.append({"text": json.dumps({"reasoning": text or "(redacted)"})})
     return content
+
+
+_REASONING = (ThinkingBlock, RedactedThinkingBlock, ReasoningBlock)
+
+
+def _reasoning_text(block: ContentBlock) -> str:
+    if isinstance(block, ThinkingBlock):
+        return block.text
+    return block.summary if isinstance(block, ReasoningBlock) else ""
 
 
 def _signature(calls: list[ToolUseBlock]) -> list[tuple[str, Any]]:

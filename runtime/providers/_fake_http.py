@@ -7,6 +7,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ._fake_responses import openai_response_sse
+
 Reply = dict[str, Any] | tuple[int, dict[str, Any]] | bytes | BaseException
 # what an httpx2.MockTransport takes: a MockProvider, or any function of a request to a
 # response (``httpx2.Request`` to ``httpx2.Response``; typed loosely, httpx2 is optional)
@@ -17,7 +19,8 @@ class MockProvider:
     """A recording ``httpx2.MockTransport`` handler answering from ``replies`` in order.
 
     Each reply is a JSON body (status 200), a ``(status, body)`` pair (an error answer),
-    ``bytes`` of a server-sent event stream (see ``anthropic_sse`` and ``openai_sse``), or an
+    ``bytes`` of a server-sent event stream (see ``anthropic_sse``, ``openai_sse`` and
+    ``openai_response_sse``), or an
     exception, raised as the transport would (``httpx2.ConnectError``). A message or
     completion body answering a streaming request is sent as its event stream.
     ``bodies`` holds the decoded JSON of every request received, in order.
@@ -60,6 +63,8 @@ def _as_stream(reply: dict[str, Any]) -> bytes | dict[str, Any]:
         return anthropic_sse(reply)
     if reply.get("object") == "chat.completion":
         return openai_sse(reply)
+    if reply.get("object") == "response":
+        return openai_response_sse(reply)
     return reply
 
 

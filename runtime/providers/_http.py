@@ -4,6 +4,7 @@ the dialect's error map. A dialect supplies its encoder, one call and one stream
 
 from __future__ import annotations
 
+import os
 import warnings
 from abc import abstractmethod
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from ..models._catalog import ModelCatalog
 from ..models._spec import ModelSpec
 from ._errors import ErrorMap, map_errors, require_key, require_sdk
 from ._response import LLMResponse
-from ._shared import OutputDeclaration, spec_of
+from ._shared import OutputDeclaration, check_base_url, spec_of
 from ._template import LLMClient, TextCallback, WireRequest
 
 UNSET: Any = object()
@@ -52,12 +53,16 @@ class HttpSdkClient(LLMClient):
             ``arespond``; else one is made from the key at the first ``arespond``. Given
             alone (no ``client``), no key is wanted until a blocking call is made.
         max_retries: the SDK's own retry with backoff for rate limits, overload, timeouts.
+        base_url: another server speaking the dialect (else the dialect's ``base_url_env``
+            variable, else the provider's own). A dialect whose ``keyless`` is true needs no
+            key for another server (a local OpenAI-compatible one).
         catalog, depth, output_declaration: see ``LLMClient``.
 
     Raises:
         ImportError: the SDK is missing; the message names the pip extra.
         UncorrectableLLMError: no API key is configured (and neither SDK client is given);
             the message names the variable.
+        ValueError: ``base_url`` is not an http(s) URL with a host.
     """
 
     formatter = NativeToolsFormatter()
@@ -66,6 +71,10 @@ class HttpSdkClient(LLMClient):
     env_var: ClassVar[str]
     default_model: ClassVar[str]
     error_map: ClassVar[ErrorMap]  # the dialect's table, in its own module
+    base_url_env: ClassVar[str | None] = None  # the variable the SDK reads its server from
+    keyless: ClassVar[bool] = False  # another server (a base URL) may need no key
+    # sent as the key to a server that asked for none: the SDK refuses to run without one
+    KEYLESS_PLACEHOLDER: ClassVar[str] = "no-key"
 
     def __init__(
         self,
@@ -79,6 +88,7 @@ class HttpSdkClient(LLMClient):
         output_declaration: OutputDeclaration | None = None,
         async_client: Any = None,
         sdk_client: Any = UNSET,
+        base_url: str | None = None,
     ) -> None:
         super().__init__(
             spec_of(model or self.default_model, catalog),
@@ -88,6 +98,9 @@ class HttpSdkClient(LLMClient):
         self._sdk = require_sdk(self.module, self.module)
         client = injected(client, sdk_client, "sdk_client")
         self._api_key, self._max_retries = api_key, max_retries
+        from_env = os.environ.get(self.base_url_env) if self.base_url_env else None
+        given = base_url or from_env
+        self.base_url = check_base_url(given) if given else None
         if client is None and async_client is None:
             client = self._make(self.provider)  # no key is refused here, not at first use
         self._client = client
@@ -110,8 +123,14 @@ class HttpSdkClient(LLMClient):
         self._client = client
 
     def _make(self, cls_name: str) -> Any:
-        key = require_key(self._api_key, self.env_var, self.provider)
-        return getattr(self._sdk, cls_name)(api_key=key, max_retries=self._max_retries)
+        options: dict[str, Any] = {"max_retries": self._max_retries}
+        if self.base_url is not None:
+            options["base_url"] = self.base_url
+        if self.keyless and self.base_url is not None:
+            key = self._api_key or os.environ.get(self.env_var) or self.KEYLESS_PLACEHOLDER
+        else:
+            key = require_key(self._api_key, self.env_var, self.provider)
+        return getattr(self._sdk, cls_name)(api_key=key, **options)
 
     @property
     def async_sdk_client(self) -> Any:

@@ -16,6 +16,7 @@ from ..blocks import (
     ContentBlock,
     FileBlock,
     ImageBlock,
+    ReasoningBlock,
     RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
@@ -38,20 +39,21 @@ _STOP = {
     "length": StopReason.MAX_TOKENS,
     "content_filter": StopReason.CONTENT_FILTERED,
 }
-_EFFORT = {
+EFFORT = {
     Depth.IMMEDIATE: "minimal",
     Depth.STANDARD: "low",
     Depth.THOROUGH: "medium",
     Depth.ULTRA_THOROUGH: "high",
 }
-_SKIPPED = (ToolDefinitionBlock, ThinkingBlock, RedactedThinkingBlock)
+_SKIPPED = (ToolDefinitionBlock, ThinkingBlock, RedactedThinkingBlock, ReasoningBlock)
 _STREAMED = {"stream": True, "stream_options": {"include_usage": True}}
 
 
 # -- encoding ------------------------------------------------------------------------------------
 
 
-def _user_part(block: ContentBlock) -> dict[str, Any]:
+def user_part(block: ContentBlock) -> dict[str, Any]:
+    """A user block as a Chat Completions content part (text, ``image_url`` or ``file``)."""
     match block:
         case ImageBlock(data=data, mime_type=mime):
             return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
@@ -73,7 +75,7 @@ def _user_messages(turn: Turn) -> list[dict[str, Any]]:
             content = f"Error: {block.content}" if block.is_error else block.content
             messages.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
         elif not isinstance(block, _SKIPPED):
-            parts.append(_user_part(block))
+            parts.append(user_part(block))
     if parts:
         messages.append({"role": "user", "content": parts})
     return messages
@@ -142,7 +144,7 @@ def build_openai_body(request: WireRequest) -> dict[str, Any]:
     if tools:
         body["tools"] = tools
     if request.spec.thinking_mode is ThinkingMode.REASONING_EFFORT:
-        body["reasoning_effort"] = _EFFORT[request.depth]
+        body["reasoning_effort"] = EFFORT[request.depth]
     return body
 
 
@@ -154,7 +156,8 @@ def _usage(usage: Any) -> Usage:
         return Usage()
     details = getattr(usage, "prompt_tokens_details", None)
     cached = getattr(details, "cached_tokens", None)
-    return Usage.subset(usage.prompt_tokens, None, cached, usage.completion_tokens)
+    reasoning = getattr(getattr(usage, "completion_tokens_details", None), "reasoning_tokens", None)
+    return Usage.subset(usage.prompt_tokens, None, cached, usage.completion_tokens, reasoning)
 
 
 def decode_completion(completion: Any) -> LLMResponse:
@@ -265,14 +268,18 @@ class OpenAIClient(HttpSdkClient):
     """OpenAI's Chat Completions through the official ``openai`` SDK.
 
     Args:
-        model: a catalog id or a ``ModelSpec``.
-        api_key: else ``OPENAI_API_KEY``.
+        model: a catalog id or a ``ModelSpec`` (``ModelSpec.custom`` for a model outside
+            the catalog).
+        api_key: else ``OPENAI_API_KEY``; not needed with a base URL.
         client: a ready ``openai.OpenAI`` (tests pass one over a mock transport).
         max_retries: the SDK's own retry with backoff.
+        base_url: an OpenAI-compatible server (vLLM, Ollama, llama.cpp), else
+            ``OPENAI_BASE_URL``, else OpenAI's; with either, no key is required.
 
     Raises:
         ImportError: the SDK is missing (``pip install 'parlour[openai]'``).
-        UncorrectableLLMError: no API key is configured.
+        UncorrectableLLMError: no API key is configured, and no base URL.
+        ValueError: the base URL is not an http(s) URL with a host.
     """
 
     module = "openai"
@@ -280,6 +287,8 @@ class OpenAIClient(HttpSdkClient):
     env_var = "OPENAI_API_KEY"
     default_model = "gpt-5-mini"
     error_map = ERROR_MAP
+    base_url_env = "OPENAI_BASE_URL"
+    keyless = True
 
     def encode(self, request: WireRequest) -> dict[str, Any]:
         return build_openai_body(request)

@@ -28,12 +28,15 @@ class StopReason(enum.Enum):
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):
     """Token counts of one call. ``input_tokens`` is the whole input, cached parts included;
-    the cache counters are the parts of it written to and read from the provider's cache."""
+    the cache counters are the parts of it written to and read from the provider's cache.
+    ``reasoning_tokens`` is the part of ``output_tokens`` spent reasoning, where the provider
+    reports it (OpenAI), else None."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     cache_creation_input_tokens: int | None = None
     cache_read_input_tokens: int | None = None
+    reasoning_tokens: int | None = None
 
     @classmethod
     def additive(
@@ -50,14 +53,21 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def subset(
-        cls, total: int, cache_creation: int | None, cache_read: int | None, output: int
+        cls,
+        total: int,
+        cache_creation: int | None,
+        cache_read: int | None,
+        output: int,
+        reasoning: int | None = None,
     ) -> Usage:
-        """The OpenAI shape: ``total`` already includes the cached tokens."""
+        """The OpenAI shape: ``total`` already includes the cached tokens, ``output`` the
+        reasoning tokens."""
         return cls(
             input_tokens=total,
             output_tokens=output,
             cache_creation_input_tokens=cache_creation,
             cache_read_input_tokens=cache_read,
+            reasoning_tokens=reasoning,
         )
 
 

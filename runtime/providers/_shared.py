@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -18,7 +19,15 @@ from ..models._budget import OutputDeclaration
 from ..models._catalog import ModelCatalog
 from ..models._spec import ModelSpec
 
-__all__ = ["OutputDeclaration", "block_text", "image_subtype", "is_blank", "spec_of", "tool_schema"]
+__all__ = [
+    "OutputDeclaration",
+    "block_text",
+    "check_base_url",
+    "image_subtype",
+    "is_blank",
+    "spec_of",
+    "tool_schema",
+]
 
 _EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 # the image types Anthropic and Converse both take, by MIME subtype; ``jpg`` is a common
@@ -40,6 +49,25 @@ def image_subtype(mime: str, provider: str, conversation_id: str | None) -> str:
             f"WebP, and an image block is {mime}."
         )
     return format_
+
+
+def check_base_url(url: str) -> str:
+    """``url`` itself, once it reads as an http(s) URL with a host (and a port that parses).
+
+    Raises:
+        ValueError: it does not; the message names it and shows one that does.
+    """
+    try:
+        parts = urlsplit(url)
+        port_parses = parts.port is None or parts.port >= 0  # a bad port raises ValueError
+    except ValueError:
+        port_parses = False
+    if not port_parses or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(
+            f"base_url {url!r} is not an http(s) URL with a host, such as "
+            "http://localhost:11434/v1."
+        )
+    return url
 
 
 def is_blank(text: str) -> bool:

@@ -10,7 +10,9 @@ connection: ``httpx2.ConnectError``). ``mock_anthropic_sdk`` / ``mock_openai_sdk
 SDK client over it (``mock_async_anthropic_sdk`` / ``mock_async_openai_sdk`` the async
 one); ``anthropic_message``, ``anthropic_sse``, ``openai_completion`` and ``openai_sse``
 build the answers; ``anthropic_sse_error`` and ``openai_sse_error`` build
-a stream that fails part-way, as the servers do.
+a stream that fails part-way, as the servers do. The Responses endpoint's:
+``openai_response`` (with ``openai_reasoning`` items), ``openai_response_sse`` and
+``openai_response_sse_error`` (an ``error`` event, or ``response.failed``).
 
 boto3 (Bedrock): ``dummy_bedrock_client`` is a real ``bedrock-runtime`` client with dummy
 credentials; ``converse`` is stubbed with ``botocore.stub.Stubber`` (``converse_response``
@@ -44,6 +46,12 @@ from ._fake_http import (
     openai_sse,
     openai_sse_error,
 )
+from ._fake_responses import (
+    openai_reasoning,
+    openai_response,
+    openai_response_sse,
+    openai_response_sse_error,
+)
 
 __all__ = [
     "ConverseStreamMock",
@@ -60,6 +68,10 @@ __all__ = [
     "mock_async_openai_sdk",
     "mock_openai_sdk",
     "openai_completion",
+    "openai_reasoning",
+    "openai_response",
+    "openai_response_sse",
+    "openai_response_sse_error",
     "openai_sse",
     "openai_sse_error",
     "record_params",

@@ -25,6 +25,7 @@ from parlour.runtime.blocks import (
     ImageBlock,
     JsonBlock,
     PojoBlock,
+    ReasoningBlock,
     RedactedThinkingBlock,
     SkillBlock,
     TextBlock,
@@ -50,10 +51,11 @@ class Note:
     stars: int
 
 
-def test_the_union_has_exactly_eleven_kinds() -> None:
+def test_the_union_has_exactly_twelve_kinds() -> None:
     assert set(typing.get_args(ContentBlock)) == {
         TextBlock, PojoBlock, JsonBlock, ToolDefinitionBlock, ImageBlock, FileBlock,
-        ToolUseBlock, ToolResultBlock, ThinkingBlock, RedactedThinkingBlock, SkillBlock,
+        ToolUseBlock, ToolResultBlock, ThinkingBlock, RedactedThinkingBlock, ReasoningBlock,
+        SkillBlock,
     }  # fmt: skip
 
 
@@ -68,7 +70,7 @@ def test_blocks_are_frozen_and_compare_by_value() -> None:
 def test_the_stored_kind_names() -> None:
     assert sorted(BLOCK_KINDS) == sorted(
         ["text", "pojo", "json", "tool_definition", "image", "file", "tool_use",
-         "tool_result", "thinking", "redacted_thinking", "skill"]
+         "tool_result", "thinking", "redacted_thinking", "reasoning", "skill"]
     )  # fmt: skip
     assert (
         json.loads(msgspec.json.encode(ToolUseBlock(id="i", name="n", input_json="{}")))["type"]
@@ -86,6 +88,7 @@ EXAMPLES: list[ContentBlock] = [
     ToolResultBlock(tool_use_id="toolu_1", content="nope", is_error=True),
     ThinkingBlock(text="hmm", signature="sig"),
     RedactedThinkingBlock(data="opaque"),
+    ReasoningBlock(item_json='{"type": "reasoning"}', summary="I checked."),
     SkillBlock(name="summarize", body="Summarize briefly."),
 ]
 
@@ -147,6 +150,7 @@ def test_the_text_fallback_encoders() -> None:
     assert render_text(pdf) == "[file report.pdf]"
     assert render_text(ThinkingBlock(text="secret", signature="s")) == ""
     assert render_text(RedactedThinkingBlock(data="opaque")) == ""
+    assert render_text(ReasoningBlock(item_json="{}", summary="s")) == ""
     assert render_text(TextBlock(text="")) == ""
 
 
@@ -171,6 +175,7 @@ blocks = st.one_of(
     st.builds(ToolResultBlock, tool_use_id=text, content=text, is_error=st.booleans()),
     st.builds(ThinkingBlock, text=text, signature=optional),
     st.builds(RedactedThinkingBlock, data=text),
+    st.builds(ReasoningBlock, item_json=text, summary=text),
     st.builds(SkillBlock, name=text, body=text),
 )
 
@@ -207,7 +212,7 @@ def test_property_a_message_snapshot_preserves_every_block(items: list[ContentBl
     assert [m.blocks for m in restored.messages] == [calls, items, items, answers]
 
 
-def test_the_block_union_has_eleven_kinds_with_stable_tags() -> None:
+def test_the_block_union_has_twelve_kinds_with_stable_tags() -> None:
     kinds = typing.get_args(b.ContentBlock)
     assert sorted(k.__struct_config__.tag for k in kinds) == sorted(
         [
@@ -221,6 +226,7 @@ def test_the_block_union_has_eleven_kinds_with_stable_tags() -> None:
             "tool_result",
             "thinking",
             "redacted_thinking",
+            "reasoning",
             "skill",
         ]
     )

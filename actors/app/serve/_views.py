@@ -13,6 +13,7 @@ import msgspec
 
 from parlour.runtime import ContentFormatter, ConversationContext, ModelSpec, Transcript
 from parlour.runtime.blocks import (
+    ReasoningBlock,
     RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
@@ -38,7 +39,7 @@ __all__ = [
     "versions_of",
 ]
 
-_HIDDEN = (ThinkingBlock, RedactedThinkingBlock)
+_HIDDEN = (ThinkingBlock, RedactedThinkingBlock, ReasoningBlock)
 
 
 def load_mine(

@@ -150,3 +150,45 @@ def test_a_spec_round_trips_through_json(
         thinking_mode=mode,
     )
     assert msgspec.json.decode(msgspec.json.encode(spec), type=ModelSpec) == spec
+
+
+# -- a model outside the catalog -----------------------------------------------------------------
+
+
+def test_a_custom_model_takes_its_budgets_from_its_context_window() -> None:
+    spec = ModelSpec.custom("llama3.1:8b", context_window=128_000)
+    assert (spec.id, spec.provider, spec.max_context_tokens) == ("llama3.1:8b", "openai", 128_000)
+    assert spec.max_output_tokens == 32_000  # a quarter of the window, at most 32,000
+    assert spec.get_output_budget(OutputSize.STANDARD) == 16_000
+    assert spec.thinking_mode is ThinkingMode.NONE and not spec.supports_prompt_caching
+    small = ModelSpec.custom("phi3:mini", context_window=4_096)
+    assert small.max_output_tokens == 1_024
+    assert {small.get_output_budget(rung) for rung in OutputSize} == {1_024}
+    fixed = ModelSpec.custom("m", context_window=8_192, max_output_tokens=3_000)
+    assert fixed.get_output_budget(OutputSize.COMPACT) == 3_000
+
+
+@given(st.integers(1, 2_000_000))
+def test_every_rung_of_a_custom_model_fits_its_window(window: int) -> None:
+    spec = ModelSpec.custom("m", context_window=window)
+    assert 0 < spec.max_output_tokens <= window
+    assert all(0 < spec.get_output_budget(r) <= spec.max_output_tokens for r in OutputSize)
+
+
+@pytest.mark.parametrize(
+    ("window", "ceiling", "named"),
+    [
+        (0, None, "context_window"),
+        (-5, None, "context_window"),
+        (True, None, "context_window"),
+        ("8k", None, "context_window"),
+        (8_192, 0, "max_output_tokens"),
+        (8_192, 9_000, "larger than its context window"),
+    ],
+)
+def test_a_custom_model_with_a_bad_size_is_one_clear_error(
+    window: object, ceiling: object, named: str
+) -> None:
+    with pytest.raises(ValueError, match=named) as caught:
+        ModelSpec.custom("m", context_window=window, max_output_tokens=ceiling)  # type: ignore[arg-type]
+    assert "Model m" in str(caught.value)

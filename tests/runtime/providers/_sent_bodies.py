@@ -4,7 +4,8 @@ Anthropic: ``/v1/messages`` takes ``MessageCreateParamsStreaming`` when the body
 ``"stream": true`` and ``MessageCreateParamsNonStreaming`` otherwise;
 ``/v1/messages/count_tokens`` takes ``MessageCountTokensParams``. OpenAI:
 ``/chat/completions`` takes ``CompletionCreateParamsStreaming`` or ``...NonStreaming`` the
-same way. Any other endpoint is refused: a body nobody checks is not a body that passed.
+same way, and ``/responses`` ``ResponseCreateParamsStreaming`` or ``...NonStreaming``.
+Any other endpoint is refused: a body nobody checks is not a body that passed.
 Thread-safety: one ``SentBodies`` per test; ``record`` may be called from the event loop's
 thread of an async client, ``check_all`` runs after the test.
 """
@@ -25,6 +26,7 @@ def request_type(endpoint: str, body: dict[str, Any]) -> Any:
     """
     from anthropic.types import message_count_tokens_params, message_create_params
     from openai.types.chat import completion_create_params
+    from openai.types.responses import response_create_params
 
     streaming = body.get("stream") is True
     if endpoint.endswith("/v1/messages"):
@@ -42,6 +44,13 @@ def request_type(endpoint: str, body: dict[str, Any]) -> Any:
             module.CompletionCreateParamsStreaming
             if streaming
             else module.CompletionCreateParamsNonStreaming
+        )
+    if endpoint.endswith("/responses"):
+        module = response_create_params
+        return (
+            module.ResponseCreateParamsStreaming
+            if streaming
+            else module.ResponseCreateParamsNonStreaming
         )
     raise RequestTypeError(endpoint, "no SDK request type is known for this endpoint")
 

@@ -1,4 +1,5 @@
-"""What every dialect promises alike, run over the three through their real SDKs: errors
+"""What every dialect promises alike, run over the four (Anthropic, OpenAI's Chat
+Completions and Responses, Converse) through their real SDKs: errors
 map to retryable or final at the seam (HTTP statuses, dropped connections, failures in the
 middle of a stream), truncation signals a retry, streaming yields text then the response,
 and a missing key or SDK says what to set or install."""
@@ -16,7 +17,12 @@ from botocore.stub import Stubber
 
 from parlour.runtime import ConversationContext, Depth, LLMClient
 from parlour.runtime.errors import OutputTruncationRetry, RetryableLLMError, UncorrectableLLMError
-from parlour.runtime.providers import AnthropicClient, BedrockClient, OpenAIClient
+from parlour.runtime.providers import (
+    AnthropicClient,
+    BedrockClient,
+    OpenAIClient,
+    OpenAIResponsesClient,
+)
 from parlour.runtime.providers._http import HttpSdkClient
 from parlour.runtime.testing import (
     ConverseStreamMock,
@@ -30,6 +36,8 @@ from parlour.runtime.testing import (
     mock_anthropic_sdk,
     mock_openai_sdk,
     openai_completion,
+    openai_response,
+    openai_response_sse_error,
     openai_sse_error,
 )
 
@@ -102,6 +110,31 @@ def openai_dialect() -> Dialect:
     )
 
 
+def responses_dialect() -> Dialect:
+    handler = MockProvider()
+
+    def answer(text: str, stop: str) -> None:
+        if stop == "max":
+            handler.add(
+                openai_response(text, status="incomplete", incomplete_reason="max_output_tokens")
+            )
+        else:
+            handler.add(openai_response(text))
+
+    return Dialect(
+        "responses",
+        "openai",
+        OpenAIResponsesClient(
+            fake_spec(id="gpt-t", provider="openai"), client=mock_openai_sdk(handler)
+        ),
+        answer,
+        lambda status: handler.add((status, {"error": {"message": "nope", "type": "x"}})),
+        lambda: handler.add(httpx2.ConnectError("connection refused")),
+        lambda kind: handler.add(openai_response_sse_error(kind)),
+        lambda: int(handler.last_body["max_output_tokens"]),
+    )
+
+
 # the Converse error codes that answer with each canned status
 BEDROCK_CODES = {
     429: "ThrottlingException",
@@ -144,7 +177,12 @@ def bedrock_dialect() -> Dialect:
     )
 
 
-MAKERS = {"anthropic": anthropic_dialect, "openai": openai_dialect, "bedrock": bedrock_dialect}
+MAKERS = {
+    "anthropic": anthropic_dialect,
+    "openai": openai_dialect,
+    "responses": responses_dialect,
+    "bedrock": bedrock_dialect,
+}
 
 
 @pytest.fixture(params=sorted(MAKERS))
@@ -185,6 +223,7 @@ MID_STREAM = {
         ("authentication_error", F),
     ],
     "openai": [("server_error", R), ("rate_limit_exceeded", R), ("invalid_request_error", F)],
+    "responses": [("server_error", R), ("rate_limit_exceeded", R), ("invalid_prompt", F)],
     "bedrock": [
         ("throttlingException", R),
         ("serviceUnavailableException", R),
@@ -245,6 +284,7 @@ def test_a_streamed_truncation_raises_the_retry_signal(dialect: Dialect) -> None
 KEYED = [
     (AnthropicClient, "claude-sonnet-4-5", "ANTHROPIC_API_KEY", "anthropic"),
     (OpenAIClient, "gpt-5-mini", "OPENAI_API_KEY", "openai"),
+    (OpenAIResponsesClient, "gpt-5-mini", "OPENAI_API_KEY", "openai"),
 ]
 
 

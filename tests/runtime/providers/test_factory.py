@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from parlour.runtime import ConversationContext, client_for
+from parlour.runtime import ConversationContext, ModelSpec, client_for
 from parlour.runtime.errors import UncorrectableLLMError
-from parlour.runtime.providers import AnthropicClient, BedrockClient, OpenAIClient
+from parlour.runtime.providers import (
+    AnthropicClient,
+    BedrockClient,
+    OpenAIClient,
+    OpenAIResponsesClient,
+)
 from parlour.runtime.testing import ScriptedClient
 
 KEYS = (
     "ANTHROPIC_API_KEY",
     "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
     "AWS_ACCESS_KEY_ID",
     "AWS_PROFILE",
     "AWS_BEARER_TOKEN_BEDROCK",
@@ -125,3 +132,55 @@ def test_the_old_injection_keywords_still_work_with_a_deprecation_warning(
     assert client.sdk_client is injected
     with pytest.raises(TypeError, match="once"):
         make(client=injected, **{old: injected})  # type: ignore[operator]
+
+
+# -- other servers, other wires ------------------------------------------------------------------
+
+LOCAL = ModelSpec.custom("qwen2.5:7b", context_window=32_768)
+
+
+def test_an_openai_model_on_another_server_needs_no_key() -> None:
+    client = client_for(LOCAL, base_url="http://localhost:11434/v1")
+    assert type(client) is OpenAIClient and client.base_url == "http://localhost:11434/v1"
+    assert client.spec is LOCAL
+
+
+def test_the_responses_api_is_served_when_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    assert type(client_for("gpt-5-mini", api="responses")) is OpenAIResponsesClient
+    assert type(client_for("gpt-5-mini")) is OpenAIClient
+    keyed = client_for(LOCAL, base_url="http://127.0.0.1:8000/v1", api="responses")
+    assert type(keyed) is OpenAIResponsesClient
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["localhost:11434/v1", "ftp://models.local/v1", "http://", "http://host:port/v1", "no url"],
+)
+def test_a_base_url_that_does_not_parse_is_one_clear_error(url: str) -> None:
+    with pytest.raises(ValueError, match=r"not an http\(s\) URL with a host") as caught:
+        client_for(LOCAL, base_url=url)
+    assert repr(url) in str(caught.value)
+    with pytest.raises(ValueError, match=re.escape(repr(url))):
+        OpenAIClient(LOCAL, base_url=url)
+
+
+def test_a_base_url_or_api_for_another_provider_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+    with pytest.raises(ValueError, match="base_url and api are OpenAI's"):
+        client_for("claude-sonnet-4-5", base_url="http://localhost:1/v1")
+    with pytest.raises(ValueError, match="base_url and api are OpenAI's"):
+        client_for("claude-sonnet-4-5", api="responses")
+
+
+def test_bedrock_without_a_region_says_to_pass_region_name_or_set_aws_region(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    with pytest.raises(UncorrectableLLMError, match=r"region_name=.*AWS_REGION") as caught:
+        client_for("us.anthropic.claude-haiku-4-5-20251001-v1:0")
+    assert type(caught.value.__cause__).__name__ == "NoRegionError"
+    assert BedrockClient(region_name="us-east-1").sdk_client.meta.region_name == "us-east-1"

@@ -20,7 +20,12 @@ from parlour.runtime import (
     TurnRole,
 )
 from parlour.runtime.blocks import TextBlock, ToolDefinitionBlock
-from parlour.runtime.providers import AnthropicClient, BedrockClient, OpenAIClient
+from parlour.runtime.providers import (
+    AnthropicClient,
+    BedrockClient,
+    OpenAIClient,
+    OpenAIResponsesClient,
+)
 from parlour.runtime.providers._prefix import Prefix, first_divergence
 from parlour.runtime.testing import (
     ConverseStreamMock,
@@ -33,6 +38,8 @@ from parlour.runtime.testing import (
     mock_anthropic_sdk,
     mock_openai_sdk,
     openai_completion,
+    openai_reasoning,
+    openai_response,
 )
 
 
@@ -108,11 +115,16 @@ def test_the_local_estimate_counts_without_freezing_the_conversation() -> None:
 def native_clients() -> list[LLMClient]:
     anthropic = MockProvider(*[anthropic_message("ok")] * 3)
     openai = MockProvider(*[openai_completion("ok")] * 3)
+    reasoning = openai_response("ok", reasoning=[openai_reasoning(summary="thought")])
+    responses = MockProvider(*[reasoning] * 3)
     return [
         AnthropicClient(
             fake_spec(id="claude-t", provider="anthropic"), client=mock_anthropic_sdk(anthropic)
         ),
         OpenAIClient(fake_spec(id="gpt-t", provider="openai"), client=mock_openai_sdk(openai)),
+        OpenAIResponsesClient(
+            fake_spec(id="gpt-t", provider="openai"), client=mock_openai_sdk(responses)
+        ),
     ]
 
 
@@ -124,7 +136,7 @@ def seat(conversation_id: str) -> ConversationContext:
     return c
 
 
-@pytest.mark.parametrize("client", native_clients(), ids=["anthropic", "openai"])
+@pytest.mark.parametrize("client", native_clients(), ids=["anthropic", "openai", "responses"])
 def test_a_late_tool_on_a_native_dialect_warns_naming_the_tools_array(
     warnings: list[str], client: LLMClient
 ) -> None:

@@ -29,9 +29,11 @@ from parlour.runtime.providers import (
     AnthropicClient,
     BedrockClient,
     OpenAIClient,
+    OpenAIResponsesClient,
     build_anthropic_params,
     build_converse_request,
     build_openai_body,
+    build_responses_body,
     parse_tool_calls,
 )
 from parlour.runtime.snapshots import decode_snapshot, encode_snapshot
@@ -44,12 +46,16 @@ from parlour.runtime.testing import (
     mock_anthropic_sdk,
     mock_openai_sdk,
     openai_completion,
+    openai_response,
     record_params,
 )
 
 SPECS = {
     "anthropic": fake_spec(id="claude-test", provider="anthropic"),
     "openai": fake_spec(
+        id="gpt-test", provider="openai", thinking_mode=ThinkingMode.REASONING_EFFORT
+    ),
+    "responses": fake_spec(
         id="gpt-test", provider="openai", thinking_mode=ThinkingMode.REASONING_EFFORT
     ),
     "bedrock": fake_spec(
@@ -157,6 +163,27 @@ def openai_pairs(body: dict[str, Any]) -> Pairs:
     return pairs
 
 
+def responses_pairs(body: dict[str, Any]) -> Pairs:
+    """Every run of function_call items is followed directly by one function_call_output
+    per call id; no output stands anywhere else."""
+    items, pairs, at = body["input"], [], 0
+    while at < len(items):
+        assert items[at].get("type") != "function_call_output"
+        ids = []
+        while at < len(items) and items[at].get("type") == "function_call":
+            ids.append(items[at]["call_id"])
+            at += 1
+        if not ids:
+            at += 1
+            continue
+        answers = items[at : at + len(ids)]
+        assert [a.get("type") for a in answers] == ["function_call_output"] * len(ids)
+        assert sorted(a["call_id"] for a in answers) == sorted(ids)
+        pairs += [(a["call_id"], a["output"], a["output"].startswith("Error: ")) for a in answers]
+        at += len(ids)
+    return pairs
+
+
 _RESULT_TEXT = re.compile(r"Tool (result|error) for (.+?): (.*)", re.DOTALL)
 
 
@@ -184,6 +211,7 @@ def converse_pairs(body: dict[str, Any]) -> Pairs:
 PAIRS: dict[str, Callable[[dict[str, Any]], Pairs]] = {
     "anthropic": anthropic_pairs,
     "openai": openai_pairs,
+    "responses": responses_pairs,
     "bedrock": converse_pairs,
 }
 
@@ -218,9 +246,12 @@ def dialect(request: pytest.FixtureRequest) -> Iterator[Dialect]:
     if name == "anthropic":
         handler.add(anthropic_message("ok"), anthropic_message("ok"))
         client: LLMClient = AnthropicClient(SPECS[name], client=mock_anthropic_sdk(handler))
-    else:
+    elif name == "openai":
         handler.add(openai_completion("ok"), openai_completion("ok"))
         client = OpenAIClient(SPECS[name], client=mock_openai_sdk(handler))
+    else:
+        handler.add(openai_response("ok"), openai_response("ok"))
+        client = OpenAIResponsesClient(SPECS[name], client=mock_openai_sdk(handler))
     yield Dialect(name, client, handler.bodies)
 
 
@@ -320,11 +351,13 @@ def test_a_check_that_passed_once_still_refuses_what_is_added_after() -> None:
 OFFLINE: dict[str, LLMClient] = {
     "anthropic": AnthropicClient(SPECS["anthropic"], client=object()),
     "openai": OpenAIClient(SPECS["openai"], client=object()),
+    "responses": OpenAIResponsesClient(SPECS["responses"], client=object()),
     "bedrock": BedrockClient(SPECS["bedrock"], client=object()),
 }
 ENCODERS: dict[str, Callable[[WireRequest], dict[str, Any]]] = {
     "anthropic": build_anthropic_params,
     "openai": build_openai_body,
+    "responses": build_responses_body,
     "bedrock": build_converse_request,
 }
 
