@@ -209,10 +209,12 @@ def openai_answer(answer: Answer) -> dict[str, Any]:
 
 
 def bedrock_answer(answer: Answer) -> list[tuple[str, dict[str, Any]]]:
-    """Converse carries calls as text: the answer's text, then the calls' JSON envelope."""
+    """Converse carries calls as text: the answer's text, then the calls' JSON envelope as
+    the palette asks a model to write it, with no ids (parlour numbers each call
+    ``name#position``, so the same ids come back each round)."""
     text = answer.text
     if answer.calls:
-        entries = [{"id": i, "name": n, "input": a} for i, n, a in answer.calls]
+        entries = [{"name": n, "input": a} for _, n, a in answer.calls]
         text += "\n" + json.dumps({"tool_calls": entries})
     return converse_stream_events(text)
 

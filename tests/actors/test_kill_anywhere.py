@@ -92,14 +92,15 @@ CHILD = textwrap.dedent(
 
 
     def results_of(snapshot, k):
-        blocks = blocks_of(snapshot)
-        tags = {
-            b.id: json.loads(b.input_json)["tag"] for b in blocks if isinstance(b, ToolUseBlock)
-        }
-        return sum(
-            isinstance(b, ToolResultBlock) and tags.get(b.tool_use_id, "").startswith(f"r{k}c")
-            for b in blocks
-        )
+        tags, found = {}, 0  # a result answers a call of the last message with calls
+        for message in snapshot.messages:
+            calls = [b for b in message.blocks if isinstance(b, ToolUseBlock)]
+            if calls:
+                tags = {b.id: json.loads(b.input_json)["tag"] for b in calls}
+            for b in message.blocks:
+                if isinstance(b, ToolResultBlock):
+                    found += tags.get(b.tool_use_id, "").startswith(f"r{k}c")
+        return found
 
 
     def said(snapshot, text):
@@ -309,6 +310,24 @@ def _acknowledged(killed: Killed) -> tuple[int, set[str]]:
     return answers, results
 
 
+def _paired(stored: Any) -> tuple[list[str], list[tuple[str, ToolResultBlock]]]:
+    """The tags of ``stored`` 's calls, and each result with its call's tag: a result
+    answers the call of that id in the last message with calls before it (Bedrock's calls
+    are numbered ``name#position`` within their message, so an id comes back each round)."""
+    calls: dict[str, str] = {}
+    tags: list[str] = []
+    results: list[tuple[str, ToolResultBlock]] = []
+    for message in stored.messages:
+        uses = [b for b in message.blocks if isinstance(b, ToolUseBlock)]
+        if uses:
+            calls = {b.id: _tag(b) for b in uses}
+            tags += calls.values()
+        results += [
+            (calls[b.tool_use_id], b) for b in message.blocks if isinstance(b, ToolResultBlock)
+        ]
+    return tags, results
+
+
 def _results(stored: Any) -> list[ToolResultBlock]:
     return [b for m in stored.messages for b in m.blocks if isinstance(b, ToolResultBlock)]
 
@@ -342,10 +361,9 @@ def _assert_kept(killed: Killed, stored: Any, *, answered: bool) -> None:
     assert texts.count(QUESTION) == 1 and texts.count(FINAL) == 0
     for k in range(len(killed.rounds)):  # Bedrock's text carries the calls after it
         assert sum(t.startswith(f"Round {k}.") for t in texts) == (1 if k < answers else 0)
-    tags = {b.id: _tag(b) for b in blocks if isinstance(b, ToolUseBlock)}
-    assert len(tags) == sum(len(calls) for calls in killed.rounds[:answers])
-    results = [b for b in blocks if isinstance(b, ToolResultBlock)]
-    by_tag = {tags[r.tool_use_id]: r for r in results}
+    tags, results = _paired(stored)
+    assert len(set(tags)) == len(tags) == sum(len(calls) for calls in killed.rounds[:answers])
+    by_tag = dict(results)
     assert len(by_tag) == len(results)  # at most one result a call
     runs, reruns = _runs(killed.runs), _runs(killed.runs, ".rerun")
     assert all(lines in (["start"], ["start", "end"]) for lines in runs.values())
@@ -363,7 +381,7 @@ def _assert_kept(killed: Killed, stored: Any, *, answered: bool) -> None:
             assert result.is_error == failing
             assert failing or result.content == f"done {tag}"
     assert acknowledged <= set(by_tag)
-    assert (set(by_tag) == set(tags.values())) if answered else True
+    assert (set(by_tag) == set(tags)) if answered else True
     kind = killed.kill[0]
     if kind == "settled":  # killed after the calls were saved, before any tool started
         assert not any(tag.startswith(f"r{killed.kill[1]}c") for tag in runs)
