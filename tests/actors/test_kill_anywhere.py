@@ -673,8 +673,9 @@ def _any_turn(base: Path, store: str, case: tuple[list[list[bool]], list[Any], b
         _check(places, kill)
 
 
-# Sized for CI: on two idle cores an example takes about 2 s on LMDB, 3 s on PostgreSQL
-# (killed twice, one recovery each).
+# Sized for CI: an example costs about 2 s of CPU on LMDB and 3 s on PostgreSQL (killed
+# twice there, one recovery each), so the two tests take about 50 s and 30 s on an idle
+# runner (100 s and 85 s measured on two cores shared with other work).
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # the examples together: each one's processes have their own limit
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
