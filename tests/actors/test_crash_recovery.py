@@ -8,7 +8,11 @@ checks every body sent against the SDK's request type)."""
 
 from __future__ import annotations
 
+import ast
+import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +20,7 @@ from typing import Any
 import pytest
 
 from parlour.runtime import LLMClient
+from parlour.runtime.blocks import ToolResultBlock
 from parlour.runtime.providers import AnthropicClient, OpenAIClient
 from parlour.runtime.testing import (
     MockProvider,
@@ -25,6 +30,7 @@ from parlour.runtime.testing import (
     openai_completion,
 )
 from parlour.stores import LmdbStore
+from tests.runtime.providers._sent_bodies import check_request
 
 from .kills import MID_TOOL, killed_after, recover_mid_tool, saved_once_and_paired
 
@@ -96,3 +102,92 @@ def test_a_process_killed_mid_tool_leaves_a_conversation_the_provider_accepts(
         assert "interrupted" in str(messages[2]["content"])
         assert roles[3:] == (["user"] if go == "send" else [])
     saved_once_and_paired(stored)
+
+
+# -- the reproduction the issue gives, run as written -------------------------------------------
+
+REPRODUCTION = '''\
+import sys, time
+from parlour.actors import Agent, ConversationService
+from parlour.runtime import Depth, OutputSize, ScriptedClient
+from parlour.runtime.providers import AnthropicClient
+from parlour.runtime.testing import MockProvider, anthropic_message, mock_anthropic_sdk, scripted_tool_calls
+from parlour.stores import LmdbStore
+
+def slow(order_id: str) -> str:
+    """Look an order up.
+
+    Args:
+        order_id: the order.
+    """
+    time.sleep(30)
+    return "shipped"
+
+crash = sys.argv[1] == "crash"
+server = MockProvider(anthropic_message("ok"))
+client = (ScriptedClient([scripted_tool_calls(("slow", {"order_id": "42"}))]) if crash
+          else AnthropicClient("claude-sonnet-4-5", client=mock_anthropic_sdk(server)))
+agent = Agent(client, tools=[slow], output=OutputSize.COMPACT, depth=Depth.IMMEDIATE)
+with LmdbStore("crash-data") as store, ConversationService(store) as service:
+    chat = agent.chat(service, user_id="alice", conversation_id=None if crash else open("cid").read())
+    open("cid", "w").write(chat.conversation_id)
+    chat.send("Where is order 42?" if crash else "Hello again?")
+    print([m["role"] + ":" + ",".join(b["type"] for b in m["content"]) for m in server.last_body["messages"]])
+'''  # noqa: E501 (as the issue wrote it)
+
+# Runs crash.py as ``python crash.py crash`` would, saying when its tool starts to sleep (in
+# place of the issue's ``sleep 3``: the kill comes while the tool sleeps, not after a guess).
+CRASH = """
+import runpy, sys, time
+sleep = time.sleep
+time.sleep = lambda seconds: (print("tool sleeping", flush=True), sleep(seconds))
+sys.argv = ["crash.py", "crash"]
+runpy.run_path("crash.py", run_name="__main__")
+"""
+
+# Runs ``python crash.py resume``, then tells the request it printed the shape of, whole.
+RESUME = """
+import json, runpy, sys
+sys.argv = ["crash.py", "resume"]
+ran = runpy.run_path("crash.py", run_name="__main__")
+print(json.dumps(ran["server"].last_body))
+"""
+
+
+@pytest.mark.slow
+def test_the_issues_reproduction_killed_while_its_tool_sleeps_then_resumed_sends_the_call_answered(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "crash.py").write_text(REPRODUCTION)
+    # the script keeps its store and its "cid" file where it runs
+    assert killed_after(CRASH, [], "tool sleeping", cwd=tmp_path) == []
+    resumed = subprocess.run(
+        [sys.executable, "-c", RESUME],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    printed, sent = resumed.stdout.strip().splitlines()
+    shape = ast.literal_eval(printed)
+    # the interrupted call is answered first thing after it, then comes the new message (in
+    # the same user turn or the next: Anthropic joins consecutive user messages)
+    assert shape in (
+        ["user:text", "assistant:tool_use", "user:tool_result,text"],
+        ["user:text", "assistant:tool_use", "user:tool_result", "user:text"],
+    )
+    body = json.loads(sent)
+    check_request("/v1/messages", body)  # the SDK's own request type
+    call = body["messages"][1]["content"][0]
+    result = body["messages"][2]["content"][0]
+    assert result["tool_use_id"] == call["id"] and result["is_error"] is True
+    assert "interrupted" in str(result["content"])
+    conversation_id = (tmp_path / "cid").read_text()
+    with LmdbStore(tmp_path / "crash-data") as store:
+        stored = store.load(conversation_id, USER)
+    assert stored is not None
+    saved_once_and_paired(stored)
+    [result] = [b for m in stored.messages for b in m.blocks if isinstance(b, ToolResultBlock)]
+    assert result.is_error and "interrupted" in result.content

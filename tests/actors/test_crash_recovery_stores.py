@@ -12,8 +12,6 @@ PostgreSQL test needs a server named by ``PARLOUR_TEST_POSTGRES`` and is skipped
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,13 @@ from parlour.runtime.testing import (
 )
 from parlour.stores import LmdbStore, PostgresStore
 
-from .kills import MID_TOOL, killed_after, recover_mid_tool, saved_once_and_paired
+from .kills import (
+    MID_TOOL,
+    killed_after,
+    postgres_schema,
+    recover_mid_tool,
+    saved_once_and_paired,
+)
 
 USER = "alice"
 
@@ -47,18 +51,8 @@ def _killed_mid_tool(kind: str, where: str) -> str:
 @pytest.fixture
 def postgres_conninfo() -> Iterator[str]:
     """A schema of this test's own on the server ``PARLOUR_TEST_POSTGRES`` names."""
-    dsn = os.environ.get("PARLOUR_TEST_POSTGRES")
-    if not dsn:
-        pytest.skip("no PostgreSQL server: PARLOUR_TEST_POSTGRES is not set")
-    psycopg = pytest.importorskip("psycopg")
-    from psycopg.conninfo import make_conninfo
-
-    schema = f"test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")  # a fresh hex name
-    yield make_conninfo(dsn, options=f"-c search_path={schema}")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with postgres_schema() as conninfo:
+        yield conninfo
 
 
 @pytest.mark.slow
