@@ -225,10 +225,14 @@ class LmdbStore:
     def prune(self, conversation_id: str | None = None) -> int:
         """Apply the retention policy to one conversation, or to all (one write per
         conversation, so saves go on between them). Safe while the store is in use: the
-        oldest kept version becomes a checkpoint before older ones go.
+        oldest kept version becomes a checkpoint before older ones go. A version it cannot
+        rebuild (a damaged record) never stops it, nor the save whose prune meets it: the
+        run of records that version depends on is moved into quarantine (``quarantined``),
+        logged as a ``CorruptSnapshotError`` naming the conversation and version, and the
+        prune goes on; so does a conversation whose header does not read (logged).
 
         Returns:
-            How many versions were removed.
+            How many versions were removed (quarantined ones included).
 
         Raises:
             IllegalStateError: the store is read-only or closed, or keeps no history.
@@ -279,6 +283,19 @@ class LmdbStore:
             IllegalStateError: the store is closed.
         """
         return self._maintenance.undecodable()
+
+    def damaged_versions(self) -> list[tuple[str, int, str]]:
+        """Every recorded version that does not read (a damaged version record, or one its
+        replay passes through), as (id, version, why), in id and version order, read in one
+        snapshot; ``quarantine_damaged_versions`` moves them aside. An administrative scan
+        (``parlour fsck``): every kept version is rebuilt and decoded."""
+        return self._maintenance.damaged_versions()
+
+    def quarantine_damaged_versions(self, conversation_id: str) -> list[int]:
+        """Move the version records of the conversation that do not read into quarantine,
+        raw (``quarantined`` gives them back, as a record's ``versions``), whoever owns it;
+        the current record and every readable version stay. Returns the versions moved."""
+        return self._maintenance.quarantine_damaged_versions(conversation_id)
 
     def interrupted(self) -> list[tuple[str, str, int]]:
         """Every conversation whose current record holds a tool call no later result
