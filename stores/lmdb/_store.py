@@ -23,6 +23,7 @@ from typing import Any
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 
 from .._ids import conversation_key, order_bytes, user_key
+from .._inflight import Creates
 from .._memory import DeleteListeners
 from .._protocols import ConversationSummary, ConversationVersion
 from .._records import Header
@@ -97,6 +98,7 @@ class LmdbStore:
         )
         self._dbs = self._directory.dbs
         self._listeners = DeleteListeners()
+        self._creates = Creates()
         self._history = History(
             self._directory,
             _versions.Retention.of(keep_versions, keep_for, self._now) if history else None,
@@ -109,11 +111,14 @@ class LmdbStore:
     def create_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
     ) -> int:
-        return int(self._directory.submit(*self._writes.create(snapshot, user_id)))
+        with self._creates.creating(snapshot.conversation_id):  # an update waits for it
+            return int(self._directory.submit(*self._writes.create(snapshot, user_id)))
 
     def save_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
     ) -> int:
+        if self._creates.under_way:  # a create of this id under way: the update follows it
+            self._creates.wait_for(snapshot.conversation_id)
         return int(self._directory.submit(*self._writes.update(snapshot, user_id)))
 
     def save_context_later(
@@ -122,6 +127,8 @@ class LmdbStore:
         """``save_context`` queued for the next commit, not waited for (``PersistentStore``
         says how); bad ids, a snapshot naming another user, a closed or read-only store
         raise at once."""
+        if self._creates.under_way:
+            self._creates.wait_for(snapshot.conversation_id)
         slot = self._directory.defer(*self._writes.update(snapshot, user_id, queued=True))
         return partial(self._directory.commits.settle, slot)
 
