@@ -133,7 +133,9 @@ class Activator:
         if isinstance(answer, Granted):
             self._leases.hold(cid, thinker.job_id, answer.context, ref)
             return Obtaining.ready(answer.context)
-        return Obtaining(self._waiting(ref, cid, request, thinker), delivery)
+        waiting = self._waiting(ref, cid, request, thinker)
+        waiting.again = lambda: self.obtain(conversation_id, thinker, handler, must_exist)
+        return Obtaining(waiting, delivery)
 
     async def obtain_async(
         self,
@@ -159,7 +161,11 @@ class Activator:
         if isinstance(answer, Granted):
             self._leases.hold(cid, thinker.job_id, answer.context, ref)
             return answer.context
-        return await wait_async(self._waiting(ref, cid, request, thinker), delivery)
+        return await wait_async(
+            self._waiting(ref, cid, request, thinker),
+            delivery,
+            lambda: self.obtain_async(conversation_id, thinker, handler, must_exist),
+        )
 
     async def _enter_in_thread(
         self,
@@ -255,7 +261,7 @@ class Activator:
             return True
         with contextlib.suppress(pykka.ActorDeadError):
             ref.ask(Release(request.owner.job_id, 0.0), block=True)
-        self._registry.forget(cid, f"Conversation {cid} was saved by another process.")
+        self._registry.forget(cid, f"Conversation {cid} was saved by another process.", True)
         return False
 
     def _stored_version(self, cid: str, user_id: str) -> int:
@@ -300,6 +306,14 @@ class Activator:
         self, cid: str, thinker: Thinker, handler: ResponseHandler | None, must_exist: bool
     ) -> ConversationContext:
         temporary = cid == thinker.job_id
+        # a minted id is reserved for its owner before it is looked up, so no other user's
+        # create can take it between the lookup and the first save (the thinker holds it
+        # until the new context does)
+        reserve = self.store.reserve if self.store is not None and not must_exist else None
+        if reserve is not None and not temporary and thinker.is_conversation_minted():
+            reserve(cid, thinker.user_id, thinker)
+        else:
+            reserve = None
         context = None if temporary else self._load(cid, thinker, handler)
         if context is None:
             if must_exist:
@@ -307,6 +321,8 @@ class Activator:
                     f"Cannot resume conversation {cid}: it is not in memory and no store holds it."
                 )
             context = ConversationContext(cid, user_id=thinker.user_id, temporary=temporary)
+            if reserve is not None:
+                reserve(cid, thinker.user_id, context)
         else:
             context.add_tools(thinker.build_tool_definition_blocks())
         context.temporary = temporary  # identity decides, never a stored or settable flag

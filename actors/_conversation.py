@@ -38,6 +38,7 @@ from ._messages import (
     Release,
     Released,
     ReleaseForJob,
+    Reobtain,
     Retiring,
     StopIfIdle,
     timeout_error,
@@ -87,13 +88,13 @@ class ConversationActor(LightActor):
             case QueryOwner():
                 return self.owner
             case QueryHolder():
-                return Holder(self.owner, self.context.user_id)
+                return Holder(self.owner, self.context.user_id, self.context.stored)
             case StopIfIdle(expired_only, stop):
                 return self._stop_if_idle(expired_only, stop)
             case ReleaseForJob(job_id):
                 return self._release(job_id, 0.0)
-            case Doom(reason):
-                return self._doom(reason)
+            case Doom(reason, reload):
+                return self._doom(reason, reload)
             case NotifyIdle(future):
                 return self._notify_idle(future)
         raise TypeError(f"ConversationActor got an unknown message {message!r}")
@@ -194,10 +195,10 @@ class ConversationActor(LightActor):
             self._stop()  # pykka's stop, now: the loop ends after this answer
         return Idle(self.context.stored_version, self.context, self.expires_at)
 
-    def _doom(self, reason: str) -> None:
+    def _doom(self, reason: str, reload: bool = False) -> None:
         self.retiring = True
         self.doomed = reason
-        self._fail_waiters(ConversationUnavailableError(reason))
+        self._fail_waiters(Reobtain(reason) if reload else ConversationUnavailableError(reason))
         if self.owner is None:
             self.stop()
 

@@ -115,8 +115,8 @@ class Supervisor(LightActor):
                 return self._owners()
             case ReleaseAllForJob(job_id):
                 return self._release_all_for_job(job_id)
-            case Drop(conversation_id, reason):
-                return self._drop(conversation_id, reason)
+            case Drop(conversation_id, reason, reload):
+                return self._drop(conversation_id, reason, reload)
             case StopAll():
                 return self._stop_all()
         raise TypeError(f"Supervisor got an unknown message {message!r}")
@@ -340,14 +340,14 @@ class Supervisor(LightActor):
             self.parked[conversation_id] = (answer.context, answer.expires_at)
         return True
 
-    def _drop(self, conversation_id: str, reason: str) -> None:
+    def _drop(self, conversation_id: str, reason: str, reload: bool = False) -> None:
         self.parked.pop(conversation_id, None)
         ref = self._unregister(conversation_id)
         if ref is None:
             self._retire(conversation_id)  # a restore racing a delete must reload too
             return
         with contextlib.suppress(pykka.ActorDeadError):
-            ref.tell(Doom(reason))
+            ref.tell(Doom(reason, reload))
 
     # -- queries and shutdown ---------------------------------------------------------------
 

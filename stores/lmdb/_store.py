@@ -27,6 +27,7 @@ from .._inflight import Creates
 from .._memory import DeleteListeners
 from .._protocols import ConversationSummary, ConversationVersion
 from .._records import Header
+from .._reserved import Reservations
 from . import _reads, _versions
 from ._directory import Directory
 from ._history import History
@@ -99,6 +100,7 @@ class LmdbStore:
         self._dbs = self._directory.dbs
         self._listeners = DeleteListeners()
         self._creates = Creates()
+        self._reserved = Reservations()
         self._history = History(
             self._directory,
             _versions.Retention.of(keep_versions, keep_for, self._now) if history else None,
@@ -111,8 +113,14 @@ class LmdbStore:
     def create_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
     ) -> int:
+        self._reserved.check(snapshot.conversation_id, user_id)
         with self._creates.creating(snapshot.conversation_id):  # an update waits for it
             return int(self._directory.submit(*self._writes.create(snapshot, user_id)))
+
+    def reserve(self, conversation_id: str, user_id: str, holder: object) -> None:
+        conversation_key(conversation_id)
+        user_key(user_id)
+        self._reserved.reserve(conversation_id, user_id, holder)
 
     def save_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None

@@ -22,6 +22,7 @@ from .._ids import require_id, user_key
 from .._inflight import Creates
 from .._memory import DeleteListeners
 from .._protocols import ConversationSummary, ConversationVersion, Settle, saved_now
+from .._reserved import Reservations
 from . import _sql as sql
 from ._database import Database
 from ._support import Remembered, checked, decode_row, encode_messages, encode_usage
@@ -82,6 +83,7 @@ class PostgresStore:
         self._known = Remembered(remembered)
         self._listeners = DeleteListeners()
         self._creates = Creates()
+        self._reserved = Reservations()
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -99,8 +101,12 @@ class PostgresStore:
             PermissionError: the id belongs to another user, or the snapshot names another
                 user than ``user_id``.
         """
+        self._reserved.check(snapshot.conversation_id, user_id)
         with self._creates.creating(snapshot.conversation_id):  # an update waits for it
             return self._create(snapshot, user_id)
+
+    def reserve(self, conversation_id: str, user_id: str, holder: object) -> None:
+        self._reserved.reserve(checked(conversation_id, user_id), user_id, holder)
 
     def _create(self, snapshot: ConversationPersistenceSnapshot, user_id: str) -> int:
         cid = require_id(snapshot, user_id).decode()
