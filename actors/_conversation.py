@@ -213,14 +213,13 @@ class ConversationActor(LightActor):
         for waiter in waiters:
             _fail(waiter, exc)
 
-    def _end(self) -> None:
+    def _end(self, crashed: bool = False) -> None:
         self.retiring = True
         if self.waiters:
-            self._fail_waiters(
-                ConversationUnavailableError(
-                    f"Conversation {self.conversation_id} was stopped while waited for."
-                )
-            )
+            why = f"Conversation {self.conversation_id} was stopped while waited for."
+            # after a crash the conversation is still there: each waiter obtains again (the
+            # next activation takes an owner's lease over, so they wait for its release)
+            self._fail_waiters(Reobtain(why) if crashed else ConversationUnavailableError(why))
         for watcher in self.idle_watchers:
             watcher.set(None)
         self.idle_watchers.clear()
@@ -229,9 +228,10 @@ class ConversationActor(LightActor):
         self._end()  # no log line: a restore-heavy process stops thousands a second
 
     def on_failure(self, *exc_info: Any) -> None:
-        """A handler crashed on a told message: fail the waiters at once, never strand them."""
-        logger.error("conversation actor {} failed; failing its waiters", self.conversation_id)
-        self._end()
+        """A handler crashed on a told message: its waiters obtain again at once (never
+        stranded), from the next activation."""
+        logger.error("conversation actor {} failed; its waiters obtain again", self.conversation_id)
+        self._end(crashed=True)
 
 
 def _fail(waiter: Acquire, exc: BaseException) -> None:

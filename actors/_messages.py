@@ -271,11 +271,15 @@ class Forward(msgspec.Struct, frozen=True):
 class Spawn(msgspec.Struct, frozen=True):
     """Install ``context`` unless an actor is live, then forward ``request`` to the
     activation (``Forwarded``); ``epoch`` is the supervisor's retirement count read before
-    the context was loaded (``Reload`` when the load may be stale)."""
+    the context was loaded (``Reload`` when the load may be stale). With ``holder`` (the
+    recorded lease of an activation that died while owned, ``context`` its holder's own)
+    the new activation grants ``holder`` first, so ``request`` waits behind it: the lease
+    is taken over, never granted twice."""
 
     context: ConversationContext
     epoch: int
     request: Acquire
+    holder: Acquire | None = None
 
 
 class Forwarded(msgspec.Struct, frozen=True):
