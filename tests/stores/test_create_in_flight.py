@@ -14,7 +14,7 @@ import pytest
 from parlour.runtime import ConversationContext, OutgoingMessage
 from parlour.runtime.errors import ConversationNotFoundError
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
-from parlour.stores import LmdbStore, _inflight
+from parlour.stores import LmdbStore, _body, _inflight
 from parlour.stores.lmdb import _writes
 from parlour.stores.postgres import _store as postgres_store
 
@@ -57,7 +57,7 @@ def test_an_update_issued_while_the_create_encodes_is_applied_after_it(
     """The create is held inside its encoding until the update has either been answered
     (before: refused with ``ConversationNotFoundError``) or is waiting for the create."""
     proceed, encoding = threading.Event(), threading.Event()
-    real_body_after = _writes.body_after
+    real_body_after = _body.body_after
 
     def held_body_after(snapshot: ConversationPersistenceSnapshot, last: Any) -> Any:
         if not encoding.is_set():  # the create's encoding: held until the update is issued

@@ -116,7 +116,7 @@ def test_an_async_obtain_queued_behind_a_refused_save_is_granted_on_a_fresh_load
             queued.set()
             return real(*args)
 
-        service._activator._waiting = waiting_noted  # type: ignore[method-assign]
+        service._activator._waiting = waiting_noted  # type: ignore[method-assign,assignment]
         waiting = asyncio.ensure_future(service.obtain_async(None, waiter))
         await queued.wait()
         _another_process_saves(other, cid, "from the other process")
