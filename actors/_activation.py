@@ -44,7 +44,7 @@ from ._messages import (
 from ._mirror import Seams
 from ._obtain import Obtaining, Waiting, wait_async
 from ._registry import Registry
-from ._reply import ask_nowait
+from ._reply import ask_nowait, tell
 from ._thinker import Thinker
 
 __all__ = ["Activator"]
@@ -131,9 +131,11 @@ class Activator:
                 logger.opt(exception=exc).error("obtain failed for {}", cid)
             return Obtaining.refused(exc)
         if isinstance(answer, Granted):
-            self._leases.hold(cid, thinker.job_id, answer.context, ref)
+            self._leases.hold(cid, thinker.job_id, answer.context, ref, thinker)
             return Obtaining.ready(answer.context)
-        return Obtaining(self._waiting(ref, cid, request, thinker), delivery)
+        waiting = self._waiting(ref, cid, request, thinker)
+        waiting.again = lambda: self.obtain(conversation_id, thinker, handler, must_exist)
+        return Obtaining(waiting, delivery)
 
     async def obtain_async(
         self,
@@ -157,9 +159,13 @@ class Activator:
             entered = await self._enter_in_thread(cid, thinker, handler, must_exist, delivery)
         ref, request, answer = entered
         if isinstance(answer, Granted):
-            self._leases.hold(cid, thinker.job_id, answer.context, ref)
+            self._leases.hold(cid, thinker.job_id, answer.context, ref, thinker)
             return answer.context
-        return await wait_async(self._waiting(ref, cid, request, thinker), delivery)
+        return await wait_async(
+            self._waiting(ref, cid, request, thinker),
+            delivery,
+            lambda: self.obtain_async(conversation_id, thinker, handler, must_exist),
+        )
 
     async def _enter_in_thread(
         self,
@@ -190,7 +196,7 @@ class Activator:
             request.deadline,
             request.timeout_s,
             self.clock,
-            lambda context: self._leases.hold(cid, thinker.job_id, context, ref),
+            lambda context: self._leases.hold(cid, thinker.job_id, context, ref, thinker),
         )
 
     def _enter(
@@ -255,7 +261,7 @@ class Activator:
             return True
         with contextlib.suppress(pykka.ActorDeadError):
             ref.ask(Release(request.owner.job_id, 0.0), block=True)
-        self._registry.forget(cid, f"Conversation {cid} was saved by another process.")
+        self._registry.forget(cid, f"Conversation {cid} was saved by another process.", True)
         return False
 
     def _stored_version(self, cid: str, user_id: str) -> int:
@@ -290,16 +296,47 @@ class Activator:
         if must_exist is None:
             must_exist = cid != thinker.job_id and not thinker.is_conversation_minted()
         epoch = self._mirror.epoch  # read before the load: see Supervisor
+        orphaned = self._leases.orphaned(cid)
+        if orphaned is not None:  # its activation died while owned: take the lease over
+            return self._take_over(epoch, request, *orphaned)
         context = self._restore_or_create(cid, thinker, handler, must_exist)
         if self._seams.after_load is not None:
             self._seams.after_load(cid)
         answer = self._registry.ask_or_refuse(Spawn(context, epoch, request))
         return answer if isinstance(answer, Forwarded) else None
 
+    def _take_over(
+        self, epoch: int, request: Acquire, holder: Thinker, context: ConversationContext
+    ) -> Forwarded | None:
+        """A new activation of ``context`` (the holder's own), granted to the recorded
+        holder first, so ``request`` waits for its release as it would have on the dead
+        one. The holder's release finds its dead activation and goes to the live one
+        (``Leases.hand_back``); one that came before the new activation was live is made
+        here, for the taken-over grant alone (its token: a later lease of the same job is
+        untouched)."""
+        cid = context.conversation_id or ""
+        owner = Owner(holder.job_id, holder.user_id, holder.workflow_id, holder, next(_tokens))
+        retain_s = seconds(holder.retain_duration)
+        granted = Acquire(owner, request.deadline, retain_s, request.timeout_s)
+        answer = self._registry.ask_or_refuse(Spawn(context, epoch, request, granted))
+        if not isinstance(answer, Forwarded):
+            return None
+        if not self._leases.holds(cid, holder.job_id):  # released meanwhile, to the dead one
+            tell(answer.ref, GiveUp(owner.token, release_if_granted=True))  # this grant only
+        return answer
+
     def _restore_or_create(
         self, cid: str, thinker: Thinker, handler: ResponseHandler | None, must_exist: bool
     ) -> ConversationContext:
         temporary = cid == thinker.job_id
+        # a minted id is reserved for its owner before it is looked up, so no other user's
+        # create can take it between the lookup and the first save (the thinker holds it
+        # until the new context does)
+        reserve = self.store.reserve if self.store is not None and not must_exist else None
+        if reserve is not None and not temporary and thinker.is_conversation_minted():
+            reserve(cid, thinker.user_id, thinker)
+        else:
+            reserve = None
         context = None if temporary else self._load(cid, thinker, handler)
         if context is None:
             if must_exist:
@@ -307,6 +344,8 @@ class Activator:
                     f"Cannot resume conversation {cid}: it is not in memory and no store holds it."
                 )
             context = ConversationContext(cid, user_id=thinker.user_id, temporary=temporary)
+            if reserve is not None:
+                reserve(cid, thinker.user_id, context)
         else:
             context.add_tools(thinker.build_tool_definition_blocks())
         context.temporary = temporary  # identity decides, never a stored or settable flag

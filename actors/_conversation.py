@@ -38,6 +38,7 @@ from ._messages import (
     Release,
     Released,
     ReleaseForJob,
+    Reobtain,
     Retiring,
     StopIfIdle,
     timeout_error,
@@ -87,13 +88,13 @@ class ConversationActor(LightActor):
             case QueryOwner():
                 return self.owner
             case QueryHolder():
-                return Holder(self.owner, self.context.user_id)
+                return Holder(self.owner, self.context.user_id, self.context.stored)
             case StopIfIdle(expired_only, stop):
                 return self._stop_if_idle(expired_only, stop)
             case ReleaseForJob(job_id):
                 return self._release(job_id, 0.0)
-            case Doom(reason):
-                return self._doom(reason)
+            case Doom(reason, reload):
+                return self._doom(reason, reload)
             case NotifyIdle(future):
                 return self._notify_idle(future)
         raise TypeError(f"ConversationActor got an unknown message {message!r}")
@@ -194,10 +195,10 @@ class ConversationActor(LightActor):
             self._stop()  # pykka's stop, now: the loop ends after this answer
         return Idle(self.context.stored_version, self.context, self.expires_at)
 
-    def _doom(self, reason: str) -> None:
+    def _doom(self, reason: str, reload: bool = False) -> None:
         self.retiring = True
         self.doomed = reason
-        self._fail_waiters(ConversationUnavailableError(reason))
+        self._fail_waiters(Reobtain(reason) if reload else ConversationUnavailableError(reason))
         if self.owner is None:
             self.stop()
 
@@ -212,14 +213,13 @@ class ConversationActor(LightActor):
         for waiter in waiters:
             _fail(waiter, exc)
 
-    def _end(self) -> None:
+    def _end(self, crashed: bool = False) -> None:
         self.retiring = True
         if self.waiters:
-            self._fail_waiters(
-                ConversationUnavailableError(
-                    f"Conversation {self.conversation_id} was stopped while waited for."
-                )
-            )
+            why = f"Conversation {self.conversation_id} was stopped while waited for."
+            # after a crash the conversation is still there: each waiter obtains again (the
+            # next activation takes an owner's lease over, so they wait for its release)
+            self._fail_waiters(Reobtain(why) if crashed else ConversationUnavailableError(why))
         for watcher in self.idle_watchers:
             watcher.set(None)
         self.idle_watchers.clear()
@@ -228,9 +228,10 @@ class ConversationActor(LightActor):
         self._end()  # no log line: a restore-heavy process stops thousands a second
 
     def on_failure(self, *exc_info: Any) -> None:
-        """A handler crashed on a told message: fail the waiters at once, never strand them."""
-        logger.error("conversation actor {} failed; failing its waiters", self.conversation_id)
-        self._end()
+        """A handler crashed on a told message: its waiters obtain again at once (never
+        stranded), from the next activation."""
+        logger.error("conversation actor {} failed; its waiters obtain again", self.conversation_id)
+        self._end(crashed=True)
 
 
 def _fail(waiter: Acquire, exc: BaseException) -> None:

@@ -40,21 +40,46 @@ class Leases:
     any threads (each step is one dict operation).
     """
 
-    __slots__ = ("_held", "clock", "registry")
+    __slots__ = ("_held", "_holders", "clock", "registry")
 
     def __init__(self, registry: Registry, clock: Clock) -> None:
         self.registry = registry
         self.clock = clock
         self._held: dict[tuple[str, str], tuple[ConversationContext, ActorRef]] = {}
+        self._holders: dict[str, Thinker] = {}  # each conversation's last grant's thinker
 
-    def hold(self, cid: str, job_id: str, context: ConversationContext, ref: ActorRef) -> None:
-        """Remember what the job holds, and which activation granted it."""
+    def hold(
+        self,
+        cid: str,
+        job_id: str,
+        context: ConversationContext,
+        ref: ActorRef,
+        thinker: Thinker | None = None,
+    ) -> None:
+        """Remember what the job holds, and which activation granted it (and the job's
+        ``thinker``, so a lease whose activation dies can be taken over: ``orphaned``)."""
         self._held[(cid, job_id)] = (context, ref)
+        if thinker is not None:
+            self._holders[cid] = thinker
+
+    def orphaned(self, cid: str) -> tuple[Thinker, ConversationContext] | None:
+        """The recorded holder of ``cid`` and its context, when the activation that granted
+        the lease is dead (it died while owned); None otherwise."""
+        thinker = self._holders.get(cid)
+        held = None if thinker is None else self._held.get((cid, thinker.job_id))
+        if thinker is None or held is None or held[1].is_alive():
+            return None
+        return thinker, held[0]
+
+    def holds(self, cid: str, job_id: str) -> bool:
+        return (cid, job_id) in self._held
 
     def release(self, cid: str, thinker: Thinker, retain: dt.timedelta | float | None) -> None:
         """Give ``thinker``'s lease on ``cid`` back (see ``ConversationService.release``);
         a raising ``keep_transcript`` hook is logged and never stops the handoff."""
         held = self._held.pop((cid, thinker.job_id), None)
+        if self._holders.get(cid) is thinker:
+            del self._holders[cid]
         # the conversation as it is: what the last save kept, built only for what changed
         kept = None if held is None else message_snapshots(held[0])
         retain_s = seconds(thinker.retain_duration if retain is None else retain)
@@ -65,13 +90,19 @@ class Leases:
                 keep_transcript(thinker, kept)
 
     def hand_back(
-        self, cid: str, job_id: str, retain_s: float, ref: ActorRef | None = None
+        self,
+        cid: str,
+        job_id: str,
+        retain_s: float,
+        ref: ActorRef | None = None,
+        dead: ActorRef | None = None,
     ) -> None:
         """Tell the activation (``ref``, else the live one) that ``job_id`` lets go: kept
         for ``retain_s``, or asked and evicted at once when that is zero and nobody took
-        the lease over."""
+        the lease over. When ``ref`` is dead, the live one hears it (once): an activation
+        that died while owned has its lease taken over by its successor."""
         ref = ref or self.registry.find(cid)
-        if ref is None:
+        if ref is None or ref is dead:
             return
         try:
             if retain_s > 0:  # nothing to wait for: later messages queue behind it (FIFO)
@@ -79,6 +110,8 @@ class Leases:
                 return
             released: Released = ref.ask(Release(job_id, retain_s), block=True)
         except pykka.ActorDeadError:
+            if dead is None:  # its successor, if the lease was taken over (else: nobody)
+                self.hand_back(cid, job_id, retain_s, None, ref)
             return
         if released.evict:
             self.registry.ask(Evict(cid), False)
@@ -88,8 +121,12 @@ class Leases:
         dropped = [key for key in self._held if key[1] == job_id]
         for key in dropped:
             self._held.pop(key, None)
+            holder = self._holders.get(key[0])
+            if holder is not None and holder.job_id == job_id:
+                del self._holders[key[0]]
         return [cid for cid, _ in dropped]
 
     def drop_all(self) -> None:
         """Forget every lease (the service has stopped: nothing is handed back)."""
         self._held.clear()
+        self._holders.clear()

@@ -178,9 +178,12 @@ class StopIfIdle(msgspec.Struct, frozen=True, gc=False):
 
 class Doom(msgspec.Struct, frozen=True, gc=False):
     """The activation must not be served again (its record was deleted, or a save found it
-    stale): fail the waiters, refuse every later acquire, stop once unowned."""
+    stale): fail the waiters, refuse every later acquire, stop once unowned. With
+    ``reload`` (a stale copy: the record is there) each waiter is failed with ``Reobtain``,
+    and its obtain starts again on a fresh load instead of failing."""
 
     reason: str
+    reload: bool = False
 
 
 class NotifyIdle(msgspec.Struct, frozen=True):
@@ -238,10 +241,12 @@ class Busy(msgspec.Struct, frozen=True, gc=False):
 
 class Holder(msgspec.Struct, frozen=True):
     """Who holds the lease (``owner``; None: nobody) and whose conversation it is
-    (``user_id``; None: nobody's yet), so the asker can refuse a foreign user."""
+    (``user_id``; None: nobody's yet), so the asker can refuse a foreign user; ``stored``:
+    whether its context has a record (False: minted and not saved yet)."""
 
     owner: Owner | None
     user_id: str | None
+    stored: bool = True
 
 
 # -- to the supervisor --------------------------------------------------------------------------
@@ -266,11 +271,15 @@ class Forward(msgspec.Struct, frozen=True):
 class Spawn(msgspec.Struct, frozen=True):
     """Install ``context`` unless an actor is live, then forward ``request`` to the
     activation (``Forwarded``); ``epoch`` is the supervisor's retirement count read before
-    the context was loaded (``Reload`` when the load may be stale)."""
+    the context was loaded (``Reload`` when the load may be stale). With ``holder`` (the
+    recorded lease of an activation that died while owned, ``context`` its holder's own)
+    the new activation grants ``holder`` first, so ``request`` waits behind it: the lease
+    is taken over, never granted twice."""
 
     context: ConversationContext
     epoch: int
     request: Acquire
+    holder: Acquire | None = None
 
 
 class Forwarded(msgspec.Struct, frozen=True):
@@ -320,11 +329,13 @@ class ReleaseAllForJob(msgspec.Struct, frozen=True, gc=False):
 
 
 class Drop(msgspec.Struct, frozen=True, gc=False):
-    """Unregister the conversation's activation at once and doom it (see ``Doom``); record
-    a retirement even when none is live, so a restore racing this never installs."""
+    """Unregister the conversation's activation at once and doom it (see ``Doom``, and
+    ``reload``); record a retirement even when none is live, so a restore racing this never
+    installs."""
 
     conversation_id: str
     reason: str
+    reload: bool = False
 
 
 class StopAll(msgspec.Struct, frozen=True, gc=False):
@@ -339,6 +350,12 @@ def timeout_error(
         f"Timed out after {round(timeout_s * 1000)}ms waiting for conversation "
         f"{conversation_id} (owned by {owner_job or 'nobody'})"
     )
+
+
+class Reobtain(ConversationUnavailableError):
+    """What a queued obtain's delivery fails with when its activation was dropped as a
+    stale copy (``Doom(reload=True)``): the waiting side obtains again, from a fresh load;
+    a waiter that cannot sees it as the unavailable conversation it is."""
 
 
 def shutting_down() -> IllegalStateError:

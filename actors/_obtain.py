@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import pykka
@@ -25,6 +25,7 @@ from ._messages import (
     Granted,
     LoopDelivery,
     Owner,
+    Reobtain,
     timeout_error,
 )
 from ._reply import Reply
@@ -39,9 +40,20 @@ def cancelled_error(conversation_id: str) -> ConversationUnavailableError:
 
 
 class Waiting:
-    """A queued acquire: the actor, the request's identity and deadline, its delivery."""
+    """A queued acquire: the actor, the request's identity and deadline, its delivery;
+    ``again`` makes the same obtain anew (when the activation was dropped as a stale copy:
+    ``Reobtain``)."""
 
-    __slots__ = ("clock", "conversation_id", "deadline", "on_grant", "owner", "ref", "timeout_s")
+    __slots__ = (
+        "again",
+        "clock",
+        "conversation_id",
+        "deadline",
+        "on_grant",
+        "owner",
+        "ref",
+        "timeout_s",
+    )
 
     def __init__(
         self,
@@ -52,7 +64,9 @@ class Waiting:
         timeout_s: float,
         clock: Clock,
         on_grant: Callable[[ConversationContext], None],
+        again: Callable[[], Obtaining] | None = None,
     ) -> None:
+        self.again = again
         self.ref = ref
         self.conversation_id = conversation_id
         self.owner = owner
@@ -137,12 +151,26 @@ class Obtaining(Reply):
                 self.cancel()
                 raise
             context = waiting.timed_out()
+        except Reobtain:  # the activation was a stale copy: obtain again, from a fresh load
+            if waiting.again is None or self._cancelled:
+                raise
+            return self._again(waiting.again(), timeout)
         with self._decide:
             if self._cancelled:  # cancel won: its GiveUp releases the grant
                 raise cancelled_error(waiting.conversation_id)
             self._outcome = context
         waiting.on_grant(context)
         return context
+
+    def _again(self, again: Obtaining, timeout: float | None) -> ConversationContext:
+        """Wait for ``again``, the same obtain made anew, in this one's place."""
+        if again._waiting is None:  # granted or refused at once (its grant is recorded)
+            context = again.get()
+            with self._decide:
+                self._outcome = context
+            return context
+        self._waiting, self._delivery = again._waiting, again._delivery
+        return self._wait(again._waiting, timeout)
 
     def cancel(self) -> bool:
         """Give the obtain up; True unless it had already completed for the caller."""
@@ -160,8 +188,13 @@ class Obtaining(Reply):
         return True
 
 
-async def wait_async(waiting: Waiting, delivery: LoopDelivery) -> ConversationContext:
-    """Await a queued grant on the event loop; cancellation gives up through ``GiveUp``."""
+async def wait_async(
+    waiting: Waiting,
+    delivery: LoopDelivery,
+    again: Callable[[], Awaitable[ConversationContext]] | None = None,
+) -> ConversationContext:
+    """Await a queued grant on the event loop; cancellation gives up through ``GiveUp``.
+    A stale activation's ``Reobtain`` awaits ``again`` (the same obtain, made anew)."""
     try:
         done, _ = await asyncio.wait({delivery.future}, timeout=waiting.left())
     except asyncio.CancelledError:
@@ -169,7 +202,12 @@ async def wait_async(waiting: Waiting, delivery: LoopDelivery) -> ConversationCo
         _tell_give_up(waiting)
         raise
     if done:
-        context = delivery.future.result()
+        try:
+            context = delivery.future.result()
+        except Reobtain:
+            if again is None:
+                raise
+            return await again()
         waiting.on_grant(context)
         return context
     try:

@@ -81,13 +81,36 @@ class Registry:
             raise not_owned(conversation_id, user_id)
         return holder
 
-    def forget(self, conversation_id: str, reason: str) -> None:
+    def forget(self, conversation_id: str, reason: str, reload: bool = False) -> None:
         """No cache and no warm activation serves the conversation after this: its cache
         entry is deleted and its activation doomed (``Drop``, with ``reason`` for its
-        waiters), a retirement recorded even when none is live."""
+        waiters, who obtain again from a fresh load with ``reload``: the copy was stale,
+        the record is there), a retirement recorded even when none is live."""
         if self.session is not None:
             self.session.delete(conversation_id)
-        self.ask(Drop(conversation_id, reason), None)
+        self.ask(Drop(conversation_id, reason, reload), None)
+
+    def deleted(self, conversation_id: str) -> None:
+        """The store deleted the conversation's record: ``forget`` it, except a live one
+        never saved (minted: its record is its owner's first save to make), which the
+        deleted record, another user's, was not."""
+        if not self._unsaved(conversation_id):
+            self.forget(conversation_id, f"Conversation {conversation_id} was deleted.")
+
+    def _unsaved(self, conversation_id: str) -> bool:
+        """Whether the live (or parked) conversation was never saved: minted, its record
+        still to be made by its owner's first save."""
+        parked = self.mirror.parked.get(conversation_id)
+        if parked is not None:
+            return not parked[0].stored
+        ref = self.mirror.refs.get(conversation_id)
+        if ref is None:
+            return False
+        try:
+            holder: Holder = ref.ask(QueryHolder(), block=True)
+        except pykka.ActorDeadError:
+            return False
+        return not holder.stored
 
     def count(self) -> tuple[int, int]:
         """How many conversations are live, and how many of them owned: the actors asked

@@ -43,7 +43,7 @@ class Saves:
         store: PersistentStore | None,
         session: SessionStore | None,
         deferred: DeferredSaves,
-        forget: Callable[[str, str], None],
+        forget: Callable[[str, str, bool], None],
     ) -> None:
         self.store = store
         self.session = session
@@ -74,7 +74,7 @@ class Saves:
         except Exception as exc:
             deferred.settle(cid)  # queued before this save; its error goes first
             if isinstance(exc, StaleVersionError):
-                self._forget(cid, f"Conversation {cid} was saved by another owner.")
+                self._forget(cid, f"Conversation {cid} was saved by another owner.", True)
             raise
         deferred.settle(cid)  # committed with this save or before: no wait
         context.stored_version = snapshot.stored_version = version

@@ -316,8 +316,9 @@ class ConversationService:
         self._registry.forget(conversation_id, f"Conversation {conversation_id} was removed.")
 
     def _on_deleted(self, conversation_id: str) -> None:
-        """The store's delete listener: whoever deleted, nothing here serves it again."""
-        self._registry.forget(conversation_id, f"Conversation {conversation_id} was deleted.")
+        """The store's delete listener: nothing here serves the deleted record again; a live
+        conversation never saved (another user's record had its id) stays."""
+        self._registry.deleted(conversation_id)
 
     # -- following a running turn, offering it messages -------------------------------------
 

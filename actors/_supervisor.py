@@ -103,8 +103,8 @@ class Supervisor(LightActor):
                 return self._lookup(conversation_id)
             case Forward(conversation_id, request):
                 return self._forward(conversation_id, request)
-            case Spawn(context, epoch, request):
-                return self._spawn(context, epoch, request)
+            case Spawn(context, epoch, request, holder):
+                return self._spawn(context, epoch, request, holder)
             case Evict(conversation_id, expired_only):
                 return self._evict(conversation_id, expired_only)
             case Sweep(done):
@@ -115,8 +115,8 @@ class Supervisor(LightActor):
                 return self._owners()
             case ReleaseAllForJob(job_id):
                 return self._release_all_for_job(job_id)
-            case Drop(conversation_id, reason):
-                return self._drop(conversation_id, reason)
+            case Drop(conversation_id, reason, reload):
+                return self._drop(conversation_id, reason, reload)
             case StopAll():
                 return self._stop_all()
         raise TypeError(f"Supervisor got an unknown message {message!r}")
@@ -156,17 +156,21 @@ class Supervisor(LightActor):
             return None
 
     def _spawn(
-        self, context: ConversationContext, epoch: int, request: Acquire
+        self,
+        context: ConversationContext,
+        epoch: int,
+        request: Acquire,
+        holder: Acquire | None = None,
     ) -> Forwarded | Reload:
         conversation_id = context.conversation_id or ""
         existing = self._forward(conversation_id, request)
         if existing is not None:
             return existing  # another caller won the race; its context is live
-        if self._stale(conversation_id, epoch, context.stored_version):
+        if holder is None and self._stale(conversation_id, epoch, context.stored_version):
             return Reload()  # retired since the caller loaded, at a newer version
         if len(self.live) + len(self.parked) >= self.max_live:
             self._evict_lru()
-        return self._attach(conversation_id, context, None, request)
+        return self._attach(conversation_id, context, None, request, holder)
 
     def _attach(
         self,
@@ -174,11 +178,14 @@ class Supervisor(LightActor):
         context: ConversationContext,
         expires_at: float | None,
         request: Acquire,
+        holder: Acquire | None = None,
     ) -> Forwarded:
         """Start and register the conversation's activation, ``request`` answered as its
-        first message before it is launched and published: before any other message can
-        reach it, and without a message."""
+        first message (after ``holder``'s, granted: a lease taken over) before it is
+        launched and published: before any other message can reach it."""
         actor = self._new_actor(context, expires_at)
+        if holder is not None:
+            actor.answer_first(holder)
         reply = actor.answer_first(request)
         return Forwarded(self._launch(conversation_id, actor), reply)
 
@@ -340,14 +347,14 @@ class Supervisor(LightActor):
             self.parked[conversation_id] = (answer.context, answer.expires_at)
         return True
 
-    def _drop(self, conversation_id: str, reason: str) -> None:
+    def _drop(self, conversation_id: str, reason: str, reload: bool = False) -> None:
         self.parked.pop(conversation_id, None)
         ref = self._unregister(conversation_id)
         if ref is None:
             self._retire(conversation_id)  # a restore racing a delete must reload too
             return
         with contextlib.suppress(pykka.ActorDeadError):
-            ref.tell(Doom(reason))
+            ref.tell(Doom(reason, reload))
 
     # -- queries and shutdown ---------------------------------------------------------------
 

@@ -14,6 +14,8 @@ Exception
 │   ├── RetryableLLMError              rate limit, overload, timeout: try again later
 │   ├── OutputTruncationRetry          a signal: retry with the larger budget it carries
 │   ├── ConversationUnavailableError   obtain failed: missing, or busy past the timeout
+│   │   └── Reobtain                   a signal to a waiter: obtain again, from a fresh
+│   │                                  load (parlour.actors._messages)
 │   ├── DehydratedError                a restored message has no response handler yet
 │   ├── MissingTypeAliasError          an artifact class without a type alias
 │   ├── CorruptSnapshotError           a stored record that does not decode
@@ -39,8 +41,11 @@ Exception
     │                                  (parlour.actors.app._guard)
     ├── ApiError                       an HTTP refusal, answered as a JSON error
     │                                  (parlour.actors.app.serve._http)
-    └── ShuttingDownError              the HTTP host starts no more turns: a 503
-                                       (parlour.actors.app.serve._host; a RuntimeError)
+    ├── ShuttingDownError              the HTTP host starts no more turns: a 503
+    │                                  (parlour.actors.app.serve._host; a RuntimeError)
+    └── Unbuildable                    a prune met a version it cannot rebuild: the
+                                       damaged run goes into quarantine
+                                       (parlour.stores.lmdb._versions)
 ```
 
 Bad arguments raise ``ValueError``; another user's conversation raises ``PermissionError``

@@ -26,6 +26,7 @@ from ._ids import (
     user_key,
 )
 from ._protocols import ConversationSummary, ConversationVersion, Settle, saved_now
+from ._reserved import Reservations
 
 
 class MemorySessionCache:
@@ -100,11 +101,13 @@ class MemoryStore:
         self._last_versions: dict[str, int] = {}  # survives deletes: versions never restart
         self._listeners = DeleteListeners()
         self._lock = threading.Lock()
+        self._reserved = Reservations()
 
     def create_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
     ) -> int:
         require_id(snapshot, user_id)
+        self._reserved.check(snapshot.conversation_id, user_id)
         key = str(snapshot.conversation_id)
         now = self._now()
         with self._lock:
@@ -118,6 +121,11 @@ class MemoryStore:
             version = self._last_versions.get(key, 0) + 1
             self._store(key, _Record(user_id, summary, snapshot, version))
             return version
+
+    def reserve(self, conversation_id: str, user_id: str, holder: object) -> None:
+        conversation_key(conversation_id)
+        user_key(user_id)
+        self._reserved.reserve(conversation_id, user_id, holder)
 
     def save_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None

@@ -125,8 +125,20 @@ class PersistentStore(Protocol):
         Raises:
             ValueError: the snapshot has no conversation id, an invalid id, or it would not
                 read back (a field holding a value its type cannot decode); nothing is written.
-            PermissionError: the id exists and belongs to another user, or the snapshot
-                names another user.
+            PermissionError: the id exists and belongs to another user (or another user
+                holds it reserved: ``reserve``), or the snapshot names another user.
+        """
+        ...
+
+    def reserve(self, conversation_id: str, user_id: str, holder: object) -> None:
+        """Reserve an id that has no record yet (a conversation minted and served live
+        before its first save) for ``user_id`` while ``holder`` lives (held weakly): until
+        then another user's ``create_context`` of the id raises ``PermissionError``, as for
+        a record of someone else's. Within this store object; a record, once created, is
+        its own guard.
+
+        Raises:
+            PermissionError: another user's live reservation holds the id.
         """
         ...
 

@@ -443,6 +443,25 @@ class StoreContract:
         with pytest.raises(PermissionError):
             store.load("c1", "alice")
 
+    def test_a_reserved_id_refuses_another_users_create_while_its_holder_lives(
+        self, store: PersistentStore
+    ) -> None:
+        class Holder:  # anything a weak reference can point at
+            pass
+
+        holder = Holder()
+        store.reserve("c1", "alice", holder)
+        store.reserve("c1", "alice", holder)  # again, by its owner: fine
+        with pytest.raises(PermissionError, match=r"^User bob does not own conversation c1$"):
+            store.create_context(snapshot(user="bob"), "bob")
+        with pytest.raises(PermissionError):
+            store.reserve("c1", "bob", Holder())
+        assert store.list_conversations("bob") == [] and not store.exists("c1", "bob")
+        assert store.create_context(snapshot(), "alice") == 1
+        store.delete("c1", "alice")
+        del holder  # the reservation is held weakly: it goes with its holder
+        assert store.create_context(snapshot(user="bob"), "bob") == 2
+
     # -- history -----------------------------------------------------------------------------
 
     def test_every_save_is_a_version_that_loads_back_exactly_by_number_or_time(

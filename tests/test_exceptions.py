@@ -36,6 +36,9 @@ INTERNAL_SIGNALS = {
     "ApiError",
     # the HTTP host refusing a new turn while it shuts down; the app answers it as a 503
     "ShuttingDownError",
+    # a prune meeting a version it cannot rebuild; the store moves the damaged run of
+    # version records into quarantine and prunes on
+    "Unbuildable",
 }
 # The label of the tree's branch that holds the internal signals.
 INTERNAL_BRANCH = "internal"

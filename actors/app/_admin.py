@@ -22,16 +22,16 @@ from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
-from parlour.runtime import Transcript, dangling_calls
-from parlour.runtime.errors import CorruptSnapshotError
+from parlour.runtime import Transcript
+from parlour.runtime.errors import CorruptSnapshotError, IllegalStateError
 from parlour.runtime.snapshots import (
     ConversationPersistenceSnapshot,
     decode_snapshot,
     encode_snapshot,
-    repaired_messages,
 )
 from parlour.stores import LmdbStore
 
+from ._fsck import fsck
 from ._guard import AdminError, existing_store, positive, store_dir
 from ._listing import print_conversations, said, when
 
@@ -225,62 +225,7 @@ def _markdown(snapshot: ConversationPersistenceSnapshot) -> str:
 
 def _fsck(args: argparse.Namespace, console: Console) -> int:
     with _open(args.data_dir, write=args.quarantine or args.repair) as store:
-        found = store.undecodable()
-        for cid, _ in found if args.quarantine else ():
-            store.quarantine(cid)
-        interrupted = store.interrupted()
-        if args.repair:
-            interrupted = [(cid, user, _repair(store, cid, user)) for cid, user, _ in interrupted]
-    return max(_undecodable(found, args, console), _interrupted(interrupted, args, console))
-
-
-def _undecodable(found: list[tuple[str, str]], args: argparse.Namespace, console: Console) -> int:
-    if not found:
-        console.print(f"{args.data_dir}: every record decodes.")
-        return 0
-    table = Table(title=f"{len(found)} records that do not decode")
-    table.add_column("id", no_wrap=True)
-    table.add_column("why")
-    for cid, why in found:
-        table.add_row(cid, why)
-    console.print(table)
-    if args.quarantine:
-        console.print(f"quarantined {len(found)} (LmdbStore.quarantined(id) gives them back)")
-        return 0
-    print(f"parlour fsck: {len(found)} damaged; --quarantine moves them away", file=sys.stderr)
-    return 1
-
-
-def _interrupted(
-    found: list[tuple[str, str, int]], args: argparse.Namespace, console: Console
-) -> int:
-    if not found:
-        console.print(f"{args.data_dir}: every tool call has its result.")
-        return 0
-    what = "repaired" if args.repair else "interrupted"
-    table = Table(title=f"{len(found)} conversations {what}: tool calls without a result")
-    table.add_column("id", no_wrap=True)
-    table.add_column("user", no_wrap=True)
-    table.add_column("calls repaired" if args.repair else "calls unanswered", justify="right")
-    for cid, user, calls in found:
-        table.add_row(cid, user, str(calls))
-    console.print(table)
-    if args.repair:
-        console.print(f"repaired {len(found)} (each call answered as interrupted)")
-        return 0
-    print(f"parlour fsck: {len(found)} interrupted; --repair answers their calls", file=sys.stderr)
-    return 1
-
-
-def _repair(store: LmdbStore, cid: str, user: str) -> int:
-    """Store ``cid`` as a restore reads it, each dangling call answered as interrupted, as a
-    new version fenced on the one loaded; how many calls it answered."""
-    snapshot = _loaded(store, user, cid)
-    calls = len(dangling_calls(snapshot.messages))
-    if calls:
-        snapshot.messages = repaired_messages(snapshot.messages)
-        store.save_context(snapshot, user)
-    return calls
+        return fsck(store, args, console)
 
 
 # -- writing commands ---------------------------------------------------------------------

@@ -105,6 +105,11 @@ class Bookkeeping:
             self._written.popitem(last=False)
         self._pending.clear()
 
+    def discarded(self) -> None:
+        """Every write of the batch raised and its transaction was aborted: what they noted
+        before raising was never written, so the memory stays as the last commit left it."""
+        self._pending.clear()
+
     def failed(self) -> None:
         """A commit that failed wrote nothing; trust nothing, the next saves write in full."""
         self._written.clear()

@@ -59,6 +59,11 @@ class CommitHooks(Protocol):
         """The batch's transaction is durable."""
         ...
 
+    def discarded(self) -> None:
+        """The batch's transaction was aborted because every write in it raised: nothing
+        was written, and nothing its writes noted while they ran holds."""
+        ...
+
     def failed(self) -> None:
         """The batch's transaction did not commit; nothing of it was written."""
         ...
@@ -248,24 +253,30 @@ class GroupCommit:
         """Commit one batch, answering every writer in it, whatever happens."""
         try:
             self._hooks.make_room(sum(size for _, _, size in batch))
-            outcomes = self._commit([write for write, _, _ in batch])
+            committed, outcomes = self._commit([write for write, _, _ in batch])
         except BaseException as exc:
             logger.opt(exception=exc).error("LMDB commit failed at {}", self._where)
             self._hooks.failed()
             for _, done, _ in batch:
                 done.set_exception(exc)
             return
-        self._hooks.committed()
+        # the invariant: a batch is counted as committed exactly when its transaction was;
+        # one whose every write raised (a batch of one included) committed nothing
+        if committed:
+            self._hooks.committed()
+        else:
+            self._hooks.discarded()
         for (ok, value), (_, done, _) in zip(outcomes, batch, strict=True):
             if ok:
                 done.set_result(value)
             else:
                 done.set_exception(value)
 
-    def _commit(self, writes: list[Write]) -> list[Outcome]:
+    def _commit(self, writes: list[Write]) -> tuple[bool, list[Outcome]]:
         """Apply every write in one transaction and commit it. A full map aborts the batch,
         grows the map and applies it again; so does a write that raised after writing
-        (without it: it keeps its error)."""
+        (without it: it keeps its error). Returns whether the transaction committed (False:
+        every write raised, and it was aborted) and each write's outcome."""
         failed: dict[int, Exception] = {}
         while True:
             self._hooks.attempt()
@@ -275,7 +286,7 @@ class GroupCommit:
                 if outcomes is not None and any(ok for ok, _ in outcomes):
                     with self._commit_wait():
                         txn.commit()
-                    return outcomes
+                    return True, outcomes
             except lmdb.MapFullError:
                 txn.abort()
                 self._hooks.grow()
@@ -285,7 +296,7 @@ class GroupCommit:
                 raise
             txn.abort()  # a write raised after writing (applied again without it), or none kept
             if outcomes is not None:
-                return outcomes
+                return False, outcomes
 
     def _attempt(
         self, txn: Any, writes: list[Write], failed: dict[int, Exception]

@@ -9,13 +9,15 @@ import datetime as dt
 import functools
 from typing import Any
 
+from loguru import logger
+
 from parlour.runtime.errors import CorruptSnapshotError, IllegalStateError
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 
 from .._ids import conversation_key, user_key
 from .._protocols import ConversationVersion
-from .._records import Chain, Header, MessagePlan, UsagePlan, decode_record
-from . import _reads, _versions
+from .._records import Chain, Header, MessagePlan, UsagePlan, decode_header, decode_record
+from . import _reads, _salvage, _versions
 from ._databases import Databases
 from ._directory import Directory
 
@@ -72,7 +74,9 @@ class History:
             same_body,
         )
         if head.version % _versions.PRUNE_EVERY == 0:
-            _versions.prune(txn, self._dbs, key, retention)
+            _, reseeded = self._prune(key, retention, txn, (head.version, head.updated_at))
+            if reseeded:  # the chain this save extended was damaged: it starts anew
+                return None
         return chain
 
     def versions(self, conversation_id: str, user_id: str) -> list[ConversationVersion]:
@@ -145,20 +149,55 @@ class History:
             if conversation_id is not None
             else self._directory.view(lambda txn: _conversation_keys(txn, self._dbs))
         )
-        submit = self._directory.submit
-        return sum(int(submit(functools.partial(self._prune, key, retention), 0)) for key in keys)
+        removed, submit = 0, self._directory.submit
+        for key in keys:  # a conversation that fails is logged and passed: the rest go on
+            try:
+                removed += submit(functools.partial(self._pruned, key, retention), 0)
+            except CorruptSnapshotError as exc:
+                logger.error("prune passed conversation {}: {}", key.decode(errors="replace"), exc)
+        return removed
 
-    def _prune(self, key: bytes, retention: _versions.Retention, txn: Any) -> int:
-        return _versions.prune(txn, self._dbs, key, retention)
+    def _pruned(self, key: bytes, retention: _versions.Retention, txn: Any) -> int:
+        """``prune``'s write for one conversation: its stored version from its header."""
+        raw = txn.get(key, db=self._dbs.heads)
+        current = None
+        if raw is not None:
+            head = decode_header(key.decode(errors="replace"), raw)
+            current = (head.version, head.updated_at)
+        return self._prune(key, retention, txn, current)[0]
+
+    def _prune(
+        self,
+        key: bytes,
+        retention: _versions.Retention,
+        txn: Any,
+        current: tuple[int, dt.datetime] | None,
+    ) -> tuple[int, bool]:
+        """Prune ``key``; a version the prune cannot rebuild (damage) is reported, and the
+        run of records it depends on moved into quarantine before the prune goes on.
+        Returns how many versions left ``versions`` and whether the newest went with them
+        (the current version was then recorded anew as a checkpoint)."""
+        cid, moved = key.decode(errors="replace"), list[int]()
+        while True:
+            try:
+                removed = _versions.prune(txn, self._dbs, key, retention)
+            except _versions.Unbuildable as exc:  # raised before the prune removed anything
+                error = _salvage.damaged_version(cid, exc.version, exc.__cause__ or exc)
+                run = _salvage.salvage(txn, self._dbs, key, exc.version, current, whole_chain=True)
+                logger.error("{} Versions {} were moved into quarantine.", error, run)
+                if not run:  # cannot happen (the prune listed it); never loop
+                    raise error from exc
+                moved += run
+                continue
+            reseeded = current is not None and current[0] in moved
+            return removed + len(moved) - reseeded, reseeded
 
 
 def _held(txn: Any, dbs: Databases, key: bytes, version: int) -> _versions.State | None:
     try:
         return _versions.state(txn, dbs, key, version)
-    except (KeyError, ValueError, IndexError) as exc:  # a broken chain or record: damage
-        raise CorruptSnapshotError(
-            f"The history of stored conversation {key.decode(errors='replace')} is damaged: {exc}"
-        ) from exc
+    except _salvage.DAMAGE as exc:  # a broken chain or record: damage
+        raise _salvage.damaged_version(key.decode(errors="replace"), version, exc) from exc
 
 
 def _as_of(

@@ -48,6 +48,9 @@ class QuarantinedRecord(msgspec.Struct, frozen=True, kw_only=True):
     messages: list[bytes]
     quarantined_at: dt.datetime
     usage: list[bytes] = msgspec.field(default_factory=list)
+    # version records moved aside alone (``quarantine_versions``): (version, record bytes);
+    # such a record holds the conversation's header as it was, no body and no messages
+    versions: list[tuple[int, bytes]] = msgspec.field(default_factory=list)
 
 
 _quarantine_encoder = msgspec.json.Encoder()
@@ -235,6 +238,36 @@ def quarantine(txn: Any, dbs: Databases, key: bytes) -> bool:
     _unindex_everywhere(txn, dbs, key)
     bury(txn, dbs, key, max(last_version(txn, dbs, key), _salvaged_version(header), stamp))
     return True
+
+
+def quarantine_versions(txn: Any, dbs: Databases, key: bytes, run: list[tuple[int, bytes]]) -> None:
+    """Keep ``run`` (version records already removed from ``versions``) in quarantine, raw,
+    beside the conversation's header as it is; the conversation stays where it is."""
+    if not run:
+        return
+    header = txn.get(key, db=dbs.heads)
+    record = QuarantinedRecord(
+        conversation_id=key.decode(errors="replace"),
+        header=b"" if header is None else bytes(header),
+        body=None,
+        messages=[],
+        quarantined_at=dt.datetime.now(dt.UTC),
+        versions=run,
+    )
+    _put_quarantined(txn, dbs, key, record)
+
+
+def _put_quarantined(txn: Any, dbs: Databases, key: bytes, record: QuarantinedRecord) -> None:
+    stamp = (record.quarantined_at - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(
+        microseconds=1
+    )
+    while txn.get(key + b"\x00" + stamp.to_bytes(8, "big"), db=dbs.quarantine) is not None:
+        stamp += 1  # two quarantines of one conversation within a microsecond: both kept
+    txn.put(
+        key + b"\x00" + stamp.to_bytes(8, "big"),
+        _quarantine_encoder.encode(record),
+        db=dbs.quarantine,
+    )
 
 
 def _pop_records(txn: Any, db: Any, key: bytes) -> list[bytes]:

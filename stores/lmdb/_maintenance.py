@@ -1,7 +1,9 @@
 """LmdbStore's administration, as an object: ``Maintenance`` measures the store
 (``statistics``), finds damaged records (``damaged``, ``undecodable``) and conversations
 a killed process left with unanswered tool calls (``interrupted``), moves records aside
-(``quarantine``, ``quarantined``) and copies the store (``backup``). None of it is part of
+(``quarantine``, ``quarantined``) and copies the store (``backup``); it finds damaged
+version records and moves them aside (``damaged_versions``,
+``quarantine_damaged_versions``). None of it is part of
 ``PersistentStore``; ``parlour fsck`` and the admin commands use it."""
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from parlour.runtime.snapshots import MessageSnapshot
 from .._ids import conversation_key
 from .._memory import DeleteListeners
 from .._records import decode_header, message_prefix
-from . import _layout, _reads, _versions
+from . import _layout, _reads, _salvage, _versions
 from ._databases import Databases
 from ._directory import Directory
 from ._layout import QuarantinedRecord
@@ -108,6 +110,34 @@ class Maintenance:
         order, read in one snapshot."""
         return self._directory.view(lambda txn: _undecodable(txn, self._dbs))
 
+    def damaged_versions(self) -> list[tuple[str, int, str]]:
+        """Every recorded version that does not read, as (id, version, why), in id and
+        version order, read in one snapshot. A conversation whose header does not decode is
+        ``undecodable``'s, not looked into here."""
+        return self._directory.view(lambda txn: _damaged_versions(txn, self._dbs))
+
+    def quarantine_damaged_versions(self, conversation_id: str) -> list[int]:
+        """Move every run of the conversation's version records that does not read into
+        quarantine, raw (``quarantined`` gives them back); a run that reached the newest
+        record leaves the current version recorded anew as a checkpoint. The current record
+        is not touched. Returns the versions moved."""
+        key = conversation_key(conversation_id)
+        dbs = self._dbs
+
+        def write(txn: Any) -> list[int]:
+            raw = txn.get(key, db=dbs.heads)
+            if raw is None:
+                return []
+            head = decode_header(conversation_id, raw)
+            current = (head.version, head.updated_at)
+            moved: list[int] = []
+            for version, _ in _salvage.unreadable(txn, dbs, key, conversation_id, head.user_id):
+                if version not in moved:  # not in a run already moved
+                    moved += _salvage.salvage(txn, dbs, key, version, current, whole_chain=False)
+            return moved
+
+        return list(self._directory.submit(write, 0))
+
     def interrupted(self) -> list[tuple[str, str, int]]:
         """Every conversation whose current record holds a tool call that no later result
         answers (what a process killed while a tool ran leaves), as (id, owner, how many
@@ -125,6 +155,19 @@ def _undecodable(txn: Any, dbs: Databases) -> list[tuple[str, str]]:
             _reads.record_of(txn, dbs, key, cid, decode_header(cid, raw))
         except CorruptSnapshotError as exc:
             found.append((cid, str(exc)))
+    return found
+
+
+def _damaged_versions(txn: Any, dbs: Databases) -> list[tuple[str, int, str]]:
+    found = []
+    for item, raw in txn.cursor(db=dbs.heads):
+        key = bytes(item)
+        cid = key.decode(errors="replace")
+        try:
+            owner = decode_header(cid, raw).user_id
+        except CorruptSnapshotError:
+            continue
+        found += [(cid, v, why) for v, why in _salvage.unreadable(txn, dbs, key, cid, owner)]
     return found
 
 

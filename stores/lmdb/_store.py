@@ -23,9 +23,11 @@ from typing import Any
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 
 from .._ids import conversation_key, order_bytes, user_key
+from .._inflight import Creates
 from .._memory import DeleteListeners
 from .._protocols import ConversationSummary, ConversationVersion
 from .._records import Header
+from .._reserved import Reservations
 from . import _reads, _versions
 from ._directory import Directory
 from ._history import History
@@ -98,6 +100,8 @@ class LmdbStore:
         )
         self._dbs = self._directory.dbs
         self._listeners = DeleteListeners()
+        self._creates = Creates()
+        self._reserved = Reservations()
         self._history = History(
             self._directory,
             _versions.Retention.of(keep_versions, keep_for, self._now) if history else None,
@@ -110,11 +114,20 @@ class LmdbStore:
     def create_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
     ) -> int:
-        return int(self._directory.submit(*self._writes.create(snapshot, user_id)))
+        self._reserved.check(snapshot.conversation_id, user_id)
+        with self._creates.creating(snapshot.conversation_id):  # an update waits for it
+            return int(self._directory.submit(*self._writes.create(snapshot, user_id)))
+
+    def reserve(self, conversation_id: str, user_id: str, holder: object) -> None:
+        conversation_key(conversation_id)
+        user_key(user_id)
+        self._reserved.reserve(conversation_id, user_id, holder)
 
     def save_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
     ) -> int:
+        if self._creates.under_way:  # a create of this id under way: the update follows it
+            self._creates.wait_for(snapshot.conversation_id)
         return int(self._directory.submit(*self._writes.update(snapshot, user_id)))
 
     def save_context_later(
@@ -123,6 +136,8 @@ class LmdbStore:
         """``save_context`` queued for the next commit, not waited for (``PersistentStore``
         says how); bad ids, a snapshot naming another user, a closed or read-only store
         raise at once."""
+        if self._creates.under_way:
+            self._creates.wait_for(snapshot.conversation_id)
         slot = self._directory.defer(*self._writes.update(snapshot, user_id, queued=True))
         return partial(self._directory.commits.settle, slot)
 
@@ -226,10 +241,14 @@ class LmdbStore:
     def prune(self, conversation_id: str | None = None) -> int:
         """Apply the retention policy to one conversation, or to all (one write per
         conversation, so saves go on between them). Safe while the store is in use: the
-        oldest kept version becomes a checkpoint before older ones go.
+        oldest kept version becomes a checkpoint before older ones go. A version it cannot
+        rebuild (a damaged record) never stops it, nor the save whose prune meets it: the
+        run of records that version depends on is moved into quarantine (``quarantined``),
+        logged as a ``CorruptSnapshotError`` naming the conversation and version, and the
+        prune goes on; so does a conversation whose header does not read (logged).
 
         Returns:
-            How many versions were removed.
+            How many versions were removed (quarantined ones included).
 
         Raises:
             IllegalStateError: the store is read-only or closed, or keeps no history.
@@ -280,6 +299,19 @@ class LmdbStore:
             IllegalStateError: the store is closed.
         """
         return self._maintenance.undecodable()
+
+    def damaged_versions(self) -> list[tuple[str, int, str]]:
+        """Every recorded version that does not read (a damaged version record, or one its
+        replay passes through), as (id, version, why), in id and version order, read in one
+        snapshot; ``quarantine_damaged_versions`` moves them aside. An administrative scan
+        (``parlour fsck``): every kept version is rebuilt and decoded."""
+        return self._maintenance.damaged_versions()
+
+    def quarantine_damaged_versions(self, conversation_id: str) -> list[int]:
+        """Move the version records of the conversation that do not read into quarantine,
+        raw (``quarantined`` gives them back, as a record's ``versions``), whoever owns it;
+        the current record and every readable version stay. Returns the versions moved."""
+        return self._maintenance.quarantine_damaged_versions(conversation_id)
 
     def interrupted(self) -> list[tuple[str, str, int]]:
         """Every conversation whose current record holds a tool call no later result

@@ -351,8 +351,20 @@ def _prune_count(txn: Any, dbs: Databases, key: bytes, keep: int) -> int:
 _PAST = b"\xff" * 9  # after every version key of a conversation's prefix (8-byte numbers)
 
 
+class Unbuildable(Exception):
+    """A prune could not rebuild ``version``, the oldest it keeps, from its chain: a record
+    at or before it is damaged (the cause says how). Nothing was removed yet."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(f"version {version} cannot be rebuilt from its chain")
+        self.version = version
+
+
 def _materialize(txn: Any, dbs: Databases, key: bytes, item: Kept) -> None:
-    held = state(txn, dbs, key, item.version)
+    try:
+        held = state(txn, dbs, key, item.version)
+    except (KeyError, ValueError, IndexError) as exc:  # a damaged record, a broken chain
+        raise Unbuildable(item.version) from exc
     assert held is not None  # listed by kept() in this transaction
     usage = held.usage
     payload = Payload(

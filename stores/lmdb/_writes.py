@@ -166,7 +166,7 @@ class Writes:
         chain = self._history.record(txn, key, old, head, body.data, same, plan, usage)
         head = head if chain == head.history else msgspec.structs.replace(head, history=chain)
         txn.put(key, header_encoder.encode(head), db=self._dbs.heads)
-        self._book.note(cid, (plan.items, body, usage.items, head))  # never after a raise
+        self._book.note(cid, (plan.items, body, usage.items, head))  # void if the batch aborts
 
     def _written_head(self, txn: Any, key: bytes, cid: str, user_id: str) -> Header | None:
         """The owned header in a save: the one this store last wrote, remembered (the

@@ -19,9 +19,11 @@ from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 
 from .._body import Body, body_after
 from .._ids import require_id, user_key
+from .._inflight import Creates
 from .._memory import DeleteListeners
 from .._protocols import ConversationSummary, ConversationVersion, Settle, saved_now
 from .._records import decode_turn, encode_turn
+from .._reserved import Reservations
 from . import _sql as sql
 from ._database import Database
 from ._support import Remembered, checked, decode_row, encode_messages, encode_usage
@@ -81,6 +83,8 @@ class PostgresStore:
         self._db = Database(conninfo, max_connections, timeout)
         self._known = Remembered(remembered)
         self._listeners = DeleteListeners()
+        self._creates = Creates()
+        self._reserved = Reservations()
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -98,6 +102,14 @@ class PostgresStore:
             PermissionError: the id belongs to another user, or the snapshot names another
                 user than ``user_id``.
         """
+        self._reserved.check(snapshot.conversation_id, user_id)
+        with self._creates.creating(snapshot.conversation_id):  # an update waits for it
+            return self._create(snapshot, user_id)
+
+    def reserve(self, conversation_id: str, user_id: str, holder: object) -> None:
+        self._reserved.reserve(checked(conversation_id, user_id), user_id, holder)
+
+    def _create(self, snapshot: ConversationPersistenceSnapshot, user_id: str) -> int:
         cid = require_id(snapshot, user_id).decode()
         body = body_after(snapshot, None)
         params = self._write_params(snapshot, user_id, (0, 0), body)
@@ -124,6 +136,8 @@ class PostgresStore:
                 another user than ``user_id``.
             StaleVersionError: the record has moved past ``snapshot.stored_version``.
         """
+        if self._creates.under_way:  # a create of this id under way: the update follows it
+            self._creates.wait_for(snapshot.conversation_id)
         cid = require_id(snapshot, user_id).decode()
         body = body_after(snapshot, self._known.body(cid))  # the last one's, when the same
         params = self._write_params(snapshot, user_id, self._known.unchanged(cid, snapshot), body)

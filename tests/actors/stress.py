@@ -4,9 +4,10 @@ Used by the CI-sized test (tests/actors/test_ownership_stress.py) and the long f
 (benchmarks/ownership.py). Each turn obtains a conversation, checks it is the only owner
 (the overlap detector) and that it sees the last acknowledged turn (the stale-grant
 detector), appends one message, saves, and releases with a zero or short retention. Mixed
-in: same-job re-obtains, explicit evictions, force releases, a sweeper, and a live cap
-below the number of conversations. At the end the store is reopened and every
-acknowledged turn must be there exactly once, in order.
+in: same-job re-obtains, explicit evictions, force releases, a sweeper, a live cap
+below the number of conversations, and (``kills``) activations made to die while owned. At
+the end the store is reopened and every acknowledged turn must be there exactly once, in
+order.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class StressReport(msgspec.Struct, kw_only=True):
     evictions: int = 0
     force_releases: int = 0
     reobtains: int = 0
+    kills: int = 0
     seconds: float = 0.0
     violations: list[str] = msgspec.field(default_factory=list)
 
@@ -83,11 +85,14 @@ def run_stress(
     sync: bool = False,
     max_active: int | None = None,
     deferred: bool = False,
+    kills: bool = False,
 ) -> StressReport:
     """Run the mix; never raises for a broken guarantee (it is in ``violations``).
     ``max_active`` below the live cap makes idle conversations park and re-attach too.
     ``deferred`` saves each turn's message without a wait (its release waits for it), and
-    now and then adds an answer whose save waits for both."""
+    now and then adds an answer whose save waits for both. ``kills`` makes a turn now and
+    then crash the activation it holds (a handler that raises): the next obtain must take
+    the lease over, never grant a second one."""
     store = LmdbStore(data_dir, sync=sync)
     service = ConversationService(
         store,
@@ -115,6 +120,7 @@ def run_stress(
                 turns_per_thread,
                 n,
                 deferred,
+                kills,
             ),
         )
         for n in range(threads)
@@ -154,11 +160,12 @@ def _worker(
     turns: int,
     n: int,
     deferred: bool,
+    kills: bool = False,
 ) -> None:
     for turn in range(turns):
         cid = rng.choice(ids)
         try:
-            _turn(service, ledger, rng, cid, f"w{n}-t{turn}", deferred)
+            _turn(service, ledger, rng, cid, f"w{n}-t{turn}", deferred, kills)
         except Exception as exc:
             ledger.violation(f"turn on {cid} raised {exc!r}")
         side = rng.random()
@@ -176,6 +183,7 @@ def _turn(
     cid: str,
     text: str,
     deferred: bool,
+    kills: bool = False,
 ) -> None:
     thinker = BasicThinker(ledger.users[cid])
     thinker.set_conversation_id(cid)
@@ -183,6 +191,11 @@ def _turn(
     messages = context.messages
     ledger.enter(cid, messages[-1].raw_content if messages else None)
     try:
+        if kills and rng.random() < 0.15:  # the activation this turn holds dies under it
+            ref = service._registry.mirror.refs.get(cid)
+            if ref is not None:
+                ref.tell("a message no handler knows")
+                ledger.report.kills += 1
         if rng.random() < 0.2:  # the same job obtains again: the same context at once
             ledger.report.reobtains += 1
             if service.obtain_conversation(None, thinker).get(timeout=1) is not context:

@@ -28,3 +28,17 @@ def test_deferred_saves_under_every_eviction_path_lose_no_turn_and_grant_nothing
     assert report.violations == []
     assert report.turns == 64 * 6 and report.acknowledged > report.turns
     assert report.eviction_attempts > 0 and report.force_releases > 0 and report.reobtains > 0
+
+
+def test_activations_dying_while_owned_never_let_a_second_owner_in_or_lose_a_turn(
+    tmp_path: Path,
+) -> None:
+    """Now and then a turn's activation crashes while the turn holds it: the next obtain
+    takes the recorded lease over and waits for its release (before, it was granted at
+    once: two owners, and the holder's save refused by the fence)."""
+    report = run_stress(
+        tmp_path / "db", threads=64, conversations=16, turns_per_thread=6, kills=True
+    )
+    assert report.violations == []
+    assert report.turns == report.acknowledged == 64 * 6
+    assert report.kills > 0

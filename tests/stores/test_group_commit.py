@@ -24,6 +24,7 @@ class _Hooks:
         self.env = env
         self.committed_batches = 0
         self.failed_batches = 0
+        self.discarded_batches = 0
 
     def begin(self, write: bool, parent: Any) -> Any:
         return self.env.begin(write=write, parent=parent)
@@ -42,6 +43,9 @@ class _Hooks:
 
     def failed(self) -> None:
         self.failed_batches += 1
+
+    def discarded(self) -> None:
+        self.discarded_batches += 1
 
 
 def _put(key: bytes) -> Any:
@@ -427,3 +431,54 @@ def test_a_writer_waiting_for_its_commit_lets_its_gate_go(tmp_path: Path) -> Non
     with env.begin() as txn:
         assert txn.get(b"slow") == txn.get(b"queued") == b"v"
     env.close()
+
+
+@pytest.mark.parametrize("alone", [True, False])
+def test_a_batch_whose_every_write_raised_is_counted_discarded_never_committed(
+    tmp_path: Path, alone: bool
+) -> None:
+    env = lmdb.open(str(tmp_path), map_size=1 << 22)
+    hooks = _Hooks(env)
+    commits = GroupCommit(hooks, str(tmp_path), max_batch=64)
+    other: Future[Any] = Future()
+    if not alone:
+        commits._queue.put((_put_then_fail, other, 0))
+    with pytest.raises(RuntimeError, match="failed part-way"):
+        commits.submit(_put_then_fail, 0)
+    assert (hooks.committed_batches, hooks.discarded_batches, hooks.failed_batches) == (0, 1, 0)
+    assert commits.submit(_put(b"next"), 0) == b"next"
+    assert (hooks.committed_batches, hooks.discarded_batches) == (1, 1)
+    env.close()
+
+
+def test_what_a_refused_write_noted_before_raising_is_not_remembered_as_written(
+    tmp_path: Path,
+) -> None:
+    store = LmdbStore(tmp_path, sync=False)
+    try:
+        cid = "c" * 12
+        store.create_context(_snapshot(cid, "first"), "alice")
+        book = store._directory.book
+        remembered = book.known(cid)
+        assert remembered is not None
+
+        def note_then_refuse(txn: Any) -> None:
+            assert remembered is not None
+            book.note(cid, ([], remembered[1], [], remembered[3]))  # claims no messages
+            raise ValueError("refused after noting")
+
+        with pytest.raises(ValueError, match="refused after noting"):
+            store._directory.submit(note_then_refuse, 0)
+        assert book.known(cid) is remembered  # the batch of one was discarded, not committed
+        context = ConversationContext.from_snapshot(store.load(cid, "alice"))  # type: ignore[arg-type]
+        context.add_user_message("second")
+        store.save_context(context.to_snapshot(), "alice")
+    finally:
+        store.close()
+    reopened = LmdbStore(tmp_path, sync=False)
+    try:
+        loaded = reopened.load(cid, "alice")
+        assert loaded is not None
+        assert [m.blocks[0].text for m in loaded.messages] == ["first", "second"]  # type: ignore[union-attr]
+    finally:
+        reopened.close()
