@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import Self
 
@@ -381,6 +381,12 @@ class ConversationService:
         ``IllegalStateError``.
         """
         self._lifecycle.stop()
+
+    def on_stop(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once ``stop`` has stopped the conversations (an agent registers
+        the close of its MCP servers here at its first chat on the service). A callback
+        that raises is logged; the others still run."""
+        self._lifecycle.on_stop.append(callback)
 
     def __enter__(self) -> Self:
         return self

@@ -36,6 +36,9 @@ INTERNAL_SIGNALS = {
     "ApiError",
     # the HTTP host refusing a new turn while it shuts down; the app answers it as a 503
     "ShuttingDownError",
+    # a tool's failure the model reads as it is (an MCP error result); the tool round turns
+    # it into the call's error result
+    "ToolFailed",
 }
 # The label of the tree's branch that holds the internal signals.
 INTERNAL_BRANCH = "internal"
