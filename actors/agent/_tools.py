@@ -130,6 +130,7 @@ class ToolBox:
         self.toolsets = tuple(toolsets)
         self._own, self._named = dict(self.tools), frozenset(rerun_on_recovery)
         self._listed: dict[int, list[FunctionTool]] = {}  # by the toolset's place
+        self._refused: set[int] = set()  # whose last listing clashed: listed again
         self._guard = threading.Lock()
         if not self.toolsets and (unknown := sorted(self._named - self.tools.keys())):
             raise ValueError(
@@ -145,38 +146,43 @@ class ToolBox:
     def stale(self) -> bool:
         """True when a toolset's tools are to be listed (again) before the next turn."""
         toolsets = self.toolsets
-        return bool(toolsets) and any(toolset.changed for toolset in toolsets)
+        return bool(toolsets) and (
+            bool(self._refused) or any(toolset.changed for toolset in toolsets)
+        )
 
     def refresh(self) -> None:
         """List the tools of every toolset whose list changed, blocking this thread.
 
         Raises:
-            ValueError: a listed tool has the name of another tool of the agent.
+            ValueError: a listed tool has the name of another tool of the agent (the
+                listing is refused, and asked for again at the next turn).
             Exception: what a toolset raises when it cannot list its tools.
         """
         for i, toolset in enumerate(self.toolsets):
-            if toolset.changed:
+            if toolset.changed or i in self._refused:
                 self._merge(i, toolset.tools())
 
     async def arefresh(self) -> None:
         """``refresh`` on the running loop, the toolsets listed concurrently."""
-        changed = [(i, t) for i, t in enumerate(self.toolsets) if t.changed]
-        listed = await asyncio.gather(*(t.atools() for _, t in changed))
-        for (i, _), tools in zip(changed, listed, strict=True):
+        due = [(i, t) for i, t in enumerate(self.toolsets) if t.changed or i in self._refused]
+        listed = await asyncio.gather(*(t.atools() for _, t in due))
+        for (i, _), tools in zip(due, listed, strict=True):
             self._merge(i, tools)
 
     def _merge(self, place: int, tools: list[FunctionTool]) -> None:
         with self._guard:
-            self._listed[place] = tools
             merged = dict(self._own)
-            for listed in self._listed.values():
+            for at, listed in {**self._listed, place: tools}.items():
                 for tool in listed:
                     if tool.name in merged:
+                        self._refused.add(place)  # the tools so far stay as they were
                         raise ValueError(
-                            f"Two tools of the agent are named {tool.name} (one listed by a "
-                            "toolset); give the toolset a prefix."
+                            f"Two tools of the agent are named {tool.name} (one listed by "
+                            f"{self.toolsets[at]!r}); give the toolset a prefix."
                         )
                     merged[tool.name] = tool
+            self._listed[place] = tools
+            self._refused.discard(place)
             self.tools = merged
             self._index()
 

@@ -298,6 +298,26 @@ def test_a_command_that_is_not_executable_gives_one_clear_error(
             asyncio.run(asend())
 
 
+def test_a_listed_tool_named_as_a_function_tool_fails_each_turn_until_given_a_prefix(
+    service: ConversationService,
+) -> None:
+    def add(a: int, b: int) -> int:
+        """Add, locally."""
+        return a + b
+
+    clashing = MCPServerStdio(sys.executable, [SERVER])
+    with Agent(ScriptedClient(["Never asked."]), tools=[add], toolsets=[clashing]) as agent:
+        chat = agent.chat(service, user_id="alice")
+        for _ in range(2):  # refused again, not forgotten
+            with pytest.raises(ValueError, match="Two tools of the agent are named add"):
+                chat.send("Add.")
+    prefixed = MCPServerStdio(sys.executable, [SERVER], prefix="remote_")
+    script = [scripted_tool_calls(("add", {"a": 1, "b": 1}), ("remote_add", {"a": 2, "b": 2}))]
+    with Agent(ScriptedClient([*script, "Ok."]), tools=[add], toolsets=[prefixed]) as agent:
+        reply = agent.chat(service, user_id="alice").send("Add both ways.")
+    assert [r.content for r in results(reply)] == ["2", "4"]
+
+
 def test_bad_arguments_are_refused_when_the_server_is_made() -> None:
     with pytest.raises(ValueError, match="needs a command"):
         MCPServerStdio("")

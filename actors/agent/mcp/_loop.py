@@ -44,9 +44,10 @@ class LoopThread:
                 self._thread.start()
             return asyncio.run_coroutine_threadsafe(coro, loop)
 
-    def on_loop(self) -> bool:
-        """True when called from the loop's own thread."""
-        return self._thread is not None and threading.current_thread() is self._thread
+    @property
+    def running(self) -> bool:
+        """True from the first ``submit`` until ``stop``."""
+        return self._loop is not None
 
     def stop(self) -> None:
         """Stop the loop once the coroutines submitted so far ended, and close it (a no-op

@@ -101,6 +101,8 @@ class MCPServer:
         """End the session (a stdio server's process exits) and the loop; idempotent. A
         later turn opens a new session."""
         self._changed = True
+        if not self._loop.running:
+            return
         with contextlib.suppress(RuntimeError):  # its loop was closed already
             self._loop.submit(self._end()).result()
         self._loop.stop()
