@@ -170,7 +170,7 @@ class Agent:
             if any(seen is service for seen in self._services):
                 return
             self._services.append(service)
-        service.on_stop(self.close)
+        service.on_stop.append(self.close)
 
     def close(self) -> None:
         """Stop the agent's toolsets (an MCP server's process ends, its session closes);
