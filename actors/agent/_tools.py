@@ -165,9 +165,12 @@ class ToolBox:
     async def arefresh(self) -> None:
         """``refresh`` on the running loop, the toolsets listed concurrently."""
         due = [(i, t) for i, t in enumerate(self.toolsets) if t.changed or i in self._refused]
-        listed = await asyncio.gather(*(t.atools() for _, t in due))
+        listed = await asyncio.gather(*(t.atools() for _, t in due), return_exceptions=True)
         for (i, _), tools in zip(due, listed, strict=True):
-            self._merge(i, tools)
+            if not isinstance(tools, BaseException):  # a failed one is listed next time
+                self._merge(i, tools)
+        if failed := [exc for exc in listed if isinstance(exc, BaseException)]:
+            raise failed[0]
 
     def _merge(self, place: int, tools: list[FunctionTool]) -> None:
         with self._guard:

@@ -298,6 +298,19 @@ def test_a_command_that_is_not_executable_gives_one_clear_error(
             asyncio.run(asend())
 
 
+def test_a_server_that_cannot_start_keeps_no_other_servers_tools_from_the_agent(
+    service: ConversationService, tmp_path: Path
+) -> None:
+    good = MCPServerStdio(sys.executable, [SERVER])
+    missing = MCPServerStdio(str(tmp_path / "no-such-server"))
+    with Agent(ScriptedClient(["Never asked."]), toolsets=[good, missing]) as agent:
+        chat = agent.chat(service, user_id="alice")
+        with pytest.raises(MCPServerError, match="No such file"):
+            asyncio.run(chat.asend("Hello."))
+        assert "add" in agent.tools.tools
+        assert (good.changed, missing.changed) == (False, True)  # only the failed one again
+
+
 def test_a_listed_tool_named_as_a_function_tool_fails_each_turn_until_given_a_prefix(
     service: ConversationService,
 ) -> None:

@@ -157,7 +157,12 @@ class MCPServer:
             self._changed = True
             if isinstance(exc, MCPServerError | asyncio.CancelledError):
                 raise
-            raise MCPServerError(f"MCP server {self.label} did not list its tools: {exc}") from exc
+            why = (
+                f" within {self.start_timeout_s:g}s"
+                if isinstance(exc, TimeoutError)
+                else f": {exc}"
+            )
+            raise MCPServerError(f"MCP server {self.label} did not list its tools{why}") from exc
         return [MCPTool(self, tool, self.prefix) for tool in found]
 
     async def _call(self, name: str, arguments: dict[str, Any]) -> str:
