@@ -22,7 +22,7 @@ import pytest
 import uvicorn
 from loguru import logger
 
-from parlour.actors import Agent, ConversationService
+from parlour.actors import Agent, ConversationService, ToolCallFinished
 from parlour.actors.agent.mcp import MCPServerError, MCPServerHTTP, MCPServerStdio
 from parlour.runtime import ScriptedClient
 from parlour.runtime.blocks import ToolResultBlock
@@ -123,6 +123,15 @@ def test_tools_are_listed_and_called_on_the_async_path(
         return results(reply)
 
     assert [(r.content, r.is_error) for r in asyncio.run(main())] == [("3", False)]
+
+
+def test_a_streamed_turn_lists_and_calls_too_and_reports_the_call_as_events(
+    stdio: MCPServerStdio, service: ConversationService
+) -> None:
+    with agent_with(stdio, scripted_tool_calls(("echo", {"text": "out"})), "Done.") as agent:
+        events = list(agent.chat(service, user_id="alice").stream("Echo."))
+    finished = [e for e in events if isinstance(e, ToolCallFinished)]
+    assert [(e.name, e.content, e.is_error) for e in finished] == [("echo", "out", False)]
 
 
 @pytest.mark.slow
