@@ -70,6 +70,7 @@ class Lifecycle:
         if store is not None:
             store.add_delete_listener(listener)
         self._ticker: threading.Thread | None = None
+        self.on_stop: list[Callable[[], None]] = []  # run last, once the actors stopped
 
     def start_ticker(self, cleanup_interval_s: float) -> None:
         """Sweep every ``cleanup_interval_s`` until ``stop`` (0: never); call it once."""
@@ -101,6 +102,11 @@ class Lifecycle:
                 self.store.remove_delete_listener(self._listener)
         if self._ticker is not None:
             self._ticker.join()
+        for callback in self.on_stop:
+            try:
+                callback()
+            except Exception as exc:
+                logger.opt(exception=exc).error("a callback of the service's stop failed")
 
     def _await_owners(self) -> None:
         """Wait, for the grace in all, until every owned conversation is released."""

@@ -64,8 +64,9 @@ class ConversationService:
         shutdown_grace_s: how long ``stop`` lets owners finish.
         seams: test hooks between the steps of a race (see ``Seams``).
 
-    A context manager (``with`` and ``async with``) that stops on exit. Thread-safety:
-    every method may be called from any thread, also while ``stop()`` runs.
+    A context manager (``with`` and ``async with``) that stops on exit; ``on_stop`` lists
+    callables ``stop`` runs last (an agent's MCP servers close there). Thread-safety: every
+    method may be called from any thread, also while ``stop()`` runs.
     """
 
     _instance: ConversationService | None = None
@@ -83,8 +84,7 @@ class ConversationService:
         shutdown_grace_s: float = 5.0,
         seams: Seams | None = None,
     ) -> None:
-        self.store = store
-        self.session = session
+        self.store, self.session = store, session
         self.clock = clock = clock or SystemClock()
         # The supervisor's registry, mirrored for lock-free reads on the hot path: only the
         # supervisor writes it; a retiring activation answers Retiring, a dead one raises.
@@ -100,6 +100,7 @@ class ConversationService:
         self._lifecycle = lifecycle = Lifecycle(
             registry, leases, deferred, store, session, listener, clock, shutdown_grace_s
         )
+        self.on_stop = lifecycle.on_stop
         stopping = lifecycle.stopping
         shared = store is not None and store.shared  # warm copies are checked against it
         self._activator = Activator(

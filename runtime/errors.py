@@ -26,6 +26,8 @@ Exception
 │   │                                  (parlour.stores.lmdb._lock)
 │   ├── ConversationNotFoundError      an update for a record that does not exist
 │   │                                  (also a LookupError)
+│   ├── MCPServerError                 an MCP server that could not be started or listed
+│   │                                  (parlour.actors.agent.mcp._server)
 │   └── TurnError                      a turn ended abnormally after its boundary save
 │       │                              (parlour.actors.agent._events)
 │       ├── TurnCancelledError         the turn was cancelled at a boundary
@@ -41,6 +43,8 @@ Exception
     │                                  (parlour.actors.app._guard)
     ├── ApiError                       an HTTP refusal, answered as a JSON error
     │                                  (parlour.actors.app.serve._http)
+    ├── ToolFailed                     a tool's failure, given to the model as an error result
+    │                                  (parlour.actors.agent._tools)
     ├── ShuttingDownError              the HTTP host starts no more turns: a 503
     │                                  (parlour.actors.app.serve._host; a RuntimeError)
     └── Unbuildable                    a prune met a version it cannot rebuild: the

@@ -39,6 +39,9 @@ INTERNAL_SIGNALS = {
     # a prune meeting a version it cannot rebuild; the store moves the damaged run of
     # version records into quarantine and prunes on
     "Unbuildable",
+    # a tool's failure the model reads as it is (an MCP error result); the tool round turns
+    # it into the call's error result
+    "ToolFailed",
 }
 # The label of the tree's branch that holds the internal signals.
 INTERNAL_BRANCH = "internal"

@@ -96,6 +96,7 @@ PINNED = {
         "asgi_app",
     ],
     "parlour.actors.agent": [],
+    "parlour.actors.agent.mcp": ["MCPServer", "MCPServerError", "MCPServerHTTP", "MCPServerStdio"],
     "parlour.actors.app": [],
     "parlour.actors.tuning": [
         "DEFAULT_PROVIDER_CONCURRENCY",

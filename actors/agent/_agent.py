@@ -17,7 +17,8 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 from parlour.runtime import (
     ConversationContext,
@@ -39,7 +40,7 @@ from ._compactor import default_compactor
 from ._effects import Compact, RetryPolicy
 from ._ledger import UsageLedger
 from ._limits import Limits, UsageLimits
-from ._tools import ToolBox
+from ._tools import ToolBox, Toolset
 
 __all__ = ["Agent"]
 
@@ -81,6 +82,11 @@ class Agent:
             idempotency key (as ``FunctionTool(..., rerun_on_recovery=True)`` declares one):
             ``Chat.resume`` runs a call of theirs that a crash interrupted again, instead of
             leaving the model its interrupted result.
+        toolsets: more tools from elsewhere: MCP servers (``parlour.actors.agent.mcp``'s
+            ``MCPServerStdio``, ``MCPServerHTTP``), started and listed at the first turn,
+            listed again when the server says its list changed, declared add-only like
+            the functions; ``close`` (or leaving ``with agent:``, or the stop of a service
+            the agent chatted on) stops them, and a later turn starts them again.
 
     Raises:
         ValueError: ``max_rounds`` is below 1, two tools share a name, ``rerun_on_recovery``
@@ -113,11 +119,12 @@ class Agent:
         rerun_on_recovery: Iterable[str] = (),
         turn_limits: UsageLimits | None = None,
         chat_limits: UsageLimits | None = None,
+        toolsets: Iterable[Toolset] = (),
     ) -> None:
         if max_rounds < 1:
             raise ValueError(f"An agent needs max_rounds of at least 1, not {max_rounds}.")
         self.client = client
-        self.tools = ToolBox(tools, rerun_on_recovery)
+        self.tools = ToolBox(tools, rerun_on_recovery, toolsets)
         self.objective = objective
         self.output = output
         self.depth = depth
@@ -132,6 +139,7 @@ class Agent:
         self.sleep, self.async_sleep = sleep, async_sleep
         self.retain = retain
         self._ledgers: dict[str, UsageLedger] = {}
+        self._services: list[ConversationService] = []  # whose stop closes the toolsets
         self._lock = threading.Lock()
         self.compaction = compaction
         self.compactor = compactor or default_compactor(client)
@@ -161,7 +169,44 @@ class Agent:
             raise ValueError(
                 f"Conversation {conversation_id} is stored, so it cannot be resumed as temporary."
             )
+        if self.tools.toolsets:
+            self._close_with(service)
         return Chat(self, service, user_id, conversation_id, temporary, deps)
+
+    def _close_with(self, service: ConversationService) -> None:
+        """Close the toolsets when ``service`` stops (registered once per service)."""
+        with self._lock:
+            if any(seen is service for seen in self._services):
+                return
+            self._services.append(service)
+        service.on_stop.append(self.close)
+
+    def close(self) -> None:
+        """Stop the agent's toolsets (an MCP server's process ends, its session closes);
+        idempotent. A later turn starts them again."""
+        for toolset in self.tools.toolsets:
+            toolset.close()
+
+    async def aclose(self) -> None:
+        """``close`` on the running loop, never blocking it."""
+        for toolset in self.tools.toolsets:
+            await toolset.aclose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
 
     def ledger(self, conversation_id: str) -> UsageLedger:
         with self._lock:

@@ -26,6 +26,7 @@ from ._joiners import AgentThinker
 from ._ledger import LedgerEntry, UsageLedger, decode_entries
 from ._otel import tracer, turn_span
 from ._plan import TurnPlan
+from ._tools import ToolBox
 from ._turn import turn_steps
 
 __all__ = ["Chat", "Seat"]
@@ -38,6 +39,7 @@ class Seat(Protocol):
     depth: Depth | None
     output: OutputSize | int | None
     retain: dt.timedelta
+    tools: ToolBox
 
     def ledger(self, conversation_id: str) -> UsageLedger: ...
 
@@ -155,6 +157,8 @@ class Chat:
         return self._send(None, ())
 
     def _send(self, text: str | None, attachments: Sequence[ContentBlock]) -> Reply:
+        if self.agent.tools.stale:  # a toolset to list first (its server started, at first)
+            self.agent.tools.refresh()
         plan = self._begin(deltas=False)
         try:
             with self._gate(), turn_span(plan.tracer, self.thinker):
@@ -176,6 +180,8 @@ class Chat:
     ) -> Generator[AgentEvent, None, None]:
         """The turn's events; without ``deltas`` no ``TextDelta`` is yielded (joiners
         still get them), for a caller that reads only the reply."""
+        if self.agent.tools.stale:
+            self.agent.tools.refresh()
         plan = self._begin(deltas)
         try:
             with turn_span(plan.tracer, self.thinker):
@@ -225,6 +231,8 @@ class Chat:
         attachments: Sequence[ContentBlock],
         emit: Callable[[AgentEvent], None],
     ) -> Reply:
+        if self.agent.tools.stale:
+            await self.agent.tools.arefresh()
         plan = self._begin()
         try:
             with turn_span(plan.tracer, self.thinker):

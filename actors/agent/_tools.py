@@ -10,6 +10,10 @@ loop (on the sync path). The calls of one answer run concurrently, as a round
 finished since the last look, so that the turn saves each result as it comes. A tool whose
 function takes a ``ToolContext`` gets the one the driver made for its call
 (``_call_context``); a call given up at its timeout has its context's ``cancelled`` set.
+
+Beside its own functions an agent may take ``Toolset``s (an MCP server: ``agent/mcp``), whose
+tools are listed when a turn begins and the set says its list changed (``ToolBox.refresh``,
+``arefresh``); the box's ``tools`` then holds both, by name.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import inspect
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -33,7 +37,9 @@ __all__ = [
     "LoopRound",
     "ThreadRound",
     "ToolBox",
+    "ToolFailed",
     "ToolRound",
+    "Toolset",
 ]
 
 Contexts = Sequence[ToolContext[Any] | None] | None  # one per call (None: no call takes one)
@@ -65,24 +71,55 @@ def prestarted_pool(workers: int, name: str) -> cf.ThreadPoolExecutor:
     return pool
 
 
+class ToolFailed(Exception):
+    """Raised by a tool whose failure the model should read as it is (an MCP server's error
+    result): the call's error result carries the message alone, not the exception's type."""
+
+
+class Toolset(Protocol):
+    """Tools an agent gets from elsewhere (an MCP server), listed when a turn begins.
+
+    ``changed`` is True until the first listing and again whenever the source says its
+    list changed (or its connection was lost); ``tools``/``atools`` list them (blocking
+    the calling thread, or on the running loop); ``close``/``aclose`` let the source go.
+    """
+
+    @property
+    def changed(self) -> bool: ...
+
+    def tools(self) -> list[FunctionTool]: ...
+
+    async def atools(self) -> list[FunctionTool]: ...
+
+    def close(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
 class ToolBox:
-    """An agent's tools by name.
+    """An agent's tools by name: its own functions, and its toolsets' tools once listed.
 
     Args:
         tools: functions (sync or async, annotated; the docstring describes them) or ready
             ``FunctionTool``s. ``contextual`` names those that take a ``ToolContext``.
         rerun_on_recovery: names of tools safe to run again after a crash interrupted
             them; ``rerun`` names these and those declared so themselves.
+        toolsets: sources of more tools, listed by ``refresh``/``arefresh``.
 
     Raises:
-        ValueError: two tools share a name, or ``rerun_on_recovery`` names no tool.
+        ValueError: two tools share a name, or ``rerun_on_recovery`` names no tool (of the
+            functions, when there are no toolsets).
         TypeError: a function takes ``*args`` or ``**kwargs``.
+
+    Thread-safety: ``refresh`` may run from many threads and loops at once; a turn reads
+    ``tools`` whole, the old dict or the new one.
     """
 
     def __init__(
         self,
         tools: Iterable[Callable[..., Any] | FunctionTool],
         rerun_on_recovery: Iterable[str] = (),
+        toolsets: Iterable[Toolset] = (),
     ) -> None:
         self.tools: dict[str, FunctionTool] = {}
         for item in tools:
@@ -90,13 +127,67 @@ class ToolBox:
             if tool.name in self.tools:
                 raise ValueError(f"Two tools are named {tool.name}; tool names must be unique.")
             self.tools[tool.name] = tool
-        self.contextual = frozenset(n for n, t in self.tools.items() if t.context_param)
-        named = frozenset(rerun_on_recovery)
-        if unknown := sorted(named - self.tools.keys()):
+        self.toolsets = tuple(toolsets)
+        self._own, self._named = dict(self.tools), frozenset(rerun_on_recovery)
+        self._listed: dict[int, list[FunctionTool]] = {}  # by the toolset's place
+        self._refused: set[int] = set()  # whose last listing clashed: listed again
+        self._guard = threading.Lock()
+        if not self.toolsets and (unknown := sorted(self._named - self.tools.keys())):
             raise ValueError(
                 f"rerun_on_recovery names {', '.join(unknown)}, which no tool of the agent is."
             )
-        self.rerun = named | {n for n, t in self.tools.items() if t.rerun_on_recovery}
+        self._index()
+
+    def _index(self) -> None:
+        self.contextual = frozenset(n for n, t in self.tools.items() if t.context_param)
+        self.rerun = self._named | {n for n, t in self.tools.items() if t.rerun_on_recovery}
+
+    @property
+    def stale(self) -> bool:
+        """True when a toolset's tools are to be listed (again) before the next turn."""
+        toolsets = self.toolsets
+        return bool(toolsets) and (
+            bool(self._refused) or any(toolset.changed for toolset in toolsets)
+        )
+
+    def refresh(self) -> None:
+        """List the tools of every toolset whose list changed, blocking this thread.
+
+        Raises:
+            ValueError: a listed tool has the name of another tool of the agent (the
+                listing is refused, and asked for again at the next turn).
+            Exception: what a toolset raises when it cannot list its tools.
+        """
+        for i, toolset in enumerate(self.toolsets):
+            if toolset.changed or i in self._refused:
+                self._merge(i, toolset.tools())
+
+    async def arefresh(self) -> None:
+        """``refresh`` on the running loop, the toolsets listed concurrently."""
+        due = [(i, t) for i, t in enumerate(self.toolsets) if t.changed or i in self._refused]
+        listed = await asyncio.gather(*(t.atools() for _, t in due), return_exceptions=True)
+        for (i, _), tools in zip(due, listed, strict=True):
+            if not isinstance(tools, BaseException):  # a failed one is listed next time
+                self._merge(i, tools)
+        if failed := [exc for exc in listed if isinstance(exc, BaseException)]:
+            raise failed[0]
+
+    def _merge(self, place: int, tools: list[FunctionTool]) -> None:
+        with self._guard:
+            merged = dict(self._own)
+            for at, listed in {**self._listed, place: tools}.items():
+                for tool in listed:
+                    if tool.name in merged:
+                        self._refused.add(place)  # the tools so far stay as they were
+                        raise ValueError(
+                            f"Two tools of the agent are named {tool.name} (one listed by "
+                            f"{self.toolsets[at]!r}); give the toolset a prefix."
+                        )
+                    merged[tool.name] = tool
+            self._listed[place] = tools
+            self._refused.discard(place)
+            self.tools = merged
+            self._index()
 
     def declarations(self) -> list[FunctionTool]:
         return list(self.tools.values())
@@ -116,6 +207,8 @@ def _result(call: ToolUseBlock, value: Any) -> ToolResultBlock:
 
 
 def _failure(call: ToolUseBlock, exc: BaseException) -> ToolResultBlock:
+    if isinstance(exc, ToolFailed):
+        return _error(call, str(exc))
     if isinstance(exc, msgspec.ValidationError | msgspec.DecodeError):
         return _error(call, f"The arguments of {call.name} do not fit its parameters: {exc}")
     return _error(call, f"{call.name} failed: {type(exc).__name__}: {exc}")

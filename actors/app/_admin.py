@@ -23,7 +23,7 @@ from rich.progress import track
 from rich.table import Table
 
 from parlour.runtime import Transcript
-from parlour.runtime.errors import CorruptSnapshotError, IllegalStateError
+from parlour.runtime.errors import CorruptSnapshotError
 from parlour.runtime.snapshots import (
     ConversationPersistenceSnapshot,
     decode_snapshot,
