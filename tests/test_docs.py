@@ -28,3 +28,16 @@ def test_the_example_runs(code: str, tmp_path: Path, monkeypatch: pytest.MonkeyP
     # dont_inherit: this module's `from __future__ import annotations` must not leak in
     exec(compile(code, "<example>", "exec", dont_inherit=True), {"__name__": "example"})
     pykka.ActorRegistry.stop_all()
+
+
+def test_no_doc_or_message_installs_parlour_from_a_registry_where_it_is_not_published() -> None:
+    """parlour installs from its checkout (``pip install -e '.[serve]'``); a line telling a
+    user to ``pip install 'parlour[...]'`` would send them to a package that is not there."""
+    sources = [
+        *ROOT.glob("*.md"),
+        *(p for package in PACKAGES for p in (ROOT / package).rglob("*.md")),
+        *(p for package in PACKAGES for p in (ROOT / package).rglob("*.py")),
+    ]
+    registry = re.compile(r"pip install ['\"]?parlour\b")
+    found = [f"{p.relative_to(ROOT)}" for p in sources if registry.search(p.read_text())]
+    assert found == []

@@ -1,6 +1,6 @@
 """Optional OpenTelemetry spans: a turn, each model call, each tool call, each save.
 
-With ``opentelemetry-api`` installed (``pip install 'parlour[otel]'``) spans go to whatever
+With ``opentelemetry-api`` installed (``pip install -e '.[otel]'``) spans go to whatever
 tracer provider the application configured; without it every span is a no-op. Model-call
 spans carry the GenAI semantic-convention attributes, cache tokens included.
 """

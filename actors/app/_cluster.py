@@ -30,7 +30,7 @@ def run_cluster(args: argparse.Namespace) -> int:
     try:
         import ray  # noqa: F401  (installed: the cluster extra)
     except ImportError:
-        print("the cluster needs Ray: pip install 'parlour[cluster]'", file=sys.stderr)
+        print("the cluster needs Ray: pip install -e '.[cluster]'", file=sys.stderr)
         return 2
     from ..cluster._client import ShardDown, shard_statuses
 

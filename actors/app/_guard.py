@@ -94,7 +94,7 @@ def refusal(exc: BaseException, data_dir: Path | None) -> str | None:
     if package in SERVE_EXTRA:
         return (
             f"this needs the serve extra ({package} is not installed): pip install -e "
-            "'.[serve]' from the checkout, or pip install 'parlour[serve]'."
+            "'.[serve]' in parlour's checkout."
         )
     if isinstance(exc, (ParlourError, OSError)):  # PermissionError: another user's id
         return str(exc)

@@ -181,7 +181,7 @@ def run_serve_cluster(
 
         from ..cluster import AgentCluster
     except ImportError:
-        say("serve", "serving a cluster needs Ray: pip install 'parlour[cluster]'")
+        say("serve", "serving a cluster needs Ray: pip install -e '.[cluster]'")
         return 2
     try:
         ray_init(config.address, config.namespace)  # before anything is written

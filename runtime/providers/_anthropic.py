@@ -288,7 +288,7 @@ class AnthropicClient(HttpSdkClient):
         max_retries: the SDK's own retry with backoff for rate limits, overload, timeouts.
 
     Raises:
-        ImportError: the SDK is missing (``pip install 'parlour[anthropic]'``).
+        ImportError: the SDK is missing (``pip install -e '.[anthropic]'``).
         UncorrectableLLMError: no API key is configured.
     """
 

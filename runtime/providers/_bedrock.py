@@ -134,7 +134,7 @@ class BedrockClient(LLMClient):
             turn (Converse requires the first message to be the user's).
 
     Raises:
-        ImportError: boto3 is missing (``pip install 'parlour[bedrock]'``).
+        ImportError: boto3 is missing (``pip install -e '.[bedrock]'``).
         UncorrectableLLMError: no region: neither ``region_name`` nor the AWS
             configuration (``AWS_REGION``, ``AWS_DEFAULT_REGION``, a profile) names one.
     """

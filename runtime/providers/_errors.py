@@ -44,7 +44,8 @@ def require_sdk(module: str, extra: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as exc:
         raise ImportError(
-            f"The {module} SDK is not installed; install it with pip install 'parlour[{extra}]'."
+            f"The {module} SDK is not installed; install it with pip install -e '.[{extra}]' "
+            "in parlour's checkout."
         ) from exc
 
 

@@ -133,7 +133,8 @@ def _require(spec: ModelSpec, *, supplied: bool = False) -> None:
     if not _has_sdk(spec.provider):
         also = "" if _has_credentials(spec.provider) else f", and set {setting}"
         raise ImportError(
-            f"Model {spec.id} needs the {spec.provider} SDK: pip install 'parlour[{extra}]'"
+            f"Model {spec.id} needs the {spec.provider} SDK: pip install -e '.[{extra}]' in "
+            "parlour's checkout"
             f"{also}{offline}."
         )
     if not supplied and not _has_credentials(spec.provider):

@@ -277,7 +277,7 @@ class OpenAIClient(HttpSdkClient):
             ``OPENAI_BASE_URL``, else OpenAI's; with either, no key is required.
 
     Raises:
-        ImportError: the SDK is missing (``pip install 'parlour[openai]'``).
+        ImportError: the SDK is missing (``pip install -e '.[openai]'``).
         UncorrectableLLMError: no API key is configured, and no base URL.
         ValueError: the base URL is not an http(s) URL with a host.
     """

@@ -287,7 +287,7 @@ class OpenAIResponsesClient(OpenAIClient):
     Completions and the other providers.
 
     Raises:
-        ImportError: the SDK is missing (``pip install 'parlour[openai]'``).
+        ImportError: the SDK is missing (``pip install -e '.[openai]'``).
         UncorrectableLLMError: no API key is configured.
     """
 

@@ -81,7 +81,7 @@ def _open_pool(conninfo: str, size: int, timeout: float) -> ConnectionPool[Any]:
         from psycopg_pool import ConnectionPool
     except ImportError as exc:
         raise ImportError(
-            "PostgresStore needs psycopg 3 and its pool: pip install 'parlour[postgres]'."
+            "PostgresStore needs psycopg 3 and its pool: pip install -e '.[postgres]'."
         ) from exc
     pool: ConnectionPool[Any] = ConnectionPool(
         conninfo,

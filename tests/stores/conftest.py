@@ -33,7 +33,7 @@ def postgres_dsn() -> Iterator[str]:
     try:
         import psycopg  # noqa: F401
     except ImportError:
-        _unavailable("psycopg is not installed (pip install 'parlour[postgres]')")
+        _unavailable("psycopg is not installed (pip install -e '.[postgres]')")
     given = os.environ.get("PARLOUR_TEST_POSTGRES")
     if given:
         yield given

@@ -199,7 +199,7 @@ def test_the_package_imports_without_psycopg_and_the_store_then_says_what_to_ins
         "    print(exc)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "pip install 'parlour[postgres]'" in done.stdout
+    assert "pip install -e '.[postgres]'" in done.stdout
 
 
 # -- history as what each save wrote ---------------------------------------------------------

@@ -1,7 +1,7 @@
 """``parlour serve``: the agent host over HTTP (an ASGI app on Starlette) and its inspector.
 
 Importing this package needs nothing beyond parlour; building the app needs the ``serve``
-extra (``pip install 'parlour[serve]'``).
+extra (``pip install -e '.[serve]'``).
 """
 
 from __future__ import annotations

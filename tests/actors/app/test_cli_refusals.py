@@ -176,7 +176,7 @@ def test_a_real_model_without_its_sdk_names_the_extra_in_one_line(
         MISSING.format(name="anthropic", argv=argv),
         environment(ANTHROPIC_API_KEY="sk-test"),
     )
-    assert "pip install 'parlour[anthropic]'" in refused(done)
+    assert "pip install -e '.[anthropic]'" in refused(done)
 
 
 @pytest.mark.parametrize("package", ["uvicorn", "starlette"])

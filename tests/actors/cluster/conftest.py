@@ -49,7 +49,7 @@ NODE: dict[str, Any] = {
 def ray_cluster() -> Iterator[Any]:
     """``ray.cluster_utils.Cluster``: a head and one worker node, connected."""
     saved = {"PYTHONPATH": os.environ.get("PYTHONPATH")}
-    ray = pytest.importorskip("ray", reason="the cluster tests need pip install 'parlour[cluster]'")
+    ray = pytest.importorskip("ray", reason="the cluster tests need pip install -e '.[cluster]'")
     from ray.cluster_utils import Cluster
 
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), saved["PYTHONPATH"]) if p)

@@ -302,5 +302,5 @@ def test_a_missing_sdk_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch, cls: type[HttpSdkClient], model: str, _: str, sdk: str
 ) -> None:
     monkeypatch.setitem(sys.modules, sdk, None)
-    with pytest.raises(ImportError, match=rf"parlour\[{sdk}\]"):
+    with pytest.raises(ImportError, match=rf"pip install -e '\.\[{sdk}\]' in parlour's checkout"):
         cls(model, api_key="k")

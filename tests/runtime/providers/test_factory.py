@@ -58,7 +58,7 @@ def test_a_real_model_without_its_sdk_is_an_error_naming_what_to_install(
 ) -> None:
     monkeypatch.setitem(sys.modules, sdk, None)
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
-    with pytest.raises(ImportError, match=r"pip install 'parlour\[") as caught:
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[") as caught:
         client_for(model)
     assert env in str(caught.value)  # the key is missing too, and said at once
 
@@ -111,7 +111,7 @@ def test_importing_the_runtime_loads_no_provider_sdk() -> None:
 
 def test_a_missing_boto3_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "boto3", None)
-    with pytest.raises(ImportError, match=r"parlour\[bedrock\]"):
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[bedrock\]'"):
         BedrockClient("us.anthropic.claude-haiku-4-5-20251001-v1:0")
 
 
