@@ -33,6 +33,7 @@ from parlour.runtime.compaction import ContextCompactor, ContextWindowManager
 from parlour.runtime.errors import UncorrectableLLMError
 
 from .._service import ConversationService
+from ._approvals import NeedsApproval, approval_rule
 from ._calls import start_pools
 from ._chat import Chat
 from ._compactor import default_compactor
@@ -76,10 +77,15 @@ class Agent:
             idempotency key (as ``FunctionTool(..., rerun_on_recovery=True)`` declares one):
             ``Chat.resume`` runs a call of theirs that a crash interrupted again, instead of
             leaving the model its interrupted result.
+        needs_approval: the calls a person must approve before they run: a set of tool
+            names, or a predicate given the tool's name, the arguments' JSON text and the
+            call's ``ToolContext`` (True: approval needed); with the tools declared
+            ``needs_approval`` themselves. A turn reaching one parks (``Chat.approve``).
 
     Raises:
         ValueError: ``max_rounds`` is below 1, two tools share a name, ``rerun_on_recovery``
-            names no tool, or the comfort window or the trigger is out of range.
+            or ``needs_approval`` names no tool, or the comfort window or the trigger is
+            out of range.
 
     Thread-safety: one agent serves many chats on many threads and loops at once.
     """
@@ -106,11 +112,13 @@ class Agent:
         async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         retain: dt.timedelta = dt.timedelta(minutes=5),
         rerun_on_recovery: Iterable[str] = (),
+        needs_approval: Iterable[str] | NeedsApproval | None = None,
     ) -> None:
         if max_rounds < 1:
             raise ValueError(f"An agent needs max_rounds of at least 1, not {max_rounds}.")
         self.client = client
         self.tools = ToolBox(tools, rerun_on_recovery)
+        self.approval = approval_rule(needs_approval, self.tools.approval, self.tools.tools)
         self.objective = objective
         self.output = output
         self.depth = depth

@@ -40,10 +40,17 @@ def mark(context: ConversationContext, plan: TurnPlan, step: Step) -> None:
 
 def mark_round(context: ConversationContext, plan: TurnPlan) -> None:
     """Record a tool round whose results message (the last message) answers the calls it
-    holds so far."""
+    holds so far (a turn with calls pending or decided keeps its step and approvals)."""
     answered = tuple(
         b.tool_use_id for b in context.messages[-1].blocks if type(b) is ToolResultBlock
     )
+    prior = context.open_turn
+    if prior is not None and prior.id == plan.turn_id and prior.pending:  # keep the approvals
+        step = prior.step if prior.step == TurnStep.APPROVAL else TurnStep.TOOLS
+        context.open_turn = OpenTurn(
+            prior.id, step, prior.start, answered, prior.pending, prior.decisions
+        )
+        return
     context.open_turn = OpenTurn(plan.turn_id, TurnStep.TOOLS, plan.start, answered)
 
 

@@ -72,7 +72,8 @@ class ToolBox:
         tools: functions (sync or async, annotated; the docstring describes them) or ready
             ``FunctionTool``s. ``contextual`` names those that take a ``ToolContext``.
         rerun_on_recovery: names of tools safe to run again after a crash interrupted
-            them; ``rerun`` names these and those declared so themselves.
+            them; ``rerun`` names these and those declared so themselves. ``approval``
+            names the tools declared ``needs_approval``.
 
     Raises:
         ValueError: two tools share a name, or ``rerun_on_recovery`` names no tool.
@@ -97,6 +98,7 @@ class ToolBox:
                 f"rerun_on_recovery names {', '.join(unknown)}, which no tool of the agent is."
             )
         self.rerun = named | {n for n, t in self.tools.items() if t.rerun_on_recovery}
+        self.approval = frozenset(n for n, t in self.tools.items() if t.needs_approval)
 
     def declarations(self) -> list[FunctionTool]:
         return list(self.tools.values())
