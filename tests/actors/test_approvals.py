@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 import textwrap
 import threading
 import uuid
@@ -39,10 +41,14 @@ from parlour.runtime import (
     tool_from_function,
 )
 from parlour.runtime.blocks import ToolResultBlock
-from parlour.runtime.providers import AnthropicClient, OpenAIClient
+from parlour.runtime.providers import AnthropicClient, BedrockClient, OpenAIClient
 from parlour.runtime.testing import (
+    ConverseStreamMock,
     MockProvider,
     anthropic_message,
+    converse_stream_events,
+    dummy_bedrock_client,
+    fake_spec,
     mock_anthropic_sdk,
     mock_openai_sdk,
     openai_completion,
@@ -425,3 +431,135 @@ def test_a_process_killed_while_parked_and_one_killed_in_the_approved_tool_lose_
     assert reply.recovered.interrupted == [reply.recovered.interrupted[0]]
     assert stored is not None and dangling_calls(stored.messages) == []
     assert runs.read_text() == "delete\n"  # the approved call ran once, never again
+
+
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+def test_the_request_after_a_decision_is_one_bedrock_converse_accepts(
+    tmp_path: Path, decision: str
+) -> None:
+    """Parked by one agent, decided by another whose client is Bedrock's: boto3 serializes
+    the request against the service model, roles alternating, every call answered once."""
+    tools = Tools()
+    boto = dummy_bedrock_client()
+    bedrock = ConverseStreamMock(boto, converse_stream_events("Done."))
+    spec = fake_spec(
+        id="anthropic.claude-test-v1:0", provider="bedrock", supports_prompt_caching=False
+    )
+    with LmdbStore(tmp_path / "db") as store, ConversationService(store) as service:
+        chat = _agent(ScriptedClient([ASK]), tools).chat(service, user_id=USER)
+        chat.send("Delete order 42")
+        decider = _agent(BedrockClient(spec, client=boto), tools).chat(
+            service, user_id=USER, conversation_id=chat.conversation_id
+        )
+        reply = (
+            decider.approve(PENDING.call_id)
+            if decision == "approve"
+            else decider.deny(PENDING.call_id, "no")
+        )
+    assert reply.text == "Done."
+    [request] = bedrock.bodies
+    messages: list[dict[str, Any]] = request["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    texts = [c.get("text", "") for c in messages[2]["content"]]
+    answers = [t for t in texts if t.startswith(("Tool error for", "Tool result for"))]
+    assert len(answers) == 2 and texts[: len(answers)] == answers  # both first, once each
+    assert any("denied" in t for t in answers) == (decision == "deny")
+
+
+POSTGRES_DECIDER = textwrap.dedent(
+    """
+    import sys
+
+    from parlour.actors import AlreadyDecidedError, Agent, ConversationService
+    from parlour.runtime import Depth, OutputSize, ScriptedClient, tool_from_function
+    from parlour.stores import PostgresStore
+
+
+    def delete_order(order_id: str) -> str:
+        '''Delete an order.
+
+        Args:
+            order_id: the order.
+        '''
+        open(sys.argv[3], "a").write("delete\\n")
+        return "deleted"
+
+
+    tool = tool_from_function(delete_order, needs_approval=True)
+    agent = Agent(ScriptedClient(["Done."] * 100), tools=[tool], output=OutputSize.COMPACT,
+                  depth=Depth.IMMEDIATE)
+    with PostgresStore(sys.argv[1]) as store, ConversationService(store) as service:
+        print("ready", flush=True)
+        for cid in sys.stdin:
+            chat = agent.chat(service, user_id="alice", conversation_id=cid.strip())
+            try:
+                chat.approve("call_1_delete_order") if sys.argv[2] == "approve" else chat.deny(
+                    "call_1_delete_order", "no")
+                print("won", flush=True)
+            except AlreadyDecidedError:
+                print("refused", flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+def test_two_processes_deciding_the_same_calls_on_postgresql_apply_each_once(
+    tmp_path: Path,
+) -> None:
+    dsn = os.environ.get("PARLOUR_TEST_POSTGRES")
+    if not dsn:
+        pytest.skip("no PostgreSQL server: PARLOUR_TEST_POSTGRES is not set")
+    psycopg = pytest.importorskip("psycopg")
+    from psycopg.conninfo import make_conninfo
+
+    schema = f"test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    conninfo = make_conninfo(dsn, options=f"-c search_path={schema}")
+    runs = tmp_path / "runs"
+    rounds = 40
+    try:
+        tool = tool_from_function(Tools().all[1].fn, needs_approval=True)
+        one = calls(("delete_order", {"order_id": "42"}))
+        cids = []
+        with PostgresStore(conninfo) as store, ConversationService(store) as service:
+            agent = Agent(ScriptedClient([one] * rounds), tools=[tool], **QUIET)
+            for _ in range(rounds):
+                chat = agent.chat(service, user_id=USER)
+                assert len(chat.send("Delete order 42").pending) == 1
+                cids.append(chat.conversation_id)
+        children = [
+            subprocess.Popen(
+                [sys.executable, "-c", POSTGRES_DECIDER, conninfo, how, str(runs)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for how in ("approve", "deny")
+        ]
+        for child in children:
+            assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write("".join(cid + "\n" for cid in cids))
+            child.stdin.close()
+        said = [child.stdout.read().split() for child in children if child.stdout]
+        for child in children:
+            assert child.wait(60) == 0
+            assert child.stdout is not None
+            child.stdout.close()
+        assert len(said[0]) == len(said[1]) == rounds
+        for approver, denier in zip(*said, strict=True):
+            assert sorted([approver, denier]) == ["refused", "won"]  # exactly one decision
+        with PostgresStore(conninfo) as store:
+            for cid in cids:
+                stored = store.load(cid, USER)
+                assert stored is not None and stored.turn is not None
+                assert len(stored.turn.decisions) == 1
+                assert dangling_calls(stored.messages) == []
+        approved = said[0].count("won")
+        deletes = runs.read_text().count("delete") if runs.exists() else 0
+        assert deletes == approved  # each approved call ran once, no denied one ran
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
