@@ -288,9 +288,10 @@ def _repair(store: LmdbStore, cid: str, user: str) -> int:
     """Store ``cid`` as a restore reads it, each dangling call answered as interrupted, as a
     new version fenced on the one loaded; how many calls it answered."""
     snapshot = _loaded(store, user, cid)
-    calls = len(dangling_calls(snapshot.messages))
-    if calls:
-        snapshot.messages = repaired_messages(snapshot.messages)
+    parked = snapshot.turn.parked() if snapshot.turn is not None else frozenset[str]()
+    calls = len([d for d in dangling_calls(snapshot.messages) if d.call.id not in parked])
+    if calls:  # calls parked for a person's approval stay unanswered
+        snapshot.messages = repaired_messages(snapshot.messages, parked)
         store.save_context(snapshot, user)
     return calls
 

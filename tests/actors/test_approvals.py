@@ -563,3 +563,28 @@ def test_two_processes_deciding_the_same_calls_on_postgresql_apply_each_once(
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def test_fsck_leaves_a_parked_conversation_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from parlour.actors.app._cli import main
+
+    data = tmp_path / "db"
+    with LmdbStore(data) as store, ConversationService(store) as service:
+        chat = _agent(ScriptedClient([ASK]), Tools()).chat(service, user_id=USER)
+        chat.send("Delete order 42")
+        parked_at = _version(store, chat.conversation_id)
+    assert main(["fsck", "--data-dir", str(data)]) == 0  # nothing interrupted: it waits
+    assert main(["fsck", "--repair", "--data-dir", str(data)]) == 0
+    capsys.readouterr()
+    with LmdbStore(data) as store:
+        stored = store.load(chat.conversation_id, USER)
+        assert stored is not None and stored.stored_version == parked_at  # nothing written
+        assert [d.call.id for d in dangling_calls(stored.messages)] == [PENDING.call_id]
+    with LmdbStore(data) as store, ConversationService(store) as service:
+        again = _agent(ScriptedClient(["Done."]), Tools()).chat(
+            service, user_id=USER, conversation_id=chat.conversation_id
+        )
+        assert again.pending == [PENDING]
+        assert again.approve(PENDING.call_id).text == "Done."
