@@ -110,7 +110,7 @@ class Tools:
             self.runs.append(f"delete {order_id}")
             return f"order {order_id} deleted"
 
-        self.all = [lookup, tool_from_function(delete_order, needs_approval=True)]
+        self.all: list[Any] = [lookup, tool_from_function(delete_order, needs_approval=True)]
 
 
 def _agent(client: LLMClient, tools: Tools, **kwargs: Any) -> Agent:

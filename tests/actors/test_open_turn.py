@@ -9,9 +9,9 @@ import asyncio
 import os
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -90,7 +90,7 @@ def test_each_boundary_of_a_turn_is_saved_with_its_step_and_one_turn_id(
         seen["answer"] = _record(store, cid)
         return LLMResponse(model_id="scripted", blocks=[TextBlock(text="Found it.")])
 
-    def look(what: str, context: ToolContext) -> str:
+    def look(what: str, context: ToolContext[Any]) -> str:
         """Look something up.
 
         Args:
@@ -132,7 +132,7 @@ def _failing(_: PreparedConversation) -> LLMResponse:
 def test_a_failed_turn_leaves_its_record_open_and_its_resume_keeps_the_turn_id(
     store: PersistentStore,
 ) -> None:
-    quiet = {"output": OutputSize.COMPACT, "depth": Depth.IMMEDIATE}
+    quiet: dict[str, Any] = {"output": OutputSize.COMPACT, "depth": Depth.IMMEDIATE}
     with ConversationService(store) as service:
         chat = Agent(ScriptedClient([_failing]), **quiet).chat(service, user_id=USER)
         with pytest.raises(UncorrectableLLMError):
@@ -196,7 +196,7 @@ def test_a_follower_joining_a_resumed_turn_after_a_restart_gets_its_durable_step
 ) -> None:
     """A turn whose second model call failed is resumed by a fresh service on the same store
     (a restart); its model call waits while followers join from the start and from a seq."""
-    quiet = {"output": OutputSize.COMPACT, "depth": Depth.IMMEDIATE}
+    quiet: dict[str, Any] = {"output": OutputSize.COMPACT, "depth": Depth.IMMEDIATE}
 
     def look(what: str) -> str:
         """Look something up.
@@ -232,8 +232,10 @@ def test_a_follower_joining_a_resumed_turn_after_a_restart_gets_its_durable_step
             runner.start()
             assert entered.wait(10)
 
-            async def first(after: int) -> Any:
-                joined = service.join(chat.conversation_id, USER, after=after)
+            async def first_after(after: int) -> Any:
+                joined = cast(
+                    AsyncGenerator[Any, None], service.join(chat.conversation_id, USER, after=after)
+                )
                 try:
                     return await joined.__anext__()
                 finally:
@@ -245,7 +247,7 @@ def test_a_follower_joining_a_resumed_turn_after_a_restart_gets_its_durable_step
                 go.set()
                 return head + [e async for e in joined]
 
-            from_two = asyncio.run(first(2))
+            from_two = asyncio.run(first_after(2))
             whole = asyncio.run(follow())
             runner.join(10)
     assert [e.seq for e in whole] == list(range(1, len(whole) + 1))  # no loss, no duplicate
