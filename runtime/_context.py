@@ -391,7 +391,10 @@ class ConversationContext:
         )
         for key, block in snapshot.objective_slots():
             c.put_main_objective(key, revive(block))
-        c.messages = [m.to_message(handler) for m in repaired_messages(snapshot.messages)]
+        turn = snapshot.turn
+        parked = turn.parked() if turn is not None else frozenset[str]()
+        stored = repaired_messages(snapshot.messages, parked)
+        c.messages = [m.to_message(handler) for m in stored]
         c.add_tools(snapshot.declared_tools)
         c.grade, c.depth = snapshot.grade, snapshot.depth
         c.output_declaration = snapshot.output_declaration

@@ -140,6 +140,9 @@ def without_orphan_results(messages: list[MessageSnapshot]) -> list[MessageSnaps
     return kept
 
 
-def repaired_messages(messages: list[MessageSnapshot]) -> list[MessageSnapshot]:
-    """``messages`` as a restore takes them: orphans dropped, dangling calls answered."""
-    return answer_dangling(without_orphan_results(messages), MessageSnapshot)
+def repaired_messages(
+    messages: list[MessageSnapshot], keep: frozenset[str] = frozenset()
+) -> list[MessageSnapshot]:
+    """``messages`` as a restore takes them: orphans dropped, dangling calls answered (but
+    those named in ``keep``: calls parked for a person's approval)."""
+    return answer_dangling(without_orphan_results(messages), MessageSnapshot, keep)

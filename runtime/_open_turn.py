@@ -84,6 +84,13 @@ class OpenTurn(msgspec.Struct, frozen=True, omit_defaults=True):
         """True while the turn has not ended (its process may have died in it)."""
         return self.step != TurnStep.DONE
 
+    def parked(self) -> frozenset[str]:
+        """The ids of the calls a restore must leave unanswered: on ``APPROVAL``, every
+        pending call (decided ones get their result when the turn goes on)."""
+        if self.step != TurnStep.APPROVAL:
+            return frozenset()
+        return frozenset(p.call_id for p in self.pending)
+
     def undecided(self) -> list[PendingCall]:
         """The pending calls no decision answers yet, in call order."""
         decided = {d.call_id for d in self.decisions}

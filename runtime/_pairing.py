@@ -136,9 +136,12 @@ def dangling_calls(messages: Sequence[HasBlocks]) -> list[DanglingCall]:
     return [DanglingCall(message=owner[at], call=cast(ToolUseBlock, blocks[at])) for at in left]
 
 
-def answer_dangling(messages: list[_S], stored: Callable[..., _S]) -> list[_S]:
+def answer_dangling(
+    messages: list[_S], stored: Callable[..., _S], keep: frozenset[str] = frozenset()
+) -> list[_S]:
     """``messages`` (stored ones) with every dangling call answered by its
-    ``interrupted_result``; the very list when no call dangles.
+    ``interrupted_result``, but those whose id is in ``keep`` (calls waiting for a person's
+    approval: they are answered when decided); the very list when no call is answered.
 
     The answers of one message's calls go right after it: put ahead of the next message's
     blocks when that message is the calls' answer (a user message opening with a tool
@@ -147,6 +150,8 @@ def answer_dangling(messages: list[_S], stored: Callable[..., _S]) -> list[_S]:
     after the calls, ahead of anything else said.
     """
     dangling = dangling_calls(messages)
+    if keep:
+        dangling = [d for d in dangling if d.call.id not in keep]
     if not dangling:
         return messages
     answers: dict[int, list[ContentBlock]] = {}

@@ -28,6 +28,14 @@ Exception
 │   │                                  (also a LookupError)
 │   ├── MCPServerError                 an MCP server that could not be started or listed
 │   │                                  (parlour.actors.agent.mcp._server)
+│   ├── ApprovalError                  an approval operation refused; nothing stored
+│   │   │                              (parlour.actors.agent._events)
+│   │   ├── ApprovalsPendingError      a message or resume while calls await approval
+│   │   │                              (parlour.actors.agent._events)
+│   │   ├── AlreadyDecidedError        the call was decided already
+│   │   │                              (parlour.actors.agent._events)
+│   │   └── NoSuchApprovalError        no pending call of that id (also a LookupError)
+│   │                                  (parlour.actors.agent._events)
 │   └── TurnError                      a turn ended abnormally after its boundary save
 │       │                              (parlour.actors.agent._events)
 │       ├── TurnCancelledError         the turn was cancelled at a boundary

@@ -34,6 +34,7 @@ from parlour.runtime.compaction import ContextCompactor, ContextWindowManager
 from parlour.runtime.errors import UncorrectableLLMError
 
 from .._service import ConversationService
+from ._approvals import NeedsApproval, approval_rule
 from ._calls import start_pools
 from ._chat import Chat
 from ._compactor import default_compactor
@@ -87,10 +88,15 @@ class Agent:
             listed again when the server says its list changed, declared add-only like
             the functions; ``close`` (or leaving ``with agent:``, or the stop of a service
             the agent chatted on) stops them, and a later turn starts them again.
+        needs_approval: the calls a person must approve before they run: a set of tool
+            names, or a predicate given the tool's name, the arguments' JSON text and the
+            call's ``ToolContext`` (True: approval needed); with the tools declared
+            ``needs_approval`` themselves. A turn reaching one parks (``Chat.approve``).
 
     Raises:
         ValueError: ``max_rounds`` is below 1, two tools share a name, ``rerun_on_recovery``
-            names no tool, or the comfort window or the trigger is out of range.
+            or ``needs_approval`` names no tool, or the comfort window or the trigger is
+            out of range.
 
     Thread-safety: one agent serves many chats on many threads and loops at once.
     """
@@ -120,11 +126,13 @@ class Agent:
         turn_limits: UsageLimits | None = None,
         chat_limits: UsageLimits | None = None,
         toolsets: Iterable[Toolset] = (),
+        needs_approval: Iterable[str] | NeedsApproval | None = None,
     ) -> None:
         if max_rounds < 1:
             raise ValueError(f"An agent needs max_rounds of at least 1, not {max_rounds}.")
         self.client = client
         self.tools = ToolBox(tools, rerun_on_recovery, toolsets)
+        self.approval = approval_rule(needs_approval, self.tools.approval, self.tools.tools)
         self.objective = objective
         self.output = output
         self.depth = depth

@@ -14,20 +14,21 @@ from typing import Any, Protocol
 
 from parlour.runtime import ConversationContext, Depth, OutputSize
 from parlour.runtime.blocks import ContentBlock
-from parlour.runtime.errors import IllegalStateError
+from parlour.runtime.errors import IllegalStateError, StaleVersionError
 
 from .._gate import gating, turn_gate
 from .._service import ConversationService
+from ._approvals import DECIDE_ATTEMPTS, checked_decision, pending_of
 from ._drive import drive, drive_async, run
 from ._effects import Compact
-from ._events import AgentEvent, Reply, TurnDone
+from ._events import AgentEvent, PendingApproval, Reply, TurnDone
 from ._history import HistoryMessage, ahistory, history, stopped_early
 from ._joiners import AgentThinker
 from ._ledger import LedgerEntry, UsageLedger, decode_entries
 from ._otel import tracer, turn_span
 from ._plan import TurnPlan
 from ._tools import ToolBox
-from ._turn import turn_steps
+from ._turn import decision_steps, turn_steps
 
 __all__ = ["Chat", "Seat"]
 
@@ -130,6 +131,86 @@ class Chat:
         (first). Read from the stored open-turn record; a conversation saved before
         records by its last message. Reads what ``history`` reads."""
         return stopped_early(*history(self.service, self.thinker, self.durable, self._busy))
+
+    @property
+    def pending(self) -> list[PendingApproval]:
+        """The tool calls waiting for a person's approval, in call order: read from the
+        store (any process, after any restart); empty when none. Reads what ``history``
+        reads, and raises what it raises."""
+        return pending_of(history(self.service, self.thinker, self.durable, self._busy)[1])
+
+    def approve(self, call_id: str) -> Reply:
+        """Approve the pending call ``call_id``. While other calls of the turn stay
+        undecided the reply lists them in ``pending`` (no model call made); the last
+        decision runs the approved calls, gives the denied ones an error result with their
+        reason, and goes on with the turn: the reply is that turn's.
+
+        Raises:
+            NoSuchApprovalError: no call of this id waits for approval.
+            AlreadyDecidedError: it was decided already (here, or by another process).
+            ValueError: ``call_id`` is not a usable id. And what ``send`` raises.
+        """
+        return self._decide([call_id], True, "")
+
+    def deny(self, call_id: str, reason: str = "") -> Reply:
+        """Deny the pending call ``call_id``: the model reads an error result saying a
+        person denied it, with ``reason``. Otherwise as ``approve``.
+
+        Raises:
+            ValueError: ``reason`` is over 4096 characters or is not valid text. And what
+                ``approve`` raises.
+        """
+        return self._decide([call_id], False, reason)
+
+    def deny_all(self, reason: str = "") -> Reply:
+        """Deny every undecided pending call (so a new message can be sent); as ``deny``."""
+        return self._decide(None, False, reason)
+
+    async def aapprove(self, call_id: str) -> Reply:
+        """``approve`` on the running loop, never blocking it; raises what it raises."""
+        return await self._adecide([call_id], True, "")
+
+    async def adeny(self, call_id: str, reason: str = "") -> Reply:
+        """``deny`` on the running loop, never blocking it; raises what it raises."""
+        return await self._adecide([call_id], False, reason)
+
+    async def adeny_all(self, reason: str = "") -> Reply:
+        """``deny_all`` on the running loop, never blocking it; raises what it raises."""
+        return await self._adecide(None, False, reason)
+
+    def _decide(self, call_ids: list[str] | None, approved: bool, reason: str) -> Reply:
+        checked_decision(call_ids, reason)
+        for attempt in range(DECIDE_ATTEMPTS):
+            plan = self._begin(deltas=False)
+            try:
+                with self._gate(), turn_span(plan.tracer, self.thinker):
+                    steps = decision_steps(plan, call_ids, approved, reason)
+                    reply = run(steps, plan, self.service)
+                self._done(plan, reply)
+                return reply
+            except StaleVersionError:  # another process saved first: look again
+                if attempt + 1 == DECIDE_ATTEMPTS:
+                    raise
+            finally:
+                self._end()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _adecide(self, call_ids: list[str] | None, approved: bool, reason: str) -> Reply:
+        checked_decision(call_ids, reason)
+        for attempt in range(DECIDE_ATTEMPTS):
+            plan = self._begin()
+            try:
+                with turn_span(plan.tracer, self.thinker):
+                    steps = decision_steps(plan, call_ids, approved, reason)
+                    reply = await drive_async(steps, plan, self.service, lambda event: None)
+                self._done(plan, reply)
+                return reply
+            except StaleVersionError:
+                if attempt + 1 == DECIDE_ATTEMPTS:
+                    raise
+            finally:
+                self._end()
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def ahistory(self) -> list[HistoryMessage]:
         """``history`` on the running loop, never blocking it; raises what it raises."""

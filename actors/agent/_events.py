@@ -29,9 +29,15 @@ from .._thinker import Event
 
 __all__ = [
     "AgentEvent",
+    "AlreadyDecidedError",
+    "ApprovalError",
+    "ApprovalRequested",
+    "ApprovalsPendingError",
     "Compacted",
     "Event",
+    "NoSuchApprovalError",
     "OfferAccepted",
+    "PendingApproval",
     "Recovered",
     "Reply",
     "Restarted",
@@ -57,6 +63,8 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True):
             the model has not answered yet.
         recovered: on a resumed turn whose last round a crash interrupted, what the turn
             did about it (the event it reported); else None.
+        pending: the tool calls waiting for a person's approval: the turn is parked until
+            each is decided (``Chat.approve``, ``Chat.deny``); empty when none.
     """
 
     text: str
@@ -65,6 +73,23 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True):
     output: Any = None
     rounds_exhausted: bool = False
     recovered: Recovered | None = None
+    pending: tuple[PendingApproval, ...] = ()  # a tuple: shared, nothing made per reply
+
+
+class PendingApproval(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool call waiting for a person's approval: its id, the tool's name and the
+    arguments the model gave it (JSON text)."""
+
+    call_id: str
+    tool: str
+    arguments: str
+
+
+class ApprovalRequested(Event, tag="approval_requested", frozen=True, kw_only=True):
+    """The turn parked: ``pending`` lists the calls waiting for a person's approval (stored
+    with the conversation; the calls needing none have run)."""
+
+    pending: tuple[PendingApproval, ...]
 
 
 class Recovered(Event, tag="recovered", frozen=True, kw_only=True):
@@ -128,7 +153,8 @@ class TurnDone(Event, tag="done", frozen=True, kw_only=True):
 
 
 AgentEvent = (
-    TextDelta
+    ApprovalRequested
+    | TextDelta
     | ToolCallStarted
     | ToolCallFinished
     | Restarted
@@ -146,6 +172,27 @@ class TurnError(ParlourError):
 class TurnCancelledError(TurnError):
     """The turn was cancelled (``force_release``) at a boundary; pending tool calls were
     given error results and saved before the lease was released."""
+
+
+class ApprovalError(ParlourError):
+    """An approval operation was refused; nothing was stored. ``call_ids`` names the calls."""
+
+    def __init__(self, message: str, call_ids: list[str]) -> None:
+        super().__init__(message)
+        self.call_ids = call_ids
+
+
+class ApprovalsPendingError(ApprovalError):
+    """The conversation has tool calls waiting for approval: decide them first (or
+    ``Chat.deny_all``) before a new message or a resume."""
+
+
+class AlreadyDecidedError(ApprovalError):
+    """The call was already approved or denied (perhaps by another process just now)."""
+
+
+class NoSuchApprovalError(ApprovalError, LookupError):
+    """No pending approval has this call id (none is pending, or the id is unknown)."""
 
 
 def add_usage(a: Usage, b: Usage) -> Usage:

@@ -40,6 +40,7 @@ def tracer() -> Any:
 
 __all__ = [
     "OFF",
+    "approval_event",
     "compaction_event",
     "model_attributes",
     "span",
@@ -100,3 +101,17 @@ def compaction_event(report: FitReport) -> None:
     with span("parlour.compaction", **attributes) as current:
         if current is not None:
             current.add_event("parlour.compaction", attributes)
+
+
+def approval_event(what: str, tool: str, call_id: str, waited_s: float) -> None:
+    """A ``parlour.approval`` span carrying a ``parlour.approval.<what>`` event
+    (``requested``, ``approved``, ``denied``) with the tool, the call id and the seconds
+    the call waited for its decision (0 when requested); nothing without a tracer."""
+    attributes = {
+        "parlour.approval.tool": tool,
+        "parlour.approval.call_id": call_id,
+        "parlour.approval.waited_s": waited_s,
+    }
+    with span("parlour.approval", **attributes) as current:
+        if current is not None:
+            current.add_event(f"parlour.approval.{what}", attributes)

@@ -29,10 +29,12 @@ class TurnPlan:
     __slots__ = (
         "_save",
         "added",
+        "approval",
         "async_sleep",
         "before_model_call",
         "call_scope",
         "client",
+        "decided",
         "deltas",
         "deps",
         "handler",
@@ -85,12 +87,14 @@ class TurnPlan:
         self.sleep, self.async_sleep = seat.sleep, seat.async_sleep
         self.before_model_call, self.window = seat.before_model_call, seat.window
         self.handler = seat.handler
+        self.approval = seat.approval  # ``_approvals.Approval``; None: no call needs one
         self.thinker, self.state, self.ledger = thinker, state, ledger
         self.deltas, self.tracer = deltas, tracer
         self.deps = deps
         self.call_scope: Any = None  # ``_call_context.CallScope``: made when a tool takes one
         self.turn_id = ""  # the turn's id (``_record``), set as the turn starts
         self.start = 0  # the index of the turn's first message, for its open-turn record
+        self.decided: Any = None  # a decided turn's record: later records keep its approvals
         self.added: list[Message] = []
         self.usage: Usage = NO_USAGE  # the turn's calls, summed
         self._save: Save | None = None

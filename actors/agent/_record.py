@@ -23,14 +23,14 @@ from ._plan import TurnPlan
 __all__ = ["mark", "mark_round", "new_turn_id", "replayed"]
 
 Step = Literal["user", "answer", "tools", "approval", "done"]  # ``OpenTurn.step``'s
-_PROCESS = secrets.token_hex(6)  # drawn once: a turn id costs a counter step, no syscall
+_PROCESS = f"turn-{secrets.token_hex(6)}-"  # drawn once: an id costs a counter step
 _COUNT = itertools.count(1)
 
 
 def new_turn_id() -> str:
     """A fresh turn id: unique in this process, and across processes with the 48 random
     bits drawn at import."""
-    return f"turn-{_PROCESS}-{next(_COUNT):x}"
+    return _PROCESS + str(next(_COUNT))
 
 
 def mark(context: ConversationContext, plan: TurnPlan, step: Step) -> None:
@@ -40,10 +40,17 @@ def mark(context: ConversationContext, plan: TurnPlan, step: Step) -> None:
 
 def mark_round(context: ConversationContext, plan: TurnPlan) -> None:
     """Record a tool round whose results message (the last message) answers the calls it
-    holds so far."""
+    holds so far (a turn with calls pending or decided keeps its step and approvals)."""
     answered = tuple(
         b.tool_use_id for b in context.messages[-1].blocks if type(b) is ToolResultBlock
     )
+    prior = context.open_turn
+    if prior is not None and prior.id == plan.turn_id and prior.pending:  # keep the approvals
+        step = prior.step if prior.step == TurnStep.APPROVAL else TurnStep.TOOLS
+        context.open_turn = OpenTurn(
+            prior.id, step, prior.start, answered, prior.pending, prior.decisions
+        )
+        return
     context.open_turn = OpenTurn(plan.turn_id, TurnStep.TOOLS, plan.start, answered)
 
 

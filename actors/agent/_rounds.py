@@ -41,11 +41,18 @@ def add(context: ConversationContext, plan: TurnPlan, message: Message) -> None:
     plan.added.append(message)
 
 
-def run_tools(context: ConversationContext, plan: TurnPlan, calls: list[ToolUseBlock]) -> Steps:
+def run_tools(
+    context: ConversationContext,
+    plan: TurnPlan,
+    calls: list[ToolUseBlock],
+    into: OutgoingMessage | None = None,
+) -> Steps:
     """Run the round's calls; the first result to finish adds the results message (one for
-    the round, compactable), each later one joins it in its call's place, and each is saved
-    (waited) as it comes, so a crash keeps every finished result."""
-    message: OutgoingMessage | None = None
+    the round, compactable; ``into``: the results join that message, after what it holds),
+    each later one joins it in its call's place, and each is saved (waited) as it comes, so
+    a crash keeps every finished result."""
+    message = into
+    base = 0 if into is None else len(into.blocks)
 
     def place(results: list[ToolResultBlock | None], finished: Finished) -> None:
         nonlocal message
@@ -56,7 +63,7 @@ def run_tools(context: ConversationContext, plan: TurnPlan, calls: list[ToolUseB
             add(context, plan, message)
             return
         for i, result in sorted(finished, key=_PLACE):
-            message.blocks.insert(sum(r is not None for r in results[:i]), result)
+            message.blocks.insert(base + sum(r is not None for r in results[:i]), result)
 
     yield from _round(context, plan, calls, place)
     return Reply(text="", usage=plan.usage, messages=[])

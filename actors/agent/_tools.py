@@ -103,7 +103,8 @@ class ToolBox:
         tools: functions (sync or async, annotated; the docstring describes them) or ready
             ``FunctionTool``s. ``contextual`` names those that take a ``ToolContext``.
         rerun_on_recovery: names of tools safe to run again after a crash interrupted
-            them; ``rerun`` names these and those declared so themselves.
+            them; ``rerun`` names these and those declared so themselves. ``approval``
+            names the tools declared ``needs_approval``.
         toolsets: sources of more tools, listed by ``refresh``/``arefresh``.
 
     Raises:
@@ -141,6 +142,7 @@ class ToolBox:
     def _index(self) -> None:
         self.contextual = frozenset(n for n, t in self.tools.items() if t.context_param)
         self.rerun = self._named | {n for n, t in self.tools.items() if t.rerun_on_recovery}
+        self.approval = frozenset(n for n, t in self.tools.items() if t.needs_approval)
 
     @property
     def stale(self) -> bool:

@@ -37,20 +37,21 @@ from parlour.runtime import (
     TurnStep,
     dangling_calls,
 )
-from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock
 from parlour.runtime.compaction import FitReport
 from parlour.runtime.errors import (
-    IllegalStateError,
     OutputTruncationRetry,
     RetryableLLMError,
+    StaleVersionError,
     UncorrectableLLMError,
 )
 
+from ._approvals import check_decision, check_no_pending, decide_steps, park, with_approvals
 from ._effects import CallModel, Compact, Obtain, Pause, Release
 from ._events import (
+    ApprovalError,
     Compacted,
     OfferAccepted,
-    Recovered,
     Reply,
     Restarted,
     TurnCancelledError,
@@ -61,9 +62,10 @@ from ._joiners import AgentThinker
 from ._limits import check_after, check_before, needs_estimate
 from ._otel import compaction_event
 from ._plan import NO_USAGE, Steps, TurnPlan
-from ._record import mark, mark_round, new_turn_id, replayed
+from ._record import mark, mark_round, new_turn_id
+from ._recovery import begin, pick_up, resume
 from ._rounds import add as _add
-from ._rounds import recover, run_tools
+from ._rounds import run_tools
 
 OBJECTIVE_KEY = "agent"
 
@@ -85,14 +87,15 @@ def turn_steps(plan: TurnPlan, text: str | None, attachments: Sequence[ContentBl
     try:
         _prepare(context, plan)
         if text is None:
-            recovered = yield from _resume(context, plan)
+            recovered = yield from resume(context, plan)
         else:
             prior, start = context.open_turn, len(context.messages)
             if (prior is None and not start) or (prior is not None and prior.step == _DONE):
                 recovered = None  # the usual turn: the last one ended (or there was none)
                 plan.turn_id = plan.state.turn_id = turn_id = new_turn_id()
             else:
-                recovered = yield from _pick_up(context, plan)
+                check_no_pending(context)
+                recovered = yield from pick_up(context, plan)
                 turn_id = plan.turn_id
             plan.start = start
             _add(context, plan, _user_message(text, attachments, plan.handler))
@@ -105,6 +108,8 @@ def turn_steps(plan: TurnPlan, text: str | None, attachments: Sequence[ContentBl
     except GeneratorExit:
         abandoned = True
         raise
+    except ApprovalError:
+        raise  # refused before anything changed
     except BaseException as exc:
         yield from _end_abnormally(context, plan, exc)
         raise
@@ -114,38 +119,37 @@ def turn_steps(plan: TurnPlan, text: str | None, attachments: Sequence[ContentBl
             yield _RELEASE
 
 
-def _begin(plan: TurnPlan, turn_id: str, start: int) -> None:
-    plan.turn_id = plan.state.turn_id = turn_id
-    plan.start = start
-
-
-def _pick_up(context: ConversationContext, plan: TurnPlan) -> Generator[Any, Any, Recovered | None]:
-    """A new turn's start when the last turn was cut short (its record open, or a record
-    from before records whose last round holds interrupted results): the recovery a
-    ``resume`` would make first, under the new turn's id."""
-    _begin(plan, new_turn_id(), len(context.messages))
-    return (yield from recover(context, plan, always=context.open_turn is not None))
-
-
-def _resume(context: ConversationContext, plan: TurnPlan) -> Generator[Any, Any, Recovered | None]:
-    """A resumed turn's start: it keeps the interrupted turn's id and first replays the
-    steps it made durable (a follower joining now sees the whole turn), then recovers, and
-    saves before the model is called (the restore's interrupted answers included)."""
-    _check_resumable(context)
-    prior = context.open_turn
-    if prior is not None:
-        _begin(plan, prior.id, prior.start)
-        yield from replayed(context.messages[prior.start :])
-    else:
-        _begin(plan, new_turn_id(), len(context.messages))
-    recovered = yield from recover(context, plan, always=prior is not None)
-    last = context.messages[-1]
-    if type(last) is OutgoingMessage and last.blocks and type(last.blocks[0]) is ToolResultBlock:
-        mark_round(context, plan)
-    else:
-        mark(context, plan, TurnStep.USER)
-    yield plan.saving(context)  # waited: the repaired results durable before the model call
-    return recovered
+def decision_steps(
+    plan: TurnPlan, call_ids: list[str] | None, approved: bool, reason: str
+) -> Steps:
+    """A decision on pending calls (``None``: every undecided one), as a turn: obtain,
+    check, record (``_approvals.decide_steps``) and, with the last decision, go on with the
+    turn; returns its reply. Refusals (``ApprovalError``) and a save another process beat
+    (``StaleVersionError``) change nothing and end it without a boundary save."""
+    context: ConversationContext = yield _OBTAIN
+    abandoned = False
+    try:
+        _prepare(context, plan)
+        ids = check_decision(context, call_ids)
+        record = context.open_turn
+        assert record is not None
+        begin(plan, record.id, record.start)
+        parked = yield from decide_steps(plan, context, ids, approved, reason)
+        if parked is not None:
+            return parked
+        return (yield from _answer_all(context, plan))
+    except GeneratorExit:
+        abandoned = True
+        raise
+    except (ApprovalError, StaleVersionError):
+        raise
+    except BaseException as exc:
+        yield from _end_abnormally(context, plan, exc)
+        raise
+    finally:
+        plan.state.close()
+        if not abandoned:
+            yield _RELEASE
 
 
 def _prepare(context: ConversationContext, plan: TurnPlan) -> None:
@@ -168,10 +172,10 @@ def _user_message(
 def _answer_all(context: ConversationContext, plan: TurnPlan) -> Steps:
     """Answer the user message, then every offer taken, until the inbox closes empty."""
     reply = yield from _rounds(context, plan)
-    while offers := plan.state.take(close_if_empty=True):
+    while not reply.pending and (offers := plan.state.take(close_if_empty=True)):
         yield from _take_offers(context, plan, offers)
         reply = yield from _rounds(context, plan)
-    if plan.handler is not None:
+    if plan.handler is not None and not reply.pending:
         reply = yield from _typed(context, plan, reply)
     return reply
 
@@ -228,7 +232,14 @@ def _rounds(context: ConversationContext, plan: TurnPlan) -> Steps:
         response = yield from _ask(context, plan)
         calls = response.tool_uses
         _add(context, plan, IncomingMessage(blocks=response.blocks, compactable=bool(calls)))
-        context.open_turn = OpenTurn(plan.turn_id, _ANSWER if calls else _DONE, plan.start)
+        if calls and plan.approval is not None:
+            held = plan.approval.held(plan, calls)
+            if held:
+                return (yield from park(context, plan, response, calls, held))
+        record = OpenTurn(plan.turn_id, _ANSWER if calls else _DONE, plan.start)
+        if plan.decided is not None:  # the turn's decisions stay on record until it ends
+            record = with_approvals(record, plan.decided)
+        context.open_turn = record
         yield plan.saving(context)  # waited: tools may act on the world next
         if not calls:
             return _reply(plan, response, exhausted=False)
@@ -248,23 +259,6 @@ def _reply(plan: TurnPlan, response: LLMResponse, *, exhausted: bool) -> Reply:
         messages=list(plan.added),
         rounds_exhausted=exhausted,
     )
-
-
-def _check_resumable(context: ConversationContext) -> None:
-    """Refuse to resume a conversation whose last turn ended with the model's answer (its
-    open-turn record says so; a record from before records: its last message is that)."""
-    last = context.messages[-1] if context.messages else None
-    record = context.open_turn
-    if record is not None:
-        ended = not record.open
-    else:
-        ended = isinstance(last, IncomingMessage) and not any(
-            isinstance(b, ToolUseBlock) for b in last.blocks
-        )
-    if last is None or ended:
-        raise IllegalStateError(
-            f"Conversation {context.conversation_id} has no interrupted turn to resume."
-        )
 
 
 def _check_cancelled(thinker: AgentThinker) -> None:
@@ -347,7 +341,9 @@ def _end_abnormally(context: ConversationContext, plan: TurnPlan, exc: BaseExcep
     """Answer every pending tool call with an error result, keep untaken offers as user
     messages, and save at this boundary. A failing save is logged, never raised over ``exc``."""
     why = str(exc) or type(exc).__name__
-    pending = [dangling.call for dangling in dangling_calls(context.messages)]
+    record = context.open_turn
+    parked = record.parked() if record is not None else frozenset[str]()
+    pending = [d.call for d in dangling_calls(context.messages) if d.call.id not in parked]
     if pending:
         results = [
             ToolResultBlock(

@@ -100,8 +100,9 @@ def _repair(store: LmdbStore, cid: str, user: str) -> int:
     snapshot = store.load(cid, user)
     if snapshot is None:  # deleted since the scan
         return 0
-    calls = len(dangling_calls(snapshot.messages))
-    if calls:
-        snapshot.messages = repaired_messages(snapshot.messages)
+    parked = snapshot.turn.parked() if snapshot.turn is not None else frozenset[str]()
+    calls = len([d for d in dangling_calls(snapshot.messages) if d.call.id not in parked])
+    if calls:  # calls parked for a person's approval stay unanswered
+        snapshot.messages = repaired_messages(snapshot.messages, parked)
         store.save_context(snapshot, user)
     return calls

@@ -45,6 +45,8 @@ class FunctionTool:
     ``rerun_on_recovery`` declares the tool safe to run again with the same arguments (and
     the same ``ToolContext.idempotency_key``): a host resuming a turn whose call to it was
     interrupted by a crash runs the call again instead of keeping the interrupted result.
+    ``needs_approval`` declares that a person must approve each call before it runs: a host
+    parks the turn with the call pending until someone approves or denies it.
     """
 
     def __init__(
@@ -56,9 +58,11 @@ class FunctionTool:
         *,
         context_param: str | None = None,
         rerun_on_recovery: bool = False,
+        needs_approval: bool = False,
     ) -> None:
         self.fn = fn
         self.rerun_on_recovery = rerun_on_recovery
+        self.needs_approval = needs_approval
         self._name = name
         self.description = description
         self.input_type = input_type
@@ -105,14 +109,15 @@ def tool_from_function(
     name: str | None = None,
     description: str | None = None,
     rerun_on_recovery: bool = False,
+    needs_approval: bool = False,
 ) -> FunctionTool:
     """A ``FunctionTool`` from ``fn``'s signature and docstring.
 
     A parameter without a default is required; its description comes from the docstring's
     ``Args:`` section (or an ``Annotated[..., LLMDescription(...)]`` annotation). A parameter
     annotated ``ToolContext`` (``ToolContext[X]``, optional or not) is left out of the
-    schema and becomes the tool's ``context_param``. ``rerun_on_recovery``: as
-    ``FunctionTool``'s.
+    schema and becomes the tool's ``context_param``. ``rerun_on_recovery`` and
+    ``needs_approval``: as ``FunctionTool``'s.
 
     Raises:
         TypeError: ``fn`` takes ``*args`` or ``**kwargs``, which have no schema, or more
@@ -144,6 +149,7 @@ def tool_from_function(
         input_type,
         context_param=context_param,
         rerun_on_recovery=rerun_on_recovery,
+        needs_approval=needs_approval,
     )
 
 

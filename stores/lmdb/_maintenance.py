@@ -180,8 +180,9 @@ def _interrupted(txn: Any, dbs: Databases) -> list[tuple[str, str, int]]:
             snapshot = _reads.record_of(txn, dbs, key, cid, decode_header(cid, raw))
         except CorruptSnapshotError:
             continue
-        calls = unanswered_calls(snapshot.messages)
-        if calls:
+        parked = snapshot.turn.parked() if snapshot.turn is not None else frozenset[str]()
+        calls = unanswered_calls(snapshot.messages) - len(parked)  # approvals wait, unanswered
+        if calls > 0:
             found.append((cid, snapshot.user_id or "", calls))
     return found
 

@@ -9,9 +9,9 @@ import asyncio
 import os
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -232,8 +232,10 @@ def test_a_follower_joining_a_resumed_turn_after_a_restart_gets_its_durable_step
             runner.start()
             assert entered.wait(10)
 
-            async def first_event(after: int) -> Any:
-                joined: Any = service.join(chat.conversation_id, USER, after=after)
+            async def first_after(after: int) -> Any:
+                joined = cast(
+                    AsyncGenerator[Any, None], service.join(chat.conversation_id, USER, after=after)
+                )
                 try:
                     return await joined.__anext__()
                 finally:
@@ -245,7 +247,7 @@ def test_a_follower_joining_a_resumed_turn_after_a_restart_gets_its_durable_step
                 go.set()
                 return head + [e async for e in joined]
 
-            from_two = asyncio.run(first_event(2))
+            from_two = asyncio.run(first_after(2))
             whole = asyncio.run(follow())
             runner.join(10)
     assert [e.seq for e in whole] == list(range(1, len(whole) + 1))  # no loss, no duplicate
