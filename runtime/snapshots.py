@@ -27,6 +27,7 @@ from .errors import CorruptSnapshotError
 
 __all__ = [
     "FORMAT_VERSION",
+    "MAX_NESTING",
     "ConversationPersistenceSnapshot",
     "MessageSnapshot",
     "ObjectiveSlot",
@@ -35,6 +36,7 @@ __all__ = [
     "decode_usage_entry",
     "encode_snapshot",
     "message_snapshots",
+    "nesting_depth",
     "repaired_messages",
 ]
 

@@ -311,6 +311,7 @@ PINNED = {
     "parlour.runtime.snapshots": [
         "ConversationPersistenceSnapshot",
         "FORMAT_VERSION",
+        "MAX_NESTING",
         "MessageSnapshot",
         "ObjectiveSlot",
         "decode_message_snapshot",
@@ -318,6 +319,7 @@ PINNED = {
         "decode_usage_entry",
         "encode_snapshot",
         "message_snapshots",
+        "nesting_depth",
         "repaired_messages",
     ],
     "parlour.runtime.testing": [

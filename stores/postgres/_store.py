@@ -154,6 +154,7 @@ class PostgresStore:
         entries of the stored version and writes the rest."""
         messages, usage = snapshot.messages, snapshot.usage
         start, ustart = starts
+        cid = str(snapshot.conversation_id)
         return {
             "cid": snapshot.conversation_id,
             "user": user_id,
@@ -161,10 +162,10 @@ class PostgresStore:
             "count": len(messages),
             "body": body.data,
             "start": start,
-            "messages": encode_messages(messages[start:]),
+            "messages": encode_messages(cid, messages, start),
             "ucount": len(usage),
             "ustart": ustart,
-            "usage": encode_usage(usage[ustart:]),
+            "usage": encode_usage(cid, usage, ustart),
         }
 
     def _refusal(self, cid: str, user_id: str, expected: int) -> Exception:
