@@ -205,15 +205,17 @@ def test_every_acknowledged_save_loads_after_a_restart_and_every_refusal_names_i
 
 
 @pytest.mark.parametrize("kind", ["memory", "lmdb"])
-def test_text_full_of_brackets_is_decoded_back_and_saved_as_it_is(
+def test_values_that_may_nest_are_decoded_back_and_those_that_load_are_saved_as_they_are(
     tmp_path: Path, kind: str
 ) -> None:
-    """Bytes holding more brackets than the nesting limit are read back as a load reads
-    them before they are written; text made of brackets nests nothing and is saved."""
+    """A PojoBlock value and a ledger entry holding containers (60 deep, under the limit)
+    are read back as a load reads them before they are written, and saved; text made of
+    brackets nests nothing."""
     store: PersistentStore = MemoryStore() if kind == "memory" else LmdbStore(tmp_path / "db")
     try:
         context = with_a_value()
         context.add_user_message("[{" * 500)
+        context.add_message(OutgoingMessage("", [PojoBlock(value={"k": nested(60)})]))
         context.usage_ledger.append({"type": "tool", "said": "[[{{" * 100, "x": nested(60)})
         context.stored_version = store.create_context(context.to_snapshot(), "alice")
         assert store.load("c1", "alice") == context.to_snapshot()
