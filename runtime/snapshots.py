@@ -27,7 +27,6 @@ from .errors import CorruptSnapshotError
 
 __all__ = [
     "FORMAT_VERSION",
-    "MAX_NESTING",
     "ConversationPersistenceSnapshot",
     "MessageSnapshot",
     "ObjectiveSlot",
@@ -36,7 +35,6 @@ __all__ = [
     "decode_usage_entry",
     "encode_snapshot",
     "message_snapshots",
-    "nesting_depth",
     "repaired_messages",
 ]
 

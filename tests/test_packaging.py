@@ -311,7 +311,6 @@ PINNED = {
     "parlour.runtime.snapshots": [
         "ConversationPersistenceSnapshot",
         "FORMAT_VERSION",
-        "MAX_NESTING",
         "MessageSnapshot",
         "ObjectiveSlot",
         "decode_message_snapshot",
@@ -319,7 +318,6 @@ PINNED = {
         "decode_usage_entry",
         "encode_snapshot",
         "message_snapshots",
-        "nesting_depth",
         "repaired_messages",
     ],
     "parlour.runtime.testing": [
