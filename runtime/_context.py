@@ -381,7 +381,11 @@ class ConversationContext:
     def from_snapshot(
         snapshot: ConversationPersistenceSnapshot, handler: ResponseHandler | None = None
     ) -> ConversationContext:
-        """A fresh, unfrozen, unbound context holding ``snapshot``'s state."""
+        """A fresh, unfrozen, unbound context holding ``snapshot``'s state.
+
+        Raises:
+            CorruptSnapshotError: a stored artifact's data does not fit its type.
+        """
         c = ConversationContext(
             snapshot.conversation_id,
             user_id=snapshot.user_id,
@@ -407,7 +411,8 @@ class ConversationContext:
         c.usage_ledger.extend(snapshot.usage)  # its own fresh Ledger: an append keeps its token
         for skill in snapshot.skills:
             c.admit_skill(skill)
-        restore_registry(c.artifact_registry, snapshot.artifacts)  # unknown aliases: skipped
+        # unknown aliases: skipped; data not fitting its type: CorruptSnapshotError
+        restore_registry(c.artifact_registry, snapshot.artifacts, snapshot.conversation_id)
         return c
 
     def is_frozen(self) -> bool:

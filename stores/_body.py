@@ -31,9 +31,10 @@ from parlour.runtime.snapshots import (
     encode_snapshot,
 )
 
+from ._checked import UNENCODABLE, encode_messages, encode_usage, refused, why
 from ._records import encode_body
 
-__all__ = ["Body", "body_after", "readable"]
+__all__ = ["Body", "body_after", "readable", "whole"]
 
 _block = operator.attrgetter("block")
 
@@ -56,32 +57,37 @@ def body_after(snapshot: ConversationPersistenceSnapshot, previous: Body | None)
     when it is provably the same (see the module docstring), else encoded anew.
 
     Raises:
-        ValueError: the body would not read back; nothing was written.
+        ValueError: the body would not read back (or does not encode); nothing was written.
     """
-    scalars = encode_snapshot(
-        msgspec.structs.replace(
-            snapshot,
-            messages=[],
-            usage=[],
-            stored_version=0,
-            turn=None,
-            objective=[],
-            legacy_objective=None,
-            declared_tools=[],
-            skills=[],
+    cid = str(snapshot.conversation_id)
+    try:
+        scalars = encode_snapshot(
+            msgspec.structs.replace(
+                snapshot,
+                messages=[],
+                usage=[],
+                stored_version=0,
+                turn=None,
+                objective=[],
+                legacy_objective=None,
+                declared_tools=[],
+                skills=[],
+            )
         )
-    )
-    objective = tuple(snapshot.objective)
-    lists = (objective, tuple(snapshot.declared_tools), tuple(snapshot.skills))
-    if (
-        previous is not None
-        and scalars == previous.scalars
-        and lists == previous.lists
-        and snapshot.legacy_objective is None
-        and PojoBlock not in map(type, map(_block, objective))
-    ):
-        return previous
-    return Body(readable(encode_body(snapshot), str(snapshot.conversation_id)), scalars, lists)
+        objective = tuple(snapshot.objective)
+        lists = (objective, tuple(snapshot.declared_tools), tuple(snapshot.skills))
+        if (
+            previous is not None
+            and scalars == previous.scalars
+            and lists == previous.lists
+            and snapshot.legacy_objective is None
+            and PojoBlock not in map(type, map(_block, objective))
+        ):
+            return previous
+        data = encode_body(snapshot)
+    except UNENCODABLE as exc:  # an artifact or an objective value changed in place
+        raise refused(cid, "body", why(exc)) from None
+    return Body(readable(data, cid), scalars, lists)
 
 
 def readable(data: bytes, cid: str) -> bytes:
@@ -98,3 +104,21 @@ def readable(data: bytes, cid: str) -> bytes:
             "and nothing was written."
         ) from exc
     return data
+
+
+def whole(snapshot: ConversationPersistenceSnapshot) -> bytes:
+    """``snapshot`` encoded whole (as MemoryStore keeps a version), once it reads back: its
+    messages and ledger entries first through the checked encoders, so a refusal names the
+    one at fault as every store's does (a store for tests: it pays one more encode).
+
+    Raises:
+        ValueError: it would not read back; nothing was written.
+    """
+    cid = str(snapshot.conversation_id)
+    encode_messages(cid, snapshot.messages, 0, len(snapshot.messages))
+    encode_usage(cid, snapshot.usage, 0, len(snapshot.usage))
+    try:
+        data = encode_snapshot(snapshot)
+    except UNENCODABLE as exc:  # an artifact or an objective value changed in place
+        raise refused(cid, "body", why(exc)) from None
+    return readable(data, cid)

@@ -1,6 +1,6 @@
 """What the conformance suite (``parlour.stores.testing``) uses besides pytest: a ticking
 clock, one-message snapshots, the calls every refusal test makes, a barrier-started thread
-runner, and a gate that counts how often it is let go."""
+runner, a gate that counts how often it is let go, and hostile values changed in place."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from typing import Any
 
 import msgspec
 
-from parlour.runtime import ConversationContext
+from parlour.runtime import ConversationContext, OutgoingMessage
+from parlour.runtime.blocks import PojoBlock
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 
 from ._protocols import PersistentStore
@@ -149,3 +150,44 @@ def save_ledger_edits(store: PersistentStore) -> dict[int, bytes]:
         context.stored_version = store.save_context(context.to_snapshot(), "alice")
         saved[context.stored_version] = msgspec.json.encode(context.usage_ledger)
     return saved
+
+
+def nested(depth: int) -> dict[str, Any]:
+    """A dict ``depth`` containers deep: ``nested(1)`` is ``{}``."""
+    value: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        value = {"n": value}
+    return value
+
+
+# values that encode and never load back, or do not encode at all: each refused at the save
+HOSTILE: dict[str, Callable[[], object]] = {
+    "nested 65 deep": lambda: nested(65),
+    "nested 5,000 deep": lambda: nested(5000),
+    "a lone surrogate": lambda: "hi \ud800",
+    "a lone surrogate key": lambda: {"\udfff": 1},
+    "an object": lambda: object(),
+    "a set of objects": lambda: {object()},
+}
+
+
+def with_a_value(cid: str = "c1") -> ConversationContext:
+    """A conversation of alice's whose last message holds a PojoBlock of ``{"k": 1}`` and
+    whose ledger holds one entry: the places an application changes in place."""
+    context = ConversationContext(cid, user_id="alice")
+    context.add_user_message("first")
+    context.add_message(OutgoingMessage("", [PojoBlock(value={"k": 1})]))
+    context.usage_ledger.append({"type": "model_call", "input_tokens": 1})
+    return context
+
+
+def change_in_place(context: ConversationContext, where: str, value: object) -> str:
+    """Put ``value`` into the last message's PojoBlock value (``where`` "message") or the
+    last ledger entry ("ledger"), in place; what a refusal names."""
+    if where == "message":
+        block = context.messages[-1].blocks[0]
+        assert isinstance(block, PojoBlock)
+        block.value["k"] = value
+        return f"message {len(context.messages) - 1}"
+    context.usage_ledger[-1]["x"] = value
+    return f"usage ledger entry {len(context.usage_ledger) - 1}"

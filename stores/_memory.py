@@ -14,10 +14,9 @@ from parlour.runtime.errors import ConversationNotFoundError, StaleVersionError
 from parlour.runtime.snapshots import (
     ConversationPersistenceSnapshot,
     decode_snapshot,
-    encode_snapshot,
 )
 
-from ._body import readable
+from ._body import whole
 from ._ids import (
     check_owner,
     conversation_key,
@@ -283,8 +282,8 @@ class _Record:
         self.user_id = user_id
         self.summary = summary
         self.version = version
-        data = encode_snapshot(msgspec.structs.replace(snapshot, stored_version=version))
-        self.data = readable(data, str(snapshot.conversation_id))  # or ValueError: none kept
+        # or ValueError: nothing kept
+        self.data = whole(msgspec.structs.replace(snapshot, stored_version=version))
 
 
 class DeleteListeners:

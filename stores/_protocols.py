@@ -227,12 +227,14 @@ class PersistentStore(Protocol):
 
     def get_version_history(self, conversation_id: str, user_id: str) -> list[ConversationVersion]:
         """The kept versions (every successful save is one, numbered by its fencing
-        version), most recent first; empty when there is no such conversation (or the store
-        keeps no versions: ``LmdbStore(history=False)``). A delete removes them with the
-        conversation.
+        version), most recent first; empty when there is no such conversation. A delete
+        removes them with the conversation.
 
         Raises:
             PermissionError: the record belongs to another user.
+            NotImplementedError: the store keeps no versions (``LmdbStore(history=False)``);
+                the message names the setting. Never an empty list for a saved
+                conversation.
         """
         ...
 
@@ -246,6 +248,7 @@ class PersistentStore(Protocol):
         Raises:
             PermissionError: the record belongs to another user.
             CorruptSnapshotError: the version does not decode.
+            NotImplementedError: the store keeps no versions, as ``get_version_history``.
         """
         ...
 

@@ -27,9 +27,15 @@ from parlour.runtime.snapshots import (
     encode_snapshot,
 )
 
+from ._checked import Run, encode_messages, encode_usage
+
 T = TypeVar("T")
 
+_MOST = (1 << 63) - 1  # a count or version past it is damage (keys hold 8 bytes; SQL a bigint)
+Count = Annotated[int, msgspec.Meta(ge=0, le=_MOST)]
 Chain = tuple[int, int, int]  # deltas since the last checkpoint, their bytes, the checkpoint's
+# (conversation, items, start, stop) -> (index, bytes) of each, as ``_checked``'s
+Encode = Callable[[str, Sequence[T], int, int], Run]
 
 
 class Header(msgspec.Struct, frozen=True, kw_only=True):
@@ -44,10 +50,10 @@ class Header(msgspec.Struct, frozen=True, kw_only=True):
     title: str
     created_at: dt.datetime
     updated_at: dt.datetime
-    message_count: Annotated[int, msgspec.Meta(ge=0)] = 0
-    version: Annotated[int, msgspec.Meta(ge=1)] = 1
+    message_count: Count = 0
+    version: Annotated[int, msgspec.Meta(ge=1, le=_MOST)] = 1
     history: Chain | None = None
-    usage_count: Annotated[int, msgspec.Meta(ge=0)] = 0
+    usage_count: Count = 0
     turn: OpenTurn | None = None
 
 
@@ -58,14 +64,14 @@ class LegacyHeader(msgspec.Struct, frozen=True, kw_only=True):
     title: str
     created_at: dt.datetime
     updated_at: dt.datetime
-    message_count: Annotated[int, msgspec.Meta(ge=0)] = 0
-    version: Annotated[int, msgspec.Meta(ge=0)] = 0
+    message_count: Count = 0
+    version: Annotated[int, msgspec.Meta(ge=0, le=_MOST)] = 0
 
 
 header_encoder = msgspec.json.Encoder()
 header_decoder = msgspec.json.Decoder(Header)
 legacy_header_decoder = msgspec.json.Decoder(LegacyHeader)
-_message_encoder = msgspec.json.Encoder()
+_plain_encoder = msgspec.json.Encoder()
 _message_decoder = msgspec.json.Decoder(MessageSnapshot)
 usage_encoder = msgspec.json.Encoder()
 _usage_decoder = msgspec.json.Decoder(dict[str, Any])
@@ -237,29 +243,41 @@ UsagePlan = Plan[dict[str, Any]]
 
 
 def plan_messages(
-    base: list[MessageSnapshot] | None, messages: list[MessageSnapshot]
+    base: list[MessageSnapshot] | None, messages: list[MessageSnapshot], cid: str
 ) -> MessagePlan:
-    """Plan to write every message whose encoded bytes differ from what the store last
-    wrote (all of them without a ``base``): ``plan_records`` with the message encoder."""
-    return plan_records(base, messages, _message_encoder.encode)
+    """Plan to write every message of ``cid`` whose encoded bytes differ from what the store
+    last wrote (all of them without a ``base``): ``plan_records`` with the checked message
+    encoder.
+
+    Raises:
+        ValueError: a message it encodes would not read back (``_checked``).
+    """
+    return plan_records(base, messages, encode_messages, cid)
 
 
-def plan_usage(base: list[dict[str, Any]] | None, usage: list[dict[str, Any]]) -> UsagePlan:
-    """Plan to write every ledger entry whose encoded bytes differ from what the store last
-    wrote: the usual save appends one or two entries and writes only those. A ledger entry
-    is recognized by identity, as a message snapshot is: an entry changes by being replaced
-    (a new dict), never in place."""
+def plan_usage(
+    base: list[dict[str, Any]] | None, usage: list[dict[str, Any]], cid: str
+) -> UsagePlan:
+    """Plan to write every ledger entry of ``cid`` whose encoded bytes differ from what the
+    store last wrote: the usual save appends one or two entries and writes only those. A
+    ledger entry is recognized by identity, as a message snapshot is: an entry changes by
+    being replaced (a new dict), never in place.
+
+    Raises:
+        ValueError: an entry it encodes would not read back (``_checked``).
+    """
     if base is not None and len(base) == len(usage):
         if not base:  # the service turn: no ledger at all
             return Plan(base, [], [], 0)  # never the caller's list: it may grow after the save
         if shares_prefix(base, usage):  # unchanged since the store wrote it (a turn's first
             return Plan(base, [], base, 0)  # save): the very objects it wrote, no copy
-    return plan_records(base, usage, usage_encoder.encode)
+    return plan_records(base, usage, encode_usage, cid)
 
 
-def plan_records(base: list[T] | None, items: list[T], encode: Callable[[T], bytes]) -> Plan[T]:
-    """Plan to write every item whose encoded bytes differ from what the store last wrote
-    (all of them without a ``base``).
+def plan_records(base: list[T] | None, items: list[T], encode: Encode[T], cid: str) -> Plan[T]:
+    """Plan to write every item of ``cid`` whose encoded bytes differ from what the store
+    last wrote (all of them without a ``base``); ``encode(cid, items, start, stop)`` encodes
+    a run of them, refusing what would not read back.
 
     Memoized message snapshots (and ledger entries, appended and never changed) make
     unchanged items the very same objects. Two unchanged copies of one conversation's kept
@@ -275,14 +293,14 @@ def plan_records(base: list[T] | None, items: list[T], encode: Callable[[T], byt
     """
     items = items.copy() if isinstance(items, list) else list(items)
     if base is None:
-        writes = _encode_from(items, 0, encode)
+        writes = encode(cid, items, 0, len(items))
     else:
         common = min(len(base), len(items))
         # the usual turn: nothing before the end changed
         same = shares_prefix(base, items) or all(map(operator.is_, base, items))
-        writes = [] if same else _changed(base, items, common, encode)
+        writes = [] if same else _changed(base, items, common, encode, cid)
         if len(items) > common:
-            writes += _encode_from(items, common, encode)
+            writes += encode(cid, items, common, len(items))
     return Plan(base, writes, items, sum(len(data) for _, data in writes) if writes else 0)
 
 
@@ -295,7 +313,7 @@ def shares_prefix(base: list[Any], items: list[Any]) -> bool:
 
 
 def _changed(
-    base: list[T], items: list[T], common: int, encode: Callable[[T], bytes]
+    base: list[T], items: list[T], common: int, encode: Encode[T], cid: str
 ) -> list[tuple[int, bytes]]:
     """The items among the first ``common`` that are not the base's very objects and whose
     encoded bytes differ from the base's."""
@@ -304,16 +322,19 @@ def _changed(
     for index in range(start, common):
         item = items[index]
         if base[index] is not item:
-            data = encode(item)
-            if data != encode(base[index]):
+            data = encode(cid, items, index, index + 1)[0][1]
+            if data != _written(base[index]):
                 writes.append((index, data))
     return writes
 
 
-def _encode_from(
-    items: list[T], start: int, encode: Callable[[T], bytes]
-) -> list[tuple[int, bytes]]:
-    return [(i, encode(items[i])) for i in range(start, len(items))]
+def _written(item: object) -> bytes | None:
+    """The bytes an item the store wrote encodes to now (None: it no longer encodes, having
+    changed in place since: never the bytes of what replaces it)."""
+    try:
+        return _plain_encoder.encode(item)
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        return None
 
 
 def advanced(
@@ -332,6 +353,7 @@ def advanced(
 
 
 def replanned(
+    cid: str,
     messages: list[MessageSnapshot] | None,
     usage: list[dict[str, Any]] | None,
     plan: MessagePlan,
@@ -339,11 +361,11 @@ def replanned(
 ) -> tuple[MessagePlan, UsagePlan]:
     """The plans made again when another write of the conversation landed since they were
     made: their bases are not ``messages`` and ``usage``, what the store now knows it wrote
-    (None: nothing)."""
+    of ``cid`` (None: nothing)."""
     if plan.base is not messages:
-        plan = plan_messages(messages, plan.items)
+        plan = plan_messages(messages, plan.items, cid)
     if ledger.base is not usage:
-        ledger = plan_usage(usage, ledger.items)
+        ledger = plan_usage(usage, ledger.items, cid)
     return plan, ledger
 
 

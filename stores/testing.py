@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterator
 import msgspec
 import pytest
 
-from parlour.runtime import ConversationContext
+from parlour.runtime import ConversationContext, OutgoingMessage
+from parlour.runtime.blocks import PojoBlock
 from parlour.runtime.errors import (
     ConversationNotFoundError,
     CorruptSnapshotError,
@@ -38,16 +39,20 @@ from parlour.runtime.errors import (
 )
 
 from ._contract import (
+    HOSTILE,
     CountingGate,
     Ticks,
+    change_in_place,
     every_call,
     foreign_calls,
+    nested,
     raising,
     run_all,
     said,
     save_ledger_edits,
     snapshot,
     stamped,
+    with_a_value,
 )
 from ._protocols import PersistentStore
 from ._session_contract import SessionStoreContract
@@ -366,6 +371,62 @@ class StoreContract:
             store.create_context(msgspec.structs.replace(broken, conversation_id="c2"), "alice")
         assert said(store) == ["Are you working?"]
         assert store.version_of("c1", "alice") == 1 and not store.exists("c2", "alice")
+
+    # -- the round-trip rule: every acknowledged save loads back ---------------------------
+
+    @pytest.mark.parametrize("where", ["message", "ledger"])
+    @pytest.mark.parametrize("hostile", sorted(HOSTILE))
+    def test_a_value_changed_in_place_that_would_not_load_is_refused_naming_it(
+        self, store: PersistentStore, where: str, hostile: str
+    ) -> None:
+        """A PojoBlock's value and a ledger entry are the application's own dicts: changed
+        in place after they entered, to something a load would refuse or nothing encodes,
+        every way of saving refuses them, naming the conversation and the message (or
+        entry), and writes nothing; put right, the conversation saves on."""
+        context = with_a_value()
+        context.stored_version = store.create_context(context.to_snapshot(), "alice")
+        kept = msgspec.json.encode(store.load("c1", "alice"))
+        context.add_message(OutgoingMessage("", [PojoBlock(value={"k": 1})]))
+        context.usage_ledger.append({"type": "model_call", "input_tokens": 2})
+        named = change_in_place(context, where, HOSTILE[hostile]())
+        refusal = rf"[Cc]onversation c1\b.*{named}\b"
+        for save in (store.save_context, store.create_context, store.save_context_later):
+            with pytest.raises(ValueError, match=refusal):
+                settle = save(context.to_snapshot(), "alice")
+                if callable(settle):
+                    settle()
+        assert store.version_of("c1", "alice") == 1
+        assert msgspec.json.encode(store.load("c1", "alice")) == kept
+        assert [v.version for v in store.get_version_history("c1", "alice")] == [1]
+        change_in_place(context, where, 1)
+        context.stored_version = store.save_context(context.to_snapshot(), "alice")
+        assert store.load("c1", "alice") == context.to_snapshot()
+
+    @pytest.mark.parametrize("where", ["message", "ledger"])
+    def test_a_create_that_would_not_load_is_refused_and_creates_nothing(
+        self, store: PersistentStore, where: str
+    ) -> None:
+        context = with_a_value()
+        named = change_in_place(context, where, nested(65))
+        with pytest.raises(ValueError, match=rf"[Cc]onversation c1\b.*{named}\b"):
+            store.create_context(context.to_snapshot(), "alice")
+        assert not store.exists("c1", "alice") and store.list_conversations("alice") == []
+
+    @pytest.mark.parametrize("where", ["message", "ledger"])
+    def test_a_value_nested_as_deep_as_a_load_reads_is_saved_and_loads_back(
+        self, store: PersistentStore, where: str
+    ) -> None:
+        """The limit is the load's: a PojoBlock value (or ledger entry) nested exactly 64
+        deep is acknowledged and loads back equal, at its version and as the current one."""
+        context = with_a_value()
+        context.stored_version = store.create_context(context.to_snapshot(), "alice")
+        context.add_message(OutgoingMessage("", [PojoBlock(value={"k": 1})]))
+        context.usage_ledger.append({"type": "model_call", "input_tokens": 2})
+        change_in_place(context, where, nested(63))  # {"k": ...} or {"x": ...}: 64 deep
+        context.stored_version = store.save_context(context.to_snapshot(), "alice")
+        assert store.load("c1", "alice") == context.to_snapshot()
+        kept = store.load_version("c1", 2, "alice")
+        assert kept is not None and kept.messages == context.to_snapshot().messages
 
     def test_a_body_equal_to_the_last_but_encoded_otherwise_is_stored_as_it_is(
         self, store: PersistentStore

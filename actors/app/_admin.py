@@ -4,6 +4,11 @@ data directory.
 
 Read-only commands open the store ``readonly=True`` (they never create one and work beside
 a running server); bad input is one line on stderr and exit status 1, never a traceback.
+``import`` checks every version as a load would read it before it writes anything, writes
+each at the time it was saved, and only into a directory that exists.
+
+Why this module is long: every store command shares one way of opening the store and one
+refusal path (one line, no traceback); splitting the commands apart would split those.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from parlour.runtime.snapshots import (
     decode_snapshot,
     encode_snapshot,
 )
-from parlour.stores import LmdbStore
+from parlour.stores import LmdbStore, MemoryStore
 
 from ._fsck import fsck
 from ._guard import AdminError, existing_store, positive, store_dir
@@ -49,7 +54,8 @@ class ExportedVersion(msgspec.Struct, frozen=True, kw_only=True):
 
 class Exported(msgspec.Struct, frozen=True, kw_only=True):
     """An exported conversation: its stored snapshot exactly as stored (never revived),
-    and optionally its kept versions, oldest first."""
+    when that version was saved (None in exports that predate the field: the export's
+    time stands in), and optionally its kept versions, oldest first."""
 
     format: str
     format_version: int
@@ -58,6 +64,7 @@ class Exported(msgspec.Struct, frozen=True, kw_only=True):
     exported_at: dt.datetime
     snapshot: msgspec.Raw
     versions: list[ExportedVersion] = msgspec.field(default_factory=list)
+    saved_at: dt.datetime | None = None
 
 
 def register(commands: argparse._SubParsersAction[Any], data: Path) -> None:
@@ -102,12 +109,19 @@ def run(args: argparse.Namespace) -> int:
     command: Callable[[argparse.Namespace, Console], int] = _RUNNERS[args.command]
     try:
         return command(args, Console(width=None if sys.stdout.isatty() else 160))
-    except (CorruptSnapshotError, ValueError, msgspec.DecodeError) as exc:
+    except (CorruptSnapshotError, ValueError, NotImplementedError, msgspec.DecodeError) as exc:
         raise AdminError(str(exc)) from None
 
 
-def _open(data_dir: Path, *, write: bool = False, create: bool = False) -> LmdbStore:
-    """The store at ``data_dir``: read-only unless ``write``; created only when ``create``.
+def _open(
+    data_dir: Path,
+    *,
+    write: bool = False,
+    create: bool = False,
+    now: Callable[[], dt.datetime] | None = None,
+) -> LmdbStore:
+    """The store at ``data_dir``: read-only unless ``write``; created only when ``create``;
+    ``now`` stamps its saves (the wall clock by default).
 
     Raises:
         AdminError: the path is a file, cannot be read, or (unless ``create``) holds no store.
@@ -115,7 +129,7 @@ def _open(data_dir: Path, *, write: bool = False, create: bool = False) -> LmdbS
     if data_dir.is_dir() and not os.access(data_dir, os.R_OK | os.X_OK):
         raise AdminError(f"{data_dir} cannot be read (permission denied).")
     checked = store_dir(data_dir) if create else existing_store(data_dir)
-    return LmdbStore(checked, readonly=not write)
+    return LmdbStore(checked, readonly=not write, now=now)
 
 
 def _loaded(
@@ -182,6 +196,8 @@ def _export(args: argparse.Namespace, console: Console) -> int:
     with _open(args.data_dir) as store:
         snapshot = _loaded(store, args.user_id, args.conversation_id)
         versions = _versions(store, args.user_id, args.conversation_id) if args.versions else []
+        kept = store.get_version_history(args.conversation_id, args.user_id)  # newest first
+    saved_at = kept[0].saved_at if kept and kept[0].version == snapshot.stored_version else None
     if args.format == "markdown":
         data = _markdown(snapshot).encode()
     else:
@@ -194,6 +210,7 @@ def _export(args: argparse.Namespace, console: Console) -> int:
                 exported_at=dt.datetime.now(dt.UTC),
                 snapshot=msgspec.Raw(encode_snapshot(snapshot)),
                 versions=versions,
+                saved_at=saved_at,
             )
         )
     if args.output is None:
@@ -243,24 +260,65 @@ def _delete(args: argparse.Namespace, console: Console) -> int:
 
 
 def _import(args: argparse.Namespace, console: Console) -> int:
+    """Read an export in: every version checked as a load would read it before anything is
+    written, each written at the time it was saved (so the history and the listing keep
+    their dates), into an existing directory only (a mistyped path creates nothing)."""
     document = _read_export(args.file)
     cid = f"{document.conversation_id}-{uuid.uuid4().hex[:8]}" if args.as_new else None
     cid = cid or document.conversation_id
-    snapshots = [_restamped(v.snapshot, cid, args.user_id) for v in document.versions]
-    current = _restamped(document.snapshot, cid, args.user_id)
-    if not snapshots or encode_snapshot(snapshots[-1]) != encode_snapshot(current):
-        snapshots.append(current)
-    with _open(args.data_dir, write=True, create=True) as store:
+    try:
+        saved = [(v.saved_at, _restamped(v.snapshot, cid, args.user_id)) for v in document.versions]
+        current = _restamped(document.snapshot, cid, args.user_id)
+        if not saved or encode_snapshot(saved[-1][1]) != encode_snapshot(current):
+            saved.append((document.saved_at or document.exported_at, current))
+        _check_loadable(saved, args.user_id)
+    except (CorruptSnapshotError, ValueError) as exc:
+        raise AdminError(
+            f"{args.file} holds a conversation parlour cannot load; nothing was imported: {exc}"
+        ) from None
+    if not args.data_dir.is_dir():
+        raise AdminError(
+            f"There is no directory {args.data_dir}; nothing was imported (give the data "
+            "directory of a store, or create the directory to start one there)."
+        )
+    clock = _Clock()
+    with _open(args.data_dir, write=True, create=True, now=clock) as store:
         _check_free(store, cid, args.user_id)
-        version = store.create_context(snapshots[0], args.user_id)
-        for snapshot in _progress(snapshots[1:], "writing versions"):
-            snapshot.stored_version = version
+        clock.at = saved[0][0]
+        version = store.create_context(saved[0][1], args.user_id)
+        for at, snapshot in _progress(saved[1:], "writing versions"):
+            clock.at, snapshot.stored_version = at, version
             version = store.save_context(snapshot, args.user_id)
     console.print(
-        f"imported {document.conversation_id} as {cid} for {args.user_id} "
-        f"({len(snapshots)} versions)"
+        f"imported {document.conversation_id} as {cid} for {args.user_id} ({len(saved)} versions)"
     )
     return 0
+
+
+class _Clock:
+    """The import's wall clock: the time the version being written was saved."""
+
+    def __init__(self) -> None:
+        self.at = dt.datetime.now(dt.UTC)
+
+    def __call__(self) -> dt.datetime:
+        return self.at
+
+
+def _check_loadable(
+    saved: list[tuple[dt.datetime, ConversationPersistenceSnapshot]], user: str
+) -> None:
+    """Save every version into a store in memory first, which refuses (as every store does)
+    what a load would not read back: nesting, lone surrogates, ledger entries included.
+
+    Raises:
+        ValueError: a version would not load back; nothing was written anywhere.
+    """
+    trial = MemoryStore()
+    version = trial.create_context(saved[0][1], user)
+    for _, snapshot in saved[1:]:
+        stamped = msgspec.structs.replace(snapshot, stored_version=version)
+        version = trial.save_context(stamped, user)
 
 
 def _read_export(file: Path) -> Exported:
@@ -268,6 +326,11 @@ def _read_export(file: Path) -> Exported:
         document = msgspec.json.decode(file.read_bytes(), type=Exported)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise AdminError(f"{file} is not a parlour export: {exc}") from None
+    except RecursionError:
+        raise AdminError(
+            f"{file} is not a parlour export: it nests deeper than any parlour writes; "
+            "nothing was imported."
+        ) from None
     if document.format != EXPORT_FORMAT or document.format_version > EXPORT_VERSION:
         raise AdminError(
             f"{file} is {document.format} version {document.format_version}; this parlour "

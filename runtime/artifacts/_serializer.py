@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 from loguru import logger
 
+from ..errors import CorruptSnapshotError
 from ..schema._aliases import alias_of
 from ..schema._markers import LLMContextIgnore, LLMSummarizable, field_specs
 from ._registry import (
@@ -164,16 +165,29 @@ def registry_entries(registry: ArtifactRegistry) -> list[dict[str, Any]]:
     return [msgspec.to_builtins(a) for a in registry.get_all_artifacts().values()]
 
 
-def restore_registry(registry: ArtifactRegistry, entries: Iterable[dict[str, Any]]) -> None:
-    """Register each stored artifact; an entry whose alias no longer resolves is skipped
-    with a warning and the rest are restored."""
+def restore_registry(
+    registry: ArtifactRegistry, entries: Iterable[dict[str, Any]], conversation_id: object
+) -> None:
+    """Register each stored artifact of ``conversation_id``; an entry whose alias no longer
+    resolves is skipped with a warning and the rest are restored.
+
+    Raises:
+        CorruptSnapshotError: an entry's data does not fit its type (or is refused as it
+            registers); the message names the conversation and the artifact.
+    """
     for entry in entries:
         ref = entry.get("artifact_ref")
         alias = extract_alias_from_ref(ref if isinstance(ref, str) else None)
         if alias is None or class_for_alias(alias) is None:
             logger.warning("Skipping stored artifact {}: type alias {!r} is unknown", ref, alias)
             continue
-        registry.register(read_artifact(entry))
+        try:
+            registry.register(read_artifact(entry))
+        except ValueError as exc:  # msgspec.ValidationError is one: data not fitting its type
+            raise CorruptSnapshotError(
+                f"Stored conversation {conversation_id} holds artifact {ref} whose data does "
+                f"not fit its type: {exc}"
+            ) from exc
 
 
 def read_artifact(data: dict[str, Any]) -> Artifact:

@@ -87,7 +87,9 @@ class History:
             ValueError: an invalid id.
             PermissionError: the record belongs to another user.
             CorruptSnapshotError: the record's header does not decode.
+            NotImplementedError: the store was opened with ``history=False``.
         """
+        self._kept()
         key = conversation_key(conversation_id)
         user_key(user_id)
         dbs = self._dbs
@@ -113,7 +115,9 @@ class History:
             ValueError: an invalid id.
             PermissionError: the record belongs to another user.
             CorruptSnapshotError: the version's records do not decode.
+            NotImplementedError: the store was opened with ``history=False``.
         """
+        self._kept()
         key = conversation_key(conversation_id)
         user_key(user_id)
         dbs = self._dbs
@@ -128,6 +132,15 @@ class History:
             return _as_of(conversation_id, head, wanted, _held(txn, dbs, key, wanted))
 
         return self._directory.view(read)
+
+    def _kept(self) -> None:
+        """Refuse a history read when none is kept: an empty answer would say a saved
+        conversation has no versions."""
+        if self.retention is None:
+            raise NotImplementedError(
+                f"LmdbStore at {self._directory.path} was opened with history=False: it "
+                "keeps no version history (open it with history=True to keep versions)."
+            )
 
     def prune(self, conversation_id: str | None = None) -> int:
         """Apply the retention policy to one conversation, or to all (one write per

@@ -38,6 +38,7 @@ MAX_CHAIN = 256  # most deltas after a checkpoint
 # its checkpoint: a young conversation's saves are not each a full copy
 CHAIN_FLOOR = 16 * 1024
 PRUNE_EVERY = 64  # a save whose version is a multiple of this prunes its conversation
+_MOST_MISSING = 1 << 20  # records a replay may count without holding them: past it, damage
 CHECKPOINT, DELTA = b"C", b"D"
 _SAME_BODY = b""  # a delta's body when its save left the body as it was (no body is empty)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -246,7 +247,12 @@ def _replay(held: list[bytes], count: int, writes: list[tuple[int, bytes]]) -> l
     """``held`` cut or extended to ``count`` records, then ``writes`` applied (in place).
 
     Raises:
-        IndexError: a write past ``count`` (a damaged record)."""
+        IndexError: a write past ``count`` (a damaged record).
+        ValueError: ``count`` is negative or far past what the records hold (a damaged
+            record, never a huge allocation; a checkpoint taken over a missing record counts
+            a few it does not hold, and a load then names the gap)."""
+    if not 0 <= count <= len(held) + len(writes) + _MOST_MISSING:
+        raise ValueError(f"a version record counts {count} records of {len(held) + len(writes)}")
     del held[count:]
     if count > len(held):
         held.extend([b""] * (count - len(held)))

@@ -65,8 +65,8 @@ class Writes:
         """A create's write (an existing record of the user's is saved over) and size."""
         key = require_id(snapshot, user_id)
         cid, body = str(snapshot.conversation_id), body_after(snapshot, None)
-        plan = plan_messages(None, snapshot.messages)  # a create writes every message
-        usage = plan_usage(None, snapshot.usage)
+        plan = plan_messages(None, snapshot.messages, cid)  # a create writes every message
+        usage = plan_usage(None, snapshot.usage, cid)
 
         def write(txn: Any) -> int:
             now = self._book.moment(self._now)
@@ -99,8 +99,8 @@ class Writes:
         cid = str(snapshot.conversation_id)
         last = self._book.planning_base(cid)  # its body, when this one is the same: no encoding
         body = body_after(snapshot, None if last is None else last[1])
-        plan = plan_messages(None if last is None else last[0], snapshot.messages)
-        usage = plan_usage(None if last is None else last[2], snapshot.usage)
+        plan = plan_messages(None if last is None else last[0], snapshot.messages, cid)
+        usage = plan_usage(None if last is None else last[2], snapshot.usage, cid)
         planned = (plan.items, body, usage.items, None)
         if queued:
             self._book.queue(cid, planned)
@@ -155,7 +155,7 @@ class Writes:
         known = None if old is None else self._book.known(cid)  # a new record: everything
         base, ledger = (None, None) if known is None else (known[0], known[2])
         if plan.base is not base or usage.base is not ledger:  # another write landed since
-            plan, usage = replanned(base, ledger, plan, usage)
+            plan, usage = replanned(cid, base, ledger, plan, usage)
         _layout.reindex(txn, self._dbs, old, head, key)
         same = known is not None and (body is known[1] or body.data == known[1].data)
         if not same:  # the usual turn leaves the body as it was (its version records none)

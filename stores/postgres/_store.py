@@ -169,6 +169,7 @@ class PostgresStore:
         entries of the stored version and writes the rest."""
         messages, usage = snapshot.messages, snapshot.usage
         start, ustart = starts
+        cid = str(snapshot.conversation_id)
         return {
             "cid": snapshot.conversation_id,
             "user": user_id,
@@ -176,10 +177,10 @@ class PostgresStore:
             "count": len(messages),
             "body": body.data,
             "start": start,
-            "messages": encode_messages(messages[start:]),
+            "messages": encode_messages(cid, messages, start),
             "ucount": len(usage),
             "ustart": ustart,
-            "usage": encode_usage(usage[ustart:]),
+            "usage": encode_usage(cid, usage, ustart),
             "turn": encode_turn(snapshot.turn),
         }
 

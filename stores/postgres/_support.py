@@ -9,13 +9,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-import msgspec
-
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot, MessageSnapshot
 
+from .. import _checked
 from .._body import Body
 from .._ids import conversation_key, user_key
-from .._records import decode_record, shares_prefix, usage_encoder
+from .._records import decode_record, shares_prefix
 
 __all__ = [
     "Remembered",
@@ -25,15 +24,15 @@ __all__ = [
     "encode_usage",
 ]
 
-_message_encoder = msgspec.json.Encoder()
+
+def encode_messages(cid: str, messages: list[MessageSnapshot], start: int) -> list[bytes]:
+    """Messages ``start`` on of ``cid``, encoded; ValueError when one would not read back."""
+    return [data for _, data in _checked.encode_messages(cid, messages, start, len(messages))]
 
 
-def encode_messages(messages: list[MessageSnapshot]) -> list[bytes]:
-    return [_message_encoder.encode(m) for m in messages]
-
-
-def encode_usage(entries: list[dict[str, Any]]) -> list[bytes]:
-    return [usage_encoder.encode(e) for e in entries]
+def encode_usage(cid: str, entries: list[dict[str, Any]], start: int) -> list[bytes]:
+    """Ledger entries ``start`` on of ``cid``, encoded; ValueError as ``encode_messages``."""
+    return [data for _, data in _checked.encode_usage(cid, entries, start, len(entries))]
 
 
 def decode_row(

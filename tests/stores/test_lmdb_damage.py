@@ -6,6 +6,7 @@ cannot be read."""
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parlour.runtime import ConversationContext, IncomingMessage
+from parlour.actors import BasicThinker, ConversationService
+from parlour.runtime import Artifact, ConversationContext, IncomingMessage, type_alias
 from parlour.runtime.errors import CorruptSnapshotError
+from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from parlour.stores import LmdbStore
 
 _json = st.recursive(
@@ -34,12 +37,17 @@ def _populate(path: Path) -> None:
             c = ConversationContext(cid, user_id=user)
             c.add_user_message(f"{cid} asks")
             c.add_message(IncomingMessage(f"{cid} answered"))
-            store.create_context(c.to_snapshot(), user)
+            c.usage_ledger.append({"type": "model_call", "input_tokens": 3})
+            c.stored_version = store.create_context(c.to_snapshot(), user)
+            c.add_user_message(f"{cid} asks again")
+            c.usage_ledger.append({"type": "model_call", "input_tokens": 4})
+            store.save_context(c.to_snapshot(), user)
 
 
 def _key(target: str) -> tuple[bytes, bytes]:
-    if target.startswith("message"):
-        return b"messages", b"c1\x00" + int(target[-1]).to_bytes(8, "big")
+    for prefix, db in (("message", b"messages"), ("usage", b"usage"), ("version", b"versions")):
+        if target.startswith(prefix):
+            return db, b"c1\x00" + int(target[-1]).to_bytes(8, "big")
     return target.encode(), b"c1"
 
 
@@ -63,12 +71,31 @@ def _flip(index: int, bit: int) -> Any:
 
 
 def _with_field(field: str, value: Any) -> Any:
+    """A JSON record (a header, body, message, ledger entry) with ``field`` set to
+    ``value``; a version record's msgpack payload (kind, time, then an array: body, count,
+    writes, usage count, usage) with the field of that name set."""
+
     def mutate(raw: bytes) -> bytes:
+        if raw[:1] in (b"C", b"D"):
+            payload = msgspec.msgpack.decode(raw[9:])
+            at = _PAYLOAD.index(field) if field in _PAYLOAD else 1
+            if at < len(payload):
+                payload[at] = value
+            return raw[:9] + msgspec.msgpack.encode(payload)
         record = msgspec.json.decode(raw)
         record[field] = value
         return msgspec.json.encode(record)
 
     return mutate
+
+
+_PAYLOAD = ["body", "count", "writes", "usage_count", "usage"]
+_HUGE = [2**63 - 1, 2**63, 2**64 - 1, -(2**63)]
+_FIELDS = [  # a header's, a body's, a version record's, a ledger entry's
+    *["user_id", "conversation_id", "version", "message_count", "usage_count", "title"],
+    *_PAYLOAD,
+    "input_tokens",
+]
 
 
 _mutations = st.one_of(
@@ -78,17 +105,26 @@ _mutations = st.one_of(
     _json.map(lambda value: lambda raw: msgspec.json.encode(value)),
     st.builds(
         _with_field,
-        st.sampled_from(["user_id", "conversation_id", "version", "message_count", "title"]),
-        _json | st.sampled_from(["bob", "c2", "alice", 0, -1, 1, 7, ""]),
+        st.sampled_from(_FIELDS),
+        _json | st.sampled_from(["bob", "c2", "alice", 0, -1, 1, 7, "", *_HUGE]),
     ),
     st.integers(1, 5).map(lambda k: lambda raw: b"[" * (k * 40_000) + b"]" * (k * 40_000)),
+    st.integers(1, 5).map(
+        lambda k: lambda raw: raw[:-1] + b',"x":' + b"[" * k * 20 + b"]" * k * 20 + b"}"
+    ),
 )
-_targets = st.sampled_from(["heads", "bodies", "message0", "message1"])
+_targets = st.sampled_from(
+    ["heads", "bodies", "message0", "message1", "usage0", "usage1", "version1", "version2"]
+)
 
 
 def _check_untouched(store: LmdbStore) -> None:
     c2 = store.load("c2", "alice")
-    assert c2 is not None and [m.raw_content for m in c2.messages] == ["c2 asks", "c2 answered"]
+    assert c2 is not None and [m.raw_content for m in c2.messages] == [
+        "c2 asks",
+        "c2 answered",
+        "c2 asks again",
+    ]
     assert [s.conversation_id for s in store.list_conversations("bob")] == ["b1"]
     assert "c2" in [s.conversation_id for s in store.list_conversations("alice")]
     b1 = store.load("b1", "bob")
@@ -105,15 +141,23 @@ def test_a_damaged_record_is_a_clear_error_and_touches_nothing_else(
         _populate(path)
         _damage(path, target, mutate)
         with LmdbStore(path, sync=False) as store:
-            try:
-                loaded = store.load("c1", "alice")
-            except CorruptSnapshotError as exc:
-                assert "c1" in str(exc)
-            except PermissionError:  # the header now names another owner: not alice's
-                assert target == "heads"
-            else:  # the damage left a valid record: it is c1's, as its key and header say
-                assert loaded is None or loaded.conversation_id == "c1"
-                assert loaded is None or loaded.user_id in (None, "alice")
+            reads: list[Callable[[], ConversationPersistenceSnapshot | None]] = [
+                lambda: store.load("c1", "alice"),
+                lambda: store.load_version("c1", 1, "alice"),
+                lambda: store.load_version("c1", 2, "alice"),
+            ]
+            for read in reads:
+                try:
+                    loaded = read()
+                except CorruptSnapshotError as exc:
+                    assert "c1" in str(exc)
+                    # a damaged past never hides the present
+                    assert not target.startswith("version") or store.load("c1", "alice")
+                except PermissionError:  # the header now names another owner: not alice's
+                    assert target == "heads"
+                else:  # the damage left a valid record: it is c1's, as its key and header say
+                    assert loaded is None or loaded.conversation_id == "c1"
+                    assert loaded is None or loaded.user_id in (None, "alice")
             _check_untouched(store)
             listed = store.list_conversations("alice")
             assert all(s.conversation_id in ("c1", "c2") for s in listed)
@@ -171,6 +215,7 @@ def test_a_damaged_header_is_removed_only_by_quarantine(tmp_path: Path) -> None:
         assert [msgspec.json.decode(m)["raw_content"] for m in record.messages] == [
             "c1 asks",
             "c1 answered",
+            "c1 asks again",
         ]
         c = ConversationContext("c1", user_id="alice")
         assert store.create_context(c.to_snapshot(), "alice") > 1  # never a version it had
@@ -192,3 +237,72 @@ def _check_untouched_but_bob(store: LmdbStore) -> None:
     c2 = store.load("c2", "alice")
     assert c2 is not None and c2.messages[0].raw_content == "c2 asks"
     assert [s.conversation_id for s in store.list_conversations("alice")] == ["c2", "c1"]
+
+
+@pytest.mark.parametrize("field", ["message_count", "usage_count", "version"])
+@pytest.mark.parametrize("count", [2**63, 2**64 - 1, 2**64, 10**30])
+def test_a_header_count_past_what_a_store_holds_is_a_corrupt_snapshot_naming_it(
+    tmp_path: Path, field: str, count: int
+) -> None:
+    _populate(tmp_path)
+    _damage(tmp_path, "heads", _with_field(field, count))
+    with LmdbStore(tmp_path) as store:
+        for call in (store.load, store.version_of, store.get_version_history):
+            with pytest.raises(CorruptSnapshotError, match="conversation c1"):
+                call("c1", "alice")
+        _check_untouched(store)
+
+
+@pytest.mark.parametrize("field", ["count", "usage_count"])
+@pytest.mark.parametrize("count", [2**63, 2**64 - 1, -1, 10**7])
+def test_a_version_record_counting_past_what_it_holds_is_a_corrupt_snapshot_naming_it(
+    tmp_path: Path, field: str, count: int
+) -> None:
+    """Never a huge allocation nor a raw error: the version is damaged, the present loads."""
+    _populate(tmp_path)
+    _damage(tmp_path, "version2", _with_field(field, count))
+    with LmdbStore(tmp_path) as store:
+        with pytest.raises(CorruptSnapshotError, match="conversation c1"):
+            store.load_version("c1", 2, "alice")
+        loaded = store.load("c1", "alice")
+        assert loaded is not None and loaded.stored_version == 2
+        _check_untouched(store)
+
+
+@type_alias("test:damage-counted")
+class _Counted(Artifact, kw_only=True):
+    n: int = 1
+
+
+def test_a_stored_artifact_whose_data_does_not_fit_its_type_is_a_corrupt_snapshot_naming_it(
+    tmp_path: Path,
+) -> None:
+    """The record decodes (an artifact is stored in its plain form), but restoring it into
+    a conversation finds its data does not fit its class: the obtain fails with
+    CorruptSnapshotError naming the conversation, not a raw ValueError."""
+    c = ConversationContext("c1", user_id="alice")
+    c.add_user_message("first")
+    c.artifact_registry.register(_Counted(n=3))
+    with LmdbStore(tmp_path) as store:
+        store.create_context(c.to_snapshot(), "alice")
+
+    def misfit(raw: bytes) -> bytes:
+        body = msgspec.json.decode(raw)
+        body["artifacts"][0]["n"] = "three"
+        return msgspec.json.encode(body)
+
+    _damage(tmp_path, "bodies", misfit)
+    store = LmdbStore(tmp_path)
+    service = ConversationService(store, cleanup_interval_s=0, shutdown_grace_s=0.1)
+    try:
+        loaded = store.load("c1", "alice")
+        assert loaded is not None
+        with pytest.raises(CorruptSnapshotError, match=r"conversation c1 .*artifact"):
+            ConversationContext.from_snapshot(loaded)
+        thinker = BasicThinker("alice")
+        thinker.set_conversation_id("c1")
+        with pytest.raises(CorruptSnapshotError, match=r"conversation c1 .*artifact"):
+            service.obtain_conversation(None, thinker).get(timeout=10)
+    finally:
+        service.stop()
+        store.close()

@@ -183,10 +183,19 @@ def test_a_delete_removes_the_history_and_a_recreated_id_starts_a_new_one(
             assert len(_versions.kept(txn, store._dbs, b"c1")) == 1
 
 
-def test_a_store_without_history_keeps_none_and_refuses_to_prune(tmp_path: Path) -> None:
+def test_a_store_without_history_says_so_from_every_history_read_and_refuses_to_prune(
+    tmp_path: Path,
+) -> None:
+    """A conversation saved twice on a store keeping no versions: its history reads raise
+    NotImplementedError naming the setting, never an empty answer."""
     with LmdbStore(tmp_path, history=False) as store:
-        _saves(store, _conversation(), 2)
-        assert store.get_version_history("c1", "alice") == []
+        _saves(store, _conversation(), 2)  # the create and two saves
+        assert store.version_of("c1", "alice") == 3
+        with pytest.raises(NotImplementedError, match="history=False"):
+            store.get_version_history("c1", "alice")
+        for version in (1, 2, dt.datetime.now(dt.UTC)):
+            with pytest.raises(NotImplementedError, match="history=False"):
+                store.load_version("c1", version, "alice")
         with pytest.raises(IllegalStateError, match="keeps no version history"):
             store.prune()
 

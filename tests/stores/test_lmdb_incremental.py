@@ -110,9 +110,9 @@ def test_a_save_plans_only_the_messages_whose_bytes_changed() -> None:
     c.messages[0] = c.to_snapshot().to_conversation().messages[0]  # a new object, same bytes
     c.messages[2].set_cache(True)  # changed
     c.add_user_message("new")
-    plan = plan_messages(base, c.to_snapshot().messages)
+    plan = plan_messages(base, c.to_snapshot().messages, "c1")
     assert [index for index, _ in plan.writes] == [2, 6]
-    assert plan_messages(base, base).writes == []
+    assert plan_messages(base, base, "c1").writes == []
 
 
 # Each step: ("add", text) appends, ("flag", i) flags message i, ("edit", i) replaces

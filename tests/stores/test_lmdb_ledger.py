@@ -63,7 +63,7 @@ def test_the_ledger_plan_writes_exactly_what_turns_the_stored_bytes_into_the_new
             new.append(dict(base[i]))
         else:
             new.append(entry)
-    plan = plan_usage(base, new)
+    plan = plan_usage(base, new, "c1")
     stored = [msgspec.json.encode(e) for e in base][: len(new)]
     stored += [b""] * (len(new) - len(stored))
     for index, data in plan.writes:
@@ -81,15 +81,15 @@ def test_a_ledger_unchanged_since_the_last_plan_is_planned_as_that_plan_with_not
     entry appended after it is the only write of the next."""
     c = ConversationContext("c1", user_id="alice")
     c.usage_ledger.extend(call(i) for i in range(3))  # its own ledger: an assigned list is not
-    first = plan_usage(None, c.to_snapshot().usage)
+    first = plan_usage(None, c.to_snapshot().usage, "c1")
     c.add_user_message("only a message changed")
-    again = plan_usage(first.items, c.to_snapshot().usage)
+    again = plan_usage(first.items, c.to_snapshot().usage, "c1")
     assert again.writes == [] and again.size == 0 and again.items is first.items
     c.usage_ledger.append(call(3))
-    after = plan_usage(again.items, c.to_snapshot().usage)
+    after = plan_usage(again.items, c.to_snapshot().usage, "c1")
     assert after.writes == [(3, msgspec.json.encode(call(3)))]
     c.usage_ledger[0] = call(9)  # a replaced entry: no longer the kept list's
-    changed = plan_usage(after.items, c.to_snapshot().usage)
+    changed = plan_usage(after.items, c.to_snapshot().usage, "c1")
     assert changed.writes == [(0, msgspec.json.encode(call(9)))]
 
 

@@ -98,18 +98,22 @@ def test_each_history_prunes_by_its_own_retention_and_every_kept_version_still_r
     assert everything.load_version("c1", 7, "alice") is None
 
 
-def test_a_history_without_retention_refuses_to_prune_and_reads_like_any_other(
+def test_a_history_without_retention_refuses_to_prune_and_to_read_naming_the_setting(
     directory: Directory,
 ) -> None:
+    """History off says so from every read, even over versions another History recorded:
+    never an empty answer for a saved conversation."""
     off = History(directory, None)
     with pytest.raises(IllegalStateError, match="keeps no version history"):
         off.prune()
-    assert len(off.versions("c1", "alice")) == 10
-    with pytest.raises(PermissionError):
-        off.versions("c1", "mallory")
-    with pytest.raises(PermissionError):
-        off.load_version("c1", dt.datetime.now(dt.UTC), "mallory")
-    assert off.versions("c2", "alice") == []
+    for read in (
+        lambda: off.versions("c1", "alice"),
+        lambda: off.versions("c2", "alice"),
+        lambda: off.load_version("c1", 1, "alice"),
+        lambda: off.load_version("c1", dt.datetime.now(dt.UTC), "mallory"),
+    ):
+        with pytest.raises(NotImplementedError, match="history=False"):
+            read()
 
 
 def test_a_quarantine_is_heard_by_the_listeners_the_maintenance_was_given(
@@ -125,4 +129,5 @@ def test_a_quarantine_is_heard_by_the_listeners_the_maintenance_was_given(
     assert heard == ["c1"]
     assert len(maintenance.quarantined("c1")) == 1
     assert maintenance.statistics().conversations == 0
-    assert History(directory, None).versions("c1", "alice") == []  # its history went too
+    kept = History(directory, Retention.of(None, None, Ticks()))
+    assert kept.versions("c1", "alice") == []  # its history went too
