@@ -189,7 +189,7 @@ def park(
     free = [c for c in calls if c.id not in waiting]
     if free:
         yield from run_tools(context, plan, free)
-    shown = _shown(pending)
+    shown = tuple(_shown(pending))
     for p in pending:
         approval_event("requested", p.tool, p.call_id, 0.0)
     yield ApprovalRequested(pending=shown)
@@ -282,7 +282,7 @@ def decide_steps(
     if left:
         context.open_turn = record
         yield plan.saving(context)  # waited: the decision, once (the save's version fence)
-        return Reply(text="", usage=plan.usage, messages=[], pending=_shown(left))
+        return Reply(text="", usage=plan.usage, messages=[], pending=tuple(_shown(left)))
     yield from _apply(context, plan, record)
     return None
 

@@ -73,7 +73,7 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True):
     output: Any = None
     rounds_exhausted: bool = False
     recovered: Recovered | None = None
-    pending: list[PendingApproval] = []
+    pending: tuple[PendingApproval, ...] = ()  # a tuple: shared, nothing made per reply
 
 
 class PendingApproval(msgspec.Struct, frozen=True, kw_only=True):
@@ -89,7 +89,7 @@ class ApprovalRequested(Event, tag="approval_requested", frozen=True, kw_only=Tr
     """The turn parked: ``pending`` lists the calls waiting for a person's approval (stored
     with the conversation; the calls needing none have run)."""
 
-    pending: list[PendingApproval]
+    pending: tuple[PendingApproval, ...]
 
 
 class Recovered(Event, tag="recovered", frozen=True, kw_only=True):

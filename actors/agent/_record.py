@@ -23,14 +23,14 @@ from ._plan import TurnPlan
 __all__ = ["mark", "mark_round", "new_turn_id", "replayed"]
 
 Step = Literal["user", "answer", "tools", "approval", "done"]  # ``OpenTurn.step``'s
-_PROCESS = secrets.token_hex(6)  # drawn once: a turn id costs a counter step, no syscall
+_PROCESS = f"turn-{secrets.token_hex(6)}-"  # drawn once: an id costs a counter step
 _COUNT = itertools.count(1)
 
 
 def new_turn_id() -> str:
     """A fresh turn id: unique in this process, and across processes with the 48 random
     bits drawn at import."""
-    return f"turn-{_PROCESS}-{next(_COUNT):x}"
+    return _PROCESS + str(next(_COUNT))
 
 
 def mark(context: ConversationContext, plan: TurnPlan, step: Step) -> None:

@@ -141,11 +141,11 @@ def test_a_call_needing_approval_parks_the_turn_and_its_approval_finishes_the_tu
             assert isinstance(events[-1], TurnDone)
             parked = events[-1].reply
             assert events[-2] == ApprovalRequested(
-                pending=[PENDING], seq=events[-2].seq, turn=events[-2].turn
+                pending=(PENDING,), seq=events[-2].seq, turn=events[-2].turn
             )
         else:
             parked = asyncio.run(chat.asend("Delete order 42"))
-        assert parked.pending == [PENDING] and tools.runs == ["lookup 42"]
+        assert parked.pending == (PENDING,) and tools.runs == ["lookup 42"]
         cid = chat.conversation_id
         stored = store.load(cid, USER)
         assert stored is not None and stored.turn is not None
@@ -165,7 +165,7 @@ def test_a_call_needing_approval_parks_the_turn_and_its_approval_finishes_the_tu
             reply = again.approve("call_2_delete_order")
         else:
             reply = asyncio.run(again.aapprove("call_2_delete_order"))
-        assert reply.text == "Deleted it." and reply.pending == []
+        assert reply.text == "Deleted it." and reply.pending == ()
         assert tools.runs == ["lookup 42", "delete 42"]
         assert again.pending == [] and not again.interrupted
     final = store.load(cid, USER)
@@ -194,11 +194,11 @@ def test_a_denial_reaches_the_model_with_its_reason_and_deny_all_frees_a_new_mes
         assert len(chat.send("Delete 1 and 2").pending) == 2
         first = chat.deny("call_1_delete_order", "order 1 is a customer's")
         assert [p.call_id for p in first.pending] == ["call_2_delete_order"]
-        assert first.text == "" and chat.pending == first.pending  # no model call yet
+        assert first.text == "" and chat.pending == list(first.pending)  # no model call yet
         with pytest.raises(AlreadyDecidedError):
             chat.approve("call_1_delete_order")
         last = chat.deny_all("not today")
-        assert last.text == "Kept both." and last.pending == [] and tools.runs == []
+        assert last.text == "Kept both." and last.pending == () and tools.runs == []
         assert chat.send("Hello").text == "Hi."
         stored = store.load(chat.conversation_id, USER)
     assert stored is not None
