@@ -69,6 +69,8 @@ def tool_asked_for(text: str, names: Iterable[str]) -> str | None:
     whose whole name it holds, else the first one of whose words it says. The message's
     words are read only when no whole name is in it."""
     names = list(names)
+    if not names:  # nothing declared: no words to read
+        return None
     whole = next((name for name in names if name in text), None)
     if whole is not None:
         return whole
