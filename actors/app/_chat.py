@@ -1,6 +1,7 @@
 """``parlour chat``: an interactive chat with the agent, streaming each answer as it arrives.
 
-The scripted model by default (offline), a real one with ``--model`` when its key is set;
+The scripted model by default (offline), a real one with ``--model`` when its key is set
+(``ModelChoice``: with ``--base-url``, any model of an OpenAI-compatible server);
 conversations are durable in ``--data-dir`` and ``--resume ID`` continues one (refused at
 start when the user holds no such conversation there), showing its last few turns. An
 empty line, ``/quit`` or end of input ends the chat; Ctrl-C too, with status 130; every
@@ -14,7 +15,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from parlour.runtime import Depth, LLMClient, OutputSize, client_for
+import msgspec
+
+from parlour.runtime import Depth, LLMClient, ModelCatalog, ModelSpec, OutputSize, client_for
 from parlour.runtime.errors import ParlourError, UncorrectableLLMError
 from parlour.stores import LmdbStore, MemorySessionCache
 
@@ -36,19 +39,49 @@ CHAT_HELP = (
 SHOWN_TURNS = 6  # the messages of a resumed conversation shown before the prompt
 
 
-def model_client(model: str) -> LLMClient:
-    """``client_for(model)``, its refusals (unknown model, missing key or SDK) as one line.
+DEFAULT_CONTEXT_WINDOW = 32_768  # a model outside the catalog, served at --base-url
+
+
+class ModelChoice(msgspec.Struct, frozen=True):
+    """The model a command runs (``--model``, ``--base-url``, ``--context-window``): a
+    catalog id, the offline ``scripted`` one by default; with ``base_url``, any model of an
+    OpenAI-compatible server (Ollama, vLLM, llama.cpp), declared from its context window
+    when the catalog does not know it."""
+
+    model: str = "scripted"
+    base_url: str | None = None
+    context_window: int | None = None
+
+
+def model_client(choice: ModelChoice) -> LLMClient:
+    """The client of ``choice``; each refusal (unknown model, missing key or SDK, a base URL
+    that does not parse) as one line.
 
     Raises:
-        AdminError: ``client_for`` refused.
+        AdminError: the choice does not name a model parlour can reach.
     """
+    if choice.base_url is None and choice.context_window is not None:
+        raise AdminError("--context-window declares a model served at --base-url; give both.")
+    if choice.base_url is not None and choice.model == "scripted":
+        raise AdminError("--base-url needs --model NAME: the model the server is to run.")
     try:
-        return client_for(model)
+        if choice.base_url is None:
+            return client_for(choice.model)
+        return client_for(_served_spec(choice), base_url=choice.base_url)
     except (ValueError, ImportError, UncorrectableLLMError) as exc:
         raise AdminError(str(exc)) from None
 
 
-def run_chat(data_dir: Path, user: str, resume: str | None, model: str) -> int:
+def _served_spec(choice: ModelChoice) -> ModelSpec:
+    """The catalog's entry for the model, else one declared from its context window."""
+    catalog = ModelCatalog.default()
+    if choice.context_window is None and choice.model in {s.id for s in catalog}:
+        return catalog.get(choice.model)
+    window = choice.context_window or DEFAULT_CONTEXT_WINDOW
+    return ModelSpec.custom(choice.model, context_window=window, provider="openai")
+
+
+def run_chat(data_dir: Path, user: str, resume: str | None, model: ModelChoice) -> int:
     """The interactive loop; returns the exit status.
 
     Raises:

@@ -19,10 +19,10 @@ from loguru import logger
 from . import _admin
 from ._bench import run_bench, run_cases
 from ._cases import CASES
-from ._chat import CHAT_HELP, run_chat
+from ._chat import CHAT_HELP, DEFAULT_CONTEXT_WINDOW, ModelChoice, model_client, run_chat
 from ._cluster import add_cluster_commands, run_cluster
 from ._demo import MIN_WINDOW, run_demo, run_long_demo
-from ._guard import OneLineParser, at_least, positive, refusal, say, store_dir
+from ._guard import AdminError, OneLineParser, at_least, positive, refusal, say, store_dir
 
 DEFAULT_DATA_DIR = Path("parlour-data")
 INTERRUPTED = 130  # the shell's status for a process ended by Ctrl-C (128 + SIGINT)
@@ -56,9 +56,7 @@ def _job_commands(commands: argparse._SubParsersAction[Any]) -> None:
     chat.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     chat.add_argument("--user", default="me", help="the user id (default: me)")
     chat.add_argument("--resume", metavar="ID", default=None, help="continue a conversation")
-    chat.add_argument(
-        "--model", default="scripted", help="a catalog model id (default: the offline scripted)"
-    )
+    _model_arguments(chat)
 
     demo = commands.add_parser("demo", help="run, restart and restore conversations offline")
     demo.add_argument(
@@ -68,6 +66,7 @@ def _job_commands(commands: argparse._SubParsersAction[Any]) -> None:
         help="the LMDB directory (default: ./parlour-data)",
     )
     demo.add_argument("--conversations", type=positive, default=20)
+    _model_arguments(demo)
     demo.add_argument("--workers", type=positive, default=8)
     demo.add_argument(
         "--long", action="store_true", help="one conversation far past a small model window"
@@ -112,7 +111,7 @@ def _job_commands(commands: argparse._SubParsersAction[Any]) -> None:
 
     serve = commands.add_parser("serve", help="the chat API and inspector page over HTTP")
     serve.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
-    serve.add_argument("--model", default="scripted", help="a catalog model id")
+    _model_arguments(serve)
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     serve.add_argument(
         "--port", type=at_least(0, 65535), default=8000, help="the port (0: any free one)"
@@ -130,13 +129,40 @@ def _job_commands(commands: argparse._SubParsersAction[Any]) -> None:
     serve.add_argument("--address", default="auto", help="--cluster: the Ray cluster")
 
 
+def _model_arguments(command: argparse.ArgumentParser) -> None:
+    """``--model``, ``--base-url`` and ``--context-window``: read by ``_model``."""
+    command.add_argument(
+        "--model",
+        default="scripted",
+        help="a catalog model id, or with --base-url the server's model (default: the offline "
+        "scripted one)",
+    )
+    command.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="an OpenAI-compatible server (Ollama, vLLM, llama.cpp), e.g. "
+        "http://localhost:11434/v1; no API key needed",
+    )
+    command.add_argument(
+        "--context-window",
+        type=positive,
+        metavar="TOKENS",
+        help=f"--base-url: the model's context window, for a model outside the catalog "
+        f"(default: {DEFAULT_CONTEXT_WINDOW:,})",
+    )
+
+
+def _model(args: argparse.Namespace) -> ModelChoice:
+    return ModelChoice(args.model, args.base_url, args.context_window)
+
+
 def _serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from . import _serve  # needs the serve extra
 
     if args.cluster is None:
         return _serve.run_serve(
             store_dir(args.data_dir),
-            args.model,
+            _model(args),
             args.host,
             args.port,
             args.user,
@@ -181,11 +207,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "chat":
-        return run_chat(args.data_dir, args.user, args.resume, args.model)
+        return run_chat(args.data_dir, args.user, args.resume, _model(args))
     if args.command == "demo" and args.long:
+        if args.model != "scripted" or args.base_url:
+            raise AdminError("demo --long runs on the offline model: drop --model and --base-url")
         return run_long_demo(store_dir(args.data_dir), args.long_turns, args.window)
     if args.command == "demo":
-        return run_demo(store_dir(args.data_dir), args.conversations, args.workers)
+        offline = args.model == "scripted" and not args.base_url
+        client = None if offline else model_client(_model(args))
+        return run_demo(store_dir(args.data_dir), args.conversations, args.workers, client)
     if args.command == "serve":
         return _serve(parser, args)
     if args.command == "cluster":

@@ -23,6 +23,7 @@ import msgspec
 from parlour.runtime import (
     ConversationContext,
     Depth,
+    LLMClient,
     LLMResponse,
     OutputSize,
     PreparedConversation,
@@ -54,9 +55,11 @@ def _opening(index: int, turn: int) -> str:
     return f"Thanks. Conversation {index}, turn {turn + 1}: summarise what you found."
 
 
-def demo_agent() -> Agent:
+def demo_agent(client: LLMClient | None = None) -> Agent:
+    """The demo's agent: on ``client``, else the offline scripted model (by name: a real
+    model never falls back to it)."""
     return Agent(
-        client_for("scripted"),  # by name: a real model never falls back to it
+        client if client is not None else client_for("scripted"),
         tools=[get_current_time],
         objective=OBJECTIVE,
         output=OutputSize.STANDARD,
@@ -64,13 +67,17 @@ def demo_agent() -> Agent:
     )
 
 
-def run_demo(data_dir: Path, conversations: int = 20, workers: int = 8) -> int:
-    """The demo; returns the exit status (0, 1 when a restore broke, 130 on Ctrl-C)."""
+def run_demo(
+    data_dir: Path, conversations: int = 20, workers: int = 8, client: LLMClient | None = None
+) -> int:
+    """The demo on ``client`` (None: the offline scripted model); returns the exit status
+    (0, 1 when a restore broke, 130 on Ctrl-C)."""
+    agent = demo_agent(client)
+    by = agent.client.model_id
     print(
-        f"parlour demo: {conversations} conversations on {data_dir.resolve()}, "
-        "answered by the offline scripted model"
+        f"parlour demo: {conversations} conversations on {data_dir.resolve()}, answered by "
+        + ("the offline scripted model" if by == "scripted" else by)
     )
-    agent = demo_agent()
     try:
         with ctrl_c_stops() as stop:
             first, saved = _phase_one(agent, data_dir, conversations, workers, stop)

@@ -33,7 +33,7 @@ from parlour.stores import LmdbStore, MemorySessionCache
 
 from .._service import ConversationService
 from ..agent._agent import Agent
-from ._chat import model_client
+from ._chat import ModelChoice, model_client
 from ._cluster import ray_init
 from ._guard import AdminError, say
 from ._workload import get_current_time
@@ -55,7 +55,7 @@ OBJECTIVE = "You are a helpful assistant. Answer briefly; use tools when they he
 GRACE_S = 30.0
 
 
-def serve_agent(model: str) -> Agent:
+def serve_agent(model: ModelChoice) -> Agent:
     """The agent ``parlour serve`` hosts: ``model`` with a clock tool.
 
     Raises:
@@ -110,7 +110,7 @@ def tokens_for(token_file: Path, user: str, new_token: bool) -> tuple[TokenBook,
 
 def run_serve(
     data_dir: Path,
-    model: str,
+    model: ModelChoice,
     host: str,
     port: int,
     user: str = "me",
