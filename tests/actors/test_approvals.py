@@ -21,6 +21,7 @@ import pytest
 from parlour.actors import (
     Agent,
     AlreadyDecidedError,
+    ApprovalDecided,
     ApprovalRequested,
     ApprovalsPendingError,
     ConversationService,
@@ -212,6 +213,70 @@ def test_a_denial_reaches_the_model_with_its_reason_and_deny_all_frees_a_new_mes
         "call_1_delete_order": "A person denied this call to delete_order: order 1 is a customer's",
         "call_2_delete_order": "A person denied this call to delete_order: not today",
     }
+
+
+def test_each_decision_is_an_event_of_its_turn_for_the_decider_and_for_a_joiner(
+    tmp_path: Path,
+) -> None:
+    entered, release, joined = threading.Event(), threading.Event(), threading.Event()
+    runs: list[str] = []
+
+    def delete_order(order_id: str) -> str:
+        """Delete an order.
+
+        Args:
+            order_id: the order.
+        """
+        runs.append(order_id)
+        entered.set()
+        release.wait(30)
+        return f"order {order_id} deleted"
+
+    tool = tool_from_function(delete_order, needs_approval=True)
+    two = calls(("delete_order", {"order_id": "1"}), ("delete_order", {"order_id": "2"}))
+    seen: list[Any] = []
+    with LmdbStore(tmp_path / "db") as store, ConversationService(store) as service:
+        chat = Agent(ScriptedClient([two, "Done."]), tools=[tool], **QUIET).chat(
+            service, user_id=USER
+        )
+        chat.send("Delete 1 and 2")
+        cid = chat.conversation_id
+
+        def join() -> None:
+            async def follow() -> None:
+                async for event in service.join(cid, USER, after=0):
+                    seen.append(event)
+                    joined.set()
+
+            entered.wait(30)  # the approved call runs: the turn goes on, and waits here
+            asyncio.run(follow())
+
+        def go_on() -> None:
+            joined.wait(30)
+            release.set()
+
+        async def decide(call_id: str, approved: bool, reason: str = "") -> list[Any]:
+            return [e async for e in chat.astream_decision(call_id, approved, reason)]
+
+        first = asyncio.run(decide("call_1_delete_order", False, "keep it"))
+        helpers = [threading.Thread(target=join), threading.Thread(target=go_on)]
+        for t in helpers:
+            t.start()
+        second = asyncio.run(decide("call_2_delete_order", True))
+        for t in helpers:
+            t.join(30)
+    assert [type(e) for e in first] == [ApprovalDecided, TurnDone]
+    assert (first[0].call_id, first[0].approved, first[0].reason) == (
+        "call_1_delete_order",
+        False,
+        "keep it",
+    )
+    assert [p.call_id for p in first[-1].reply.pending] == ["call_2_delete_order"]
+    assert isinstance(second[0], ApprovalDecided) and second[0].approved
+    assert (second[0].call_id, second[0].tool) == ("call_2_delete_order", "delete_order")
+    assert isinstance(second[-1], TurnDone) and second[-1].reply.text == "Done."
+    assert seen[0] == second[0] and seen[-1] == second[-1]  # the joiner saw the decision
+    assert runs == ["2"]
 
 
 def test_hostile_decisions_are_refused_with_a_clear_error_and_store_nothing(
