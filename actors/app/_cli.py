@@ -59,6 +59,13 @@ def _job_commands(commands: argparse._SubParsersAction[Any]) -> None:
     chat.add_argument(
         "--model", default="scripted", help="a catalog model id (default: the offline scripted)"
     )
+    chat.add_argument(
+        "--needs-approval",
+        metavar="TOOL",
+        action="append",
+        default=[],
+        help="ask y/n before each call of this tool (repeatable)",
+    )
 
     demo = commands.add_parser("demo", help="run, restart and restore conversations offline")
     demo.add_argument(
@@ -181,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "chat":
-        return run_chat(args.data_dir, args.user, args.resume, args.model)
+        return run_chat(args.data_dir, args.user, args.resume, args.model, args.needs_approval)
     if args.command == "demo" and args.long:
         return run_long_demo(store_dir(args.data_dir), args.long_turns, args.window)
     if args.command == "demo":
