@@ -16,35 +16,22 @@ from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from parlour.actors import Agent, ConversationService, asgi_app
-from parlour.runtime import Depth, OutputSize, ScriptedClient, TurnStep, tool_from_function
-from parlour.runtime.testing import scripted_tool_calls
+from parlour.runtime import Depth, OutputSize, ScriptedClient, TurnStep
 from parlour.stores import LmdbStore
 
-from .serve_helpers import ALICE, BOB, TOKENS, LiveServer, create, parse_sse, sse_events
+from .serve_helpers import (
+    ALICE,
+    BOB,
+    TOKENS,
+    LiveServer,
+    Orders,
+    create,
+    parse_sse,
+    sse_events,
+)
 
 JSON = {**ALICE, "content-type": "application/json"}
 BOB_JSON = {**BOB, "content-type": "application/json"}
-
-
-class Orders:
-    """``delete_order``, which needs a person's approval; it notes each order it deletes."""
-
-    def __init__(self) -> None:
-        self.deleted: list[str] = []
-
-        def delete_order(order_id: str) -> str:
-            """Delete an order.
-
-            Args:
-                order_id: the order.
-            """
-            self.deleted.append(order_id)
-            return f"order {order_id} deleted"
-
-        self.tool = tool_from_function(delete_order, needs_approval=True)
-
-
-ASK = scripted_tool_calls(("delete_order", {"order_id": "1"}), ("delete_order", {"order_id": "2"}))
 
 
 @pytest.fixture
@@ -54,13 +41,7 @@ def orders() -> Orders:
 
 @pytest.fixture
 def app(orders: Orders, service: ConversationService) -> Starlette:
-    agent = Agent(
-        ScriptedClient([ASK, "Both handled."]),
-        tools=[orders.tool],
-        output=OutputSize.COMPACT,
-        depth=Depth.IMMEDIATE,
-    )
-    return asgi_app(agent, service, tokens=TOKENS)
+    return asgi_app(orders.agent(), service, tokens=TOKENS)
 
 
 def _parked(client: TestClient | httpx2.Client) -> tuple[str, list[dict[str, Any]]]:
