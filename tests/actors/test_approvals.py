@@ -294,7 +294,7 @@ def test_another_users_live_unsaved_conversation_is_refused_by_pending_and_histo
         refusal = f"User mallory does not own conversation {cid}"
         for state in ("held", "idle"):
             with pytest.raises(PermissionError, match=f"^{refusal}$"):
-                stranger.pending  # noqa: B018 (a read that must refuse)
+                _ = stranger.pending  # a read that must refuse
             with pytest.raises(PermissionError, match=f"^{refusal}$"):
                 stranger.history()
             with pytest.raises(PermissionError, match=f"^{refusal}$"):
