@@ -299,13 +299,12 @@ class Chat:
         """``resume`` on the running loop, never blocking it; raises what it raises."""
         return await self._arun(None, (), lambda event: None)
 
-    async def astream(
+    def astream(
         self, text: str, attachments: Sequence[ContentBlock] = ()
     ) -> AsyncIterator[AgentEvent]:
         """``stream`` on the running loop. Closing or cancelling the iteration cancels the
         turn (saved and released before the close returns)."""
-        async for event in self._aevents(lambda emit: self._arun(text, attachments, emit)):
-            yield event
+        return self._aevents(lambda emit: self._arun(text, attachments, emit))
 
     async def _aevents(
         self, turn: Callable[[Callable[[AgentEvent], None]], Awaitable[Reply]]
