@@ -16,6 +16,7 @@ from .agent._effects import RetryPolicy
 from .agent._events import (
     AgentEvent,
     AlreadyDecidedError,
+    ApprovalDecided,
     ApprovalError,
     ApprovalRequested,
     ApprovalsPendingError,
@@ -44,6 +45,7 @@ __all__ = [
     "AgentEvent",
     "AgentThinker",
     "AlreadyDecidedError",
+    "ApprovalDecided",
     "ApprovalError",
     "ApprovalRequested",
     "ApprovalsPendingError",

@@ -66,6 +66,7 @@ PINNED = {
         "AgentEvent",
         "AgentThinker",
         "AlreadyDecidedError",
+        "ApprovalDecided",
         "ApprovalError",
         "ApprovalRequested",
         "ApprovalsPendingError",

@@ -42,6 +42,7 @@ from parlour.runtime.blocks import ToolResultBlock, ToolUseBlock
 from ._call_context import idempotency_key
 from ._events import (
     AlreadyDecidedError,
+    ApprovalDecided,
     ApprovalRequested,
     ApprovalsPendingError,
     NoSuchApprovalError,
@@ -282,14 +283,30 @@ def decide_steps(
     if left:
         context.open_turn = record
         yield plan.saving(context)  # waited: the decision, once (the save's version fence)
+        yield from _announced(made, asked)
         return Reply(text="", usage=plan.usage, messages=[], pending=tuple(_shown(left)))
-    yield from _apply(context, plan, record)
+    yield from _apply(context, plan, record, _announced(made, asked))
     return None
 
 
-def _apply(context: ConversationContext, plan: TurnPlan, record: OpenTurn) -> Steps:
+def _announced(
+    made: Iterable[ApprovalDecision], asked: dict[str, PendingCall]
+) -> Generator[ApprovalDecided, Any, None]:
+    """Each decision as an event for the turn's followers (once its save has succeeded: a
+    decision another process beat is never announced)."""
+    for d in made:
+        tool = asked[d.call_id].tool
+        yield ApprovalDecided(call_id=d.call_id, tool=tool, approved=d.approved, reason=d.reason)
+
+
+def _apply(
+    context: ConversationContext,
+    plan: TurnPlan,
+    record: OpenTurn,
+    announced: Generator[ApprovalDecided, Any, None],
+) -> Steps:
     """The last decision: denied calls answered with their reason and the record moved on,
-    in one save; then the approved calls run as a round."""
+    in one save, then ``announced``; then the approved calls run as a round."""
     calls = _calls_of(context, record)
     denied = [d for d in record.decisions if not d.approved]
     results = [
@@ -317,6 +334,7 @@ def _apply(context: ConversationContext, plan: TurnPlan, record: OpenTurn) -> St
     )
     plan.decided = record
     yield plan.saving(context)  # waited: every decision applied before an approved call runs
+    yield from announced
     approved = [calls[d.call_id] for d in record.decisions if d.approved and d.call_id in calls]
     if approved:
         yield from _join_round(context, plan, approved)

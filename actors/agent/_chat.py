@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import threading
-from collections.abc import AsyncIterator, Callable, Generator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -195,15 +195,32 @@ class Chat:
                 self._end()
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _adecide(self, call_ids: list[str] | None, approved: bool, reason: str) -> Reply:
+    def astream_decision(
+        self, call_id: str | None, approved: bool, reason: str = ""
+    ) -> AsyncIterator[AgentEvent]:
+        """A decision on the running loop as its events (for a host that shows them):
+        ``ApprovalDecided`` once saved; after the last decision of the turn, the rest of the
+        turn's events; ``TurnDone`` last, its reply what ``approve`` returns. ``call_id``
+        None decides every undecided call (as ``deny_all``). Raises what ``approve``
+        raises; closing the iteration cancels the turn as ``astream``'s does."""
+        ids = None if call_id is None else [call_id]
+        return self._aevents(lambda emit: self._adecide(ids, approved, reason, emit))
+
+    async def _adecide(
+        self,
+        call_ids: list[str] | None,
+        approved: bool,
+        reason: str,
+        emit: Callable[[AgentEvent], None] = lambda event: None,
+    ) -> Reply:
         checked_decision(call_ids, reason)
         for attempt in range(DECIDE_ATTEMPTS):
             plan = self._begin()
             try:
                 with turn_span(plan.tracer, self.thinker):
                     steps = decision_steps(plan, call_ids, approved, reason)
-                    reply = await drive_async(steps, plan, self.service, lambda event: None)
-                self._done(plan, reply)
+                    reply = await drive_async(steps, plan, self.service, emit)
+                emit(self._done(plan, reply))
                 return reply
             except StaleVersionError:
                 if attempt + 1 == DECIDE_ATTEMPTS:
@@ -282,13 +299,20 @@ class Chat:
         """``resume`` on the running loop, never blocking it; raises what it raises."""
         return await self._arun(None, (), lambda event: None)
 
-    async def astream(
+    def astream(
         self, text: str, attachments: Sequence[ContentBlock] = ()
     ) -> AsyncIterator[AgentEvent]:
         """``stream`` on the running loop. Closing or cancelling the iteration cancels the
         turn (saved and released before the close returns)."""
+        return self._aevents(lambda emit: self._arun(text, attachments, emit))
+
+    async def _aevents(
+        self, turn: Callable[[Callable[[AgentEvent], None]], Awaitable[Reply]]
+    ) -> AsyncIterator[AgentEvent]:
+        """The events ``turn`` emits, as it runs in a task of its own; closing the
+        iteration cancels the task (waited for)."""
         queue: asyncio.Queue[AgentEvent] = asyncio.Queue()
-        task = asyncio.ensure_future(self._arun(text, attachments, queue.put_nowait))
+        task = asyncio.ensure_future(turn(queue.put_nowait))
         try:
             while True:
                 getter = asyncio.ensure_future(queue.get())

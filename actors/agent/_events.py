@@ -30,6 +30,7 @@ from .._thinker import Event
 __all__ = [
     "AgentEvent",
     "AlreadyDecidedError",
+    "ApprovalDecided",
     "ApprovalError",
     "ApprovalRequested",
     "ApprovalsPendingError",
@@ -90,6 +91,16 @@ class ApprovalRequested(Event, tag="approval_requested", frozen=True, kw_only=Tr
     with the conversation; the calls needing none have run)."""
 
     pending: tuple[PendingApproval, ...]
+
+
+class ApprovalDecided(Event, tag="approval_decided", frozen=True, kw_only=True):
+    """A person's decision on a pending call, saved: approved, or denied with ``reason``
+    (the last decision of a turn is followed by the rest of that turn's events)."""
+
+    call_id: str
+    tool: str
+    approved: bool
+    reason: str = ""
 
 
 class Recovered(Event, tag="recovered", frozen=True, kw_only=True):
@@ -154,6 +165,7 @@ class TurnDone(Event, tag="done", frozen=True, kw_only=True):
 
 AgentEvent = (
     ApprovalRequested
+    | ApprovalDecided
     | TextDelta
     | ToolCallStarted
     | ToolCallFinished

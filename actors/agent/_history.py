@@ -112,7 +112,10 @@ Stored = tuple[list[HistoryMessage], OpenTurn | None]
 def _stored(service: ConversationService, thinker: Thinker) -> Stored:
     assert service.store is not None
     snapshot = service.store.load(thinker.conversation_id, thinker.user_id)
-    return (entries(snapshot.messages), snapshot.turn) if snapshot is not None else ([], None)
+    if snapshot is None:  # another user's live, unsaved conversation is refused as a stored one
+        service.turn_running(thinker.conversation_id, thinker.user_id)
+        return [], None
+    return entries(snapshot.messages), snapshot.turn
 
 
 def _live(context: ConversationContext) -> Stored:

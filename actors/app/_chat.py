@@ -13,6 +13,7 @@ this session's history (the arrow keys).
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
@@ -34,7 +35,8 @@ CHAT_HELP = (
     "Chat with the agent, streaming its answers. An empty line, /quit or end of input "
     "(Ctrl-D) ends the chat, as does Ctrl-C (status 130); every finished turn is saved. "
     "--resume ID continues a stored conversation (parlour list USER lists them); /resume "
-    "finishes its last turn when that was interrupted."
+    "finishes its last turn when that was interrupted. A call waiting for approval "
+    "(--needs-approval TOOL) is asked y/n, with a reason on n."
 )
 SHOWN_TURNS = 6  # the messages of a resumed conversation shown before the prompt
 
@@ -81,23 +83,36 @@ def _served_spec(choice: ModelChoice) -> ModelSpec:
     return ModelSpec.custom(choice.model, context_window=window, provider="openai")
 
 
-def run_chat(data_dir: Path, user: str, resume: str | None, model: ModelChoice) -> int:
-    """The interactive loop; returns the exit status.
+def run_chat(
+    data_dir: Path,
+    user: str,
+    resume: str | None,
+    model: ModelChoice,
+    needs_approval: Sequence[str] = (),
+) -> int:
+    """The interactive loop; returns the exit status. A call of a tool in
+    ``needs_approval`` waits for the person's y/n (a reason with n), as do the pending
+    calls of a resumed conversation.
 
     Raises:
         AdminError: an unknown model, a model without its key or SDK, a data dir that is
-            a file, or (``resume``) no store or no conversation ``resume`` of ``user``.
+            a file, ``needs_approval`` naming no tool of the chat, or (``resume``) no store
+            or no conversation ``resume`` of ``user``.
         PermissionError: ``resume`` is another user's conversation.
         KeyboardInterrupt: Ctrl-C (the service stops cleanly first).
     """
     client = model_client(model)
-    agent = Agent(
-        client,
-        tools=[get_current_time],
-        objective=OBJECTIVE,
-        output=OutputSize.STANDARD,
-        depth=Depth.IMMEDIATE,
-    )
+    try:
+        agent = Agent(
+            client,
+            tools=[get_current_time],
+            objective=OBJECTIVE,
+            output=OutputSize.STANDARD,
+            depth=Depth.IMMEDIATE,
+            needs_approval=set(needs_approval),
+        )
+    except ValueError as exc:  # a tool name the chat does not have
+        raise AdminError(str(exc)) from None
     if resume is not None:
         existing_store(data_dir)  # a mistyped --data-dir is refused, not created
     else:
@@ -118,7 +133,8 @@ def run_chat(data_dir: Path, user: str, resume: str | None, model: ModelChoice) 
             if chat.interrupted:
                 print("its last turn was interrupted: /resume finishes it")
         _line_editing()
-        _loop(chat)
+        if _decide_pending(chat):
+            _loop(chat)
     return 0
 
 
@@ -158,6 +174,44 @@ def _loop(chat: Chat) -> None:
                 _turn(chat, text)
         except ParlourError as exc:
             print(f"\n[turn failed: {exc}]")
+        if not _decide_pending(chat):
+            return
+
+
+def _decide_pending(chat: Chat) -> bool:
+    """Ask y/n for each call waiting for approval (read from the store), a reason on n,
+    until none waits (the last decision's turn goes on and may ask again); False when the
+    input ended first (the undecided calls stay stored for a later ``--resume``)."""
+    while waiting := chat.pending:
+        for call in waiting:
+            answer = _ask(f"approve {call.tool}({call.arguments})? [y/n] ", ("y", "n"))
+            if answer is None:
+                return False
+            try:
+                if answer == "y":
+                    reply = chat.approve(call.call_id)
+                else:
+                    reply = chat.deny(call.call_id, _ask("reason> ") or "")
+            except ParlourError as exc:  # decided elsewhere meanwhile: look again
+                print(f"[{exc}]")
+                break
+            if reply.text:  # the turn went on (and answered, or asked again)
+                print(f"agent> {reply.text}")
+    return True
+
+
+def _ask(prompt: str, choices: tuple[str, ...] = ()) -> str | None:
+    """The person's answer to ``prompt`` (asked again until it is one of ``choices``,
+    when given); None at the end of input."""
+    while True:
+        try:
+            answer = input(prompt).strip()
+        except EOFError:
+            print()
+            return None
+        if not choices or answer.lower() in choices:
+            return answer.lower() if choices else answer
+        print(f"answer {' or '.join(choices)}")
 
 
 def _turn(chat: Chat, text: str) -> None:

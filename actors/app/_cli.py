@@ -57,6 +57,13 @@ def _job_commands(commands: argparse._SubParsersAction[Any]) -> None:
     chat.add_argument("--user", default="me", help="the user id (default: me)")
     chat.add_argument("--resume", metavar="ID", default=None, help="continue a conversation")
     _model_arguments(chat)
+    chat.add_argument(
+        "--needs-approval",
+        metavar="TOOL",
+        action="append",
+        default=[],
+        help="ask y/n before each call of this tool (repeatable)",
+    )
 
     demo = commands.add_parser("demo", help="run, restart and restore conversations offline")
     demo.add_argument(
@@ -207,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "chat":
-        return run_chat(args.data_dir, args.user, args.resume, _model(args))
+        return run_chat(args.data_dir, args.user, args.resume, _model(args), args.needs_approval)
     if args.command == "demo" and args.long:
         if args.model != "scripted" or args.base_url:
             raise AdminError("demo --long runs on the offline model: drop --model and --base-url")

@@ -21,8 +21,10 @@ import pytest
 from parlour.actors import (
     Agent,
     AlreadyDecidedError,
+    ApprovalDecided,
     ApprovalRequested,
     ApprovalsPendingError,
+    BasicThinker,
     ConversationService,
     NoSuchApprovalError,
     PendingApproval,
@@ -214,6 +216,98 @@ def test_a_denial_reaches_the_model_with_its_reason_and_deny_all_frees_a_new_mes
     }
 
 
+def test_each_decision_is_an_event_of_its_turn_for_the_decider_and_for_a_joiner(
+    tmp_path: Path,
+) -> None:
+    entered, release, joined = threading.Event(), threading.Event(), threading.Event()
+    runs: list[str] = []
+
+    def delete_order(order_id: str) -> str:
+        """Delete an order.
+
+        Args:
+            order_id: the order.
+        """
+        runs.append(order_id)
+        entered.set()
+        release.wait(30)
+        return f"order {order_id} deleted"
+
+    tool = tool_from_function(delete_order, needs_approval=True)
+    two = calls(("delete_order", {"order_id": "1"}), ("delete_order", {"order_id": "2"}))
+    seen: list[Any] = []
+    with LmdbStore(tmp_path / "db") as store, ConversationService(store) as service:
+        chat = Agent(ScriptedClient([two, "Done."]), tools=[tool], **QUIET).chat(
+            service, user_id=USER
+        )
+        chat.send("Delete 1 and 2")
+        cid = chat.conversation_id
+
+        def join() -> None:
+            async def follow() -> None:
+                async for event in service.join(cid, USER, after=0):
+                    seen.append(event)
+                    joined.set()
+
+            entered.wait(30)  # the approved call runs: the turn goes on, and waits here
+            asyncio.run(follow())
+
+        def go_on() -> None:
+            joined.wait(30)
+            release.set()
+
+        async def decide(call_id: str, approved: bool, reason: str = "") -> list[Any]:
+            return [e async for e in chat.astream_decision(call_id, approved, reason)]
+
+        first = asyncio.run(decide("call_1_delete_order", False, "keep it"))
+        helpers = [threading.Thread(target=join), threading.Thread(target=go_on)]
+        for t in helpers:
+            t.start()
+        second = asyncio.run(decide("call_2_delete_order", True))
+        for t in helpers:
+            t.join(30)
+    assert [type(e) for e in first] == [ApprovalDecided, TurnDone]
+    assert (first[0].call_id, first[0].approved, first[0].reason) == (
+        "call_1_delete_order",
+        False,
+        "keep it",
+    )
+    assert [p.call_id for p in first[-1].reply.pending] == ["call_2_delete_order"]
+    assert isinstance(second[0], ApprovalDecided) and second[0].approved
+    assert (second[0].call_id, second[0].tool) == ("call_2_delete_order", "delete_order")
+    assert isinstance(second[-1], TurnDone) and second[-1].reply.text == "Done."
+    assert seen[0] == second[0] and seen[-1] == second[-1]  # the joiner saw the decision
+    assert runs == ["2"]
+
+
+def test_another_users_live_unsaved_conversation_is_refused_by_pending_and_history_alike(
+    tmp_path: Path,
+) -> None:
+    tools = Tools()
+    with LmdbStore(tmp_path / "db") as store, ConversationService(store) as service:
+        owner = BasicThinker(USER)
+        cid = owner.mint_conversation_id()
+        service.obtain_conversation(None, owner).get(timeout=5)  # live, held, never saved
+        stranger = _agent(ScriptedClient([]), tools).chat(
+            service, user_id="mallory", conversation_id=cid
+        )
+        refusal = f"User mallory does not own conversation {cid}"
+        for state in ("held", "idle"):
+            with pytest.raises(PermissionError, match=f"^{refusal}$"):
+                _ = stranger.pending  # a read that must refuse
+            with pytest.raises(PermissionError, match=f"^{refusal}$"):
+                stranger.history()
+            with pytest.raises(PermissionError, match=f"^{refusal}$"):
+                stranger.approve("call_1")
+            if state == "held":
+                service.release(owner, retain=60)  # idle in memory, still never saved
+        never = _agent(ScriptedClient([]), tools).chat(
+            service, user_id="mallory", conversation_id=f"{cid}-unused"
+        )
+        assert never.pending == [] and never.history() == []  # an id nobody holds
+        assert store.load(cid, USER) is None  # the stranger stored nothing
+
+
 def test_hostile_decisions_are_refused_with_a_clear_error_and_store_nothing(
     tmp_path: Path,
 ) -> None:
@@ -318,6 +412,76 @@ def test_two_deciders_of_one_call_on_lmdb_threads_apply_it_once(tmp_path: Path) 
                 assert len(stored.turn.decisions) == 1 and stored.turn.step == TurnStep.DONE
     deletes = [r for r in tools.runs if r.startswith("delete")]
     assert len(deletes) <= 12  # never twice for one call: at most once a round
+
+
+@pytest.mark.slow
+def test_two_threads_deciding_the_same_calls_thousands_of_times_on_lmdb_apply_each_once(
+    tmp_path: Path,
+) -> None:
+    """Two services on one LMDB store, a thread each, deciding the same call of a fresh
+    parked conversation each round (approve against approve, or against deny): one wins and
+    its decision is the one stored, the other is told AlreadyDecidedError; the call's tool
+    runs only when the stored decision approves it, and then once."""
+    rounds = 2000
+    deleted: list[str] = []
+
+    def delete_order(order_id: str) -> str:
+        """Delete an order.
+
+        Args:
+            order_id: the order.
+        """
+        deleted.append(order_id)
+        return "deleted"
+
+    tool = tool_from_function(delete_order, needs_approval=True)
+    orders = [calls(("delete_order", {"order_id": str(n)})) for n in range(rounds)]
+    asker = Agent(ScriptedClient(orders), tools=[tool], **QUIET)
+    decider = Agent(ScriptedClient(["Done."] * (2 * rounds)), tools=[tool], **QUIET)
+    call_id = "call_1_delete_order"
+    with (
+        LmdbStore(tmp_path / "db") as store,
+        ConversationService(store) as one,
+        ConversationService(store) as two,
+    ):
+        cids: list[str] = []
+        for _ in range(rounds):
+            chat = asker.chat(one, user_id=USER)
+            chat.send("Delete it")
+            cids.append(chat.conversation_id)
+        outcomes: list[list[Any]] = [[], []]
+        gates = [threading.Barrier(2) for _ in range(rounds)]
+
+        def decide(side: int, service: ConversationService) -> None:
+            for n, cid in enumerate(cids):
+                chat = decider.chat(service, user_id=USER, conversation_id=cid)
+                approve = side == 0 or n % 2 == 0  # odd rounds: an approval against a denial
+                gates[n].wait(30)
+                try:
+                    reply = chat.approve(call_id) if approve else chat.deny(call_id, "no")
+                    outcomes[side].append(("won", approve, reply.text))
+                except AlreadyDecidedError:
+                    outcomes[side].append(("refused", approve, ""))
+
+        threads = [threading.Thread(target=decide, args=(i, s)) for i, s in enumerate((one, two))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(600)
+        assert not any(t.is_alive() for t in threads)
+        approved_rounds = []
+        for n, cid in enumerate(cids):
+            first, second = outcomes[0][n], outcomes[1][n]
+            assert sorted([first[0], second[0]]) == ["refused", "won"], (n, first, second)
+            winner = first if first[0] == "won" else second
+            assert winner[2] == "Done."
+            stored = store.load(cid, USER)
+            assert stored is not None and stored.turn is not None
+            [decision] = stored.turn.decisions
+            assert decision.approved == winner[1]  # the winner's decision is the stored one
+            if decision.approved:
+                approved_rounds.append(str(n))
+    assert sorted(deleted, key=int) == approved_rounds  # each approved call ran exactly once
 
 
 def _anthropic_tool_use() -> dict[str, Any]:

@@ -1,20 +1,31 @@
-"""A state machine over several users doing every service operation, foreign ones included:
-each user sees exactly their own conversations, as last released or saved, and nothing of
-anyone else's."""
+"""A state machine over several users doing every service operation, foreign ones included
+(the approval operations too, on conversations whose turn waits for a person): each user
+sees exactly their own conversations, as last released or saved, and nothing of anyone
+else's."""
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import tempfile
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from parlour.actors import BasicThinker, ConversationService
-from parlour.runtime import ConversationContext
+from parlour.actors import Agent, BasicThinker, Chat, ConversationService
+from parlour.runtime import (
+    ConversationContext,
+    Depth,
+    OutputSize,
+    ScriptedClient,
+    tool_from_function,
+)
 from parlour.runtime.errors import ConversationNotFoundError, ConversationUnavailableError
 from parlour.runtime.testing import FakeClock
 from parlour.stores import LmdbStore, MemorySessionCache, MemoryStore, PersistentStore
@@ -30,6 +41,27 @@ class Model:
     holder: BasicThinker | None = None
     context: ConversationContext | None = None
     counter: int = field(default=0)
+    parked: str | None = None  # the id of the call its turn waits on for approval
+    agent: bool = False  # made by an agent's turn (its messages hold tool calls)
+
+
+def delete_order(order_id: str) -> str:
+    """Delete an order.
+
+    Args:
+        order_id: the order.
+    """
+    return f"order {order_id} deleted"
+
+
+# the scripted model calls delete_order when a message names it; each call waits for approval
+AGENT = Agent(
+    ScriptedClient(),
+    tools=[tool_from_function(delete_order, needs_approval=True)],
+    output=OutputSize.COMPACT,
+    depth=Depth.IMMEDIATE,
+    retain=dt.timedelta(0),
+)
 
 
 def _texts(context: ConversationContext) -> list[str]:
@@ -63,11 +95,23 @@ class ServiceMachine(RuleBasedStateMachine):
         m = self.model[cid]
         return m.saved is not None or m.live is not None
 
-    def _pick(self, data: st.DataObject, *, held: bool | None = None) -> str:
+    def _pick(
+        self, data: st.DataObject, *, held: bool | None = None, parked: bool | None = None
+    ) -> str:
         ids = [  # in creation order: minted ids are random, their order is not
-            cid for cid, m in self.model.items() if held is None or (m.holder is not None) == held
+            cid for cid, m in self.model.items() if self._fits(m, held, parked)
         ]
         return data.draw(st.sampled_from(ids))
+
+    @staticmethod
+    def _fits(m: Model, held: bool | None, parked: bool | None) -> bool:
+        return (held is None or (m.holder is not None) == held) and (
+            parked is None or (m.parked is not None) == parked
+        )
+
+    def _plain(self) -> list[str]:
+        """The unheld conversations a plain thinker made (obtained and compared as texts)."""
+        return [c for c, m in self.model.items() if m.holder is None and not m.agent]
 
     def _check_durable(self, cid: str) -> None:
         """The store holds what the model says was saved."""
@@ -75,8 +119,14 @@ class ServiceMachine(RuleBasedStateMachine):
         stored = self.store.load(cid, m.user)
         assert (None if stored is None else [x.raw_content for x in stored.messages]) == m.saved
 
-    def _any(self, held: bool | None = None) -> bool:
-        return any(held is None or (m.holder is not None) == held for m in self.model.values())
+    def _any(self, held: bool | None = None, parked: bool | None = None) -> bool:
+        return any(self._fits(m, held, parked) for m in self.model.values())
+
+    def _stored(self, cid: str) -> list[Any] | None:
+        """The stored messages' texts, as ``_check_durable`` reads them (None: no text, as
+        an agent's tool calls and results have)."""
+        stored = self.store.load(cid, self.model[cid].user)
+        return None if stored is None else [x.raw_content for x in stored.messages]
 
     # -- the owner's operations --------------------------------------------------------------
 
@@ -88,10 +138,10 @@ class ServiceMachine(RuleBasedStateMachine):
         assert context.messages == []
         self.model[cid] = Model(user, live=[], holder=thinker, context=context)
 
-    @precondition(lambda self: self._any(held=False))
+    @precondition(lambda self: self._plain())
     @rule(data=st.data())
     def obtain_own(self, data: st.DataObject) -> None:
-        cid = self._pick(data, held=False)
+        cid = data.draw(st.sampled_from(self._plain()))
         m = self.model[cid]
         thinker = BasicThinker(m.user)
         thinker.set_conversation_id(cid)
@@ -175,6 +225,27 @@ class ServiceMachine(RuleBasedStateMachine):
         expected = m.holder.job_id if m.holder else None
         assert self.service.force_release(cid, m.user) == expected
 
+    @rule(user=st.sampled_from(USERS))
+    def park_a_turn(self, user: str) -> None:
+        chat = AGENT.chat(self.service, user_id=user)
+        reply = chat.send("Please delete_order 7.")
+        [call] = reply.pending
+        assert call.tool == "delete_order"
+        self.model[chat.conversation_id] = Model(user, parked=call.call_id, agent=True)
+        self.model[chat.conversation_id].saved = self._stored(chat.conversation_id)
+
+    @precondition(lambda self: self._any(held=False, parked=True))
+    @rule(data=st.data(), approve=st.booleans())
+    def decide_own(self, data: st.DataObject, approve: bool) -> None:
+        cid = self._pick(data, held=False, parked=True)
+        m = self.model[cid]
+        assert m.parked is not None and m.live is None
+        chat = AGENT.chat(self.service, user_id=m.user, conversation_id=cid)
+        assert [p.call_id for p in chat.pending] == [m.parked]
+        reply = chat.approve(m.parked) if approve else chat.deny_all("no")
+        assert reply.pending == () and chat.pending == []
+        m.parked, m.saved = None, self._stored(cid)
+
     # -- a foreign user tries every door -------------------------------------------------------
 
     @precondition(lambda self: self._any())
@@ -202,6 +273,37 @@ class ServiceMachine(RuleBasedStateMachine):
             with pytest.raises((ConversationUnavailableError, ValueError)):
                 call()
 
+    @precondition(lambda self: self._any())
+    @rule(
+        data=st.data(),
+        door=st.sampled_from(["pending", "approve", "deny", "deny_all", "aapprove"]),
+        real_call=st.booleans(),
+    )
+    def foreign_approval(self, data: st.DataObject, door: str, real_call: bool) -> None:
+        cid = self._pick(data)
+        m = self.model[cid]
+        stranger = data.draw(st.sampled_from([u for u in USERS if u != m.user]))
+        call_id = m.parked if real_call and m.parked else "call_nobody_made"
+        before = self.store.load(cid, m.user)
+        outcome = _approval(
+            AGENT.chat(self.service, user_id=stranger, conversation_id=cid), door, call_id
+        )
+        if self._exists(cid):
+            assert isinstance(outcome, PermissionError), outcome
+            assert str(outcome) == f"User {stranger} does not own conversation {cid}"
+        else:  # nothing is there: indistinguishable from an id never used
+            never = f"never-{uuid.uuid4().hex}"
+            unused = _approval(
+                AGENT.chat(self.service, user_id=stranger, conversation_id=never), door, call_id
+            )
+            assert type(outcome) is type(unused), (outcome, unused)
+            assert str(outcome).replace(cid, "ID") == str(unused).replace(never, "ID")
+        after = self.store.load(cid, m.user)
+        assert (before is None) == (after is None)
+        if before is not None and after is not None:  # the stranger changed nothing
+            assert (after.stored_version, after.turn) == (before.stored_version, before.turn)
+        self._check_durable(cid)
+
     # -- what everyone sees --------------------------------------------------------------------
 
     @invariant()
@@ -216,6 +318,22 @@ class ServiceMachine(RuleBasedStateMachine):
             for user in USERS:
                 found = self.service.owning_thinker(cid, user)
                 assert found is (m.holder if user == m.user else None)
+
+
+def _approval(chat: Chat, door: str, call_id: str) -> object:
+    """What an approval operation answers (or raises) for ``chat``'s user."""
+    try:
+        if door == "pending":
+            return chat.pending
+        if door == "approve":
+            return chat.approve(call_id)
+        if door == "deny":
+            return chat.deny(call_id, "not yours")
+        if door == "deny_all":
+            return chat.deny_all("not yours")
+        return asyncio.run(chat.aapprove(call_id))
+    except Exception as exc:
+        return exc
 
 
 class LmdbServiceMachine(ServiceMachine):

@@ -24,6 +24,7 @@ from starlette.routing import Route
 from parlour.runtime.errors import IllegalStateError
 from parlour.stores import PersistentStore
 
+from . import _approvals as approvals
 from . import _views as views
 from ._host import ChatHost, ShuttingDownError
 from ._http import (
@@ -110,6 +111,8 @@ def _routes() -> list[Route]:
         Route(conv + "/messages", _send, methods=["POST"]),
         Route(conv + "/events", _events),
         Route(conv + "/cancel", _cancel, methods=["POST"]),
+        Route(conv + "/approvals", _approvals),
+        Route(conv + "/approvals/{call_id}", _decide, methods=["POST"]),
     ]
 
 
@@ -373,3 +376,13 @@ async def _events(request: Request) -> Response:
 async def _cancel(request: Request) -> Response:
     ctx, user_id, cid = await _mine(request)
     return JSONResponse({"cancelled": await ctx.host.cancel(user_id, cid)})
+
+
+async def _approvals(request: Request) -> Response:
+    ctx, user_id, cid = await _mine(request)
+    return await approvals.pending(ctx.store, user_id, cid)
+
+
+async def _decide(request: Request) -> Response:
+    ctx, user_id, cid = await _mine(request)
+    return await approvals.decide(request, ctx.host, ctx.store, user_id, cid, ctx.max_body_bytes)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Literal
 
 from loguru import logger
@@ -21,13 +21,15 @@ from loguru import logger
 from parlour.runtime.errors import ParlourError
 
 from ...agent._agent import Agent
-from ...agent._events import TurnCancelledError
+from ...agent._chat import Chat
+from ...agent._events import AgentEvent, TurnCancelledError
 from ._feed import TurnFeed, WireEvent, wire_event
 from ._turns import HostedChat, LocalTurns, Turns
 
 __all__ = ["ChatHost", "ShuttingDownError"]
 
 SendStatus = Literal["started", "queued", "offered"]
+Events = Callable[[], AsyncIterator[AgentEvent]]  # a turn's events, other than a send's
 IDLE_PING_S = 15.0
 MAX_SLOTS = 10_000
 
@@ -186,17 +188,60 @@ class ChatHost:
             return self._start(slot, conversation_id, text)
 
     def _start(
-        self, slot: _Slot, conversation_id: str, text: str
+        self, slot: _Slot, conversation_id: str, text: str, events: Events | None = None
     ) -> tuple[SendStatus, TurnFeed, int]:
         status: SendStatus = "queued" if slot.lock.locked() or slot.waiting else "started"
         feed = TurnFeed(conversation_id, text)
         slot.waiting += 1
-        task = asyncio.create_task(self._run(slot, feed), name=f"turn {conversation_id}")
+        run = self._run(slot, feed, events)
+        task = asyncio.create_task(run, name=f"turn {conversation_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return status, feed, 0
 
-    async def _run(self, slot: _Slot, feed: TurnFeed) -> None:
+    async def decide(
+        self, user_id: str, conversation_id: str, call_id: str, approved: bool, reason: str
+    ) -> TurnFeed:
+        """Approve or deny a pending call, as a turn of the conversation's (queued behind a
+        running one; its events, ``approval_decided`` first, go to the watchers as a turn's
+        do). After the last pending call's decision the turn goes on in the same feed,
+        detached from the request. Returns once the decision is saved.
+
+        The caller has checked that ``user_id`` may see the conversation.
+
+        Raises:
+            ShuttingDownError: the host is shutting down.
+            ApprovalError: no such pending call, or it was decided (nothing saved).
+            NotImplementedError: the turns run on a cluster, which takes no decisions here.
+        """
+        self._refuse_if_closing()
+        slot = self._slot(user_id, conversation_id)
+        chat = slot.chat
+        if not isinstance(chat, Chat):
+            raise NotImplementedError("Approvals are decided on the shard's own process.")
+        saved: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        async def events() -> AsyncIterator[AgentEvent]:
+            try:
+                async for event in chat.astream_decision(call_id, approved, reason):
+                    if not saved.done():
+                        saved.set_result(None)  # the first event: the saved decision
+                    yield event
+            except BaseException as exc:
+                if not saved.done():
+                    saved.set_exception(exc)
+                raise
+            if not saved.done():  # pragma: no cover - a decision always announces itself
+                saved.set_result(None)
+
+        _, feed, _ = self._start(slot, conversation_id, "", events)
+        async for _ in feed.follow():  # settled before its first event reaches the feed
+            if saved.done():
+                saved.result()  # raises the refusal
+                return feed
+        raise ShuttingDownError("The server is shutting down; nothing was decided.")
+
+    async def _run(self, slot: _Slot, feed: TurnFeed, events: Events | None = None) -> None:
         async with slot.lock:
             slot.waiting -= 1
             slot.feed, slot.task = feed, asyncio.current_task()
@@ -205,7 +250,7 @@ class ChatHost:
             feed.push({"type": "turn_start", "conversation_id": feed.conversation_id})
             slot.announce()
             try:
-                await self._drive(slot.chat, feed)
+                await self._drive(slot.chat, feed, events)
             finally:
                 feed.finish()
                 slot.task = None
@@ -213,12 +258,12 @@ class ChatHost:
         if len(self._slots) > self.max_slots:
             self._prune(room=0)
 
-    async def _drive(self, chat: HostedChat, feed: TurnFeed) -> None:
+    async def _drive(self, chat: HostedChat, feed: TurnFeed, events: Events | None) -> None:
         if self.closing:
             feed.push({"type": "error", "message": "The server is shutting down."})
             return
         try:
-            async for event in chat.astream(feed.text):
+            async for event in chat.astream(feed.text) if events is None else events():
                 feed.push(wire_event(event))
         except TurnCancelledError as exc:
             feed.push({"type": "cancelled", "message": str(exc)})

@@ -16,7 +16,8 @@ from starlette.testclient import TestClient
 
 from parlour.actors import Agent
 from parlour.actors.app._serve import _Server
-from parlour.runtime import Depth, OutputSize, ScriptedClient
+from parlour.runtime import Depth, OutputSize, ScriptedClient, tool_from_function
+from parlour.runtime.testing import scripted_tool_calls
 
 TOKENS = {"alice-token": "alice", "bob-token": "bob"}
 ALICE = {"authorization": "Bearer alice-token"}
@@ -37,6 +38,40 @@ class Gate:
         if not self.opened.wait(30):
             raise TimeoutError("the test never opened the gate")
         return "go"
+
+
+ASK = scripted_tool_calls(("delete_order", {"order_id": "1"}), ("delete_order", {"order_id": "2"}))
+
+
+class Orders:
+    """``delete_order``, which needs a person's approval; it notes each order it deletes."""
+
+    def __init__(self) -> None:
+        self.deleted: list[str] = []
+
+        def delete_order(order_id: str) -> str:
+            """Delete an order.
+
+            Args:
+                order_id: the order.
+            """
+            self.deleted.append(order_id)
+            return f"order {order_id} deleted"
+
+        self.tool = tool_from_function(delete_order, needs_approval=True)
+
+    def agent(self) -> Agent:
+        """An agent whose first answer asks to delete orders 1 and 2 (both wait for a
+        person), and whose next says "Both handled."."""
+        return Agent(
+            ScriptedClient([ASK, "Both handled."]),
+            tools=[self.tool],
+            output=OutputSize.COMPACT,
+            depth=Depth.IMMEDIATE,
+        )
+
+
+ASK = scripted_tool_calls(("delete_order", {"order_id": "1"}), ("delete_order", {"order_id": "2"}))
 
 
 def make_agent(gate: Gate) -> Agent:

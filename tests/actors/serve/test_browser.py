@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from parlour.actors import ConversationService, asgi_app
 from parlour.stores import LmdbStore
 
 from .devtools import CHROMIUM, Browser, Page
-from .serve_helpers import HOLD, Gate, LiveServer
+from .serve_helpers import HOLD, TOKENS, Gate, LiveServer, Orders
 
 IN_CI = os.environ.get("CI") == "true"
 pytestmark = [
@@ -191,3 +192,50 @@ def test_an_interrupted_turn_shows_as_interrupted(
     page.wait("document.getElementById('status').innerText === 'idle'")
     page.wait("!document.getElementById('interrupted').hidden")
     assert visible(page, "interrupted") and "stopped before" in page.text_of("interrupted")
+
+
+@pytest.fixture
+def orders_live(service: ConversationService) -> Iterator[tuple[LiveServer, Orders]]:
+    """The app on uvicorn over an agent whose deletions wait for a person's approval."""
+    orders = Orders()
+    server = LiveServer(asgi_app(orders.agent(), service, tokens=TOKENS))
+    yield server, orders
+    if server.thread.is_alive():
+        server.terminate()
+
+
+def test_the_page_approves_one_call_and_denies_another_and_the_turn_goes_on(
+    orders_live: tuple[LiveServer, Orders], browser: Browser, tmp_path: Path
+) -> None:
+    live, orders = orders_live
+    page = browser.page(f"{live.url}/#token=alice-token")
+    page.wait("!document.getElementById('app').hidden")
+    assert not visible(page, "approvals")  # nothing waits: the panel is not shown
+    page.js("document.getElementById('new').click()")
+    page.wait("!document.getElementById('chat').hidden")
+    page.js("document.getElementById('text').value = 'Delete orders 1 and 2.'")
+    page.js("document.getElementById('chat').requestSubmit()")
+    page.wait("document.querySelectorAll('#approvals .approval').length === 2")
+    assert visible(page, "approvals")
+    asked = page.text_of("approvals")
+    assert 'delete_order({"order_id": "1"})' in asked and '{"order_id": "2"}' in asked
+    assert orders.deleted == []  # parked: nothing ran
+    page.screenshot(tmp_path / "4-approvals.png")
+
+    page.js("document.querySelector('#approvals .approval .approve').click()")
+    page.wait("document.querySelectorAll('#approvals .approval').length === 1")
+    left = page.text_of("approvals")
+    assert '{"order_id": "2"}' in left and '{"order_id": "1"}' not in left
+    assert visible(page, "approvals") and orders.deleted == []  # one still waits: no run
+
+    page.js("document.querySelector('#approvals .reason').value = 'keep order 2'")
+    page.js("document.querySelector('#approvals .approval .deny').click()")
+    page.wait("document.getElementById('messages').innerText.includes('Both handled.')")
+    page.wait("document.getElementById('live').hidden")
+    assert not visible(page, "approvals")  # nothing waits any more
+    page.js("document.querySelectorAll('#messages details.tool').forEach(d => d.open = true)")
+    shown = page.text_of("messages")
+    assert "result: order 1 deleted" in shown
+    assert "A person denied this call to delete_order: keep order 2" in shown
+    assert page.text_of("status") == "idle" and orders.deleted == ["1"]
+    page.screenshot(tmp_path / "5-decided.png")

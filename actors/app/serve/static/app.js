@@ -87,7 +87,7 @@ function close() {
   $("title").textContent = "Pick or start a chat";
   for (const id of ["tokens", "status"]) $(id).textContent = "";
   $("messages").replaceChildren();
-  for (const id of ["chat", "live", "cancel", "interrupted", "prompt-box", "usage-box", "versions-box", "transcript-box"]) $(id).hidden = true;
+  for (const id of ["chat", "live", "cancel", "interrupted", "approvals", "prompt-box", "usage-box", "versions-box", "transcript-box"]) $(id).hidden = true;
 }
 
 async function open(id) {
@@ -109,10 +109,48 @@ async function refresh() {
   renderMessages($("messages"), c.messages);
   $("transcript").textContent = c.transcript;
   $("interrupted").hidden = !c.interrupted;
+  await renderApprovals(state.current);
   renderPrompt(c.prompt);
   renderUsage(c.usage);
   setRunning(c.running);
   await renderVersions(c);
+}
+
+// The tool calls the turn waits on, each with approve and deny (a reason for the model).
+async function renderApprovals(id) {
+  const box = $("approvals");
+  const found = await api(`${conversationPath(id)}/approvals`);
+  if (id !== state.current) return;  // another conversation opened meanwhile
+  box.replaceChildren();
+  box.hidden = !found.pending.length;
+  if (found.pending.length) box.append(el("p", "The turn waits for your approval of these tool calls:"));
+  for (const p of found.pending) {
+    const item = el("div", undefined, "approval");
+    item.dataset.callId = p.call_id;
+    const reason = el("input", undefined, "reason");
+    reason.placeholder = "reason (when denying)";
+    const approve = el("button", "approve", "act approve");
+    const deny = el("button", "deny", "act deny");
+    const problem = el("span", "", "problem");
+    approve.onclick = () => decide(id, p.call_id, { approve: true }, item, problem);
+    deny.onclick = () => decide(id, p.call_id, { approve: false, reason: reason.value }, item, problem);
+    item.append(el("code", `${p.tool}(${p.arguments})`), approve, reason, deny, problem);
+    box.append(item);
+  }
+}
+
+async function decide(id, callId, decision, item, problem) {
+  for (const b of item.querySelectorAll("button")) b.disabled = true;
+  try {
+    await api(`${conversationPath(id)}/approvals/${encodeURIComponent(callId)}`, {
+      method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(decision),
+    });
+  } catch (e) {
+    problem.textContent = e.message;
+    for (const b of item.querySelectorAll("button")) b.disabled = false;
+    return;
+  }
+  await renderApprovals(id);  // the decision's events (and the turn going on) arrive on the watch
 }
 
 function renderPrompt(prompt) {
@@ -227,6 +265,10 @@ function watch(id) {
   source.addEventListener("done", end(null));
   source.addEventListener("error", (e) => { if (e.data) end("failed")(e); });
   source.addEventListener("cancelled", end("cancelled"));
+  source.addEventListener("approval_decided", (e) => {
+    const d = JSON.parse(e.data);
+    if (live) live.append(el("p", `${d.approved ? "approved" : "denied"} ${d.tool}` + (d.reason ? `: ${d.reason}` : "")));
+  });
   return watching;
 }
 
