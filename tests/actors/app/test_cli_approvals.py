@@ -91,7 +91,7 @@ def test_export_carries_pending_calls_and_import_restores_them_decidable(
     assert pending["tool"] == "get_current_time"
     (tmp_path / "export.json").write_text(exported.stdout)
     moved = tmp_path / "elsewhere"
-    moved.mkdir()
+    (moved / "data").mkdir(parents=True)  # import writes only into a directory that exists
     extra = ["--as-new"] if as_new else []
     done = parlour(
         moved, "import", "ann", str(tmp_path / "export.json"), "--data-dir", "data", *extra
