@@ -24,6 +24,7 @@ from parlour.runtime.errors import ConversationUnavailableError
 from parlour.stores import PersistentStore, SessionStore
 
 from ._conversation import ConversationActor
+from ._kept import Kept
 from ._leases import Leases, seconds
 from ._messages import (
     Acquire,
@@ -121,6 +122,9 @@ class Activator:
         """``ConversationService.obtain_conversation``: a future of the conversation, owned
         by ``thinker`` once it completes; a refusal is a failed future, never raised."""
         cid = conversation_id or thinker.conversation_id
+        context = self._reclaim(cid, thinker)
+        if context is not None:
+            return Obtaining.ready(context)
         delivery = FutureDelivery()
         try:
             entered = self._enter(cid, thinker, handler, must_exist, delivery)
@@ -131,7 +135,7 @@ class Activator:
                 logger.opt(exception=exc).error("obtain failed for {}", cid)
             return Obtaining.refused(exc)
         if isinstance(answer, Granted):
-            self._leases.hold(cid, thinker.job_id, answer.context, ref, thinker)
+            self._leases.hold(cid, thinker.job_id, answer.context, ref, thinker, request.owner.kept)
             return Obtaining.ready(answer.context)
         waiting = self._waiting(ref, cid, request, thinker)
         waiting.again = lambda: self.obtain(conversation_id, thinker, handler, must_exist)
@@ -151,6 +155,9 @@ class Activator:
             The same errors ``obtain``'s future fails with.
         """
         cid = conversation_id or thinker.conversation_id
+        context = self._reclaim(cid, thinker)
+        if context is not None:
+            return context
         delivery = LoopDelivery(asyncio.get_running_loop())
         entered = None
         if cid in self._live and not self._shared:  # warm: the actor answers on this thread
@@ -159,7 +166,7 @@ class Activator:
             entered = await self._enter_in_thread(cid, thinker, handler, must_exist, delivery)
         ref, request, answer = entered
         if isinstance(answer, Granted):
-            self._leases.hold(cid, thinker.job_id, answer.context, ref, thinker)
+            self._leases.hold(cid, thinker.job_id, answer.context, ref, thinker, request.owner.kept)
             return answer.context
         return await wait_async(
             self._waiting(ref, cid, request, thinker),
@@ -196,8 +203,20 @@ class Activator:
             request.deadline,
             request.timeout_s,
             self.clock,
-            lambda context: self._leases.hold(cid, thinker.job_id, context, ref, thinker),
+            lambda context: self._leases.hold(
+                cid, thinker.job_id, context, ref, thinker, request.owner.kept
+            ),
         )
+
+    def _reclaim(self, cid: str, thinker: Thinker) -> ConversationContext | None:
+        """The lease ``thinker`` kept since its last turn, when it still holds it: no
+        message to the activation (see ``_kept.py``)."""
+        if self._stopping.is_set():
+            return None  # ``_enter`` refuses
+        context = self._leases.reclaim(cid, thinker)
+        if context is not None:
+            self._mirror.touch(cid)  # the live cap's LRU
+        return context
 
     def _enter(
         self,
@@ -215,15 +234,20 @@ class Activator:
         if self._stopping.is_set():
             logger.error("[ConvSvc] Shutting down, dropping request for {}", cid)
             raise shutting_down()
-        owner = Owner(thinker.job_id, thinker.user_id, thinker.workflow_id, thinker, next(_tokens))
         timeout_s = self.conversation_timeout_s
-        request = Acquire(
-            owner,
-            self.clock.now() + timeout_s,
-            seconds(thinker.retain_duration),
-            timeout_s,
-            delivery,
+        retain_s = seconds(thinker.retain_duration)
+        # a thinker that keeps its lease between its turns (never on a shared store: another
+        # process's save would go unseen, nor with no retention: it asked to be evicted)
+        keeps = retain_s > 0 and not self._shared and hasattr(thinker, "kept_lease")
+        owner = Owner(
+            thinker.job_id,
+            thinker.user_id,
+            thinker.workflow_id,
+            thinker,
+            next(_tokens),
+            Kept() if keeps else None,
         )
+        request = Acquire(owner, self.clock.now() + timeout_s, retain_s, timeout_s, delivery)
         ref = self._live.get(cid)
         if ref is not None:  # the lock-free fast path
             answer = self._answer(cid, ask_nowait(ref, request))

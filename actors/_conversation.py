@@ -45,6 +45,10 @@ from ._messages import (
 )
 from ._reply import LightActor
 
+# nobody waits: one shared empty deque, never appended to (a deque's first block is about
+# 700 bytes, a tenth of what an idle conversation holds otherwise); a queued request gets
+# a deque of its own
+_NO_WAITERS: deque[Acquire] = deque()
 _NOT_OWNED = Released(owned=False)  # the answers are immutable: one of each
 _RELEASED = Released(owned=True)
 _RELEASED_TO_EVICT = Released(owned=True, evict=True)
@@ -71,7 +75,7 @@ class ConversationActor(LightActor):
         self.clock = clock
         self.owner: Owner | None = None
         self.lease_retain_s = 0.0
-        self.waiters: deque[Acquire] = deque()
+        self.waiters = _NO_WAITERS
         self.idle_watchers: list[pykka.Future[None]] = []
         self.expires_at = clock.now() if expires_at is None else expires_at
         self.retiring = False
@@ -86,9 +90,11 @@ class ConversationActor(LightActor):
             case GiveUp(token, release_if_granted):
                 return self._give_up(token, release_if_granted)
             case QueryOwner():
-                return self.owner
-            case QueryHolder():
-                return Holder(self.owner, self.context.user_id, self.context.stored)
+                return self._turn_owner()
+            case QueryHolder(take_back_for):
+                if take_back_for is not None and take_back_for == self.context.user_id:
+                    self._take_back()
+                return Holder(self._turn_owner(), self.context.user_id, self.context.stored)
             case StopIfIdle(expired_only, stop):
                 return self._stop_if_idle(expired_only, stop)
             case ReleaseForJob(job_id):
@@ -113,16 +119,26 @@ class ConversationActor(LightActor):
         user = self.context.user_id
         if user is not None and user != request.owner.user_id:
             raise not_owned(self.conversation_id, request.owner.user_id)
+        owner = self.owner
+        if owner is not None and owner.kept is not None and owner.job_id != request.owner.job_id:
+            self._take_back()  # kept between its owner's turns: another owner needs it
         if self.owner is None or self.owner.job_id == request.owner.job_id:
             return Granted(self._grant(request))
         if request.delivery is None:
             raise ValueError(f"An Acquire of {self.conversation_id} that may wait needs a delivery")
         request.delivery.prepare()
+        if self.waiters is _NO_WAITERS:
+            self.waiters = deque()
         self.waiters.append(request)
         return Queued()
 
     def _grant(self, request: Acquire) -> ConversationContext:
         owner = request.owner
+        previous = self.owner
+        if previous is not None and previous.kept is not None and previous.kept is not owner.kept:
+            previous.kept.take()  # the same job again: its older kept lease is spent
+        if owner.kept is not None and self.waiters:
+            owner.kept.wanted = True  # others wait: given back at this turn's end, not kept
         self.owner = owner
         self.lease_retain_s = request.retain_s
         self.context.user_id = owner.user_id
@@ -133,6 +149,8 @@ class ConversationActor(LightActor):
         if self.owner is None or self.owner.job_id != job_id:
             return _NOT_OWNED
         released_job = self.owner.job_id
+        if self.owner.kept is not None:  # its owner's next turn must not find it kept
+            self.owner.kept.take()
         self.owner = None
         if self.doomed is not None:
             self.stop()  # already unregistered: nobody may take it over
@@ -153,6 +171,8 @@ class ConversationActor(LightActor):
         self._expire_waiters(released_job)
         while self.waiters:
             waiter = self.waiters.popleft()
+            if not self.waiters:
+                self.waiters = _NO_WAITERS
             context = self._grant(waiter)
             assert waiter.delivery is not None  # every queued request has one
             if waiter.delivery.grant(context):
@@ -160,7 +180,24 @@ class ConversationActor(LightActor):
             self.owner = None  # that waiter is gone (cancelled, or its loop closed)
         return False
 
+    def _take_back(self, want: bool = True) -> None:
+        """Take a lease kept between its owner's turns back when no turn of its runs (it is
+        then released as it was at that turn's end, and handed to the first waiter). With
+        ``want``, a running turn gives it back at its end."""
+        owner = self.owner
+        if owner is not None and owner.kept is not None and owner.kept.take(want):
+            self._release(owner.job_id, self.lease_retain_s, owner.kept.idle_since)
+
+    def _turn_owner(self) -> Owner | None:
+        """The owner, or None while it keeps the lease between its turns."""
+        owner = self.owner
+        if owner is not None and owner.kept is not None and not owner.kept.in_turn():
+            return None
+        return owner
+
     def _expire_waiters(self, owner_job: str | None) -> None:
+        if not self.waiters:
+            return
         now = self.clock.now()
         keep: deque[Acquire] = deque()
         for waiter in self.waiters:
@@ -168,7 +205,7 @@ class ConversationActor(LightActor):
                 _fail(waiter, timeout_error(self.conversation_id, waiter.timeout_s, owner_job))
             else:
                 keep.append(waiter)
-        self.waiters = keep
+        self.waiters = keep or _NO_WAITERS
 
     def _give_up(self, token: int, release_if_granted: bool) -> Granted | GaveUp:
         owner = self.owner
@@ -177,7 +214,8 @@ class ConversationActor(LightActor):
                 return Granted(self.context)
             self._release(owner.job_id, self.lease_retain_s)
             return GaveUp(owner_job=None)
-        self.waiters = deque(w for w in self.waiters if w.owner.token != token)
+        if self.waiters:
+            self.waiters = deque(w for w in self.waiters if w.owner.token != token) or _NO_WAITERS
         return GaveUp(owner.job_id if owner else None)
 
     # -- retirement -------------------------------------------------------------------------
@@ -185,6 +223,11 @@ class ConversationActor(LightActor):
     def _stop_if_idle(self, expired_only: bool, stop: bool = False) -> Idle | Busy:
         if self.retiring:
             return Idle(self.context.stored_version)
+        kept = None if self.owner is None else self.owner.kept
+        if kept is not None and not (
+            expired_only and self.clock.now() < kept.idle_since + self.lease_retain_s
+        ):
+            self._take_back(want=False)  # idle past retention, or parked: a turn keeps it
         self._expire_waiters(self.owner.job_id if self.owner else None)
         if self.owner is not None or self.waiters:
             return Busy()
@@ -199,21 +242,27 @@ class ConversationActor(LightActor):
         self.retiring = True
         self.doomed = reason
         self._fail_waiters(Reobtain(reason) if reload else ConversationUnavailableError(reason))
+        kept = None if self.owner is None else self.owner.kept
+        if kept is not None and kept.take():  # kept between turns: nobody holds it now
+            self.owner = None
         if self.owner is None:
             self.stop()
 
     def _notify_idle(self, future: pykka.Future[None]) -> None:
+        self._take_back()
         if self.owner is None:
             future.set(None)
         else:
             self.idle_watchers.append(future)
 
     def _fail_waiters(self, exc: BaseException) -> None:
-        waiters, self.waiters = self.waiters, deque()
+        waiters, self.waiters = self.waiters, _NO_WAITERS
         for waiter in waiters:
             _fail(waiter, exc)
 
     def _end(self, crashed: bool = False) -> None:
+        if self.owner is not None and self.owner.kept is not None:
+            self.owner.kept.take()  # taken for good; a running turn gives it back at its end
         self.retiring = True
         if self.waiters:
             why = f"Conversation {self.conversation_id} was stopped while waited for."

@@ -17,6 +17,7 @@ from parlour.runtime import Clock, ConversationContext
 from parlour.runtime.snapshots import message_snapshots
 
 from ._conversation import ConversationActor
+from ._kept import Kept
 from ._messages import Evict, Release, Released
 from ._registry import Registry
 from ._reply import tell
@@ -55,12 +56,37 @@ class Leases:
         context: ConversationContext,
         ref: ActorRef,
         thinker: Thinker | None = None,
+        kept: Kept | None = None,
     ) -> None:
         """Remember what the job holds, and which activation granted it (and the job's
-        ``thinker``, so a lease whose activation dies can be taken over: ``orphaned``)."""
+        ``thinker``, so a lease whose activation dies can be taken over: ``orphaned``).
+        A grant its thinker keeps between turns (``kept``) goes on the thinker's
+        ``kept_lease``."""
         self._held[(cid, job_id)] = (context, ref)
         if thinker is not None:
             self._holders[cid] = thinker
+        if kept is not None:
+            kept.cid = cid
+            thinker.kept_lease = kept  # type: ignore[union-attr]  # only a keeping thinker's
+
+    def reclaim(self, cid: str, thinker: Thinker) -> ConversationContext | None:
+        """The context of the lease ``thinker`` kept since its last turn, held again; None
+        when it has none for ``cid`` or it was taken back (obtain anew). One that another
+        job waits for is released for real here (the caller obtains behind the waiter)."""
+        kept: Kept | None = getattr(thinker, "kept_lease", None)
+        if kept is None or kept.cid != cid:
+            return None
+        mine = kept.reclaim()
+        if mine is None:
+            thinker.kept_lease = None  # type: ignore[attr-defined]
+            return None
+        context, ref = kept.context, kept.ref
+        assert context is not None  # dropped only when taken back
+        self.hold(cid, thinker.job_id, context, ref, thinker)
+        if mine:
+            return context
+        self.release(cid, thinker, None)  # ``wanted``: it goes for real
+        return None
 
     def orphaned(self, cid: str) -> tuple[Thinker, ConversationContext] | None:
         """The recorded holder of ``cid`` and its context, when the activation that granted
@@ -76,8 +102,21 @@ class Leases:
 
     def release(self, cid: str, thinker: Thinker, retain: dt.timedelta | float | None) -> None:
         """Give ``thinker``'s lease on ``cid`` back (see ``ConversationService.release``);
-        a raising ``keep_transcript`` hook is logged and never stops the handoff."""
-        held = self._held.pop((cid, thinker.job_id), None)
+        a raising ``keep_transcript`` hook is logged and never stops the handoff. A thinker
+        that keeps its lease (``kept_lease``) keeps it here, with its own retention, unless
+        another job wants it."""
+        key = (cid, thinker.job_id)
+        lease: Kept | None = getattr(thinker, "kept_lease", None)
+        if lease is not None and lease.cid == cid:
+            thinker.kept_lease = None  # type: ignore[attr-defined]
+            held = self._held.get(key)
+            if retain is None and held is not None and lease.keep(self.clock.now(), *held):
+                del self._held[key]  # the activation still names the job its owner
+                if self._holders.get(cid) is thinker:
+                    del self._holders[cid]
+                thinker.kept_lease = lease  # type: ignore[attr-defined]
+                return
+        held = self._held.pop(key, None)
         if self._holders.get(cid) is thinker:
             del self._holders[cid]
         # the conversation as it is: what the last save kept, built only for what changed

@@ -21,6 +21,7 @@ from loguru import logger
 from parlour.runtime import ConversationContext
 from parlour.runtime.errors import ConversationUnavailableError, IllegalStateError
 
+from ._kept import Kept
 from ._thinker import Thinker
 
 # -- delivery of a queued grant -------------------------------------------------------------
@@ -114,13 +115,15 @@ def _set_exception(future: asyncio.Future[ConversationContext], exc: BaseExcepti
 
 
 class Owner(msgspec.Struct, frozen=True):
-    """Who holds the lease: the job, its user and workflow, the thinker, a unique token."""
+    """Who holds the lease: the job, its user and workflow, the thinker, a unique token,
+    and, for a job that keeps its lease between its turns, its ``Kept``."""
 
     job_id: str
     user_id: str
     workflow_id: str
     thinker: Thinker | None
     token: int
+    kept: Kept | None = None
 
 
 class Acquire(msgspec.Struct, frozen=True):
@@ -158,11 +161,16 @@ class ReleaseForJob(msgspec.Struct, frozen=True, gc=False):
 
 
 class QueryOwner(msgspec.Struct, frozen=True, gc=False):
-    """Answered with the ``Owner`` holding the lease, or None when nobody holds it."""
+    """Answered with the ``Owner`` holding the lease, or None when nobody holds it (a lease
+    kept between its owner's turns counts as nobody's while no turn runs)."""
 
 
 class QueryHolder(msgspec.Struct, frozen=True, gc=False):
-    """Answered with ``Holder``."""
+    """Answered with ``Holder``; with ``take_back_for`` (the asking user), a lease kept
+    between its owner's turns is taken back first when that user's (a running turn gives it
+    back at its end)."""
+
+    take_back_for: str | None = None
 
 
 class StopIfIdle(msgspec.Struct, frozen=True, gc=False):

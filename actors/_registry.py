@@ -64,8 +64,9 @@ class Registry:
         )
         return ref
 
-    def holder(self, conversation_id: str, user_id: str) -> Holder | None:
-        """The live activation's holder; None when none is live.
+    def holder(self, conversation_id: str, user_id: str, take_back: bool = False) -> Holder | None:
+        """The live activation's holder; None when none is live. With ``take_back``, a
+        lease kept between its owner's turns is taken back first.
 
         Raises:
             PermissionError: the live conversation belongs to another user.
@@ -74,7 +75,7 @@ class Registry:
         if ref is None:
             return None
         try:
-            holder: Holder = ref.ask(QueryHolder(), block=True)
+            holder: Holder = ref.ask(QueryHolder(user_id if take_back else None), block=True)
         except pykka.ActorDeadError:
             return None
         if holder.user_id is not None and holder.user_id != user_id:

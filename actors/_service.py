@@ -244,7 +244,7 @@ class ConversationService:
             ValueError: no live conversation has this id (and it is not another user's).
             PermissionError: it belongs to another user, live or stored, busy or idle.
         """
-        holder = self._registry.holder(conversation_id, user_id)
+        holder = self._registry.holder(conversation_id, user_id, take_back=True)
         if holder is None:
             if self.store is not None:
                 self.store.version_of(conversation_id, user_id)  # a foreign record refuses

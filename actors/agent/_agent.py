@@ -16,6 +16,7 @@ import asyncio
 import datetime as dt
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Any, Self
@@ -146,7 +147,9 @@ class Agent:
         self.before_model_call = before_model_call
         self.sleep, self.async_sleep = sleep, async_sleep
         self.retain = retain
-        self._ledgers: dict[str, UsageLedger] = {}
+        # held by the chats on each conversation (weakly here: a host's agent outlives
+        # thousands of chats, and a conversation nobody chats on needs no copy)
+        self._ledgers: weakref.WeakValueDictionary[str, UsageLedger] = weakref.WeakValueDictionary()
         self._services: list[ConversationService] = []  # whose stop closes the toolsets
         self._lock = threading.Lock()
         self.compaction = compaction

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from msgspec.structs import replace
 
+from .._kept import Kept
 from .._thinker import BasicThinker, Event
 from ._events import Restarted, TextDelta, TurnDone
 
@@ -267,6 +268,8 @@ class AgentThinker(BasicThinker):
 
     def __init__(self, user_id: str, **kwargs: Any) -> None:
         super().__init__(user_id, **kwargs)
+        # the chat keeps its lease between its own turns (see the core's _kept.py)
+        self.kept_lease: Kept | None = None
         self.turn: TurnState | None = None
         self._on_cancel: Callable[[], None] | None = None
 

@@ -5,13 +5,14 @@ Used by the CI-sized test (tests/actors/test_ownership_stress.py) and the long f
 (the overlap detector) and that it sees the last acknowledged turn (the stale-grant
 detector), appends one message, saves, and releases with a zero or short retention. Mixed
 in: same-job re-obtains, explicit evictions, force releases, a sweeper, a live cap
-below the number of conversations, and (``kills``) activations made to die while owned. At
-the end the store is reopened and every acknowledged turn must be there exactly once, in
-order.
+below the number of conversations, (``kills``) activations made to die while owned, and
+(``kept``) chats keeping their lease between their own turns. At the end the store is
+reopened and every acknowledged turn must be there exactly once, in order.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 import threading
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import msgspec
 
+from parlour.actors._kept import Kept
 from parlour.actors._service import ConversationService
 from parlour.actors._thinker import BasicThinker
 from parlour.runtime import IncomingMessage
@@ -35,6 +37,7 @@ class StressReport(msgspec.Struct, kw_only=True):
     force_releases: int = 0
     reobtains: int = 0
     kills: int = 0
+    reclaims: int = 0
     seconds: float = 0.0
     violations: list[str] = msgspec.field(default_factory=list)
 
@@ -86,13 +89,18 @@ def run_stress(
     max_active: int | None = None,
     deferred: bool = False,
     kills: bool = False,
+    kept: bool = False,
 ) -> StressReport:
     """Run the mix; never raises for a broken guarantee (it is in ``violations``).
     ``max_active`` below the live cap makes idle conversations park and re-attach too.
     ``deferred`` saves each turn's message without a wait (its release waits for it), and
     now and then adds an answer whose save waits for both. ``kills`` makes a turn now and
     then crash the activation it holds (a handler that raises): the next obtain must take
-    the lease over, never grant a second one."""
+    the lease over, never grant a second one. ``kept`` makes half the turns a chat's: a
+    thinker per worker and conversation that keeps its lease between its turns (short
+    retentions, so sweeps take it back too), and goes on with the same conversation more
+    often than not; the other half, evictions, sweeps and force releases must take a kept
+    lease back and never let two owners in."""
     store = LmdbStore(data_dir, sync=sync)
     service = ConversationService(
         store,
@@ -121,6 +129,7 @@ def run_stress(
                 n,
                 deferred,
                 kills,
+                kept,
             ),
         )
         for n in range(threads)
@@ -161,11 +170,16 @@ def _worker(
     n: int,
     deferred: bool,
     kills: bool = False,
+    kept: bool = False,
 ) -> None:
+    chats: dict[str, KeepingThinker] = {}
+    cid = rng.choice(ids)
     for turn in range(turns):
-        cid = rng.choice(ids)
+        if not kept or rng.random() < 0.4:
+            cid = rng.choice(ids)
+        chat = _chat(chats, ledger, rng, cid) if kept and rng.random() < 0.5 else None
         try:
-            _turn(service, ledger, rng, cid, f"w{n}-t{turn}", deferred, kills)
+            _turn(service, ledger, rng, cid, f"w{n}-t{turn}", deferred, kills, chat)
         except Exception as exc:
             ledger.violation(f"turn on {cid} raised {exc!r}")
         side = rng.random()
@@ -184,10 +198,14 @@ def _turn(
     text: str,
     deferred: bool,
     kills: bool = False,
+    chat: KeepingThinker | None = None,
 ) -> None:
-    thinker = BasicThinker(ledger.users[cid])
+    thinker = chat or BasicThinker(ledger.users[cid])
     thinker.set_conversation_id(cid)
+    kept_before = chat.kept_lease if chat is not None else None
     context = service.obtain_conversation(None, thinker).get(timeout=60)
+    if kept_before is not None and chat is not None and chat.kept_lease is kept_before:
+        ledger.report.reclaims += 1
     messages = context.messages
     ledger.enter(cid, messages[-1].raw_content if messages else None)
     try:
@@ -209,7 +227,26 @@ def _turn(
             ledger.ack(cid, f"{text} answered")
     finally:
         ledger.leave(cid)
-        service.release(thinker, retain=rng.choice((0.0, 0.0, 0.001, 0.01)))
+        retain = None if chat is not None else rng.choice((0.0, 0.0, 0.001, 0.01))
+        service.release(thinker, retain=retain)
+
+
+class KeepingThinker(BasicThinker):
+    """A chat's thinker: it keeps its lease between its own turns."""
+
+    def __init__(self, user_id: str, retain_s: float) -> None:
+        super().__init__(user_id, retain_duration=dt.timedelta(seconds=retain_s))
+        self.kept_lease: Kept | None = None
+
+
+def _chat(
+    chats: dict[str, KeepingThinker], ledger: _Ledger, rng: random.Random, cid: str
+) -> KeepingThinker:
+    """The worker's chat on ``cid``, the same one each time (now and then a new one)."""
+    chat = chats.get(cid)
+    if chat is None or rng.random() < 0.05:
+        chat = chats[cid] = KeepingThinker(ledger.users[cid], rng.choice((0.001, 0.01, 5.0)))
+    return chat
 
 
 def _force_release(service: ConversationService, ledger: _Ledger, cid: str) -> None:

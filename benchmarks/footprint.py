@@ -1,0 +1,83 @@
+"""The memory a live idle conversation holds after one turn, measured with tracemalloc.
+
+C chats of an ``Agent`` on the scripted model (``Chat.send``, one short turn each, every
+turn durable on LMDB, all from one thread), each kept by the caller as a host would keep
+it. First C chats measured by RSS alone (what the process grew by, the allocator's slack
+and LMDB's mapped pages included), then C more with the heap traced from before the chats
+are made to after their turns, a full collection first: the bytes per conversation in
+all, then the allocation sites that hold them (by line, the largest first), so a change
+to what a conversation keeps shows up as the line it moved. ``benchmarks/host.py``'s RSS
+per chat also counts each chat's own thread (its stack), which this leaves out.
+
+    python benchmarks/footprint.py [--chats 2000] [--top 25] [--no-cache]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import tempfile
+import tracemalloc
+from pathlib import Path
+
+
+def measure(chats: int, top: int, cache: bool) -> None:
+    from parlour.actors import Agent, ConversationService
+    from parlour.runtime import Depth, OutputSize, ScriptedClient
+    from parlour.stores import LmdbStore, MemorySessionCache
+
+    agent = Agent(ScriptedClient(), output=OutputSize.STANDARD, depth=Depth.IMMEDIATE)
+    with tempfile.TemporaryDirectory() as tmp, LmdbStore(Path(tmp), sync=False) as store:
+        session = MemorySessionCache(capacity=chats * 2) if cache else None
+        service = ConversationService(store, session, cleanup_interval_s=0)
+        warm = agent.chat(service, user_id="warm-up")  # the process's one-off costs
+        warm.send("Hello there, how are you today?")
+        kept = []
+
+        def turns(first: int) -> None:
+            for i in range(first, first + chats):
+                chat = agent.chat(service, user_id=f"user-{i}")
+                chat.send(f"Hello there, this is chat {i}: how are you today?")
+                kept.append(chat)
+            gc.collect()
+
+        gc.collect()
+        rss = _rss()
+        turns(0)
+        rss = _rss() - rss
+        tracemalloc.start(1)
+        before = tracemalloc.take_snapshot()
+        turns(chats)
+        after = tracemalloc.take_snapshot()
+        tracemalloc.stop()
+        stats = after.compare_to(before, "lineno")
+        total = sum(s.size_diff for s in stats)
+        print(f"{chats} live idle conversations after one turn, session cache {cache}:")
+        for what, size in (("RSS", rss), ("objects", total)):
+            per = size / chats
+            print(f"  {what} {per:,.0f} bytes a conversation ({per / 1024:.1f} KiB)")
+        for s in sorted(stats, key=lambda s: -s.size_diff)[:top]:
+            frame = s.traceback[0]
+            where = f"{'/'.join(Path(frame.filename).parts[-3:])}:{frame.lineno}"
+            per = s.size_diff / chats
+            print(f"  {per:>8,.0f} B {s.count_diff / chats:>6.1f} objects  {where}")
+        service.stop()
+
+
+def _rss() -> int:
+    with open(f"/proc/{os.getpid()}/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--chats", type=int, default=2000)
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--no-cache", action="store_true", help="no session cache")
+    args = parser.parse_args()
+    measure(args.chats, args.top, not args.no_cache)
+
+
+if __name__ == "__main__":
+    main()
