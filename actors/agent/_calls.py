@@ -261,10 +261,6 @@ def call_model(plan: TurnPlan, context: ConversationContext) -> LLMResponse:
                 cap.put(None)
 
 
-class _Late(Exception):
-    """Raised inside a model call whose next delta came past the model timeout."""
-
-
 def _call_here(plan: TurnPlan, context: ConversationContext) -> LLMResponse:
     thinker = plan.thinker
     if thinker.cancelled is not None:
@@ -272,18 +268,16 @@ def _call_here(plan: TurnPlan, context: ConversationContext) -> LLMResponse:
     deadline = time.monotonic() + plan.model_timeout_s
     sink, token = plan.state.text_sink(Abandoned)
 
-    def on_text(text: str) -> None:
-        if thinker.cancelled is not None:
+    def on_text(text: str) -> None:  # a release or the timeout refuses the delta
+        if thinker.cancelled is not None or time.monotonic() > deadline:
             raise Abandoned()
-        if time.monotonic() > deadline:
-            raise _Late()
         sink(text)
 
     try:
         response = plan.client.respond(context, on_text=on_text)
     except Abandoned:
-        raise cancelled_error(plan) from None
-    except _Late:
+        if thinker.cancelled is not None:
+            raise cancelled_error(plan) from None
         raise timed_out(plan, context) from None
     finally:
         plan.state.stop_stream(token)
