@@ -2,7 +2,9 @@
 
 - ``turn_gate`` / ``TurnGate``: admission control. A turn's CPU steps take a slot of the
   process's gate, let go at every wait (a model call, a tool, an fsync), so thousands of
-  threads do not thrash the interpreter lock (``_gate``).
+  threads do not thrash the interpreter lock (``_gate``). On by default where it pays
+  (``_gate.gating``): ``Chat.send`` holds it for its turn, the service for each obtain,
+  save and release a thread makes; code may hold it around a whole turn of its own.
 - ``set_provider_concurrency(provider, n)``: the one limiter of the model calls in flight to
   one provider across every chat of the process. None by default: a model call waits in its
   turn's own thread (``Chat.send``) or task (``Chat.asend``), so a host's concurrency towards
