@@ -133,7 +133,7 @@ class SlowAfterFirst(ScriptedClient):
 def test_a_sent_turns_model_call_past_the_timeout_ends_at_its_next_delta_and_is_retried(
     service: ConversationService,
 ) -> None:
-    client, waits = SlowAfterFirst(0.4), []
+    client, waits = SlowAfterFirst(0.4), list[float]()
     agent = Agent(
         client,
         output=OutputSize.STANDARD,
