@@ -25,9 +25,11 @@ from loguru import logger
 from parlour.runtime import Clock, ConversationContext, ResponseHandler, SystemClock
 from parlour.runtime.errors import IllegalStateError
 from parlour.stores import PersistentStore, SessionStore
+from parlour.stores._waiting import held_gate
 
 from ._activation import Activator
 from ._deferred import DeferredSaves, OnDeleted
+from ._gate import gating, turn_gate
 from ._leases import Leases
 from ._lifecycle import Lifecycle
 from ._messages import Evict, ReleaseAllForJob, shutting_down
@@ -107,6 +109,16 @@ class ConversationService:
             store, session, shared, clock, conversation_timeout_s, seams, registry, stopping, leases
         )
         lifecycle.start_ticker(cleanup_interval_s)
+        self._gated = gating(store, session)
+
+    def _admits(self) -> bool:
+        """Whether a call should hold the process's turn gate for its own work: admission
+        control, on by default where it pays (``_gate.gating``). An obtain, a save or a
+        release holds it, letting it go at every wait inside (the commit, the fsync), so
+        thousands of threads driving the service take turns at the interpreter instead of
+        thrashing it. Not inside a held gate (``Chat.send`` holds it for its whole turn)
+        nor on an event loop's thread (a loop never waits for the gate)."""
+        return self._gated and held_gate() is None and asyncio._get_running_loop() is None
 
     # The settings a caller may change on a running service, kept by the part that reads them.
 
@@ -160,6 +172,9 @@ class ConversationService:
         and the same in every state. Refusals are failed futures, never raised by this
         call. ``Obtaining.cancel()`` or a shorter ``get(timeout)`` gives the obtain up.
         """
+        if self._admits():
+            with turn_gate.held():
+                return self._activator.obtain(conversation_id, thinker, handler, must_exist)
         return self._activator.obtain(conversation_id, thinker, handler, must_exist)
 
     async def obtain_async(
@@ -205,6 +220,9 @@ class ConversationService:
                 own error); the service has dropped the conversation from memory and from
                 the session cache.
         """
+        if self._admits():
+            with turn_gate.held():
+                return self._saves.save(context, thinker, wait)
         self._saves.save(context, thinker, wait)
 
     def release(self, thinker: Thinker, retain: dt.timedelta | float | None = None) -> None:
@@ -215,6 +233,12 @@ class ConversationService:
         as it was) and is there when this returns; a raising ``keep_transcript`` hook is
         logged and never stops the handoff. A no-op after ``stop()``.
         """
+        if self._admits():
+            with turn_gate.held():
+                return self._release(thinker, retain)
+        self._release(thinker, retain)
+
+    def _release(self, thinker: Thinker, retain: dt.timedelta | float | None) -> None:
         cid = thinker.conversation_id
         if cid is not None and self._deferred:
             self._deferred.settle_quietly(cid)  # the next owner starts from what is durable

@@ -2,12 +2,16 @@
 
 - ``turn_gate`` / ``TurnGate``: admission control. A turn's CPU steps take a slot of the
   process's gate, let go at every wait (a model call, a tool, an fsync), so thousands of
-  threads do not thrash the interpreter lock (``_gate``).
-- ``set_provider_concurrency(provider, n)``: cap the model calls in flight to one provider
-  across every chat of the process (``DEFAULT_PROVIDER_CONCURRENCY`` unless set).
-- ``MODEL_WORKERS``: the sync path's model worker threads (``Chat.send`` waits for one).
+  threads do not thrash the interpreter lock (``_gate``). On by default where it pays
+  (``_gate.gating``): ``Chat.send`` holds it for its turn, the service for each obtain,
+  save and release a thread makes; code may hold it around a whole turn of its own.
+- ``set_provider_concurrency(provider, n)``: the one limiter of the model calls in flight to
+  one provider across every chat of the process. None by default: a model call waits in its
+  turn's own thread (``Chat.send``) or task (``Chat.asend``), so a host's concurrency towards
+  a slow model is its number of chats, bounded by its CPU, not by a fixed pool.
 - ``POOL_SIZES``: the process-wide thread pools the agent host starts (``save``: the asyncio
-  path's saves; ``obtain``: waits that must not block an event loop).
+  path's saves; ``obtain``: waits that must not block an event loop, a full limiter's
+  included). ``Chat.stream``'s model calls run on workers started as needed, never capped.
 - ``one_core``: keep every thread of the process on one CPU while a block runs.
 
 ``one_core`` in detail. The threads of a Python process take turns at one interpreter lock,
@@ -38,8 +42,6 @@ from typing import TYPE_CHECKING
 from ._gate import TurnGate, turn_gate
 
 __all__ = [
-    "DEFAULT_PROVIDER_CONCURRENCY",
-    "MODEL_WORKERS",
     "POOL_SIZES",
     "TurnGate",
     "one_core",
@@ -53,10 +55,7 @@ if TYPE_CHECKING:
 
 _TASKS = Path("/proc/self/task")
 
-MODEL_WORKERS = 64
-"""The sync path's model worker threads, shared by every chat of the process."""
 POOL_SIZES = {"save": 8, "obtain": 32}
-DEFAULT_PROVIDER_CONCURRENCY = 64
 
 _caps: dict[str, queue.SimpleQueue[None]] = {}
 _guard = threading.Lock()
@@ -74,27 +73,26 @@ def _new_cap(limit: int) -> Cap[None]:
     return cap
 
 
-def set_provider_concurrency(provider: str, limit: int) -> None:
-    """Cap the model calls in flight to ``provider`` across every chat of the process
-    (calls already in flight give their slots back to the cap they took them from).
+def set_provider_concurrency(provider: str, limit: int | None) -> None:
+    """Cap the model calls in flight to ``provider`` across every chat of the process, or
+    lift the cap (``None``, the default: no limit but the host's own chats). Calls already
+    in flight give their slots back to the cap they took them from.
 
     Raises:
         ValueError: ``limit`` is below 1.
     """
-    if limit < 1:
+    if limit is not None and limit < 1:
         raise ValueError(f"The concurrency cap of {provider} must be at least 1, not {limit}.")
     with _guard:
-        _caps[provider] = _new_cap(limit)
+        if limit is None:
+            _caps.pop(provider, None)
+        else:
+            _caps[provider] = _new_cap(limit)
 
 
-def provider_cap(client: LLMClient) -> Cap[None]:
-    """The cap of the client's provider (``DEFAULT_PROVIDER_CONCURRENCY`` unless set)."""
-    provider = client.spec.provider
-    cap = _caps.get(provider)
-    if cap is None:
-        with _guard:
-            cap = _caps.setdefault(provider, _new_cap(DEFAULT_PROVIDER_CONCURRENCY))
-    return cap
+def provider_cap(client: LLMClient) -> Cap[None] | None:
+    """The cap the application set for the client's provider, or None (no limit)."""
+    return _caps.get(client.spec.provider)
 
 
 @contextlib.contextmanager

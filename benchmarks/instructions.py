@@ -20,6 +20,8 @@ turns cause are counted. The paths:
   answer, save, release (``ConversationService`` on ``LmdbStore``, every conversation live);
 - agent: ``Chat.send`` of an ``Agent`` on the scripted model (the same turn, plus the usage
   ledger, the window check before the model call and the turn's followers);
+- asend: the agent path through ``Chat.asend``, each turn run to its end on one event loop
+  (its saves, the model call and the obtain as the async driver makes them);
 - tools: the agent path with what a real agent carries: twenty function tools (four
   parameters each) and an objective of about 800 characters (the model calls none of them);
 - round: the agent path with one tool the model calls: two model calls a turn, and a
@@ -35,6 +37,7 @@ Needs valgrind (``apt-get install valgrind``); takes about five minutes.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import gc
 import os
@@ -46,7 +49,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-PATHS = ("floor", "service", "agent", "tools", "round")
+PATHS = ("floor", "service", "agent", "asend", "tools", "round")
 TOOLS, OBJECTIVE = 20, "Answer briefly, and look things up before you answer. " * 15
 _TOTAL = re.compile(rb"^(?:summary|totals): (\d+)", re.MULTILINE)
 
@@ -102,6 +105,10 @@ def turns_of(
             depth=Depth.IMMEDIATE,
         )
         chats = [agent.chat(service, user_id=_user(i)) for i in range(conversations)]
+        if path == "asend":
+            with contextlib.closing(asyncio.new_event_loop()) as loop:
+                yield lambda i, t: loop.run_until_complete(chats[i].asend(text(i, t)))
+            return
         yield lambda i, t: chats[i].send(text(i, t))
 
 

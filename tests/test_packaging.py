@@ -106,8 +106,6 @@ PINNED = {
     "parlour.actors.agent.mcp": ["MCPServer", "MCPServerError", "MCPServerHTTP", "MCPServerStdio"],
     "parlour.actors.app": [],
     "parlour.actors.tuning": [
-        "DEFAULT_PROVIDER_CONCURRENCY",
-        "MODEL_WORKERS",
         "POOL_SIZES",
         "TurnGate",
         "one_core",

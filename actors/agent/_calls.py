@@ -1,7 +1,12 @@
 """The model call's plumbing shared by both drivers: the process-wide pools, the
-per-provider caps, and the sync path's model call in a model worker (``ThreadedCall``,
-made by ``call_model`` and ``stream_model``), which the turn waits for with the model
-timeout as its deadline; a client that answers inline is asked in the turn's own thread.
+per-provider limiters (none unless the application sets one), and the sync path's model
+calls. ``call_model`` (``send``) asks the model in the turn's own thread: no worker, no cap
+but the host's chats; a force release or the model timeout stops it at its next streamed
+delta (a call that streams nothing is bounded by its SDK's own timeout, and a release is
+noticed when it answers). ``stream_model`` (``stream``, whose caller reads each delta as it
+comes) makes it in a model worker (``ThreadedCall``), which the turn waits for with the
+model timeout as its deadline, waking at once on a force release. A client that answers
+inline is asked in the turn's own thread either way.
 
 Thread-safety: pools, workers and caps are created under one lock and shared by every
 turn; a ``ThreadedCall`` belongs to one turn (its ``wake`` may be called from any thread).
@@ -26,10 +31,9 @@ from ._events import AgentEvent, TurnCancelledError
 from ._otel import OFF, model_attributes, span_on
 from ._plan import TurnPlan
 from ._tools import prestarted_pool
-from ._workers import MODEL_WORKERS, Raised, model_workers
+from ._workers import Raised, model_workers
 
 __all__ = [
-    "MODEL_WORKERS",
     "POOL_SIZES",
     "Abandoned",
     "Cap",
@@ -107,33 +111,27 @@ _WAKE = object()
 
 
 class ThreadedCall:
-    """One model call of the sync path, made by a model worker, while the turn's thread
-    waits at most the model timeout (the call is then abandoned: it stops at its next
-    delta, its answer is dropped) and wakes at once when the turn is force-released.
+    """One model call of ``stream``, made by a model worker, while the turn's thread waits
+    at most the model timeout (the call is then abandoned: it stops at its next delta, its
+    answer is dropped) and wakes at once when the turn is force-released.
 
     The call is handed to the worker as the turn's thread starts waiting, with nothing
-    between the two, so the worker finds the interpreter free when it wakes. With
-    ``deltas`` the text deltas come back through the call's queue, and ``events`` yields
-    each as a ``TextDelta``. Without (a caller that reads only the reply: ``result``), the
-    worker hands each delta straight to the turn's log, for joiners, and the turn's
-    thread wakes once, for the answer: no thread switch per delta. Either way no delta
-    of an abandoned call is published.
+    between the two, so the worker finds the interpreter free when it wakes. The text
+    deltas come back through the call's queue, and ``events`` yields each as a
+    ``TextDelta``; no delta of an abandoned call is published.
     """
 
-    __slots__ = ("_abandoned", "_on_text", "_token", "context", "deadline", "plan", "queue")
+    __slots__ = ("_abandoned", "context", "deadline", "plan", "queue")
 
-    def __init__(self, plan: TurnPlan, context: ConversationContext, *, deltas: bool) -> None:
+    def __init__(self, plan: TurnPlan, context: ConversationContext) -> None:
         self.plan, self.context = plan, context
         self.queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._abandoned = False
         self.deadline = 0.0
-        self._on_text, self._token = (
-            (self._queued, None) if deltas else plan.state.text_sink(Abandoned)
-        )
 
     def _run(self) -> object:  # in the worker
         try:
-            return self.plan.client.respond(self.context, on_text=self._on_text)
+            return self.plan.client.respond(self.context, on_text=self._queued)
         except BaseException as exc:
             return Raised(exc)
 
@@ -146,30 +144,13 @@ class ThreadedCall:
         """From any thread: make the waiting turn look at its cancellation now."""
         self.queue.put(_WAKE)
 
-    def result(self) -> LLMResponse:
-        """Make the call and wait for its response (a call made without ``deltas``).
+    def events(self) -> Generator[AgentEvent, None, LLMResponse]:
+        """Make the call: its text deltas, then its response.
 
         Raises:
             RetryableLLMError: no answer within the model timeout.
             TurnCancelledError: the turn was force-released while it waited.
             Exception: what the model call raised.
-        """
-        try:
-            item = self._start()
-            while True:
-                if type(item) is Raised:
-                    raise item.error
-                if item is not _WAKE and not isinstance(item, str):
-                    return item  # type: ignore[return-value]
-                item = self._next()
-        finally:
-            self._end()
-
-    def events(self) -> Generator[AgentEvent, None, LLMResponse]:
-        """Make the call: its text deltas (with ``deltas``), then its response.
-
-        Raises:
-            The same as ``result``.
         """
         try:
             item = self._start()
@@ -187,8 +168,6 @@ class ThreadedCall:
     def _end(self) -> None:
         """Stop listening: a later delta is dropped (a no-op once the call is done)."""
         self._abandoned = True
-        if self._token is not None:
-            self.plan.state.stop_stream(self._token)
 
     def _start(self) -> object:
         """Hand the call to a worker and wait for its first word."""
@@ -245,29 +224,74 @@ def stream_model(
         finally:  # what streamed before a raise (a truncation, say) streamed all the same
             for text in deltas:
                 yield plan.state.publish_delta(text)
-    cap, call = _begin_call(plan, context, deltas=True)
+    cap, call = _begin_call(plan, context)
     try:
         with model_span(plan) as current:
             response = yield from call.events()
             model_attributes(current, response)
             return response
     finally:
-        cap.put(None)
+        if cap is not None:
+            cap.put(None)
 
 
 def call_model(plan: TurnPlan, context: ConversationContext) -> LLMResponse:
-    """The model call of a caller that reads only the reply (``send``): no generator."""
+    """The model call of a caller that reads only the reply (``send``), in the turn's own
+    thread (no generator, no worker). Each delta goes to the turn's log for joiners; a
+    force release, or the model timeout passing, refuses the next one, which ends the call.
+
+    Raises:
+        TurnCancelledError: the turn was force-released before the call, during it (at its
+            next delta) or while it answered.
+        RetryableLLMError: a delta came past the model timeout.
+        Exception: what the model call raised.
+    """
     if plan.client.answers_inline:
         return _inline_call(plan, context, None)
-    with waiting():  # on a model worker: a gated turn lets the gate go meanwhile
-        cap, call = _begin_call(plan, context, deltas=False)
+    with waiting():  # the model's wait: a gated turn lets the gate go meanwhile
+        _before_call(plan, context)
+        cap = _take(plan)
         try:
             with model_span(plan) as current:
-                response = call.result()
+                response = _call_here(plan, context)
                 model_attributes(current, response)
                 return response
         finally:
-            cap.put(None)
+            if cap is not None:
+                cap.put(None)
+
+
+def _call_here(plan: TurnPlan, context: ConversationContext) -> LLMResponse:
+    thinker = plan.thinker
+    if thinker.cancelled is not None:
+        raise cancelled_error(plan)
+    deadline = time.monotonic() + plan.model_timeout_s
+    sink, token = plan.state.text_sink(Abandoned)
+
+    def on_text(text: str) -> None:  # a release or the timeout refuses the delta
+        if thinker.cancelled is not None or time.monotonic() > deadline:
+            raise Abandoned()
+        sink(text)
+
+    try:
+        response = plan.client.respond(context, on_text=on_text)
+    except Abandoned:
+        if thinker.cancelled is not None:
+            raise cancelled_error(plan) from None
+        raise timed_out(plan, context) from None
+    finally:
+        plan.state.stop_stream(token)
+    if thinker.cancelled is not None:  # released while it answered: the answer is dropped
+        raise cancelled_error(plan)
+    return response
+
+
+def _take(plan: TurnPlan) -> Cap[None] | None:
+    """A slot of the provider's limiter, waited for, if the application set one."""
+    cap = provider_cap(plan.client)
+    if cap is not None:
+        cap.get()
+    return cap
 
 
 def _inline_call(
@@ -282,8 +306,7 @@ def _inline_call(
     _before_call(plan, context)
     if plan.thinker.cancelled is not None:
         raise cancelled_error(plan)
-    cap = provider_cap(plan.client)
-    cap.get()
+    cap = _take(plan)
     try:
         with model_span(plan) as current:
             response = plan.client.respond(
@@ -291,7 +314,8 @@ def _inline_call(
             )
             model_attributes(current, response)
     finally:
-        cap.put(None)
+        if cap is not None:
+            cap.put(None)
     if plan.thinker.cancelled is not None:
         raise cancelled_error(plan)
     if deltas is None and (text := response.text):
@@ -308,13 +332,11 @@ def _before_call(plan: TurnPlan, context: ConversationContext) -> None:
 
 
 def _begin_call(
-    plan: TurnPlan, context: ConversationContext, *, deltas: bool
-) -> tuple[Cap[None], ThreadedCall]:
+    plan: TurnPlan, context: ConversationContext
+) -> tuple[Cap[None] | None, ThreadedCall]:
     """The hook, the call (cancelled by a force release from now on), then a slot of the
-    provider's cap, waited for last."""
+    provider's limiter if there is one, waited for last."""
     _before_call(plan, context)
-    call = ThreadedCall(plan, context, deltas=deltas)
+    call = ThreadedCall(plan, context)
     plan.thinker.set_cancel_hook(call.wake)
-    cap = provider_cap(plan.client)
-    cap.get()
-    return cap, call
+    return _take(plan), call

@@ -1,10 +1,12 @@
 """The two drivers of a turn's effects: in the calling thread, and on an event loop.
 
 ``drive`` performs each effect of ``turn_steps`` in the calling thread and yields the
-turn's events as they happen; the model call itself (unless the client answers inline, with
-no I/O: then in the calling thread) runs on a model worker and hands its text deltas to the
-waiting turn (or, when the turn's caller reads only the reply, straight to the turn's
-followers), which waits at most ``model_timeout_s`` and wakes at once on a force release.
+turn's events as they happen. The model call of a caller that reads only the reply
+(``run``: ``send``) is made in the calling thread, its deltas handed straight to the turn's
+followers, a force release or ``model_timeout_s`` ending it at its next delta; a streaming
+caller's (``stream``) runs on a model worker and hands its deltas to the waiting turn,
+which waits at most ``model_timeout_s`` and wakes at once on a force release (a client that
+answers inline, with no I/O, is asked in the calling thread either way).
 ``drive_async`` performs them without blocking the event loop: saves (the LMDB commit) in
 a bounded pool, the model call through ``client.arespond`` (the SDKs' async clients on the
 loop, the scripted model inline, boto3 on a worker thread), async tools on the loop, the
@@ -342,14 +344,16 @@ class _AsyncTurn:
         abandon = self.current_call = threading.Event()
         if self.force_requested:
             abandon.set()
-        cap = provider_cap(plan.client)
-        await acquire_cap(cap)
+        cap = provider_cap(plan.client)  # only where the application set a limiter
+        if cap is not None:
+            await acquire_cap(cap)
         try:
             with model_span(plan) as current:
                 response = await self._respond(context, self._on_text(abandon), abandon)
                 model_attributes(current, response)
         finally:
-            cap.put(None)
+            if cap is not None:
+                cap.put(None)
         if self.force_requested:  # released while a call that never awaited ran (inline)
             raise cancelled_error(plan)
         return response

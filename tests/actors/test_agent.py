@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -420,8 +422,58 @@ def test_the_provider_cap_bounds_model_calls_across_all_chats(
         for t in threads:
             t.join(10)
     finally:
-        set_provider_concurrency("scripted", 64)
+        set_provider_concurrency("scripted", None)
     assert most[0] == 1
     assert all(len(stored(service, c.conversation_id, "alice").messages) == 2 for c in chats)
     with pytest.raises(ValueError, match="at least 1, not 0"):
         set_provider_concurrency("scripted", 0)
+
+
+class _AllAtOnce(ScriptedClient):
+    """Answers each call only once ``count`` calls are in flight together (in threads for
+    ``respond``, in tasks for ``arespond``); a cap below ``count`` leaves them waiting."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.count, self.arrived = count, 0
+        self.barrier = threading.Barrier(count, timeout=20)
+        self.all_here: asyncio.Event | None = None
+
+    def _send(self, request: Any) -> Any:
+        self.barrier.wait()
+        return super()._send(request)
+
+    async def _asend(self, request: Any, on_text: Any) -> Any:
+        if self.all_here is None:
+            self.all_here = asyncio.Event()
+        self.arrived += 1
+        if self.arrived == self.count:
+            self.all_here.set()
+        await asyncio.wait_for(self.all_here.wait(), 20)
+        return ScriptedClient._send(self, request)
+
+
+@pytest.mark.parametrize("path", ["send", "asend"])
+def test_without_a_limiter_every_chats_model_call_is_in_flight_at_once(
+    service: ConversationService, path: str
+) -> None:
+    # more chats than any fixed pool the host once had (64 workers, 64 calls a provider)
+    count = 80
+    client = _AllAtOnce(count)
+    agent = agent_for(client)
+    chats = [agent.chat(service, user_id="alice") for _ in range(count)]
+    if path == "send":
+        threads = [threading.Thread(target=c.send, args=("Hi",)) for c in chats]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert not client.barrier.broken
+    else:
+
+        async def all_chats() -> None:
+            await asyncio.gather(*(c.asend("Hi") for c in chats))
+
+        asyncio.run(all_chats())
+        assert client.arrived == count
+    assert all(len(stored(service, c.conversation_id, "alice").messages) == 2 for c in chats)

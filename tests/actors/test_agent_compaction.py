@@ -220,9 +220,10 @@ def test_a_hung_model_call_on_the_sync_path_times_out_and_is_retried(
     assert isinstance(events[-1], TurnDone) and events[-1].reply.text == "Second try."
 
 
-def test_force_release_ends_a_hung_sync_model_call_at_once(
+def test_force_release_ends_a_streamed_turns_hung_model_call_at_once(
     service: ConversationService,
 ) -> None:
+    # ``stream`` makes its model call on a model worker: the turn's thread wakes at once
     started, hung = threading.Event(), threading.Event()
 
     def hangs(prepared: object) -> LLMResponse:
@@ -233,7 +234,16 @@ def test_force_release_ends_a_hung_sync_model_call_at_once(
     chat = Agent(ScriptedClient([hangs]), output=OutputSize.STANDARD, depth=Depth.IMMEDIATE).chat(
         service, user_id="alice"
     )
-    worker, outcome = send_in_thread(chat, "Hi")
+    outcome: list[BaseException] = []
+
+    def stream() -> None:
+        try:
+            list(chat.stream("Hi"))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=stream)
+    worker.start()
     try:
         assert started.wait(10)
         assert service.force_release(chat.conversation_id, "alice") is not None
@@ -244,6 +254,33 @@ def test_force_release_ends_a_hung_sync_model_call_at_once(
         worker.join(10)
     assert len(outcome) == 1 and isinstance(outcome[0], TurnCancelledError)
     assert service.owning_thinker(chat.conversation_id, "alice") is None
+
+
+def test_a_sent_turn_released_during_a_silent_model_call_drops_the_answer_when_it_comes(
+    service: ConversationService,
+) -> None:
+    # ``send`` makes its model call in its own thread: a call that streams nothing is
+    # noticed as released when it answers, and its answer is never added
+    started, answer = threading.Event(), threading.Event()
+
+    def silent(prepared: object) -> LLMResponse:
+        started.set()
+        assert answer.wait(10)
+        return LLMResponse(model_id="scripted", blocks=[TextBlock(text="Too late.")])
+
+    chat = Agent(ScriptedClient([silent]), output=OutputSize.STANDARD, depth=Depth.IMMEDIATE).chat(
+        service, user_id="alice"
+    )
+    worker, outcome = send_in_thread(chat, "Hi")
+    assert started.wait(10)
+    assert service.force_release(chat.conversation_id, "alice") is not None
+    answer.set()
+    worker.join(10)
+    assert not worker.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], TurnCancelledError)
+    assert service.owning_thinker(chat.conversation_id, "alice") is None
+    kept = stored(service, chat.conversation_id, "alice").messages
+    assert [m.role for m in kept] == ["user"]  # the answer that came after the release: dropped
 
 
 def test_bad_compaction_overrides_are_refused_when_the_agent_is_built() -> None:

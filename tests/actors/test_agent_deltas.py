@@ -98,8 +98,8 @@ def test_force_release_stops_a_sent_turns_stream_at_its_next_delta(
     async def follow() -> list[AgentEvent]:
         joined, first = await _follow(service, chat.conversation_id)
         assert service.force_release(chat.conversation_id, "alice") is not None
-        turn.join(10)  # the turn ended at once, its stream still held
-        client.go.set()
+        client.go.set()  # the model streams on, in the turn's own thread: its next delta is refused
+        turn.join(10)
         assert client.finished.wait(10)
         return [first] + [e async for e in joined]
 
@@ -109,3 +109,39 @@ def test_force_release_stops_a_sent_turns_stream_at_its_next_delta(
     # nothing published after the release
     assert events == [TextDelta(text="First", seq=1, turn=events[0].turn)]
     assert service.owning_thinker(chat.conversation_id, "alice") is None
+
+
+class SlowAfterFirst(ScriptedClient):
+    """Its first call streams one delta, then its next only once ``pause`` seconds have
+    passed; later calls answer at once."""
+
+    def __init__(self, pause: float) -> None:
+        super().__init__()
+        self.pause, self.calls = pause, 0
+        self.late: list[str] = []
+
+    def _stream(self, request: WireRequest) -> Iterator[str | LLMResponse]:
+        self.calls += 1
+        if self.calls == 1:
+            yield "Slow"
+            threading.Event().wait(self.pause)  # the model dawdles past the timeout
+            yield " and late."
+            self.late.append(" and late.")
+        yield LLMResponse(model_id="scripted", blocks=[TextBlock(text="On time.")])
+
+
+def test_a_sent_turns_model_call_past_the_timeout_ends_at_its_next_delta_and_is_retried(
+    service: ConversationService,
+) -> None:
+    client, waits = SlowAfterFirst(0.4), list[float]()
+    agent = Agent(
+        client,
+        output=OutputSize.STANDARD,
+        depth=Depth.IMMEDIATE,
+        model_timeout_s=0.2,
+        sleep=waits.append,
+    )
+    reply = agent.chat(service, user_id="alice").send("Go")
+    assert client.late == []  # the delta after the deadline was refused
+    assert client.calls == 2 and waits == [0.5]
+    assert reply.text == "On time."

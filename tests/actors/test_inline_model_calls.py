@@ -1,7 +1,8 @@
 """A client that answers inline (no I/O, cannot block) is asked in the turn's own thread, not
-on a model worker: the same events, the same saves, the same answer; a client that may
+on a model worker: the same events, the same saves, the same answer. A client that may
 block (every provider's, a scripted model with a function reply or answering its own way)
-still goes to a worker, where the model timeout and a force release can reach it."""
+is asked in the turn's own thread by ``send`` too (no worker caps a host), and on a model
+worker by ``stream``, whose caller reads each delta as it comes."""
 
 from __future__ import annotations
 
@@ -74,17 +75,27 @@ def test_a_provider_client_never_answers_inline() -> None:
 
 
 @pytest.mark.parametrize("inline", [True, False])
-def test_a_sent_turn_asks_an_inline_client_in_its_own_thread_and_others_on_a_worker(
+def test_a_sent_turn_asks_any_client_in_its_own_thread(
     service: ConversationService, inline: bool
 ) -> None:
     client = Recorded(inline=inline)
     chat = _agent(client).chat(service, user_id="alice")
     reply = chat.send("Hello there")
     assert reply.text == "Answer 1: you said 'Hello there'."
-    caller = threading.current_thread().name
-    assert client.threads == [caller] if inline else client.threads[0].startswith("parlour-model")
+    assert client.threads == [threading.current_thread().name]
     roles = [m.role for m in stored(service, chat.conversation_id, "alice").messages]
     assert roles == ["user", "assistant"]  # both saves landed, the deferred one included
+
+
+@pytest.mark.parametrize("inline", [True, False])
+def test_a_streamed_turn_asks_an_inline_client_in_its_own_thread_and_others_on_a_worker(
+    service: ConversationService, inline: bool
+) -> None:
+    client = Recorded(inline=inline)
+    chat = _agent(client).chat(service, user_id="alice")
+    assert isinstance(list(chat.stream("Hello there"))[-1], TurnDone)
+    caller = threading.current_thread().name
+    assert client.threads == [caller] if inline else client.threads[0].startswith("parlour-model")
 
 
 @pytest.mark.parametrize("inline", [True, False])

@@ -1,7 +1,7 @@
-"""The model workers behind the sync path's model calls: the worker that went idle last takes
-the next job (it is idle again before its result arrives), jobs past the last idle worker
-wait in arrival order and none is lost however many threads submit, and a forked child
-makes its calls on workers of its own."""
+"""The model workers behind ``stream``'s model calls: the worker that went idle last takes
+the next job (it is idle again before its result arrives), a job finding every worker busy
+gets a new one (no job waits for another), none is lost however many threads submit, and a
+forked child makes its calls on workers of its own."""
 
 from __future__ import annotations
 
@@ -27,29 +27,22 @@ def test_the_worker_that_went_idle_last_takes_each_next_job() -> None:
     assert len(set(names)) == 1  # idle again before its result arrived: taken again at once
 
 
-def test_jobs_past_the_last_idle_worker_wait_and_run_in_arrival_order() -> None:
-    workers = Workers(1, "test-backlog")
-    release, started = threading.Event(), threading.Event()
+def test_a_job_finding_every_worker_busy_runs_at_once_on_a_new_one() -> None:
+    workers = Workers(1, "test-grow")
+    release = threading.Event()
     results: queue.SimpleQueue[object] = queue.SimpleQueue()
-    ran: list[int] = []
 
     def blocking() -> object:
-        started.set()
         assert release.wait(10)
         return "first"
 
-    def recorded(n: int) -> object:
-        ran.append(n)
-        return n
-
     workers.submit(blocking, results)
-    assert started.wait(10)
-    for n in range(5):
-        workers.submit(lambda n=n: recorded(n), results)  # type: ignore[misc]
-    assert ran == [] and results.empty()  # the only worker is busy: they wait
+    for n in range(5):  # each answers while the first still blocks: none waits for it
+        workers.submit(lambda n=n: n, results)  # type: ignore[misc]
+    assert sorted(results.get(timeout=10) for _ in range(5)) == [0, 1, 2, 3, 4]  # type: ignore[type-var]
+    assert results.empty() and workers.started >= 2
     release.set()
-    assert [results.get(timeout=10) for _ in range(6)] == ["first", 0, 1, 2, 3, 4]
-    assert ran == [0, 1, 2, 3, 4]
+    assert results.get(timeout=10) == "first"
 
 
 def test_no_job_is_lost_when_many_threads_submit_to_few_workers() -> None:

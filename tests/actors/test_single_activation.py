@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import parlour.actors._gate as gate_module
 from parlour.actors import BasicThinker, ConversationService
 from parlour.actors._conversation import ConversationActor
 from parlour.actors._messages import (
@@ -50,6 +51,17 @@ def test_an_owned_activation_does_not_agree_to_stop_and_keeps_granting_its_owner
         assert isinstance(ref.ask(_acquire("job-1")), Granted)
     finally:
         ref.stop()
+
+
+@pytest.fixture(autouse=True)
+def ungated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These races are between service calls in threads, each test's seam pausing an actor
+    until another thread's call gets in. Admission control (the turn gate, held by a
+    thread's obtain, save and release on two CPUs) would run those calls one at a time, so
+    the seam would wait for the gate: a cycle only a seam can make (actor handlers never
+    wait for the gate). Calls from an event loop are never gated, so the races are real:
+    they run ungated here, as on one CPU."""
+    monkeypatch.setattr(gate_module, "_cpus", lambda: 1)
 
 
 @pytest.fixture

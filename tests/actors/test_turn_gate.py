@@ -5,6 +5,7 @@ finish."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import sys
@@ -534,4 +535,84 @@ def test_service_path_turns_held_in_the_gate_share_a_conversation_through_its_le
     assert _in_threads(requests("first"), requests("second"), requests("third")) == []
     snapshot = stored(gated_service, cid, "alice")
     assert len(snapshot.messages) == 1 + 3 * 2 * turns
+    assert not turn_gate.is_held()
+
+
+# -- admission control inside the service ------------------------------------------------------
+
+
+def _one_turn(service: ConversationService, user: str) -> None:
+    thinker = BasicThinker(user)
+    thinker.mint_conversation_id()
+    context = service.obtain_conversation(None, thinker).get()
+    try:
+        context.add_user_message("hello")
+        service.save_conversation(context, thinker)
+    finally:
+        service.release(thinker)
+
+
+@pytest.mark.parametrize("cpus", [2, 1])
+def test_service_calls_from_threads_hold_the_gate_for_their_own_work_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpus: int
+) -> None:
+    """Threads driving the service with no gate of their own: on two CPUs every save runs
+    in the gate, one at a time; on one (where the gate costs more than it saves) none does."""
+    monkeypatch.setattr(gate_module, "_cpus", lambda: cpus)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads as often as the interpreter can
+    watching = _Watching()
+    store = LmdbStore(tmp_path / "store")
+    service = ConversationService(store, watching, cleanup_interval_s=0)
+    try:
+        turns = [lambda i=i: _one_turn(service, f"user-{i}") for i in range(8)]
+        assert _in_threads(*turns) == []
+    finally:
+        sys.setswitchinterval(switch)
+        service.stop()
+        store.close()
+    assert watching.gated is (cpus == 2)
+    if cpus == 2:
+        assert watching.most == 1
+    assert not turn_gate.is_held()
+
+
+def test_service_calls_on_an_event_loop_never_wait_for_the_gate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While another thread holds the gate, a loop's obtain, save and release finish: the
+    loop never waits for it."""
+    monkeypatch.setattr(gate_module, "_cpus", lambda: 2)
+    watching = _Watching()
+    store = LmdbStore(tmp_path / "store")
+    service = ConversationService(store, watching, cleanup_interval_s=0)
+    held, done = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with turn_gate.held():
+            held.set()
+            assert done.wait(STALL_S)
+
+    async def on_the_loop() -> None:
+        thinker = BasicThinker("alice")
+        thinker.mint_conversation_id()
+        context = await service.obtain_async(None, thinker)
+        context.add_user_message("hello")
+        service.save_conversation(context, thinker)
+        service.release(thinker)
+
+    holding = threading.Thread(target=holder)
+    holding.start()
+    try:
+        assert held.wait(JOIN_S)
+        loop = threading.Thread(target=lambda: asyncio.run(on_the_loop()))
+        loop.start()
+        loop.join(STALL_S)
+        assert not loop.is_alive(), "the loop waited for the gate"
+    finally:
+        done.set()
+        holding.join(JOIN_S)
+        service.stop()
+        store.close()
+    assert not watching.gated  # the save ran outside the gate
     assert not turn_gate.is_held()
