@@ -64,8 +64,8 @@ class Agent:
             (``reply.output``); a malformed answer is re-asked once.
         tool_timeout_s, model_timeout_s: the most one tool call (it then gets an error
             result) and one model call (a retryable error, retried within the budget) may
-            take; on ``send`` a model call that streams nothing is bounded only by its SDK's
-            own timeout (actors/agent/PACKAGE.md, "Timeouts").
+            take (on ``send`` a call that streams nothing is bounded by the SDK, given it as
+            the request's timeout: actors/agent/PACKAGE.md, "Timeouts").
         retry: backoff for retryable provider errors, within a per-turn budget.
         compactor: writes the summaries when a conversation outgrows its window (by
             default the offline compactor for the scripted model, else summaries by the

@@ -2,10 +2,11 @@
 per-provider limiters (none unless the application sets one), and the sync path's model
 calls. ``call_model`` (``send``) asks the model in the turn's own thread: no worker, no cap
 but the host's chats; a force release or the model timeout stops it at its next streamed
-delta (a call that streams nothing is bounded by its SDK's own timeout, and a release is
-noticed when it answers). ``stream_model`` (``stream``, whose caller reads each delta as it
-comes) makes it in a model worker (``ThreadedCall``), which the turn waits for with the
-model timeout as its deadline, waking at once on a force release. A client that answers
+delta (a call that streams nothing is bounded by the SDK, given the model timeout as the
+request's timeout, and a release is noticed when it answers). ``stream_model``
+(``stream``, whose caller reads each delta as it comes) makes it in a model worker
+(``ThreadedCall``), which the turn waits for with the model timeout as its deadline,
+waking at once on a force release. A client that answers
 inline is asked in the turn's own thread either way.
 
 Thread-safety: pools, workers and caps are created under one lock and shared by every
@@ -274,7 +275,8 @@ def _call_here(plan: TurnPlan, context: ConversationContext) -> LLMResponse:
         sink(text)
 
     try:
-        response = plan.client.respond(context, on_text=on_text)
+        # the SDK bounds a call that streams nothing (no delta to refuse) by this timeout
+        response = plan.client.respond(context, on_text=on_text, timeout_s=plan.model_timeout_s)
     except Abandoned:
         if thinker.cancelled is not None:
             raise cancelled_error(plan) from None

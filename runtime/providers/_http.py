@@ -143,18 +143,26 @@ class HttpSdkClient(LLMClient):
             self._async_client = self._make(f"Async{self.provider}")
         return self._async_client
 
-    async def _asend(self, request: WireRequest, on_text: TextCallback | None) -> LLMResponse:
+    def _body(self, request: WireRequest) -> dict[str, Any]:
+        """The SDK call's keyword arguments: the dialect's body, and the request's timeout
+        (the SDKs take ``timeout`` per request; it never reaches the wire's JSON)."""
         body = self.encode(request)
+        if request.timeout_s is not None:
+            body["timeout"] = request.timeout_s
+        return body
+
+    async def _asend(self, request: WireRequest, on_text: TextCallback | None) -> LLMResponse:
+        body = self._body(request)
         with map_errors(self._sdk, self.error_map, self.provider, request.spec.id):
             return await self._acall(body, on_text)
 
     def _send(self, request: WireRequest) -> LLMResponse:
-        body = self.encode(request)
+        body = self._body(request)
         with map_errors(self._sdk, self.error_map, self.provider, request.spec.id):
             return self._call(body)
 
     def _stream(self, request: WireRequest) -> Iterator[str | LLMResponse]:
-        body = self.encode(request)
+        body = self._body(request)
         with map_errors(self._sdk, self.error_map, self.provider, request.spec.id):
             yield from self._call_streaming(body)
 

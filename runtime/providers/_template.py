@@ -52,6 +52,9 @@ class WireRequest(msgspec.Struct, frozen=True, kw_only=True):
     max_tokens: int
     thinking_active: bool
     conversation_id: str | None = None
+    # the most the provider may leave the call without a byte, where the SDK takes one (its
+    # own default otherwise): the caller's model timeout, so a stalled call cannot outlast it
+    timeout_s: float | None = None
 
     @property
     def thinking_budget(self) -> int:
@@ -110,6 +113,7 @@ class LLMClient(ABC):
         thinking_active: bool | None = None,
         *,
         on_text: TextCallback | None = None,
+        timeout_s: float | None = None,
     ) -> LLMResponse:
         """Ask the model for the next assistant turn of ``conversation``.
 
@@ -117,6 +121,8 @@ class LLMClient(ABC):
         binding and a truncation raises the sent message's ``requested_output_tokens``. The
         caller adds ``response.to_message()`` itself. With ``on_text`` the answer streams:
         each text delta is passed to it as it arrives, and the same response is returned.
+        ``timeout_s`` bounds how long the provider may stay silent, where the SDK takes a
+        per-request timeout (Anthropic, OpenAI); a call past it is a ``RetryableLLMError``.
 
         Raises:
             OutputTruncationRetry: truncated while a larger budget exists; retry as it is.
@@ -127,6 +133,8 @@ class LLMClient(ABC):
                 failed authentication.
         """
         request = self.build_request(conversation, thinking_active)
+        if timeout_s is not None:
+            request = msgspec.structs.replace(request, timeout_s=timeout_s)
         start = _now()
         return self._finish(conversation, request, self._send_with(request, on_text), start)
 
