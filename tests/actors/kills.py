@@ -53,7 +53,7 @@ from parlour.runtime.testing import (
     openai_completion,
     openai_sse,
 )
-from parlour.stores import LmdbStore, PersistentStore, PostgresStore
+from parlour.stores import LmdbStore, MemoryStore, PersistentStore, PostgresStore
 
 ROOT = Path(__file__).resolve().parents[2]
 PROVIDERS = ("anthropic", "bedrock", "openai")
@@ -420,3 +420,17 @@ def postgres_schema() -> Iterator[str]:
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture(params=["memory", "lmdb", "postgres"])
+def each_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PersistentStore]:
+    """Each store kind; PostgreSQL in a schema of its own (``postgres_schema``). A test
+    module takes it under its own name: ``store = each_store``."""
+    if request.param == "memory":
+        yield MemoryStore()
+    elif request.param == "lmdb":
+        with LmdbStore(tmp_path / "db") as lmdb:
+            yield lmdb
+    else:
+        with postgres_schema() as conninfo, PostgresStore(conninfo) as pg:
+            yield pg

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import textwrap
 import threading
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,36 +52,16 @@ from parlour.runtime.testing import (
     mock_openai_sdk,
     openai_completion,
 )
-from parlour.stores import LmdbStore, MemoryStore, PersistentStore, PostgresStore
+from parlour.stores import LmdbStore, PersistentStore, PostgresStore
 
 from .agent_helpers import calls
-from .kills import killed_after
+from .kills import each_store, killed_after, postgres_schema
 
 USER = "alice"
 QUIET: dict[str, Any] = {"output": OutputSize.COMPACT, "depth": Depth.IMMEDIATE}
 
 
-@pytest.fixture(params=["memory", "lmdb", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PersistentStore]:
-    if request.param == "memory":
-        yield MemoryStore()
-    elif request.param == "lmdb":
-        with LmdbStore(tmp_path / "db") as lmdb:
-            yield lmdb
-    else:
-        dsn = os.environ.get("PARLOUR_TEST_POSTGRES")
-        if not dsn:
-            pytest.skip("no PostgreSQL server: PARLOUR_TEST_POSTGRES is not set")
-        psycopg = pytest.importorskip("psycopg")
-        from psycopg.conninfo import make_conninfo
-
-        schema = f"test_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"CREATE SCHEMA {schema}")
-        with PostgresStore(make_conninfo(dsn, options=f"-c search_path={schema}")) as pg:
-            yield pg
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+store = each_store  # memory, LMDB and PostgreSQL
 
 
 class Tools:
@@ -670,19 +647,9 @@ POSTGRES_DECIDER = textwrap.dedent(
 def test_two_processes_deciding_the_same_calls_on_postgresql_apply_each_once(
     tmp_path: Path,
 ) -> None:
-    dsn = os.environ.get("PARLOUR_TEST_POSTGRES")
-    if not dsn:
-        pytest.skip("no PostgreSQL server: PARLOUR_TEST_POSTGRES is not set")
-    psycopg = pytest.importorskip("psycopg")
-    from psycopg.conninfo import make_conninfo
-
-    schema = f"test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    conninfo = make_conninfo(dsn, options=f"-c search_path={schema}")
     runs = tmp_path / "runs"
     rounds = 40
-    try:
+    with postgres_schema() as conninfo:
         tool = tool_from_function(Tools().all[1].fn, needs_approval=True)
         one = calls(("delete_order", {"order_id": "42"}))
         cids = []
@@ -724,9 +691,6 @@ def test_two_processes_deciding_the_same_calls_on_postgresql_apply_each_once(
         approved = said[0].count("won")
         deletes = runs.read_text().count("delete") if runs.exists() else 0
         assert deletes == approved  # each approved call ran once, no denied one ran
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def test_fsck_leaves_a_parked_conversation_alone(

@@ -6,10 +6,9 @@ resumed turn keeps the id and replays its durable steps to a follower that joins
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import uuid
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any, cast
 
@@ -39,35 +38,15 @@ from parlour.runtime import (
 )
 from parlour.runtime.blocks import TextBlock
 from parlour.runtime.errors import UncorrectableLLMError
-from parlour.stores import LmdbStore, MemoryStore, PersistentStore, PostgresStore
+from parlour.stores import LmdbStore, PersistentStore
 
 from .agent_helpers import calls
+from .kills import each_store
 
 USER = "alice"
 
 
-@pytest.fixture(params=["memory", "lmdb", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PersistentStore]:
-    """Each store kind; PostgreSQL in a schema of its own on ``PARLOUR_TEST_POSTGRES``."""
-    if request.param == "memory":
-        yield MemoryStore()
-    elif request.param == "lmdb":
-        with LmdbStore(tmp_path / "db") as lmdb:
-            yield lmdb
-    else:
-        dsn = os.environ.get("PARLOUR_TEST_POSTGRES")
-        if not dsn:
-            pytest.skip("no PostgreSQL server: PARLOUR_TEST_POSTGRES is not set")
-        psycopg = pytest.importorskip("psycopg")
-        from psycopg.conninfo import make_conninfo
-
-        schema = f"test_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"CREATE SCHEMA {schema}")
-        with PostgresStore(make_conninfo(dsn, options=f"-c search_path={schema}")) as pg:
-            yield pg
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+store = each_store  # memory, LMDB and PostgreSQL
 
 
 def _record(store: PersistentStore, cid: str) -> OpenTurn | None:
