@@ -37,7 +37,7 @@ from ._errors import (
 )
 from ._http import HttpSdkClient
 from ._response import LLMResponse, StopReason, Usage
-from ._shared import block_text, image_subtype, is_blank, tool_schema
+from ._shared import block_text, image_subtype, is_blank, system_texts, tool_schema
 from ._template import TextCallback, WireRequest
 
 MAX_CACHE_BREAKPOINTS = 4
@@ -178,10 +178,7 @@ def build_anthropic_params(request: WireRequest) -> dict[str, Any]:
 
 def _system_blocks(prepared: PreparedConversation) -> list[dict[str, Any]]:
     """Admitted skills first, then the objective."""
-    blocks = [{"type": "text", "text": block_text(skill)} for skill in prepared.skills]
-    if prepared.has_system_text():
-        blocks.append({"type": "text", "text": prepared.system_text})
-    return blocks
+    return [{"type": "text", "text": text} for text in system_texts(prepared)]
 
 
 def _encode_tool(tool: ToolDefinitionBlock) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from ..blocks import (
     ToolUseBlock,
     render_tool_text,
 )
-from ._shared import block_text, image_subtype, is_blank
+from ._shared import block_text, image_subtype, is_blank, system_texts
 from ._template import WireRequest
 
 # What a history that opens with an assistant turn is preceded by (Converse refuses it).
@@ -192,10 +192,7 @@ def build_converse_request(
         "messages": _messages(prepared.turns, request.conversation_id, opener),
         "inferenceConfig": {"maxTokens": request.max_tokens},
     }
-    system = [{"text": block_text(skill)} for skill in prepared.skills]
-    if prepared.has_system_text():
-        system.append({"text": prepared.system_text})
-    if system:
+    if system := [{"text": text} for text in system_texts(prepared)]:
         params["system"] = system
     return params
 

@@ -29,7 +29,7 @@ from ..models._spec import ThinkingMode
 from ._errors import ErrorMap, error_message, status_verdict
 from ._http import HttpSdkClient
 from ._response import LLMResponse, StopReason, Usage
-from ._shared import block_text, tool_schema
+from ._shared import block_text, system_texts, tool_schema
 from ._template import TextCallback, WireRequest
 
 _STOP = {
@@ -113,10 +113,7 @@ def build_openai_body(request: WireRequest) -> dict[str, Any]:
     """
     prepared = request.prepared
     messages: list[dict[str, Any]] = []
-    system = [block_text(skill) for skill in prepared.skills]
-    if prepared.has_system_text():
-        system.append(prepared.system_text)
-    if system:
+    if system := system_texts(prepared):
         messages.append({"role": "system", "content": "\n\n".join(system)})
     for turn in prepared.turns:
         if turn.role is TurnRole.USER:

@@ -33,7 +33,7 @@ from ..errors import RetryableLLMError
 from ..models._spec import ThinkingMode
 from ._openai import EFFORT, OpenAIClient, user_part
 from ._response import LLMResponse, StopReason, Usage
-from ._shared import block_text, is_blank, tool_schema
+from ._shared import block_text, is_blank, system_texts, tool_schema
 from ._template import TextCallback, WireRequest
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
@@ -153,10 +153,7 @@ def build_responses_body(request: WireRequest) -> dict[str, Any]:
         "max_output_tokens": request.max_tokens,
         "store": False,
     }
-    system = [block_text(skill) for skill in prepared.skills]
-    if prepared.has_system_text():
-        system.append(prepared.system_text)
-    if system:
+    if system := system_texts(prepared):
         body["instructions"] = "\n\n".join(system)
     tools = [
         {

@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from .._prepared import PreparedConversation
 from ..blocks import (
     ContentBlock,
     JsonBlock,
@@ -84,6 +85,15 @@ def spec_of(model: str | ModelSpec, catalog: ModelCatalog | None = None) -> Mode
     if isinstance(model, ModelSpec):
         return model
     return (catalog or ModelCatalog.default()).get(model)
+
+
+def system_texts(prepared: PreparedConversation) -> list[str]:
+    """The texts of a request's system slot, in order: the admitted skills, then the
+    objective (when there is one); each dialect wraps or joins them as its wire wants."""
+    texts = [block_text(skill) for skill in prepared.skills]
+    if prepared.has_system_text():
+        texts.append(prepared.system_text)
+    return texts
 
 
 def block_text(block: ContentBlock) -> str:
