@@ -21,7 +21,7 @@ raises. The lease is always released.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -82,10 +82,8 @@ _ANSWER: Final = TurnStep.ANSWER
 def turn_steps(plan: TurnPlan, text: str | None, attachments: Sequence[ContentBlock] = ()) -> Steps:
     """One whole turn (see the module docstring); returns the reply. With ``text`` None the
     turn resumes an interrupted one: no user message is added."""
-    context: ConversationContext = yield _OBTAIN
-    abandoned = False  # closed by the garbage collector: a driver bug, nothing can be yielded
-    try:
-        _prepare(context, plan)
+
+    def turn(context: ConversationContext) -> Steps:
         if text is None:
             recovered = yield from resume(context, plan)
         else:
@@ -105,18 +103,8 @@ def turn_steps(plan: TurnPlan, text: str | None, attachments: Sequence[ContentBl
         if recovered is not None:
             reply = msgspec.structs.replace(reply, recovered=recovered)
         return reply
-    except GeneratorExit:
-        abandoned = True
-        raise
-    except ApprovalError:
-        raise  # refused before anything changed
-    except BaseException as exc:
-        yield from _end_abnormally(context, plan, exc)
-        raise
-    finally:
-        plan.state.close()
-        if not abandoned:
-            yield _RELEASE
+
+    return (yield from _leased(plan, turn, (ApprovalError,)))  # refused before any change
 
 
 def decision_steps(
@@ -126,10 +114,8 @@ def decision_steps(
     check, record (``_approvals.decide_steps``) and, with the last decision, go on with the
     turn; returns its reply. Refusals (``ApprovalError``) and a save another process beat
     (``StaleVersionError``) change nothing and end it without a boundary save."""
-    context: ConversationContext = yield _OBTAIN
-    abandoned = False
-    try:
-        _prepare(context, plan)
+
+    def decision(context: ConversationContext) -> Steps:
         ids = check_decision(context, call_ids)
         record = context.open_turn
         assert record is not None
@@ -138,10 +124,27 @@ def decision_steps(
         if parked is not None:
             return parked
         return (yield from _answer_all(context, plan))
+
+    return (yield from _leased(plan, decision, (ApprovalError, StaleVersionError)))
+
+
+def _leased(
+    plan: TurnPlan,
+    body: Callable[[ConversationContext], Steps],
+    refusals: tuple[type[BaseException], ...],
+) -> Steps:
+    """Obtain, prepare and run ``body`` on the conversation, and always release. Any error
+    but ``refusals`` (which changed nothing) gets the abnormal end first: pending calls
+    answered, untaken offers kept, a boundary save."""
+    context: ConversationContext = yield _OBTAIN
+    abandoned = False  # closed by the garbage collector: a driver bug, nothing can be yielded
+    try:
+        _prepare(context, plan)
+        return (yield from body(context))
     except GeneratorExit:
         abandoned = True
         raise
-    except (ApprovalError, StaleVersionError):
+    except refusals:
         raise
     except BaseException as exc:
         yield from _end_abnormally(context, plan, exc)
