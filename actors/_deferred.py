@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from loguru import logger
 
+from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from parlour.stores import PersistentStore, SessionStore
 
 Settle = Callable[[], int]  # waits for a deferred save; its new version
@@ -64,6 +65,9 @@ class DeferredSaves:
         self._session = session
         self._forget = forget
         self._pending: dict[str, list[Settle]] = {}
+        # the snapshot each conversation's pending saves lead to (None: not known), for the
+        # session cache once a waited save has made them durable
+        self._ahead: dict[str, ConversationPersistenceSnapshot | None] = {}
 
     def __bool__(self) -> bool:
         return bool(self._pending)
@@ -71,8 +75,18 @@ class DeferredSaves:
     def ids(self) -> list[str]:
         return list(self._pending)
 
-    def add(self, cid: str, settle: Settle) -> None:
+    def add(self, cid: str, settle: Settle, ahead: ConversationPersistenceSnapshot | None) -> None:
+        """A deferred save of ``cid``, waited for by ``settle``, leading to ``ahead``."""
         self._pending.setdefault(cid, []).append(settle)
+        self._ahead[cid] = ahead
+
+    def ahead(self, cid: str) -> ConversationPersistenceSnapshot | None:
+        """The snapshot ``cid``'s pending deferred saves lead to (None: none pending, or
+        not known)."""
+        return self._ahead.get(cid)
+
+    def pending(self, cid: str) -> bool:
+        return cid in self._pending
 
     def settle(self, cid: str) -> None:
         """Wait for ``cid``'s deferred saves (none: nothing to do). The first that failed is
@@ -80,6 +94,7 @@ class DeferredSaves:
         pending = self._pending.pop(cid, None)
         if pending is None:
             return
+        self._ahead.pop(cid, None)
         failed: Exception | None = None
         for settle in pending:
             try:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from . import _utterances
+from ._appended import Appended, SavedMark, changes_since, mark
 from ._handlers import ContentFormatter, GenericContentFormatter, ResponseHandler
 from ._message_snapshot import MessageSnapshot, message_snapshots, repaired_messages
 from ._messages import Message, OutgoingMessage
@@ -348,6 +349,56 @@ class ConversationContext:
 
     # -- persistence ------------------------------------------------------------------------
 
+    _saved_mark: SavedMark | None = None  # the last durable save's (``_appended``)
+
+    def changes_since_save(self) -> Appended | None:
+        """What this conversation added since its last durable save (``mark_saved``), when
+        adding messages, usage entries and moving the open-turn record is all it did; None
+        when anything else changed, or no save was marked."""
+        return changes_since(self)
+
+    def mark_saved(
+        self,
+        version: int,
+        snapshots: list[MessageSnapshot] | None = None,
+        appended: Appended | None = None,
+    ) -> None:
+        """Note a durable save of this conversation as ``version``: of a whole snapshot
+        whose messages were ``snapshots``, or of ``appended`` (made by
+        ``changes_since_save`` since the last mark). Persisters call it after each save."""
+        mark(self, version, snapshots, appended)
+
+    def unmark_saved(self) -> None:
+        """Forget the last save's mark (a save failed: what is stored is not known here)."""
+        self._saved_mark = None
+
+    def _body_scalars(self) -> tuple[object, ...]:
+        """The snapshot's scalar fields but the title, as the very objects they are."""
+        binding = self.model_binding
+        spec = None if binding is None else binding.spec
+        return (
+            self.conversation_id,
+            self.user_id,
+            self.workflow_id,
+            self.created_at,
+            self.grade,
+            self.depth,
+            self.output_declaration,
+            self.interactive,
+            self.compactable,
+            self.temporary,
+            self.cache_main_objective,
+            self.prior_spec_id if spec is None else spec.id,
+        )
+
+    def _body_counters(self) -> tuple[int, int]:
+        return self._objective.changes, self._palette.changes
+
+    def _body_markable(self) -> bool:
+        """Whether the body can only change through this conversation (no artifact and no
+        ``PojoBlock`` slot, whose values may change in place)."""
+        return not len(self.artifact_registry) and not self._objective.holds_pojo()
+
     def to_snapshot(self) -> ConversationPersistenceSnapshot:
         """This conversation as plain data; the freeze and any binding are not part of it
         (the bound spec's id is recorded as ``prior_spec_id``, else the prior one carried on)."""
@@ -413,6 +464,8 @@ class ConversationContext:
             c.admit_skill(skill)
         # unknown aliases: skipped; data not fitting its type: CorruptSnapshotError
         restore_registry(c.artifact_registry, snapshot.artifacts, snapshot.conversation_id)
+        if c.stored:
+            c.mark_saved(c.stored_version, snapshot.messages)
         return c
 
     def is_frozen(self) -> bool:

@@ -66,7 +66,16 @@ class ObjectiveMap:
             method held weakly is eight).
     """
 
-    __slots__ = ("_owner", "_render_of", "_rendered", "_slots", "_stored", "_tools", "frozen")
+    __slots__ = (
+        "_owner",
+        "_render_of",
+        "_rendered",
+        "_slots",
+        "_stored",
+        "_tools",
+        "changes",
+        "frozen",
+    )
 
     def __init__(self, render: Callable[[Any, ContentBlock], str], owner: weakref.ref[Any]) -> None:
         self._render_of, self._owner = render, owner
@@ -77,6 +86,7 @@ class ObjectiveMap:
         self._rendered: dict[bool, str] = {}
         self._tools: dict[str, ToolDefinitionBlock] | None = None  # likewise, the palette
         self._stored: tuple[ObjectiveSlot, ...] | None = None  # and the slots (``stored``)
+        self.changes = 0  # moved by every change to the slots (a save's proof of none)
 
     def _render(self, block: ContentBlock) -> str:
         return self._render_of(self._owner(), block)
@@ -98,6 +108,7 @@ class ObjectiveMap:
         check_block(block, f"objective slot {key!r}")
         if not self.frozen:
             self._slots[key] = block
+            self.changes += 1
             return
         current = self._slots.get(key)
         if current is not None and self._render(current) == self._render(block):
@@ -110,10 +121,12 @@ class ObjectiveMap:
             loud_noop("nuke_main_objective()")
             return
         self._slots.clear()
+        self.changes += 1
 
     def place(self, key: str, block: ContentBlock, *, before_prefix: str | None = None) -> None:
         """A framework put before the freeze: in place when the key exists, else appended,
         or inserted ahead of the first key starting with ``before_prefix``."""
+        self.changes += 1
         if key in self._slots or before_prefix is None:
             self._slots[key] = block
             return
@@ -163,6 +176,10 @@ class ObjectiveMap:
         if self.frozen:
             self._tools = tools
         return tools
+
+    def holds_pojo(self) -> bool:
+        """Whether a slot holds a ``PojoBlock`` (whose value may change in place)."""
+        return PojoBlock in map(type, self._slots.values())
 
     def has_tool_slots(self) -> bool:
         return any(k.startswith(TOOL_KEY_PREFIX) for k in self._slots)

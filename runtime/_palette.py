@@ -31,12 +31,13 @@ class DeclaredTool(Protocol):
 class Palette:
     """Declared tools by name and admitted skills by name, in the order they came."""
 
-    __slots__ = ("_converted", "_skills", "_tools")
+    __slots__ = ("_converted", "_skills", "_tools", "changes")
 
     def __init__(self) -> None:
         self._tools: dict[str, DeclaredTool] = {}
         self._skills: dict[str, SkillBlock] = {}
         self._converted = True  # every declaration is its own definition already
+        self.changes = 0  # moved by every tool or skill taken and every conversion
 
     def declare(self, tool: DeclaredTool) -> None:
         """Declare ``tool``; a name already declared is a no-op (nothing is checked: the
@@ -53,8 +54,10 @@ class Palette:
             check_block(tool, f"tool definition {name!r}")
         else:
             check_text(name, "a declared tool's name")
-        if self._tools.setdefault(name, tool) is tool and not defined:
-            self._converted = False
+        if self._tools.setdefault(name, tool) is tool:
+            self.changes += 1
+            if not defined:
+                self._converted = False
 
     def tools(self) -> dict[str, DeclaredTool]:
         return dict(self._tools)
@@ -78,6 +81,7 @@ class Palette:
         definition = declared.definition()
         if definition is not declared:
             check_block(definition, f"tool definition {name!r}")
+            self.changes += 1
         self._tools[name] = definition
         return definition
 
@@ -102,6 +106,7 @@ class Palette:
         if skill.name in self._skills:
             return False
         self._skills[skill.name] = skill
+        self.changes += 1
         return True
 
     def skills(self) -> list[SkillBlock]:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from ._appended import Appended, applied
 from ._context import FORMAT_VERSION, ConversationPersistenceSnapshot
 from ._message_snapshot import MessageSnapshot, message_snapshots, repaired_messages
 from ._objective import ObjectiveSlot
@@ -28,10 +29,12 @@ from .errors import CorruptSnapshotError
 
 __all__ = [
     "FORMAT_VERSION",
+    "Appended",
     "ConversationPersistenceSnapshot",
     "MessageSnapshot",
     "ObjectiveSlot",
     "OpenTurn",
+    "applied",
     "decode_message_snapshot",
     "decode_snapshot",
     "decode_usage_entry",

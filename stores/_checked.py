@@ -44,27 +44,32 @@ UNENCODABLE = (TypeError, ValueError, OverflowError, RecursionError)
 Run = list[tuple[int, bytes]]
 
 
-def encode_messages(cid: str, messages: Sequence[MessageSnapshot], start: int, stop: int) -> Run:
+def encode_messages(
+    cid: str, messages: Sequence[MessageSnapshot], start: int, stop: int, at: int = 0
+) -> Run:
     """Messages ``start`` to ``stop`` of conversation ``cid`` as (index, bytes), once a
-    load would read each back.
+    load would read each back; ``messages[0]`` is the conversation's message ``at`` (an
+    append's new messages), so an index is ``at`` past its place in ``messages``.
 
     Raises:
         ValueError: one would not read back; it names the conversation and the message.
     """
     encode = _message_encoder.encode
     try:
-        run = [(i, encode(messages[i])) for i in range(start, stop)]
+        run = [(at + i, encode(messages[i])) for i in range(start, stop)]
     except UNENCODABLE as exc:
-        raise _first_refused(cid, "message", encode, messages, start, stop, exc) from None
+        raise _first_refused(cid, "message", encode, messages, start, stop, exc, at) from None
     for index, data in run:
-        if PojoBlock in map(type, messages[index].blocks):  # the one block that may nest
+        if PojoBlock in map(type, messages[index - at].blocks):  # the one block that may nest
             _reads_back(decode_message_snapshot, data, cid, f"message {index}")
     return run
 
 
-def encode_usage(cid: str, entries: Sequence[dict[str, Any]], start: int, stop: int) -> Run:
+def encode_usage(
+    cid: str, entries: Sequence[dict[str, Any]], start: int, stop: int, at: int = 0
+) -> Run:
     """Ledger entries ``start`` to ``stop`` of conversation ``cid`` as (index, bytes), once a
-    load would read each back.
+    load would read each back; ``at`` as for ``encode_messages``.
 
     Raises:
         ValueError: one would not read back; it names the conversation and the entry.
@@ -72,13 +77,15 @@ def encode_usage(cid: str, entries: Sequence[dict[str, Any]], start: int, stop: 
     encode = _usage_encoder.encode
     for index in range(start, stop):
         if type(entries[index]) is not dict:
-            raise refused(cid, f"usage ledger entry {index}", "it is not a dict")
+            raise refused(cid, f"usage ledger entry {at + index}", "it is not a dict")
     try:
-        run = [(i, encode(entries[i])) for i in range(start, stop)]
+        run = [(at + i, encode(entries[i])) for i in range(start, stop)]
     except UNENCODABLE as exc:
-        raise _first_refused(cid, "usage ledger entry", encode, entries, start, stop, exc) from None
+        raise _first_refused(
+            cid, "usage ledger entry", encode, entries, start, stop, exc, at
+        ) from None
     for index, data in run:
-        if not _SCALARS.issuperset(map(type, entries[index].values())):  # it may nest
+        if not _SCALARS.issuperset(map(type, entries[index - at].values())):  # it may nest
             _reads_back(decode_usage_entry, data, cid, f"usage ledger entry {index}")
     return run
 
@@ -91,14 +98,15 @@ def _first_refused(
     start: int,
     stop: int,
     exc: BaseException,
+    at: int = 0,
 ) -> ValueError:
     """The refusal naming the first of the items that does not encode."""
     for index in range(start, stop):
         try:
             encode(items[index])
         except UNENCODABLE as failed:
-            return refused(cid, f"{what} {index}", why(failed))
-    return refused(cid, f"{what}s {start} to {stop - 1}", why(exc))
+            return refused(cid, f"{what} {at + index}", why(failed))
+    return refused(cid, f"{what}s {at + start} to {at + stop - 1}", why(exc))
 
 
 def _reads_back(decode: Callable[[bytes, str], object], data: bytes, cid: str, where: str) -> None:

@@ -12,6 +12,7 @@ from loguru import logger
 
 from parlour.runtime.errors import ConversationNotFoundError, StaleVersionError
 from parlour.runtime.snapshots import (
+    Appended,
     ConversationPersistenceSnapshot,
     decode_snapshot,
 )
@@ -24,7 +25,13 @@ from ._ids import (
     require_id,
     user_key,
 )
-from ._protocols import ConversationSummary, ConversationVersion, Settle, saved_now
+from ._protocols import (
+    ConversationSummary,
+    ConversationVersion,
+    Settle,
+    no_appends,
+    saved_now,
+)
 from ._reserved import Reservations
 
 
@@ -84,6 +91,7 @@ class MemoryStore:
     shared = False  # one process: warm copies need no check
     lets_go_while_waiting = True  # it never waits
     defers_saves = False  # nothing to gain: a save is a dict update
+    appends = False  # an append is refused: the caller saves the whole snapshot
 
     def __init__(
         self,
@@ -148,6 +156,14 @@ class MemoryStore:
         """``save_context`` at once (this store does not defer: ``defers_saves`` is False),
         answered as ``PersistentStore`` says: what the record refuses from the handle."""
         return saved_now(snapshot, user_id, self.save_context)
+
+    def append_context(self, appended: Appended, user_id: str, caller: object = None) -> int:
+        raise no_appends(self)
+
+    def append_context_later(
+        self, appended: Appended, user_id: str, caller: object = None
+    ) -> Settle:
+        raise no_appends(self)
 
     def _store(self, key: str, record: _Record) -> None:
         version = record.version

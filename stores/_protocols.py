@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 import msgspec
 
 from parlour.runtime.errors import IllegalStateError
-from parlour.runtime.snapshots import ConversationPersistenceSnapshot
+from parlour.runtime.snapshots import Appended, ConversationPersistenceSnapshot
 
 from ._ids import require_id
 
@@ -60,6 +60,15 @@ def saved_now(snapshot: ConversationPersistenceSnapshot, user_id: str, save: Sav
 
 def _reraise(error: Exception) -> int:
     raise error
+
+
+def no_appends(store: object) -> NotImplementedError:
+    """The refusal of ``append_context`` by a store that takes no appends (``appends``
+    False): its caller saves the whole snapshot instead."""
+    return NotImplementedError(
+        f"{type(store).__name__} takes no appends (appends is False); save the whole "
+        "snapshot with save_context."
+    )
 
 
 @runtime_checkable
@@ -113,6 +122,13 @@ class PersistentStore(Protocol):
     waiting (``LmdbStore``: it rides in the next group commit): the one case where a caller
     gains by deferring a save (``ConversationService``'s ``wait=False``). False when it
     saves at once (``MemoryStore``, ``PostgresStore``: ``saved_now``)."""
+
+    appends: bool
+    """True when ``append_context`` and ``append_context_later`` take a save that only
+    appends (``snapshots.Appended``: new messages and ledger entries, the open-turn record)
+    as such, writing the new records and the header and nothing of the rest (``LmdbStore``).
+    False when they raise ``NotImplementedError`` (``MemoryStore``, ``PostgresStore``): the
+    caller saves the whole snapshot instead."""
 
     def create_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
@@ -178,6 +194,40 @@ class PersistentStore(Protocol):
         The handle raises the rest of what ``save_context`` would (``StaleVersionError``,
         ``ConversationNotFoundError``, ``PermissionError`` for another user's record, a
         failed write); nothing of the update is then written.
+        """
+        ...
+
+    def append_context(self, appended: Appended, user_id: str, caller: object = None) -> int:
+        """Update an existing record by what ``appended`` adds to its version
+        ``appended.version``: the messages from index ``appended.start`` on, the ledger
+        entries from ``appended.usage_start`` on, the open-turn record; the body, the title
+        and the records before those indexes stay as that version left them (the caller
+        proved them unchanged: ``ConversationContext.changes_since_save``). The new version
+        reads back exactly as the whole snapshot's save would have left it.
+
+        Returns:
+            The record's new version.
+
+        Raises:
+            NotImplementedError: the store takes no appends (``appends`` is False).
+            ValueError: an invalid id, a new message or entry that would not read back (at
+                once), or an append whose indexes are not where that version ends.
+            ConversationNotFoundError, PermissionError, StaleVersionError: as
+                ``save_context``; nothing is written.
+        """
+        ...
+
+    def append_context_later(
+        self, appended: Appended, user_id: str, caller: object = None
+    ) -> Settle:
+        """``append_context``, queued as ``save_context_later`` queues a save: the handle
+        waits for it and raises what the record refuses.
+
+        Raises:
+            NotImplementedError: the store takes no appends (``appends`` is False).
+            ValueError: an invalid id, or a new message or entry that would not read back
+                (at once, nothing queued).
+            IllegalStateError: the store is closed or read-only (at once).
         """
         ...
 

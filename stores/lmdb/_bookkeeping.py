@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
-from parlour.runtime.snapshots import MessageSnapshot
+from parlour.runtime.snapshots import Appended, MessageSnapshot
 
 from ._lock import ReadGate
 
@@ -26,8 +26,12 @@ if TYPE_CHECKING:
 
 # A conversation as the store last wrote it: its messages and ledger entries (by identity),
 # its body (bytes and what they encode) and its header (None: a deferred write's plan, not
-# written yet). A plain tuple: one is made per save (a NamedTuple costs 5 times more).
-Written = tuple[list[MessageSnapshot], "Body", list[dict[str, Any]], "Header | None"]
+# written yet). The three records are None when only the header is known (an append to a
+# conversation the store did not remember: a later whole save writes them all). A plain
+# tuple: one is made per save (a NamedTuple costs 5 times more).
+Written = tuple[
+    "list[MessageSnapshot] | None", "Body | None", "list[dict[str, Any]] | None", "Header | None"
+]
 
 
 class Bookkeeping:
@@ -77,6 +81,20 @@ class Bookkeeping:
     def note(self, cid: str, written: Written | None) -> None:
         """A write in this batch wrote ``written`` (None: removed the conversation)."""
         self._pending[cid] = written
+
+    def appended(self, cid: str, appended: Appended, head: Header) -> None:
+        """An append in this batch left ``head``: the messages and ledger entries known
+        written grow by the append's (when they were known at the version it followed)."""
+        known = self.known(cid)
+        if known is None or known[3] is None or known[3].version != appended.version:
+            self._pending[cid] = (None, None, None, head)
+            return
+        messages, body, usage, _ = known
+        if messages is not None:
+            messages = messages + appended.messages
+        if usage is not None:
+            usage = usage + appended.usage
+        self._pending[cid] = (messages, body, usage, head)
 
     def begin(self, write: bool, parent: Any) -> Any:
         return self._env.begin(write=write, parent=parent)

@@ -14,9 +14,10 @@ from loguru import logger
 from parlour.runtime.errors import CorruptSnapshotError, IllegalStateError
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 
+from .._checked import Run
 from .._ids import conversation_key, user_key
 from .._protocols import ConversationVersion
-from .._records import Chain, Header, MessagePlan, UsagePlan, decode_header, decode_record
+from .._records import Chain, Header, decode_header, decode_record
 from . import _reads, _salvage, _versions
 from ._databases import Databases
 from ._directory import Directory
@@ -46,14 +47,14 @@ class History:
         key: bytes,
         old: Header | None,
         head: Header,
-        body: bytes,
-        same_body: bool,
-        plan: MessagePlan,
-        usage: UsagePlan,
+        body: bytes | None,
+        writes: Run,
+        usage: Run,
     ) -> Chain | None:
-        """Record a save as a version (in the save's own transaction; ``same_body``: the
-        previous version left this body too); every ``PRUNE_EVERY``-th version of a
-        conversation also prunes it. Returns the chain for the save's header (None:
+        """Record a save as a version (in the save's own transaction; ``body`` None: the
+        previous version left this body too; ``writes`` and ``usage``: the message and
+        ledger records it wrote, ``head`` their counts); every ``PRUNE_EVERY``-th version
+        of a conversation also prunes it. Returns the chain for the save's header (None:
         history is off)."""
         retention = self.retention
         if retention is None:
@@ -67,11 +68,12 @@ class History:
             head.version,
             head.updated_at,
             body,
-            plan,
+            head.message_count,
+            writes,
+            head.usage_count,
             usage,
             previous,
             checkpoint,
-            same_body,
         )
         if head.version % _versions.PRUNE_EVERY == 0:
             _, reseeded = self._prune(key, retention, txn, (head.version, head.updated_at))

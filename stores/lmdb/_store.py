@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from parlour.runtime.snapshots import ConversationPersistenceSnapshot
+from parlour.runtime.snapshots import Appended, ConversationPersistenceSnapshot
 
 from .._ids import conversation_key, order_bytes, user_key
 from .._inflight import Creates
@@ -70,6 +70,7 @@ class LmdbStore:
     shared = False  # one writing process per directory: warm copies need no check
     lets_go_while_waiting = True  # its commits' waits run in ``_waiting.waiting()``
     defers_saves = True  # ``save_context_later`` rides in the next group commit
+    appends = True  # an append writes its new records and the header, nothing else
 
     def __init__(
         self,
@@ -139,6 +140,21 @@ class LmdbStore:
         if self._creates.under_way:
             self._creates.wait_for(snapshot.conversation_id)
         slot = self._directory.defer(*self._writes.update(snapshot, user_id, queued=True))
+        return partial(self._directory.commits.settle, slot)
+
+    def append_context(self, appended: Appended, user_id: str, caller: object = None) -> int:
+        if self._creates.under_way:
+            self._creates.wait_for(appended.conversation_id)
+        return int(self._directory.submit(*self._writes.append(appended, user_id)))
+
+    def append_context_later(
+        self, appended: Appended, user_id: str, caller: object = None
+    ) -> Callable[[], int]:
+        """``append_context`` queued for the next commit, as ``save_context_later`` queues a
+        save."""
+        if self._creates.under_way:
+            self._creates.wait_for(appended.conversation_id)
+        slot = self._directory.defer(*self._writes.append(appended, user_id))
         return partial(self._directory.commits.settle, slot)
 
     def delete(self, conversation_id: str, user_id: str) -> bool:

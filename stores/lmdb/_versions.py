@@ -30,7 +30,8 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from .._records import Chain, MessagePlan, UsagePlan, message_prefix
+from .._checked import Run
+from .._records import Chain, message_prefix
 from ._databases import Databases
 
 MAX_CHAIN = 256  # most deltas after a checkpoint
@@ -121,36 +122,40 @@ def record(
     key: bytes,
     version: int,
     saved_at: dt.datetime,
-    body: bytes,
-    plan: MessagePlan,
-    usage: UsagePlan,
+    body: bytes | None,
+    count: int,
+    writes: Run,
+    usage_count: int,
+    usage: Run,
     chain: Chain | None,
     checkpoint: bool = False,
-    same_body: bool = False,
 ) -> Chain:
-    """Record the save that left ``body``, wrote ``plan`` and ``usage`` as ``version``: a
-    delta of what it wrote (an empty body when ``same_body``: the previous version left
-    that body too), or a checkpoint of the body and every message and ledger entry when the
-    chain calls for one or ``checkpoint`` asks (a version a coming prune keeps oldest: see
-    ``Retention.whole_at``). ``chain`` is what the previous version left (None: it was not
-    recorded with one). Returns the chain this version leaves, for its header."""
-    size = plan.size + usage.size
-    full = len(plan.writes) == len(plan.items) and len(usage.writes) == len(usage.items)
+    """Record the save that left ``body`` (None: the body the previous version left, as it
+    is stored), ``count`` messages of which it wrote ``writes``, and ``usage_count`` ledger
+    entries of which it wrote ``usage``, as ``version``: a delta of what it wrote (an empty
+    body when it left the body as it was), or a checkpoint of the body and every message
+    and ledger entry when the chain calls for one or ``checkpoint`` asks (a version a coming
+    prune keeps oldest: see ``Retention.whole_at``). ``chain`` is what the previous version
+    left (None: it was not recorded with one). Returns the chain this version leaves, for
+    its header."""
+    size = sum(len(data) for _, data in writes) + sum(len(data) for _, data in usage)
     if (
         checkpoint
         or chain is None
-        or full
+        or (len(writes) == count and len(usage) == usage_count)
         or chain[0] >= MAX_CHAIN
         or chain[1] + size > max(chain[2], CHAIN_FLOOR)
     ):
         # the records as this save left them: the stored bytes, none encoded again
-        writes = _all_of(txn, dbs.messages, key, plan.writes, len(plan.items))
-        entries = _all_of(txn, dbs.usage, key, usage.writes, len(usage.items))
-        payload = Payload(body, len(plan.items), writes, len(usage.items), entries)
+        if body is None:
+            body = bytes(txn.get(key, db=dbs.bodies))
+        writes = _all_of(txn, dbs.messages, key, writes, count)
+        entries = _all_of(txn, dbs.usage, key, usage, usage_count)
+        payload = Payload(body, count, writes, usage_count, entries)
         txn.put(version_key(key, version), _record(CHECKPOINT, saved_at, payload), db=dbs.versions)
         return (0, 0, sum(map(len, map(operator.itemgetter(1), writes + entries))))
-    kept = _SAME_BODY if same_body else body
-    payload = Payload(kept, len(plan.items), plan.writes, len(usage.items), usage.writes)
+    kept = _SAME_BODY if body is None else body
+    payload = Payload(kept, count, writes, usage_count, usage)
     txn.put(version_key(key, version), _record(DELTA, saved_at, payload), db=dbs.versions)
     return (chain[0] + 1, chain[1] + size, chain[2])
 

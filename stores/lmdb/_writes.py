@@ -17,9 +17,10 @@ from typing import Any
 import msgspec
 
 from parlour.runtime.errors import ConversationNotFoundError, StaleVersionError
-from parlour.runtime.snapshots import ConversationPersistenceSnapshot
+from parlour.runtime.snapshots import Appended, ConversationPersistenceSnapshot
 
 from .._body import Body, body_after
+from .._checked import encode_messages, encode_usage
 from .._ids import check_owner, conversation_key, require_id, user_key
 from .._records import (
     Header,
@@ -27,6 +28,7 @@ from .._records import (
     UsagePlan,
     advanced,
     header_encoder,
+    message_key,
     plan_messages,
     plan_usage,
     replanned,
@@ -108,20 +110,51 @@ class Writes:
         def write(txn: Any) -> int:
             if queued:
                 self._book.dequeue(cid, planned)
-            old = self._written_head(txn, key, cid, user_id)
-            if old is None:
-                raise ConversationNotFoundError(
-                    f"Conversation {cid} has no stored record; it may have been deleted. "
-                    "The save was refused rather than resurrect it."
-                )
-            if snapshot.stored_version != old.version:
-                raise StaleVersionError(cid, snapshot.stored_version, old.version)
+            old = self._updated_head(txn, key, cid, user_id, snapshot.stored_version)
             moment = self._book.moment(self._now)
             head = advanced(old, moment, len(plan.items), len(usage.items), snapshot.turn)
             self._put(txn, key, cid, old, head, body, plan, usage)
             return head.version
 
         return write, len(body.data) + plan.size + usage.size
+
+    def append(self, appended: Appended, user_id: str) -> tuple[Write, int]:
+        """An append's write (``PersistentStore.append_context``) and size: the new
+        messages and ledger entries, the version record of what it wrote, the owner-index
+        entry and the header; no plan, no body (it is the version's before)."""
+        cid = appended.conversation_id
+        key = conversation_key(cid)
+        user_key(user_id)
+        start, usage_start = appended.start, appended.usage_start
+        writes = encode_messages(cid, appended.messages, 0, len(appended.messages), start)
+        usage = encode_usage(cid, appended.usage, 0, len(appended.usage), usage_start)
+
+        def write(txn: Any) -> int:
+            old = self._updated_head(txn, key, cid, user_id, appended.version)
+            if old.message_count != start or old.usage_count != usage_start:
+                raise ValueError(
+                    f"An append to conversation {cid} at message {start} and ledger entry "
+                    f"{usage_start} does not follow its version {old.version} "
+                    f"({old.message_count} messages, {old.usage_count} ledger entries); "
+                    "nothing was written."
+                )
+            moment = self._book.moment(self._now)
+            count, entries = start + len(writes), usage_start + len(usage)
+            head = advanced(old, moment, count, entries, appended.turn)
+            dbs = self._dbs
+            _layout.reindex(txn, dbs, old, head, key)
+            for index, data in writes:
+                txn.put(message_key(key, index), data, db=dbs.messages)
+            for index, data in usage:
+                txn.put(message_key(key, index), data, db=dbs.usage)
+            chain = self._history.record(txn, key, old, head, None, writes, usage)
+            head = head if chain == head.history else msgspec.structs.replace(head, history=chain)
+            txn.put(key, header_encoder.encode(head), db=dbs.heads)
+            self._book.appended(cid, appended, head)
+            return head.version
+
+        size = sum(len(data) for _, data in writes) + sum(len(data) for _, data in usage)
+        return write, size
 
     def delete(self, conversation_id: str, user_id: str) -> Write:
         """A delete's write: True when it removed the record (another user's raises)."""
@@ -157,16 +190,35 @@ class Writes:
         if plan.base is not base or usage.base is not ledger:  # another write landed since
             plan, usage = replanned(cid, base, ledger, plan, usage)
         _layout.reindex(txn, self._dbs, old, head, key)
-        same = known is not None and (body is known[1] or body.data == known[1].data)
+        was = None if known is None else known[1]
+        same = was is not None and (body is was or body.data == was.data)
         if not same:  # the usual turn leaves the body as it was (its version records none)
             txn.put(key, body.data, db=self._dbs.bodies)
         write_run(txn, self._dbs.messages, key, plan, 0 if old is None else old.message_count)
         if usage.writes or (old is not None and len(usage.items) < old.usage_count):
             write_run(txn, self._dbs.usage, key, usage, 0 if old is None else old.usage_count)
-        chain = self._history.record(txn, key, old, head, body.data, same, plan, usage)
+        written = None if same else body.data
+        chain = self._history.record(txn, key, old, head, written, plan.writes, usage.writes)
         head = head if chain == head.history else msgspec.structs.replace(head, history=chain)
         txn.put(key, header_encoder.encode(head), db=self._dbs.heads)
         self._book.note(cid, (plan.items, body, usage.items, head))  # void if the batch aborts
+
+    def _updated_head(self, txn: Any, key: bytes, cid: str, user_id: str, version: int) -> Header:
+        """The owned header an update from ``version`` replaces.
+
+        Raises:
+            ConversationNotFoundError: there is none (deleted).
+            StaleVersionError: the record has moved past ``version``.
+        """
+        old = self._written_head(txn, key, cid, user_id)
+        if old is None:
+            raise ConversationNotFoundError(
+                f"Conversation {cid} has no stored record; it may have been deleted. "
+                "The save was refused rather than resurrect it."
+            )
+        if version != old.version:
+            raise StaleVersionError(cid, version, old.version)
+        return old
 
     def _written_head(self, txn: Any, key: bytes, cid: str, user_id: str) -> Header | None:
         """The owned header in a save: the one this store last wrote, remembered (the

@@ -15,13 +15,19 @@ from parlour.runtime.errors import (
     StaleVersionError,
     not_owned,
 )
-from parlour.runtime.snapshots import ConversationPersistenceSnapshot
+from parlour.runtime.snapshots import Appended, ConversationPersistenceSnapshot
 
 from .._body import Body, body_after
 from .._ids import require_id, user_key
 from .._inflight import Creates
 from .._memory import DeleteListeners
-from .._protocols import ConversationSummary, ConversationVersion, Settle, saved_now
+from .._protocols import (
+    ConversationSummary,
+    ConversationVersion,
+    Settle,
+    no_appends,
+    saved_now,
+)
 from .._records import decode_turn, encode_turn
 from .._reserved import Reservations
 from . import _sql as sql
@@ -64,6 +70,7 @@ class PostgresStore:
     shared = True  # many processes save: a warm copy is checked against the stored version
     lets_go_while_waiting = False  # it waits on the server's socket holding the turn gate
     defers_saves = False  # each write is one round trip of its own: nothing to share
+    appends = False  # an append is refused: the caller saves the whole snapshot
 
     def __init__(
         self,
@@ -157,6 +164,14 @@ class PostgresStore:
         """``save_context`` at once (this store does not defer: ``defers_saves`` is False),
         answered as ``PersistentStore`` says: what the record refuses from the handle."""
         return saved_now(snapshot, user_id, self.save_context)
+
+    def append_context(self, appended: Appended, user_id: str, caller: object = None) -> int:
+        raise no_appends(self)
+
+    def append_context_later(
+        self, appended: Appended, user_id: str, caller: object = None
+    ) -> Settle:
+        raise no_appends(self)
 
     def _write_params(
         self,

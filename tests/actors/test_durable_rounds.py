@@ -66,7 +66,12 @@ CHILD = textwrap.dedent(
 
     class WatchedStore(LmdbStore):
         def save_context(self, *args, **kwargs):
-            version = super().save_context(*args, **kwargs)
+            return self._told(super().save_context(*args, **kwargs))
+
+        def append_context(self, *args, **kwargs):
+            return self._told(super().append_context(*args, **kwargs))
+
+        def _told(self, version):
             with saved:
                 saved.notify_all()
             return version
@@ -279,7 +284,12 @@ class WatchedStore(LmdbStore):
         self.saved = threading.Condition()
 
     def save_context(self, *args: Any, **kwargs: Any) -> int:
-        version = super().save_context(*args, **kwargs)
+        return self._told(super().save_context(*args, **kwargs))
+
+    def append_context(self, *args: Any, **kwargs: Any) -> int:
+        return self._told(super().append_context(*args, **kwargs))
+
+    def _told(self, version: int) -> int:
         with self.saved:
             self.saved.notify_all()
         return version

@@ -118,6 +118,12 @@ CHILD = textwrap.dedent(
                 stop_here("before the final answer's save")
             return self._after(snapshot, super().save_context(snapshot, user_id, caller))
 
+        def append_context(self, appended, user_id, caller=None):  # what LMDB's turns do
+            if kill[0] == "final" and said(appended, spec["final"]):  # its new messages
+                stop_here("before the final answer's save")
+            version = super().append_context(appended, user_id, caller)
+            return self._after(self.load(appended.conversation_id, user_id), version)
+
         def _after(self, snapshot, version):
             k = kill[1] if len(kill) > 1 else -1
             settled = said(snapshot, f"Round {k}.") and not results_of(snapshot, k)
