@@ -75,16 +75,21 @@ class SavedMark:
         version: int,
         saved: list[MessageSnapshot],
     ) -> None:
-        self.version = version
-        self.messages = context.messages  # the very list (a replaced one is checked anew)
         self.saved = saved  # its messages' snapshots as stored, owned by this mark
-        self.stamp = last_change()
         ledger = context.usage_ledger
         self.origin = ledger.origin if type(ledger) is Ledger else None
-        self.usage = len(ledger)
         self.body = context._body_scalars()
         self.objective, self.palette = context._body_counters()
         self.titled = context.first_user_utterance() is not None
+        self.moved_on(context, version)
+
+    def moved_on(self, context: ConversationContext, version: int) -> None:
+        """The mark of a later save that left the body as this one proved it (an append):
+        its version, the messages list and ledger length, the change stamp now."""
+        self.version = version
+        self.messages = context.messages  # the very list (a replaced one is checked anew)
+        self.stamp = last_change()
+        self.usage = len(context.usage_ledger)
 
 
 def mark(
@@ -96,18 +101,18 @@ def mark(
     """Leave the mark of a durable save as ``version`` on ``context``: of its whole
     ``snapshots`` (the messages a whole save stored), or of ``appended`` on top of the
     previous mark (an append). A body that can change in place leaves no mark."""
+    previous = context._saved_mark
+    if appended is not None:
+        if previous is None or previous.version != appended.version:
+            context._saved_mark = None  # not made from this mark: nothing proves what is stored
+        else:  # the append proved the body as the mark has it: only the rest moves on
+            previous.saved.extend(appended.messages)
+            previous.moved_on(context, version)
+        return
     if not context._body_markable():
         context._saved_mark = None
         return
-    if appended is None:
-        saved = [] if snapshots is None else list(snapshots)
-    elif (previous := context._saved_mark) is not None and previous.version == appended.version:
-        saved = previous.saved  # the mark the append was made from: this one replaces it
-        saved.extend(appended.messages)
-    else:  # not made from this conversation's mark: nothing proves what is stored
-        context._saved_mark = None
-        return
-    context._saved_mark = SavedMark(context, version, saved)
+    context._saved_mark = SavedMark(context, version, [] if snapshots is None else list(snapshots))
 
 
 def changes_since(context: ConversationContext) -> Appended | None:
@@ -129,8 +134,8 @@ def changes_since(context: ConversationContext) -> Appended | None:
         return None
     if (
         not all(map(operator.is_, was.body, context._body_scalars()))
-        or (was.objective, was.palette) != context._body_counters()
-        or not context._body_markable()
+        or (was.objective, was.palette) != context._body_counters()  # no PojoBlock slot since
+        or len(context.artifact_registry)  # an artifact may change in place
         or (not was.titled and context.first_user_utterance() is not None)  # a new title
     ):
         return None

@@ -30,13 +30,14 @@ from collections.abc import Callable, Iterator
 import msgspec
 import pytest
 
-from parlour.runtime import ConversationContext, OutgoingMessage
+from parlour.runtime import ConversationContext, IncomingMessage, OutgoingMessage
 from parlour.runtime.blocks import PojoBlock
 from parlour.runtime.errors import (
     ConversationNotFoundError,
     CorruptSnapshotError,
     StaleVersionError,
 )
+from parlour.runtime.snapshots import encode_snapshot
 
 from ._contract import (
     HOSTILE,
@@ -83,9 +84,37 @@ class StoreContract:
     def test_every_capability_is_declared_as_a_bool_and_the_store_is_a_persistent_store(
         self, store: PersistentStore
     ) -> None:
-        declared = (store.shared, store.lets_go_while_waiting, store.defers_saves)
-        assert [type(flag) for flag in declared] == [bool, bool, bool]
+        declared = (store.shared, store.lets_go_while_waiting, store.defers_saves, store.appends)
+        assert [type(flag) for flag in declared] == [bool, bool, bool, bool]
         assert isinstance(store, PersistentStore)  # every member the protocol names
+
+    def test_an_append_loads_back_as_the_whole_save_would_or_is_refused_as_not_taken(
+        self, store: PersistentStore
+    ) -> None:
+        context = ConversationContext("c1", user_id="alice")
+        context.add_user_message("Are you working?")
+        context.stored_version = store.create_context(context.to_snapshot(), "alice")
+        context.mark_saved(context.stored_version, context.to_snapshot().messages)
+        context.add_message(IncomingMessage("Yes."))
+        context.usage_ledger.append({"input_tokens": 5})
+        appended = context.changes_since_save()
+        assert appended is not None
+        if not store.appends:
+            with pytest.raises(NotImplementedError):
+                store.append_context(appended, "alice")
+            with pytest.raises(NotImplementedError):
+                store.append_context_later(appended, "alice")
+            assert store.version_of("c1", "alice") == 1
+            return
+        whole = context.to_snapshot()
+        assert store.append_context(appended, "alice") == 2
+        loaded = store.load("c1", "alice")
+        whole.stored_version = 2
+        assert loaded is not None and encode_snapshot(loaded) == encode_snapshot(whole)
+        with pytest.raises(StaleVersionError):
+            store.append_context(appended, "alice")
+        with pytest.raises(PermissionError):
+            store.append_context(appended._replace(version=2), "bob")
 
     def test_a_save_made_later_is_answered_by_its_handle_and_loads_back(
         self, store: PersistentStore

@@ -379,6 +379,7 @@ PINNED = {
         "SessionStore",
         "StoreInUseError",
         "StoreStatistics",
+        "no_appends",
         "saved_now",
     ],
     "parlour.stores.lmdb": [],

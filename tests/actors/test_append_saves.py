@@ -1,0 +1,92 @@
+"""The service saves a boundary that only adds as an append where the store takes one, and
+everything else whole; the session cache holds what a whole save would have left."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from parlour.actors import BasicThinker, ConversationService
+from parlour.runtime import IncomingMessage
+from parlour.runtime.errors import StaleVersionError
+from parlour.runtime.snapshots import encode_snapshot
+from parlour.stores import LmdbStore, MemorySessionCache
+
+
+class Counted(LmdbStore):
+    """LmdbStore counting how each save came."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: list[str] = []
+
+    def save_context(self, *args: Any, **kwargs: Any) -> int:
+        self.calls.append("whole")
+        return super().save_context(*args, **kwargs)
+
+    def save_context_later(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append("whole later")
+        return super().save_context_later(*args, **kwargs)
+
+    def append_context(self, *args: Any, **kwargs: Any) -> int:
+        self.calls.append("append")
+        return super().append_context(*args, **kwargs)
+
+    def append_context_later(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append("append later")
+        return super().append_context_later(*args, **kwargs)
+
+
+def test_turns_that_only_add_are_appends_and_an_edit_is_saved_whole(tmp_path: Path) -> None:
+    cache = MemorySessionCache()
+    with (
+        Counted(tmp_path) as store,
+        ConversationService(store, cache, cleanup_interval_s=0) as service,
+    ):
+        thinker = BasicThinker("alice")
+        cid = thinker.mint_conversation_id()
+        context = service.obtain_conversation(None, thinker).get(timeout=5)
+        context.add_user_message("Where is my order?")
+        service.save_conversation(context, thinker)  # the create
+        for turn in range(3):
+            context.add_user_message(f"And now? ({turn})")
+            service.save_conversation(context, thinker, wait=False)
+            context.add_message(IncomingMessage(f"Still on its way ({turn})."))
+            service.save_conversation(context, thinker)
+        assert store.calls == ["append later", "append"] * 3
+        context.messages[1].set_cache(True)  # a change in place: saved whole
+        context.add_message(IncomingMessage("One more."))
+        service.save_conversation(context, thinker)
+        assert store.calls[-1] == "whole"
+        context.add_message(IncomingMessage("And again."))
+        service.save_conversation(context, thinker)
+        assert store.calls[-1] == "append"  # the whole save left a mark of its own
+        whole = context.to_snapshot()
+        stored, cached = store.load(cid, "alice"), cache.get(cid, "alice")
+        assert stored is not None and cached is not None
+        assert encode_snapshot(stored) == encode_snapshot(whole) == encode_snapshot(cached)
+        service.release(thinker)
+
+
+def test_a_failed_append_forgets_the_mark_and_the_next_save_is_whole(tmp_path: Path) -> None:
+    with (
+        Counted(tmp_path) as store,
+        ConversationService(store, cleanup_interval_s=0) as service,
+    ):
+        thinker = BasicThinker("alice")
+        thinker.mint_conversation_id()
+        context = service.obtain_conversation(None, thinker).get(timeout=5)
+        context.add_user_message("Hello")
+        service.save_conversation(context, thinker)
+        context.add_message(IncomingMessage("Hi."))
+        store.save_context(context.to_snapshot(), "alice")  # another owner's save, say
+        moved = store.load(thinker.conversation_id or "", "alice")
+        with pytest.raises(StaleVersionError):
+            service.save_conversation(context, thinker)
+        assert store.calls[-1] == "append"
+        assert context.changes_since_save() is None  # nothing is known of what is stored
+        after = store.load(thinker.conversation_id or "", "alice")
+        assert moved is not None and after is not None
+        assert encode_snapshot(after) == encode_snapshot(moved)  # the refusal wrote nothing
