@@ -40,11 +40,8 @@ class Counted(LmdbStore):
 
 
 def test_turns_that_only_add_are_appends_and_an_edit_is_saved_whole(tmp_path: Path) -> None:
-    cache = MemorySessionCache()
-    with (
-        Counted(tmp_path) as store,
-        ConversationService(store, cache, cleanup_interval_s=0) as service,
-    ):
+    cache, store = MemorySessionCache(), Counted(tmp_path)
+    with store, ConversationService(store, cache, cleanup_interval_s=0) as service:
         thinker = BasicThinker("alice")
         cid = thinker.mint_conversation_id()
         context = service.obtain_conversation(None, thinker).get(timeout=5)
@@ -71,10 +68,8 @@ def test_turns_that_only_add_are_appends_and_an_edit_is_saved_whole(tmp_path: Pa
 
 
 def test_a_failed_append_forgets_the_mark_and_the_next_save_is_whole(tmp_path: Path) -> None:
-    with (
-        Counted(tmp_path) as store,
-        ConversationService(store, cleanup_interval_s=0) as service,
-    ):
+    store = Counted(tmp_path)
+    with store, ConversationService(store, cleanup_interval_s=0) as service:
         thinker = BasicThinker("alice")
         thinker.mint_conversation_id()
         context = service.obtain_conversation(None, thinker).get(timeout=5)
