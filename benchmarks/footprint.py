@@ -6,8 +6,11 @@ it. First C chats measured by RSS alone (what the process grew by, the allocator
 and LMDB's mapped pages included), then C more with the heap traced from before the chats
 are made to after their turns, a full collection first: the bytes per conversation in
 all, then the allocation sites that hold them (by line, the largest first), so a change
-to what a conversation keeps shows up as the line it moved. ``benchmarks/host.py``'s RSS
-per chat also counts each chat's own thread (its stack), which this leaves out.
+to what a conversation keeps shows up as the line it moved. The RSS is also shown split:
+the heap (anonymous pages) and the store's mapped file (LMDB's pages that the saves
+touched: the store's records, its history versions included, not objects in memory).
+``benchmarks/host.py``'s RSS per chat also counts each chat's own thread (its stack),
+which this leaves out.
 
     python benchmarks/footprint.py [--chats 2000] [--top 25] [--no-cache]
 """
@@ -43,9 +46,9 @@ def measure(chats: int, top: int, cache: bool) -> None:
             gc.collect()
 
         gc.collect()
-        rss = _rss()
+        start = _rss()
         turns(0)
-        rss = _rss() - rss
+        rss, heap, mapped = (after - before for after, before in zip(_rss(), start, strict=True))
         tracemalloc.start(1)
         before = tracemalloc.take_snapshot()
         turns(chats)
@@ -54,7 +57,13 @@ def measure(chats: int, top: int, cache: bool) -> None:
         stats = after.compare_to(before, "lineno")
         total = sum(s.size_diff for s in stats)
         print(f"{chats} live idle conversations after one turn, session cache {cache}:")
-        for what, size in (("RSS", rss), ("objects", total)):
+        rows = (
+            ("RSS", rss),
+            ("  heap", heap),
+            ("  store's mapped file", mapped),
+            ("objects", total),
+        )
+        for what, size in rows:
             per = size / chats
             print(f"  {what} {per:,.0f} bytes a conversation ({per / 1024:.1f} KiB)")
         for s in sorted(stats, key=lambda s: -s.size_diff)[:top]:
@@ -65,9 +74,17 @@ def measure(chats: int, top: int, cache: bool) -> None:
         service.stop()
 
 
-def _rss() -> int:
+def _rss() -> tuple[int, int, int]:
+    """The resident set, its anonymous pages (the heap) and its file pages (the maps)."""
     with open(f"/proc/{os.getpid()}/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        rss = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    with open(f"/proc/{os.getpid()}/status") as status:
+        kib = {
+            k: int(v.split()[0])
+            for k, v in (line.split(":", 1) for line in status)
+            if k in ("RssAnon", "RssFile")
+        }
+    return rss, kib["RssAnon"] * 1024, kib["RssFile"] * 1024
 
 
 def main() -> None:

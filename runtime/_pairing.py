@@ -9,8 +9,8 @@ stores the model's call and never its result; every later turn would then fail. 
   and its outcome is unknown (``answer_dangling``, on the stored messages);
 - a render refuses, before anything is sent, a request whose pairing a provider would
   refuse (``check_pairing``, raising ``UnpairedToolCallError``); a client checks through
-  ``PairingCheck``, which walks only the turns of messages its previous call did not
-  verify.
+  ``check_rendered``, which walks only the turns of messages an earlier check of the
+  conversation's render record verified.
 
 Both look at each block's class once at C speed and do Python work only per tool block, so
 a conversation without tool traffic costs a C-level scan and nothing more.
@@ -35,9 +35,9 @@ __all__ = [
     "INTERRUPTED_RESULT",
     "DanglingCall",
     "HasBlocks",
-    "PairingCheck",
     "answer_dangling",
     "check_pairing",
+    "check_rendered",
     "dangling_calls",
     "interrupted_result",
     "is_interrupted_result",
@@ -214,56 +214,36 @@ def check_pairing(turns: list[Turn], conversation_id: str | None) -> None:
         raise UnpairedToolCallError(conversation_id, next(iter(open_)), "result")
 
 
-class PairingCheck:
-    """``check_pairing`` for a client's calls, walking only the turns of messages the
-    previous call of the same conversation did not already verify.
+def check_rendered(turns: list[Turn], conversation_id: str | None, settled: Settled[Any]) -> None:
+    """``check_pairing`` for a client's call, walking only the turns of messages that an
+    earlier check of the same render record did not already verify.
 
-    A render keeps a record of its turns (the conversation's ``Settled``) whose token
-    (``_origin``) stays the same for as long as the conversation holds the same message
-    list, only appended to, with no message changed. So when the token is the one seen at
-    the previous check, the messages that record described then are unchanged, and they
-    ended with every call answered: the walk starts fresh after them. The steady-state
-    check is two lookups and a C-level scan of the new turns, however long the history;
-    no list is copied and nothing of the conversation is kept (the token holds nothing).
-    Kept per conversation id, for the ``capacity`` most recent conversations; a call
-    without an id or a record is checked whole.
+    A render keeps a record of its turns (the conversation's ``Settled``) that stays the
+    same list for as long as the conversation holds the same message list, only appended
+    to, with no message changed; the record notes how many of its turns a check verified
+    (``verified``, back to 0 whenever it takes another list). Those messages are unchanged
+    and ended with every call answered, so the walk starts fresh after them: the
+    steady-state check is a C-level scan of the new turns, however long the history. The
+    note lives on the conversation's own record, so no client keeps anything per
+    conversation, and it is the conversation's whichever client checks next.
 
-    Thread-safety: as ``PrefixMonitor``: each conversation's record is written by its owner
-    only; the map by single dict operations.
+    Args:
+        turns: the render's turns, one per message first.
+        conversation_id: the conversation rendered (for the error).
+        settled: the render's record of its turns (the context's), read right after the
+            render made ``turns``.
+
+    Raises:
+        UnpairedToolCallError: as ``check_pairing``.
     """
-
-    def __init__(self, capacity: int = 4096) -> None:
-        self._capacity = capacity
-        self._verified: dict[str, tuple[object, int]] = {}  # in use order, oldest first
-
-    def check(
-        self, turns: list[Turn], conversation_id: str | None, settled: Settled[Any] | None = None
-    ) -> None:
-        """Refuse ``turns`` as ``check_pairing`` does; remember them once they pass.
-
-        Args:
-            turns: the render's turns, one per message first.
-            conversation_id: the conversation rendered.
-            settled: the render's record of its turns, kept for the next render (the
-                context's): read right after the render made ``turns``.
-
-        Raises:
-            UnpairedToolCallError: as ``check_pairing``.
-        """
-        if conversation_id is None or settled is None:
-            check_pairing(turns, conversation_id)
-            return
-        # the record's own token and length, read as the render left them: a render that
-        # appended a message after its walk (a late tool) has it checked again next time
-        origin, walked = settled._origin, len(settled.values)
-        kept = self._verified.pop(conversation_id, None)
-        if kept is not None and kept[0] is origin:
-            turns = turns[kept[1] :]
-        if _holds_tools(turns):
-            check_pairing(turns, conversation_id)
-        self._verified[conversation_id] = (origin, walked)
-        if len(self._verified) > self._capacity:
-            del self._verified[next(iter(self._verified))]
+    # the record's length as the render left it: a render that appended a message after
+    # its walk (a late tool) has it checked again next time
+    walked = len(settled.values)
+    if settled.verified:
+        turns = turns[settled.verified :]
+    if _holds_tools(turns):
+        check_pairing(turns, conversation_id)
+    settled.verified = walked
 
 
 def _holds_tools(turns: list[Turn]) -> bool:

@@ -111,7 +111,7 @@ class Settled(Generic[T]):
     Not thread-safe: it belongs to one conversation, reached by its owner only.
     """
 
-    __slots__ = ("_messages", "_origin", "_stamp", "gaps", "values")
+    __slots__ = ("_messages", "_origin", "_stamp", "gaps", "values", "verified")
 
     def __init__(self) -> None:
         self._messages: list[Message] | None = None
@@ -119,6 +119,9 @@ class Settled(Generic[T]):
         self.values: list[T] = []  # one per kept message, in order
         self._origin = object()  # the token of this very values list (see ``Copy``)
         self.gaps: list[int] = []  # the places whose value is a placeholder, ascending
+        # how many leading values a check verified (``_pairing.check_rendered``); 0 again
+        # whenever another list is kept, so it always speaks of this very list
+        self.verified = 0
 
     def settled(self, messages: list[Message], stamp: int) -> int:
         """How many leading ``messages`` the kept values still describe: all of them when
@@ -143,6 +146,6 @@ class Settled(Generic[T]):
         move no stamp."""
         self._messages = messages if type(messages) is Messages else None
         if values is not self.values:  # another list: copies of the last one share nothing
-            self.values, self._origin = values, object()
+            self.values, self._origin, self.verified = values, object(), 0
         self._stamp = stamp
         self.gaps = [] if gaps is None else gaps

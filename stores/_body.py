@@ -13,7 +13,8 @@ while they encode differently), so a body holding one is encoded every time.
 A body encoded anew is decoded once, as a load would: one that would not read back (a flag
 set to ``1`` where a bool belongs, say) is refused before anything is written, instead of
 leaving a record no load can open. Bodies change rarely, so this costs a save next to
-nothing.
+nothing. A store remembers its last ``Body`` per conversation: a body with no block lists
+(no objective, tools or skills) is its scalars' very bytes, one object, encoded once.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class Body:
 
 
 _Lists = tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]  # objective, tools, skills
+_EMPTY: _Lists = ((), (), ())
 
 
 def body_after(snapshot: ConversationPersistenceSnapshot, previous: Body | None) -> Body:
@@ -84,7 +86,10 @@ def body_after(snapshot: ConversationPersistenceSnapshot, previous: Body | None)
             and PojoBlock not in map(type, map(_block, objective))
         ):
             return previous
-        data = encode_body(snapshot)
+        if lists == _EMPTY and snapshot.legacy_objective is None:
+            data = scalars  # no block lists: the body is its scalars' bytes, kept once
+        else:
+            data = encode_body(snapshot)
     except UNENCODABLE as exc:  # an artifact or an objective value changed in place
         raise refused(cid, "body", why(exc)) from None
     return Body(readable(data, cid), scalars, lists)

@@ -32,6 +32,8 @@ from ._turn import decision_steps, turn_steps
 
 __all__ = ["Chat", "Seat"]
 
+_HELD = turn_gate.held  # one bound method for every chat, not one each
+
 
 class Seat(Protocol):
     """What a chat needs of its agent: its declarations and retention, a ledger per
@@ -82,7 +84,7 @@ class Chat:
         # ``send`` holds the process's turn gate where every wait lets it go (see _gate.py)
         gated = gating(service.store, service.session)
         self._gate: Callable[[], AbstractContextManager[None]] = (
-            turn_gate.held if gated else contextlib.nullcontext
+            _HELD if gated else contextlib.nullcontext
         )
 
     @property

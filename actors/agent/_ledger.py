@@ -63,11 +63,15 @@ class UsageLedger:
     """A conversation's ledger, as the agent sees it.
 
     ``seed`` and the ``record_*`` methods run in the owner's thread during a turn (they
-    write the conversation); ``entries`` may be read from any thread.
+    write the conversation); ``entries`` may be read from any thread. Every ledger of the
+    process shares one lock (each holds it for a few list operations), and a ledger has no
+    ``__dict__``: a host keeps one per live conversation.
     """
 
+    __slots__ = ("__weakref__", "_entries", "seeded")  # the agent holds its ledgers weakly
+    _lock = threading.Lock()
+
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._entries: list[LedgerEntry] = []
         self.seeded = False
 

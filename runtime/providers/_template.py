@@ -18,7 +18,7 @@ import msgspec
 from .._context import ConversationContext
 from .._handlers import ContentFormatter, GenericContentFormatter
 from .._messages import OutgoingMessage
-from .._pairing import PairingCheck
+from .._pairing import check_rendered
 from .._prepared import PreparedConversation
 from .._roles import Depth
 from ..errors import (
@@ -74,8 +74,8 @@ class LLMClient(ABC):
             must declare them, and a call without them raises ``UncorrectableLLMError``.
 
     Thread-safety: a client holds no per-call state, so one instance serves many threads;
-    the prefix monitor's and the pairing check's per-conversation records are written only
-    by each conversation's owner.
+    the prefix monitor's per-conversation records are written only by each conversation's
+    owner.
     """
 
     formatter: ContentFormatter = GenericContentFormatter()
@@ -92,7 +92,6 @@ class LLMClient(ABC):
         self.default_depth = depth
         self.default_output = output_declaration
         self.prefix_monitor = PrefixMonitor()
-        self.pairing = PairingCheck()
 
     @property
     def model_id(self) -> str:
@@ -197,7 +196,7 @@ class LLMClient(ABC):
         )
         prepared = conversation.prepare_messages_for_llm(self.formatter, active)
         cid = conversation.conversation_id
-        self.pairing.check(prepared.turns, cid, conversation._settled_turns)  # before any send
+        check_rendered(prepared.turns, cid, conversation._settled_turns)  # before any send
         native = self.formatter.supports_native_tool_calling()
         self.prefix_monitor.check(spec.id, conversation.conversation_id, prepared, native)
         return WireRequest(

@@ -20,6 +20,7 @@ from parlour.runtime import Artifact, ConversationContext, tool_from_function, t
 from parlour.runtime.blocks import PojoBlock, SkillBlock, ToolDefinitionBlock
 from parlour.runtime.snapshots import encode_snapshot
 from parlour.stores import LmdbStore
+from parlour.stores._body import body_after
 from parlour.stores._records import encode_body
 
 
@@ -197,3 +198,18 @@ def test_a_body_that_would_not_read_back_is_refused_and_the_stored_record_still_
         loaded = store.load("c1", "alice")
         assert loaded is not None and encode_snapshot(loaded) == kept
         assert store.load("c2", "alice") is None
+
+
+def test_a_body_without_block_lists_is_stored_as_encode_body_gives_it_and_kept_once() -> None:
+    """No objective, tools or skills: the body is its scalar fields' bytes, the very bytes
+    ``encode_body`` writes, and what the store remembers of it is one bytes object (its
+    scalars compared on the next save are those bytes, not a second equal copy)."""
+    c = ConversationContext("c-plain", user_id="alice")
+    c.add_user_message("hello")
+    body = body_after(c.to_snapshot(), None)
+    assert body.data == encode_body(c.to_snapshot())
+    assert body.scalars is body.data
+    c.put_main_objective("goal", "a goal")  # a block list: the body is encoded whole
+    with_goal = body_after(c.to_snapshot(), body)
+    assert with_goal is not body and with_goal.data == encode_body(c.to_snapshot())
+    assert with_goal.scalars != with_goal.data

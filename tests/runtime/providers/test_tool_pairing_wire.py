@@ -346,6 +346,24 @@ def test_a_check_that_passed_once_still_refuses_what_is_added_after() -> None:
         offline.build_request(c)
 
 
+def test_what_a_check_verified_is_noted_on_the_conversation_for_every_client_and_list() -> None:
+    """The note of what was verified lives on the conversation's render record, not in a
+    client: a second client walks only what is new, and a replaced message list (another
+    record's list) is walked whole by both."""
+    c = conversation("w-note")
+    c.add_message(IncomingMessage(blocks=[call("toolu_1")]))
+    c.add_message(OutgoingMessage(blocks=[result("toolu_1")]))
+    first = OpenAIClient(SPECS["openai"], client=object())
+    second = OpenAIClient(SPECS["openai"], client=object())  # another client of the same model
+    first.build_request(c)
+    second.build_request(c)
+    c.messages = list(c.messages)[:-1]  # the result dropped: another list, not an edit
+    for client in (second, first):
+        with pytest.raises(UnpairedToolCallError) as refused:
+            client.build_request(c)
+        assert refused.value.call_id == "toolu_1" and refused.value.missing == "result"
+
+
 # -- any conversation, restored, renders valid in every dialect ---------------------------------
 
 OFFLINE: dict[str, LLMClient] = {
