@@ -82,11 +82,16 @@ class LimiterStatistics(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Bucket:
-    __slots__ = ("at", "capacity", "level", "measure", "rate")
+    """One per-minute limit. ``slack`` forgives the float error of a refill (a billionth of
+    the capacity), so a waiter woken at its refill time is granted, never re-armed by a
+    hair's breadth that the clock's resolution cannot pass."""
+
+    __slots__ = ("at", "capacity", "level", "measure", "rate", "slack")
 
     def __init__(self, capacity: int, measure: str, now: float) -> None:
         self.capacity, self.measure = capacity, measure
         self.level, self.rate, self.at = float(capacity), capacity / 60.0, now
+        self.slack = max(capacity * 1e-9, 1e-6)
 
     def refill(self, now: float) -> None:
         if now > self.at:
@@ -296,7 +301,7 @@ class Limiter:
         now = self.clock.now()
         for bucket in self._buckets:
             bucket.refill(now)
-            if bucket.level < bucket.amount(input_tokens, output_tokens):
+            if bucket.level + bucket.slack < bucket.amount(input_tokens, output_tokens):
                 return False
         return True
 

@@ -50,11 +50,11 @@ from ._gate import TurnGate, turn_gate
 from ._limiter import Booking, BookingTooLargeError, Limiter, LimiterStatistics, Timer
 
 __all__ = [
+    "POOL_SIZES",
     "Booking",
     "BookingTooLargeError",
     "Limiter",
     "LimiterStatistics",
-    "POOL_SIZES",
     "TurnGate",
     "follow_catalog_limits",
     "limiter_for",
