@@ -21,6 +21,9 @@ is given up (timeout, a force release, a cancelled task) leaves the queue and is
 granted later (a grant that raced it is given back whole). A booking larger than a
 bucket's whole capacity could never be granted: ``BookingTooLargeError`` at once.
 
+Why this module is long: the buckets, the FIFO queue, its two kinds of waiter and the
+alarm that wakes them share one lock and one set of invariants, so they stay together.
+
 Thread-safety: one lock per limiter; every method may be called from any thread.
 """
 
@@ -30,7 +33,6 @@ import asyncio
 import heapq
 import itertools
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol
@@ -394,10 +396,11 @@ def _resolve(future: asyncio.Future[Booking], booking: Booking) -> None:
 
 
 class _Alarm:
-    """The process's alarm thread: calls each function at its time on the monotonic clock
+    """The process's alarm thread: calls each function at its time on the system clock
     (one daemon thread, started on first use, asleep when nothing is due)."""
 
     def __init__(self) -> None:
+        self._clock = SystemClock()
         self._due: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
         self._changed = threading.Condition()
@@ -405,14 +408,14 @@ class _Alarm:
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> None:
         with self._changed:
-            heapq.heappush(self._due, (time.monotonic() + delay, next(self._seq), fn))
+            heapq.heappush(self._due, (self._clock.now() + delay, next(self._seq), fn))
             self._changed.notify()
 
     def _run(self) -> None:
         while True:
             with self._changed:
-                while not self._due or self._due[0][0] > time.monotonic():
-                    wait = self._due[0][0] - time.monotonic() if self._due else None
+                while not self._due or self._due[0][0] > self._clock.now():
+                    wait = self._due[0][0] - self._clock.now() if self._due else None
                     self._changed.wait(wait)
                 _, _, fn = heapq.heappop(self._due)
             try:

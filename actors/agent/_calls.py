@@ -15,6 +15,9 @@ it is sent (``book`` in the turn's thread, ``abook`` on the loop), waiting for r
 the model timeout (then a ``RetryableLLMError``, retried as a model timeout is) and giving
 the wait up on a force release or a cancellation; the answer settles it (``close``).
 
+Why this module is long: it is every step of a model call both drivers share (the pools,
+the booking, the threaded and the inline call), so that each is made alike on every path.
+
 Thread-safety: pools and workers are created under one lock and shared by every turn; a
 ``ThreadedCall`` belongs to one turn (its ``wake`` may be called from any thread).
 """

@@ -12,10 +12,20 @@ from parlour.runtime.testing import FakeClock
 class JumpingTimer:
     """A limiter ``Timer`` on a ``FakeClock``: each alarm, from a thread of its own, moves
     the clock to its time (never back) and rings. Time passes only when the head waiter
-    needs it, so a limiter runs at exactly its limits, as fast as the machine allows."""
+    needs it, so a limiter runs at exactly its limits, as fast as the machine allows.
 
-    def __init__(self, clock: FakeClock) -> None:
-        self.clock = clock
+    Given ``quiet`` (with ``changed``, notified whenever it may have become true), time
+    moves only once it holds, as trio's autojump clock moves only when every task waits:
+    a test whose calls are counted at a model passes ``quiet`` = every granted call has
+    reached it and settled, so no call granted before a jump arrives after it."""
+
+    def __init__(
+        self,
+        clock: FakeClock,
+        quiet: Callable[[], bool] | None = None,
+        changed: threading.Condition | None = None,
+    ) -> None:
+        self.clock, self.quiet, self.changed = clock, quiet, changed
         self._alarms: queue.SimpleQueue[tuple[float, Callable[[], None]] | None] = (
             queue.SimpleQueue()
         )
@@ -32,6 +42,10 @@ class JumpingTimer:
     def _run(self) -> None:
         while (alarm := self._alarms.get()) is not None:
             due, fn = alarm
+            if self.quiet is not None and self.changed is not None:
+                with self.changed:  # a settle notifies nobody: look again every 5 ms
+                    while not self.quiet():
+                        self.changed.wait(0.005)
             if due > self.clock.now():
                 self.clock.advance(due - self.clock.now())
             fn()

@@ -76,6 +76,7 @@ class _Provider(ScriptedClient):
         self.arrivals: list[float] = []
         self.refused: list[float] = []
         self.lock = threading.Lock()
+        self.changed = threading.Condition()
 
     def _answer(self, request: Any) -> LLMResponse:
         with self.lock:
@@ -92,6 +93,8 @@ class _Provider(ScriptedClient):
             self.levels[1] -= cost
             self.arrivals.append(now)
             self.levels[1] = min(self.limits[1], self.levels[1] + request.max_tokens - used_out)
+        with self.changed:
+            self.changed.notify_all()
         return LLMResponse(
             model_id="scripted",
             blocks=[TextBlock(text="ok")],
@@ -110,13 +113,20 @@ def test_hundreds_of_chats_on_threads_and_a_loop_never_pass_the_providers_limits
     service: ConversationService,
 ) -> None:
     clock = FakeClock()
-    timer = JumpingTimer(clock)
     rpm, tpm = 40, 20_000  # with VERDICT's 1,024-token reserve, both bind
+    provider = _Provider(clock, rpm, tpm)
+    limiters: list[Limiter] = []
+
+    def quiet() -> bool:  # every call granted has reached the provider and settled
+        stats = limiters[0].statistics()
+        return stats.in_flight == 0 and stats.granted == len(provider.arrivals)
+
+    timer = JumpingTimer(clock, quiet, provider.changed)
     limiter = set_model_limits(
         "scripted", requests_per_minute=rpm, tokens_per_minute=tpm, clock=clock, timer=timer
     )
     assert limiter is not None
-    provider = _Provider(clock, rpm, tpm)
+    limiters.append(limiter)
     agent = agent_for(provider)
     threaded = [agent.chat(service, user_id="alice") for _ in range(120)]
     looped = [agent.chat(service, user_id="alice") for _ in range(120)]

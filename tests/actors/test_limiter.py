@@ -235,3 +235,14 @@ def test_many_threads_and_tasks_share_one_limiter_at_its_rate() -> None:
     for i, start in enumerate(times):
         for j in range(i, len(times)):
             assert j - i + 1 <= 30 + 30 * (times[j] - start) / 60 + 1e-6
+
+
+def test_on_the_system_clock_the_alarm_thread_wakes_a_waiter_at_its_refill_time() -> None:
+    limiter = Limiter("m", RateLimits(requests_per_minute=600))  # one request a tenth
+    for _ in range(600):
+        assert limiter.try_book() is not None
+    started = limiter.clock.now()
+    booking = limiter.book(timeout=30)  # woken by the process's alarm, not by its timeout
+    waited = limiter.clock.now() - started
+    assert booking is not None
+    assert 0.09 <= waited < 10
