@@ -5,10 +5,17 @@
   threads do not thrash the interpreter lock (``_gate``). On by default where it pays
   (``_gate.gating``): ``Chat.send`` holds it for its turn, the service for each obtain,
   save and release a thread makes; code may hold it around a whole turn of its own.
-- ``set_provider_concurrency(provider, n)``: the one limiter of the model calls in flight to
-  one provider across every chat of the process. None by default: a model call waits in its
-  turn's own thread (``Chat.send``) or task (``Chat.asend``), so a host's concurrency towards
-  a slow model is its number of chats, bounded by its CPU, not by a fixed pool.
+- ``set_model_limits(model_or_provider, ...)``: the one limiter of the model calls to one
+  model, or to every model of one provider, across every chat of the process: calls in
+  flight, requests per minute, tokens per minute (input plus output, or each apart). A call
+  books one request, the conversation's input estimate and its output reserve (the wire
+  ``max_tokens``) before it is sent, waits for room in arrival order (``_limiter``), and
+  is settled against the reported usage after. ``follow_catalog_limits()`` makes a model
+  with no setting follow its catalog entry's ``rate_limits`` (a documented first tier).
+  None by default: a model call waits in its turn's own thread (``Chat.send``) or task
+  (``Chat.asend``), so a host's concurrency towards a slow model is its number of chats,
+  bounded by its CPU, not by a fixed pool. ``set_provider_concurrency(provider, n)`` is
+  ``set_model_limits(provider, concurrency=n)``.
 - ``POOL_SIZES``: the process-wide thread pools the agent host starts (``save``: the asyncio
   path's saves; ``obtain``: waits that must not block an event loop, a full limiter's
   included). ``Chat.stream``'s model calls run on workers started as needed, never capped.
@@ -33,66 +40,129 @@ from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+from parlour.runtime import Clock, ModelSpec, RateLimits
 
 from ._gate import TurnGate, turn_gate
+from ._limiter import Booking, BookingTooLargeError, Limiter, LimiterStatistics, Timer
 
 __all__ = [
     "POOL_SIZES",
+    "Booking",
+    "BookingTooLargeError",
+    "Limiter",
+    "LimiterStatistics",
     "TurnGate",
+    "follow_catalog_limits",
+    "limiter_for",
+    "limits_for",
     "one_core",
-    "provider_cap",
+    "set_model_limits",
     "set_provider_concurrency",
     "turn_gate",
 ]
-
-if TYPE_CHECKING:
-    from parlour.runtime import LLMClient
 
 _TASKS = Path("/proc/self/task")
 
 POOL_SIZES = {"save": 8, "obtain": 32}
 
-_caps: dict[str, queue.SimpleQueue[None]] = {}
+_set: dict[str, Limiter] = {}  # the application's, by model id or provider
+_followed: dict[str, Limiter] = {}  # the catalog's, by model id, made on first use
+_follow: list[tuple[Clock | None, Timer | None]] = []  # one entry: the catalog is followed
 _guard = threading.Lock()
 
 
-Cap = queue.SimpleQueue
-"""A provider's cap: a ``queue.SimpleQueue`` holding one ``None`` per free slot; ``get``
-takes a slot (waiting for one), ``put(None)`` gives it back (two C calls per model call)."""
+def set_model_limits(
+    model_or_provider: str,
+    *,
+    requests_per_minute: int | None = None,
+    tokens_per_minute: int | None = None,
+    input_tokens_per_minute: int | None = None,
+    output_tokens_per_minute: int | None = None,
+    concurrency: int | None = None,
+    clock: Clock | None = None,
+    timer: Timer | None = None,
+) -> Limiter | None:
+    """Limit the model calls to one model (its id) or to every model of one provider (its
+    name: ``anthropic``, ``openai``, ``bedrock``, ``scripted``) across every chat of the
+    process, replacing what was set for that name; with no limit given, lift it. A call
+    follows the setting of its model's id, else its provider's, else (when
+    ``follow_catalog_limits`` is on) its catalog entry's: the first found, never a mix.
+    Calls already in flight settle with the limiter they booked on.
 
+    ``clock`` and ``timer`` are seams for tests (a ``FakeClock``; a timer that moves it).
+    Returns the limiter (None when lifted), for its ``statistics()``.
 
-def _new_cap(limit: int) -> Cap[None]:
-    cap: Cap[None] = queue.SimpleQueue()
-    for _ in range(limit):
-        cap.put(None)
-    return cap
+    Raises:
+        ValueError: a limit is not a whole number of at least 1.
+    """
+    limits = RateLimits(
+        requests_per_minute=requests_per_minute,
+        tokens_per_minute=tokens_per_minute,
+        input_tokens_per_minute=input_tokens_per_minute,
+        output_tokens_per_minute=output_tokens_per_minute,
+        concurrency=concurrency,
+    )
+    with _guard:
+        if limits.empty:
+            _set.pop(model_or_provider, None)
+            return None
+        limiter = _set[model_or_provider] = Limiter(model_or_provider, limits, clock, timer)
+        return limiter
 
 
 def set_provider_concurrency(provider: str, limit: int | None) -> None:
-    """Cap the model calls in flight to ``provider`` across every chat of the process, or
-    lift the cap (``None``, the default: no limit but the host's own chats). Calls already
-    in flight give their slots back to the cap they took them from.
+    """``set_model_limits(provider, concurrency=limit)``: cap the model calls in flight to
+    ``provider`` (every limit set for it before is replaced), or lift it (``None``).
 
     Raises:
         ValueError: ``limit`` is below 1.
     """
-    if limit is not None and limit < 1:
+    if limit is not None and (type(limit) is not int or limit < 1):
         raise ValueError(f"The concurrency cap of {provider} must be at least 1, not {limit}.")
+    set_model_limits(provider, concurrency=limit)
+
+
+def limits_for(model_or_provider: str) -> RateLimits | None:
+    """What the application set for this model id or provider (None: nothing)."""
+    limiter = _set.get(model_or_provider)
+    return None if limiter is None else limiter.limits
+
+
+def follow_catalog_limits(
+    follow: bool = True, *, clock: Clock | None = None, timer: Timer | None = None
+) -> None:
+    """Make a call to a model the application set nothing for (neither its id nor its
+    provider) follow its catalog entry's ``rate_limits``, or stop (``follow=False``). Off by
+    default: the catalog's figures are one tier's, and an account of a higher tier would
+    be throttled below what it pays for, so a process opts in. ``ModelSpec.custom`` models,
+    and entries with no figures, stay unlimited."""
     with _guard:
-        if limit is None:
-            _caps.pop(provider, None)
-        else:
-            _caps[provider] = _new_cap(limit)
+        _followed.clear()
+        _follow.clear()
+        if follow:
+            _follow.append((clock, timer))
 
 
-def provider_cap(client: LLMClient) -> Cap[None] | None:
-    """The cap the application set for the client's provider, or None (no limit)."""
-    return _caps.get(client.spec.provider)
+def limiter_for(spec: ModelSpec) -> Limiter | None:
+    """The limiter a call to ``spec`` books on: its id's setting, else its provider's, else
+    its catalog entry's when followed; None when nothing limits it."""
+    if not _set and not _follow:
+        return None  # the default: one test on every model call
+    limiter = _set.get(spec.id) or _set.get(spec.provider)
+    if limiter is not None or not _follow or spec.rate_limits is None:
+        return limiter
+    with _guard:
+        if not _follow:
+            return None
+        limiter = _followed.get(spec.id)
+        if limiter is None or limiter.limits != spec.rate_limits:
+            clock, timer = _follow[0]
+            limiter = _followed[spec.id] = Limiter(spec.id, spec.rate_limits, clock, timer)
+        return limiter
 
 
 @contextlib.contextmanager

@@ -70,7 +70,7 @@ from .compaction import (
 from .compaction._counters import LocalTokenCounter, TokenCounter
 from .models._budget import ModelBinding
 from .models._catalog import ModelCatalog, resolve_grade
-from .models._spec import ModelSpec, ThinkingMode
+from .models._spec import ModelSpec, RateLimits, ThinkingMode
 from .models._tokens import EncodingCounter, counter_for
 from .providers import (
     LLMClient,
@@ -154,6 +154,7 @@ __all__ = [
     "PendingCall",
     "PojoResponseHandler",
     "PreparedConversation",
+    "RateLimits",
     "ResponseHandler",
     "ResponseStream",
     "Schema",

@@ -10,7 +10,9 @@ Exception
 │   │   ├── ContextOverflowError       the call cannot fit the model's hard context
 │   │   ├── ProviderRefusalError       the provider refused to answer
 │   │   ├── OutputCeilingError         truncated at the model's own output ceiling
-│   │   └── UnpairedToolCallError      a tool call without its result, or the reverse
+│   │   ├── UnpairedToolCallError      a tool call without its result, or the reverse
+│   │   └── BookingTooLargeError       a call booking more than a rate limit's bucket
+│   │                                  (parlour.actors._limiter)
 │   ├── RetryableLLMError              rate limit, overload, timeout: try again later
 │   ├── OutputTruncationRetry          a signal: retry with the larger budget it carries
 │   ├── ConversationUnavailableError   obtain failed: missing, or busy past the timeout

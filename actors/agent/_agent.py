@@ -154,7 +154,7 @@ class Agent:
         self._services: list[ConversationService] = []  # whose stop closes the toolsets
         self._lock = threading.Lock()
         self.compaction = compaction
-        self.compactor = compactor or default_compactor(client)
+        self.compactor = compactor or default_compactor(client, model_timeout_s)
         self._overrides = (comfort_tokens, compaction_trigger)
         self._windows = {client.spec.id: self._new_window(client.spec)}  # checks the overrides
         start_pools()  # process-wide, once: no turn waits for their threads to start

@@ -1,16 +1,25 @@
-"""The model call's plumbing shared by both drivers: the process-wide pools, the
-per-provider limiters (none unless the application sets one), and the sync path's model
-calls. ``call_model`` (``send``) asks the model in the turn's own thread: no worker, no cap
-but the host's chats; a force release or the model timeout stops it at its next streamed
-delta (a call that streams nothing is bounded by the SDK, given the model timeout as the
-request's timeout, and a release is noticed when it answers). ``stream_model``
-(``stream``, whose caller reads each delta as it comes) makes it in a model worker
-(``ThreadedCall``), which the turn waits for with the model timeout as its deadline,
-waking at once on a force release. A client that answers
-inline is asked in the turn's own thread either way.
+"""The model call's plumbing shared by both drivers: the process-wide pools, the booking
+on the model's limiter (none unless the application sets one: ``tuning.set_model_limits``),
+and the sync path's model calls. ``call_model`` (``send``) asks the model in the turn's own
+thread: no worker, no cap but the host's chats and the limiter; a force release or the
+model timeout stops it at its next streamed delta (a call that streams nothing is bounded
+by the SDK, given the model timeout as the request's timeout, and a release is noticed
+when it answers). ``stream_model`` (``stream``, whose caller reads each delta as it comes)
+makes it in a model worker (``ThreadedCall``), which the turn waits for with the model
+timeout as its deadline, waking at once on a force release. A client that answers inline
+is asked in the turn's own thread either way.
 
-Thread-safety: pools, workers and caps are created under one lock and shared by every
-turn; a ``ThreadedCall`` belongs to one turn (its ``wake`` may be called from any thread).
+A call to a limited model books one request, the conversation's input estimate and its
+output reserve (``LLMClient.reservation``: the wire ``max_tokens`` of the same call) before
+it is sent (``book`` in the turn's thread, ``abook`` on the loop), waiting for room at most
+the model timeout (then a ``RetryableLLMError``, retried as a model timeout is) and giving
+the wait up on a force release or a cancellation; the answer settles it (``close``).
+
+Why this module is long: it is every step of a model call both drivers share (the pools,
+the booking, the threaded and the inline call), so that each is made alike on every path.
+
+Thread-safety: pools and workers are created under one lock and shared by every turn; a
+``ThreadedCall`` belongs to one turn (its ``wake`` may be called from any thread).
 """
 
 from __future__ import annotations
@@ -23,11 +32,12 @@ import time
 from collections.abc import Generator
 from typing import Any
 
-from parlour.runtime import ConversationContext, LLMResponse
+from parlour.runtime import ConversationContext, LLMClient, LLMResponse
 from parlour.runtime.errors import RetryableLLMError
 
 from .._gate import waiting
-from ..tuning import POOL_SIZES, Cap, provider_cap, set_provider_concurrency
+from .._limiter import Booking, Limiter
+from ..tuning import POOL_SIZES, limiter_for
 from ._events import AgentEvent, TurnCancelledError
 from ._otel import OFF, model_attributes, span_on
 from ._plan import TurnPlan
@@ -37,16 +47,17 @@ from ._workers import Raised, model_workers
 __all__ = [
     "POOL_SIZES",
     "Abandoned",
-    "Cap",
     "ThreadedCall",
-    "acquire_cap",
+    "abook",
+    "book",
+    "booking_for",
     "call_model",
     "cancelled_error",
+    "close",
     "model_span",
     "model_workers",
+    "no_room",
     "pool",
-    "provider_cap",
-    "set_provider_concurrency",
     "start_pools",
     "stream_model",
     "timed_out",
@@ -77,19 +88,87 @@ class Abandoned(Exception):
     """Raised inside a model call whose turn stopped listening, to end the call early."""
 
 
-async def acquire_cap(cap: Cap[None]) -> None:
-    """Take a provider's cap from the loop without blocking it (a full cap is waited for
-    in a pool thread; a cancelled wait gives the slot back once it arrives)."""
+# -- the booking on the model's limiter ---------------------------------------------------------
+
+
+def booking_for(client: LLMClient, context: ConversationContext) -> tuple[Limiter, int, int] | None:
+    """The limiter the next call of ``context`` books on, with its input estimate and its
+    output reserve (0 and 0 for a limiter that counts no tokens); None: no limiter."""
+    binding = context.model_binding
+    spec = binding.spec if binding is not None else None
+    limiter = limiter_for(spec if spec is not None else client.spec)
+    if limiter is None:
+        return None
+    if not (limiter.counts_input or limiter.counts_output):
+        return limiter, 0, 0
+    spec, reserve = client.reservation(context)
+    return limiter, context.get_total_tokens(spec), reserve
+
+
+def book(plan: TurnPlan, context: ConversationContext) -> Booking | None:
+    """Book the call in this thread, waiting for room (a force release wakes the wait).
+
+    Raises:
+        TurnCancelledError: the turn was force-released before or while it waited.
+        RetryableLLMError: no room within the model timeout.
+        BookingTooLargeError: the call books more than a limit's whole bucket.
+    """
+    found = booking_for(plan.client, context)
+    if found is None:
+        return None
+    limiter, estimate, reserve = found
+    thinker = plan.thinker
+    booking = limiter.book(
+        estimate, reserve, timeout=plan.model_timeout_s, on_wait=thinker.set_cancel_hook
+    )
+    if thinker.cancelled is not None:
+        if booking is not None:
+            booking.cancel()  # never sent
+        raise cancelled_error(plan)
+    if booking is None:
+        raise no_room(plan.client, limiter, context, plan.model_timeout_s)
+    return booking
+
+
+async def abook(plan: TurnPlan, context: ConversationContext) -> Booking | None:
+    """Book the call from the loop without blocking it; cancelling the task (a force
+    release does) gives the wait up.
+
+    Raises:
+        RetryableLLMError: no room within the model timeout.
+        BookingTooLargeError: the call books more than a limit's whole bucket.
+    """
+    found = booking_for(plan.client, context)
+    if found is None:
+        return None
+    limiter, estimate, reserve = found
     try:
-        return cap.get_nowait()
-    except queue.Empty:
-        pass
-    waiting = asyncio.get_running_loop().run_in_executor(pool("obtain"), cap.get)
-    try:
-        await asyncio.shield(waiting)
-    except asyncio.CancelledError:
-        waiting.add_done_callback(lambda f: cap.put(None))
-        raise
+        async with asyncio.timeout(plan.model_timeout_s):
+            return await limiter.abook(estimate, reserve)
+    except TimeoutError:
+        raise no_room(plan.client, limiter, context, plan.model_timeout_s) from None
+
+
+def close(booking: Booking | None, response: LLMResponse | None) -> None:
+    """Settle ``booking`` against the answer's usage, or (no answer: the call raised) give
+    its slot back and keep its tokens."""
+    if booking is None:
+        return
+    if response is None:
+        booking.release()
+    else:
+        usage = response.usage
+        booking.settle(usage.input_tokens, usage.output_tokens)
+
+
+def no_room(
+    client: LLMClient, limiter: Limiter, context: ConversationContext, timeout: float
+) -> RetryableLLMError:
+    """The retryable error of a call that found no room on its limiter in time."""
+    return RetryableLLMError(
+        f"Model {client.model_id} had no room under the limits set for {limiter.name} "
+        f"within {timeout:g}s on conversation {context.conversation_id}."
+    )
 
 
 def timed_out(plan: TurnPlan, context: ConversationContext) -> RetryableLLMError:
@@ -225,15 +304,15 @@ def stream_model(
         finally:  # what streamed before a raise (a truncation, say) streamed all the same
             for text in deltas:
                 yield plan.state.publish_delta(text)
-    cap, call = _begin_call(plan, context)
+    booking, call = _begin_call(plan, context)
+    response = None
     try:
         with model_span(plan) as current:
             response = yield from call.events()
             model_attributes(current, response)
             return response
     finally:
-        if cap is not None:
-            cap.put(None)
+        close(booking, response)
 
 
 def call_model(plan: TurnPlan, context: ConversationContext) -> LLMResponse:
@@ -251,15 +330,14 @@ def call_model(plan: TurnPlan, context: ConversationContext) -> LLMResponse:
         return _inline_call(plan, context, None)
     with waiting():  # the model's wait: a gated turn lets the gate go meanwhile
         _before_call(plan, context)
-        cap = _take(plan)
+        booking, response = book(plan, context), None
         try:
             with model_span(plan) as current:
                 response = _call_here(plan, context)
                 model_attributes(current, response)
                 return response
         finally:
-            if cap is not None:
-                cap.put(None)
+            close(booking, response)
 
 
 def _call_here(plan: TurnPlan, context: ConversationContext) -> LLMResponse:
@@ -288,14 +366,6 @@ def _call_here(plan: TurnPlan, context: ConversationContext) -> LLMResponse:
     return response
 
 
-def _take(plan: TurnPlan) -> Cap[None] | None:
-    """A slot of the provider's limiter, waited for, if the application set one."""
-    cap = provider_cap(plan.client)
-    if cap is not None:
-        cap.get()
-    return cap
-
-
 def _inline_call(
     plan: TurnPlan, context: ConversationContext, deltas: list[str] | None
 ) -> LLMResponse:
@@ -308,7 +378,7 @@ def _inline_call(
     _before_call(plan, context)
     if plan.thinker.cancelled is not None:
         raise cancelled_error(plan)
-    cap = _take(plan)
+    booking, response = book(plan, context), None
     try:
         with model_span(plan) as current:
             response = plan.client.respond(
@@ -316,8 +386,7 @@ def _inline_call(
             )
             model_attributes(current, response)
     finally:
-        if cap is not None:
-            cap.put(None)
+        close(booking, response)
     if plan.thinker.cancelled is not None:
         raise cancelled_error(plan)
     if deltas is None and (text := response.text):
@@ -335,10 +404,11 @@ def _before_call(plan: TurnPlan, context: ConversationContext) -> None:
 
 def _begin_call(
     plan: TurnPlan, context: ConversationContext
-) -> tuple[Cap[None] | None, ThreadedCall]:
-    """The hook, the call (cancelled by a force release from now on), then a slot of the
-    provider's limiter if there is one, waited for last."""
+) -> tuple[Booking | None, ThreadedCall]:
+    """The hook, the booking on the model's limiter if there is one (a force release wakes
+    its wait), then the call (cancelled by a force release from now on)."""
     _before_call(plan, context)
+    booking = book(plan, context)
     call = ThreadedCall(plan, context)
     plan.thinker.set_cancel_hook(call.wake)
-    return _take(plan), call
+    return booking, call

@@ -42,16 +42,16 @@ from parlour.runtime import ConversationContext, LLMResponse
 
 from .._gate import waiting
 from .._service import ConversationService
+from ..tuning import set_provider_concurrency
 from ._call_context import cancel_calls, contexts_for
 from ._calls import (
     Abandoned,
-    acquire_cap,
+    abook,
     call_model,
     cancelled_error,
+    close,
     model_span,
     pool,
-    provider_cap,
-    set_provider_concurrency,
     start_pools,
     stream_model,
     timed_out,
@@ -344,16 +344,13 @@ class _AsyncTurn:
         abandon = self.current_call = threading.Event()
         if self.force_requested:
             abandon.set()
-        cap = provider_cap(plan.client)  # only where the application set a limiter
-        if cap is not None:
-            await acquire_cap(cap)
+        booking, response = await abook(plan, context), None  # None: no limiter set
         try:
             with model_span(plan) as current:
                 response = await self._respond(context, self._on_text(abandon), abandon)
                 model_attributes(current, response)
         finally:
-            if cap is not None:
-                cap.put(None)
+            close(booking, response)
         if self.force_requested:  # released while a call that never awaited ran (inline)
             raise cancelled_error(plan)
         return response

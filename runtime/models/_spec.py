@@ -1,5 +1,6 @@
 """A model spec: one model's limits, the tokens each output rung and depth buys, what it
-accepts, and how it reasons. Plain frozen data, so a catalog file decodes straight into it.
+accepts, how it reasons, and the rate limits a provider puts on it. Plain frozen data, so a
+catalog file decodes straight into it.
 """
 
 from __future__ import annotations
@@ -53,11 +54,54 @@ class ThinkingMode(enum.Enum):
         )
 
 
+class RateLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How much a provider lets one account send a model; None leaves a measure unlimited.
+
+    Providers set these per account tier, so a catalog's figures are one documented tier's
+    and an application sets its own (``parlour.actors.tuning.set_model_limits``). Token
+    limits count what a call books before it is sent: its input estimate, and its whole
+    output reserve (the wire ``max_tokens``), as Anthropic and Bedrock pre-debit it.
+
+    Attributes:
+        requests_per_minute: requests begun per minute.
+        tokens_per_minute: input plus output tokens per minute (OpenAI's, Bedrock's).
+        input_tokens_per_minute: input tokens per minute (Anthropic's ITPM).
+        output_tokens_per_minute: output tokens per minute (Anthropic's OTPM).
+        concurrency: calls in flight at once (no provider publishes one: an
+            application's own cap).
+
+    Raises:
+        ValueError: (``msgspec.ValidationError`` when decoding) a limit is not a whole
+            number of at least 1.
+    """
+
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    input_tokens_per_minute: int | None = None
+    output_tokens_per_minute: int | None = None
+    concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or value < 1):
+                raise ValueError(
+                    f"A rate limit must be a whole number of at least 1; {name} is {value!r}."
+                )
+
+    @property
+    def empty(self) -> bool:
+        """True when no measure is limited."""
+        return all(getattr(self, name) is None for name in self.__struct_fields__)
+
+
 class ModelSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One model: its limits, the tokens each output rung and depth buys, what it accepts.
 
     ``output_budgets`` must name every rung but ``MAX``, which defaults to the ceiling
     (``max_output_tokens``). A rung above the ceiling is allowed; resolution caps it.
+    ``rate_limits`` is what the provider lets an account of the catalog's documented tier
+    send (None: unknown); a limiter follows it only where the application opts in.
 
     Raises:
         ValueError: (``msgspec.ValidationError`` when decoding) a limit is not positive or a
@@ -76,6 +120,7 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     grade: Grade | None = None
     inputs: frozenset[Input] = frozenset()
     comfort_window_tokens: int | None = None
+    rate_limits: RateLimits | None = None
 
     def __post_init__(self) -> None:
         if self.max_context_tokens <= 0 or self.max_output_tokens <= 0:

@@ -209,6 +209,18 @@ class LLMClient(ABC):
             conversation_id=conversation.conversation_id,
         )
 
+    def reservation(self, conversation: ConversationContext) -> tuple[ModelSpec, int]:
+        """The model the next call of ``conversation`` goes to and its output reserve: the
+        exact wire maximum ``respond`` sends next, for a rate limiter to book (binding an
+        unbound conversation as ``respond`` does; nothing else changes).
+
+        Raises:
+            UncorrectableLLMError: as ``build_request``.
+        """
+        binding = self._bind(conversation)
+        spec = binding.get_model()
+        return spec, binding.reserve_for(spec, binding.budget_on(spec), binding.resolve_depth())
+
     def preview(
         self, conversation: ConversationContext, thinking_active: bool | None = None
     ) -> WireRequest:

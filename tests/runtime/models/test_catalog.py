@@ -15,6 +15,7 @@ from parlour.runtime import (
     ModelCatalog,
     ModelSpec,
     OutputSize,
+    RateLimits,
     ThinkingMode,
     resolve_grade,
 )
@@ -113,6 +114,26 @@ def test_a_users_json_and_toml_files_load_and_lay_over_the_default(tmp_path: Pat
     merged = ModelCatalog.default().merged(mine)
     assert "acme-2" in merged and "claude-sonnet-4-5" in merged
     assert merged.for_grade(Grade.SMALL, ["openai"]).id in {"gpt-5-nano", "acme-1"}
+
+
+def test_a_catalog_entry_may_carry_rate_limits_and_a_wrong_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    limited = TOML_CATALOG + "[models.rate_limits]\nrequests_per_minute = 50\n"
+    (tmp_path / "models.toml").write_text(limited + "output_tokens_per_minute = 8000\n")
+    acme = ModelCatalog.load(tmp_path / "models.toml").get("acme-2")
+    assert acme.rate_limits == RateLimits(requests_per_minute=50, output_tokens_per_minute=8_000)
+    for wrong in ("tokens_per_hour = 5\n", "concurrency = 0\n"):
+        (tmp_path / "models.toml").write_text(limited + wrong)
+        with pytest.raises(ValueError, match=r"models\.toml"):
+            ModelCatalog.load(tmp_path / "models.toml")
+    assert ModelSpec.custom("local", context_window=32_000).rate_limits is None
+    shipped = {spec.id: spec.rate_limits for spec in ModelCatalog.default()}
+    assert shipped["claude-sonnet-4-5"] == RateLimits(
+        requests_per_minute=50, input_tokens_per_minute=30_000, output_tokens_per_minute=8_000
+    )
+    assert shipped["gpt-5"] == RateLimits(requests_per_minute=500, tokens_per_minute=500_000)
+    assert shipped["us.anthropic.claude-sonnet-4-5-20250929-v1:0"] is None
 
 
 def test_a_bad_catalog_file_is_refused_with_its_path(tmp_path: Path) -> None:
