@@ -20,19 +20,14 @@ its origin token (``_settled.Ledger``: any change but an append takes a new one)
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Any, NamedTuple
-
-import msgspec
+from typing import Any, NamedTuple, Protocol
 
 from ._message_snapshot import MessageSnapshot
-from ._messages import last_change
+from ._messages import Message, last_change
 from ._open_turn import OpenTurn
 from ._settled import Ledger
 
-if TYPE_CHECKING:
-    from ._context import ConversationContext, ConversationPersistenceSnapshot
-
-__all__ = ["Appended", "SavedMark", "applied", "changes_since", "mark"]
+__all__ = ["Appended", "Marked", "SavedMark", "changes_since", "mark"]
 
 _memo = operator.attrgetter("_snapshot")
 
@@ -49,6 +44,26 @@ class Appended(NamedTuple):
     usage_start: int
     usage: list[dict[str, Any]]
     turn: OpenTurn | None
+
+
+class Marked(Protocol):
+    """What a mark reads of a conversation (a ``ConversationContext``): its identity,
+    messages, ledger and open-turn record, and the body's proof (``_body_*``)."""
+
+    conversation_id: str | None
+    stored_version: int
+    usage_ledger: list[dict[str, Any]]
+    open_turn: OpenTurn | None
+    _saved_mark: SavedMark | None
+
+    @property
+    def messages(self) -> list[Message]: ...
+    @property
+    def artifact_registry(self) -> Any: ...
+    def first_user_utterance(self) -> str | None: ...
+    def _body_scalars(self) -> tuple[object, ...]: ...
+    def _body_counters(self) -> tuple[int, int]: ...
+    def _body_markable(self) -> bool: ...
 
 
 class SavedMark:
@@ -71,7 +86,7 @@ class SavedMark:
 
     def __init__(
         self,
-        context: ConversationContext,
+        context: Marked,
         version: int,
         saved: list[MessageSnapshot],
     ) -> None:
@@ -83,7 +98,7 @@ class SavedMark:
         self.titled = context.first_user_utterance() is not None
         self.moved_on(context, version)
 
-    def moved_on(self, context: ConversationContext, version: int) -> None:
+    def moved_on(self, context: Marked, version: int) -> None:
         """The mark of a later save that left the body as this one proved it (an append):
         its version, the messages list and ledger length, the change stamp now."""
         self.version = version
@@ -93,7 +108,7 @@ class SavedMark:
 
 
 def mark(
-    context: ConversationContext,
+    context: Marked,
     version: int,
     snapshots: list[MessageSnapshot] | None = None,
     appended: Appended | None = None,
@@ -115,7 +130,7 @@ def mark(
     context._saved_mark = SavedMark(context, version, [] if snapshots is None else list(snapshots))
 
 
-def changes_since(context: ConversationContext) -> Appended | None:
+def changes_since(context: Marked) -> Appended | None:
     """What ``context`` added since its last mark, when that is all that changed (its
     stored version the mark's); None when anything else changed, or there is no mark."""
     was = context._saved_mark
@@ -147,20 +162,4 @@ def changes_since(context: ConversationContext) -> Appended | None:
         was.usage,
         ledger[was.usage :],
         context.open_turn,
-    )
-
-
-def applied(
-    snapshot: ConversationPersistenceSnapshot, appended: Appended, version: int
-) -> ConversationPersistenceSnapshot | None:
-    """``snapshot`` (of ``appended.version``) with ``appended`` applied, as ``version``: the
-    snapshot a whole save would have stored; None when ``snapshot`` is of another version."""
-    if snapshot.stored_version != appended.version:
-        return None
-    return msgspec.structs.replace(
-        snapshot,
-        messages=snapshot.messages[: appended.start] + appended.messages,
-        usage=snapshot.usage[: appended.usage_start] + appended.usage,
-        turn=appended.turn,
-        stored_version=version,
     )

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from ._appended import Appended, applied
+from ._appended import Appended
 from ._context import FORMAT_VERSION, ConversationPersistenceSnapshot
 from ._message_snapshot import MessageSnapshot, message_snapshots, repaired_messages
 from ._objective import ObjectiveSlot
@@ -160,3 +160,19 @@ def _pojo_values(
     for i, block in enumerate(blocks):
         if isinstance(block, PojoBlock):
             yield f"{where} block {i}", block.value
+
+
+def applied(
+    snapshot: ConversationPersistenceSnapshot, appended: Appended, version: int
+) -> ConversationPersistenceSnapshot | None:
+    """``snapshot`` (of ``appended.version``) with ``appended`` applied, as ``version``: the
+    snapshot a whole save would have stored; None when ``snapshot`` is of another version."""
+    if snapshot.stored_version != appended.version:
+        return None
+    return msgspec.structs.replace(
+        snapshot,
+        messages=snapshot.messages[: appended.start] + appended.messages,
+        usage=snapshot.usage[: appended.usage_start] + appended.usage,
+        turn=appended.turn,
+        stored_version=version,
+    )

@@ -337,11 +337,13 @@ PINNED = {
     ],
     "parlour.runtime.schema": [],
     "parlour.runtime.snapshots": [
+        "Appended",
         "ConversationPersistenceSnapshot",
         "FORMAT_VERSION",
         "MessageSnapshot",
         "ObjectiveSlot",
         "OpenTurn",
+        "applied",
         "decode_message_snapshot",
         "decode_snapshot",
         "decode_usage_entry",

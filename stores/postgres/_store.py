@@ -21,13 +21,7 @@ from .._body import Body, body_after
 from .._ids import require_id, user_key
 from .._inflight import Creates
 from .._memory import DeleteListeners
-from .._protocols import (
-    ConversationSummary,
-    ConversationVersion,
-    Settle,
-    no_appends,
-    saved_now,
-)
+from .._protocols import ConversationSummary, ConversationVersion, Settle, no_appends, saved_now
 from .._records import decode_turn, encode_turn
 from .._reserved import Reservations
 from . import _sql as sql
