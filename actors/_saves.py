@@ -7,14 +7,21 @@ a waited save settles the conversation's deferred ones (its commit holds them). 
 durable commit the snapshot is written through to the session cache, so the cache is never
 ahead of the store. A save that finds another owner's newer version drops the conversation
 from memory and from the cache before it raises.
+
+``save`` waits in the calling thread; ``save_async`` awaits on the running loop through the
+store's ``*_async`` saves (for ``LmdbStore``: planned on the loop, committed by whoever
+leads, the loop woken once per batch; for a store that cannot queue: a thread hop). Both are
+made of the same steps (``_saved_id``, ``_defer``, ``_failed``, ``_committed``).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from parlour.runtime import ConversationContext
 from parlour.runtime.errors import StaleVersionError
+from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from parlour.stores import PersistentStore, SessionStore
 
 from ._deferred import DeferredSaves
@@ -54,17 +61,14 @@ class Saves:
         self, context: ConversationContext | None, thinker: Thinker | None, wait: bool
     ) -> None:
         """See ``ConversationService.save_conversation``."""
-        if self.store is None or context is None or thinker is None:
+        cid = self._saved_id(context, thinker)
+        if cid is None:
             return
-        cid = context.conversation_id
-        if cid is None or cid == thinker.job_id:
-            return
+        assert context is not None and thinker is not None and self.store is not None
         snapshot = context.to_snapshot()
         deferred = self.deferred
         if not wait and deferred.later is not None and context.stored:
-            settle = deferred.later(snapshot, thinker.user_id, thinker)
-            deferred.add(cid, settle)
-            context.stored_version = snapshot.stored_version + 1  # what the update will make
+            self._defer(context, thinker, cid, snapshot)
             return
         try:
             if not context.stored and thinker.is_conversation_minted():
@@ -72,11 +76,102 @@ class Saves:
             else:
                 version = self.store.save_context(snapshot, thinker.user_id, thinker)
         except Exception as exc:
-            deferred.settle(cid)  # queued before this save; its error goes first
-            if isinstance(exc, StaleVersionError):
-                self._forget(cid, f"Conversation {cid} was saved by another owner.", True)
+            self._failed(cid, exc)
             raise
-        deferred.settle(cid)  # committed with this save or before: no wait
+        self._committed(context, cid, snapshot, version)
+
+    async def save_async(
+        self, context: ConversationContext | None, thinker: Thinker | None, wait: bool
+    ) -> None:
+        """See ``ConversationService.save_async``: ``save`` from the running loop, through
+        the store's ``*_async`` saves. A cancellation while the commit is under way waits
+        for its answer (the context is left as the commit found it until then), records
+        it as ``save`` would, then raises."""
+        cid = self._saved_id(context, thinker)
+        if cid is None:
+            return
+        assert context is not None and thinker is not None and self.store is not None
+        snapshot = context.to_snapshot()
+        if not wait and self.deferred.later is not None and context.stored:
+            self._defer(context, thinker, cid, snapshot)  # queued: nothing waits
+            return
+        try:
+            if not context.stored and thinker.is_conversation_minted():
+                commit = self.store.create_context_async(snapshot, thinker.user_id, thinker)
+            else:
+                commit = self.store.save_context_async(snapshot, thinker.user_id, thinker)
+            answer = asyncio.ensure_future(commit)  # a future already: no task is made
+        except Exception as exc:  # refused before anything was queued
+            self._failed(cid, exc)
+            raise
+        cancelled = await _answered(answer)
+        try:
+            version = answer.result()
+        except Exception as exc:
+            self._failed(cid, exc)
+            if cancelled is not None:
+                raise cancelled from exc
+            raise
+        self._committed(context, cid, snapshot, version)
+        if cancelled is not None:
+            raise cancelled
+
+    def _saved_id(self, context: ConversationContext | None, thinker: Thinker | None) -> str | None:
+        """The id to save ``context`` under; None when nothing is durable (no store) or the
+        conversation is temporary (keyed by its thinker's job id)."""
+        if self.store is None or context is None or thinker is None:
+            return None
+        cid = context.conversation_id
+        if cid is None or cid == thinker.job_id:
+            return None
+        return cid
+
+    def _defer(
+        self,
+        context: ConversationContext,
+        thinker: Thinker,
+        cid: str,
+        snapshot: ConversationPersistenceSnapshot,
+    ) -> None:
+        """Queue the update for the store's next commit; the owner's next waited save (or
+        its release) settles it."""
+        assert self.deferred.later is not None
+        settle = self.deferred.later(snapshot, thinker.user_id, thinker)
+        self.deferred.add(cid, settle)
+        context.stored_version = snapshot.stored_version + 1  # what the update will make
+
+    def _failed(self, cid: str, error: Exception) -> None:
+        """A save refused or failed: the deferred ones queued before it answer first (their
+        error is raised ahead of this one); another owner's newer version drops the
+        conversation from memory and the cache."""
+        self.deferred.settle(cid)  # queued before this save; its error goes first
+        if isinstance(error, StaleVersionError):
+            self._forget(cid, f"Conversation {cid} was saved by another owner.", True)
+
+    def _committed(
+        self,
+        context: ConversationContext,
+        cid: str,
+        snapshot: ConversationPersistenceSnapshot,
+        version: int,
+    ) -> None:
+        """A save durable at ``version``: the deferred ones are too (committed with it or
+        before: no wait); the context and the session cache learn of it."""
+        self.deferred.settle(cid)
         context.stored_version = snapshot.stored_version = version
         if self.session is not None:  # write-through after the durable commit: never stale
             self.session.put(snapshot)
+
+
+async def _answered(answer: asyncio.Future[int]) -> asyncio.CancelledError | None:
+    """Wait until ``answer`` is done, even through cancellations of the waiting task (the
+    commit may still read what it was given); the first of them, to raise after."""
+    cancelled: asyncio.CancelledError | None = None
+    while not answer.done():
+        try:
+            await asyncio.shield(answer)
+        except asyncio.CancelledError as exc:
+            cancelled = cancelled or exc
+        except Exception:  # the save's own error: the caller reads it from ``answer``
+            break
+    return cancelled

@@ -9,9 +9,10 @@
   one provider across every chat of the process. None by default: a model call waits in its
   turn's own thread (``Chat.send``) or task (``Chat.asend``), so a host's concurrency towards
   a slow model is its number of chats, bounded by its CPU, not by a fixed pool.
-- ``POOL_SIZES``: the process-wide thread pools the agent host starts (``save``: the asyncio
-  path's saves; ``obtain``: waits that must not block an event loop, a full limiter's
-  included). ``Chat.stream``'s model calls run on workers started as needed, never capped.
+- ``POOL_SIZES``: the process-wide thread pools the agent host starts (``obtain``: waits
+  that must not block an event loop, a full limiter's included). The asyncio path's saves
+  need none: ``ConversationService.save_async`` commits through the store's commit thread.
+  ``Chat.stream``'s model calls run on workers started as needed, never capped.
 - ``one_core``: keep every thread of the process on one CPU while a block runs.
 
 ``one_core`` in detail. The threads of a Python process take turns at one interpreter lock,
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
 
 _TASKS = Path("/proc/self/task")
 
-POOL_SIZES = {"save": 8, "obtain": 32}
+POOL_SIZES = {"obtain": 32}
 
 _caps: dict[str, queue.SimpleQueue[None]] = {}
 _guard = threading.Lock()

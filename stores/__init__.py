@@ -4,8 +4,9 @@
 ``MemorySessionCache`` the default session cache; ``MemoryStore`` a dict-backed persistent
 store for tests; ``PostgresStore`` a store on PostgreSQL that many processes share (the
 ``parlour[postgres]`` extra). Only this package knows LMDB or PostgreSQL. A store of your
-own implements ``PersistentStore`` (``saved_now`` answers ``save_context_later`` for one
-that does not defer) and runs ``parlour.stores.testing.StoreContract``.
+own implements ``PersistentStore`` (``saved_now`` answers ``save_context_later`` and
+``saved_in_thread`` the ``*_async`` saves for one that does not defer) and runs
+``parlour.stores.testing.StoreContract``.
 """
 
 from ._memory import MemorySessionCache, MemoryStore
@@ -14,6 +15,7 @@ from ._protocols import (
     ConversationVersion,
     PersistentStore,
     SessionStore,
+    saved_in_thread,
     saved_now,
 )
 from .lmdb._lock import StoreInUseError
@@ -32,5 +34,6 @@ __all__ = [
     "SessionStore",
     "StoreInUseError",
     "StoreStatistics",
+    "saved_in_thread",
     "saved_now",
 ]

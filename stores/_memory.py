@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import msgspec
 from loguru import logger
@@ -24,7 +24,7 @@ from ._ids import (
     require_id,
     user_key,
 )
-from ._protocols import ConversationSummary, ConversationVersion, Settle, saved_now
+from ._protocols import ConversationSummary, ConversationVersion, Settle, saved_in_thread, saved_now
 from ._reserved import Reservations
 
 
@@ -148,6 +148,18 @@ class MemoryStore:
         """``save_context`` at once (this store does not defer: ``defers_saves`` is False),
         answered as ``PersistentStore`` says: what the record refuses from the handle."""
         return saved_now(snapshot, user_id, self.save_context)
+
+    def create_context_async(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
+    ) -> Awaitable[int]:
+        """``create_context`` in a thread (this store does not queue writes)."""
+        return saved_in_thread(snapshot, user_id, self.create_context)
+
+    def save_context_async(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
+    ) -> Awaitable[int]:
+        """``save_context`` in a thread (this store does not queue writes)."""
+        return saved_in_thread(snapshot, user_id, self.save_context)
 
     def _store(self, key: str, record: _Record) -> None:
         version = record.version

@@ -6,9 +6,10 @@ has: a caller never probes a store for what it can do (no ``getattr``, no ``hasa
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
 import msgspec
@@ -60,6 +61,15 @@ def saved_now(snapshot: ConversationPersistenceSnapshot, user_id: str, save: Sav
 
 def _reraise(error: Exception) -> int:
     raise error
+
+
+def saved_in_thread(
+    snapshot: ConversationPersistenceSnapshot, user_id: str, save: Saver
+) -> Awaitable[int]:
+    """``create_context_async`` or ``save_context_async`` for a store that cannot queue a
+    write (``defers_saves`` False): ``save(snapshot, user_id)`` in the running loop's
+    default executor, a thread hop; the future raises what ``save`` raises."""
+    return asyncio.get_running_loop().run_in_executor(None, save, snapshot, user_id)
 
 
 @runtime_checkable
@@ -179,6 +189,31 @@ class PersistentStore(Protocol):
         ``ConversationNotFoundError``, ``PermissionError`` for another user's record, a
         failed write); nothing of the update is then written.
         """
+        ...
+
+    def create_context_async(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
+    ) -> Awaitable[int]:
+        """``create_context`` from a running event loop, never blocking it: call it on the
+        loop's thread and await the answer (the new version). A store that defers
+        (``defers_saves``) plans the write on the loop, queues it and completes a future
+        on the loop once the commit holding it is durable (``LmdbStore``: its commit
+        thread leads when no thread does); the snapshot is read by then. A store that
+        does not runs ``create_context`` in a thread (``saved_in_thread``).
+
+        Raises:
+            What ``create_context`` raises: from the call itself (a store that defers
+            refuses bad ids, a snapshot naming another user, a closed or read-only store
+            at once, nothing queued) or from the awaitable; nothing is written then.
+        """
+        ...
+
+    def save_context_async(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
+    ) -> Awaitable[int]:
+        """``save_context`` from a running event loop, as ``create_context_async``: the
+        record's new version, or what ``save_context`` raises (``StaleVersionError``,
+        ``ConversationNotFoundError``, ...), nothing written then."""
         ...
 
     def load(

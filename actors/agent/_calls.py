@@ -58,7 +58,7 @@ _guard = threading.Lock()
 
 
 def pool(kind: str) -> cf.ThreadPoolExecutor:
-    """The process-wide pool of ``kind`` (``save``, ``obtain``: ``tuning.POOL_SIZES``),
+    """The process-wide pool of ``kind`` (``obtain``: ``tuning.POOL_SIZES``),
     started on first use with all its threads."""
     with _guard:
         if kind not in _pools:

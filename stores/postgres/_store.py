@@ -7,7 +7,7 @@ is: ``parlour.stores`` imports without the ``parlour[postgres]`` extra installed
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from parlour.runtime.errors import (
@@ -21,7 +21,13 @@ from .._body import Body, body_after
 from .._ids import require_id, user_key
 from .._inflight import Creates
 from .._memory import DeleteListeners
-from .._protocols import ConversationSummary, ConversationVersion, Settle, saved_now
+from .._protocols import (
+    ConversationSummary,
+    ConversationVersion,
+    Settle,
+    saved_in_thread,
+    saved_now,
+)
 from .._records import decode_turn, encode_turn
 from .._reserved import Reservations
 from . import _sql as sql
@@ -157,6 +163,18 @@ class PostgresStore:
         """``save_context`` at once (this store does not defer: ``defers_saves`` is False),
         answered as ``PersistentStore`` says: what the record refuses from the handle."""
         return saved_now(snapshot, user_id, self.save_context)
+
+    def create_context_async(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
+    ) -> Awaitable[int]:
+        """``create_context`` in a thread (this store does not queue writes)."""
+        return saved_in_thread(snapshot, user_id, self.create_context)
+
+    def save_context_async(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
+    ) -> Awaitable[int]:
+        """``save_context`` in a thread (this store does not queue writes)."""
+        return saved_in_thread(snapshot, user_id, self.save_context)
 
     def _write_params(
         self,
