@@ -118,6 +118,17 @@ CHILD = textwrap.dedent(
                 stop_here("before the final answer's save")
             return self._after(snapshot, super().save_context(snapshot, user_id, caller))
 
+        def create_context_async(self, snapshot, user_id, caller=None):
+            return self._later(snapshot, super().create_context_async(snapshot, user_id, caller))
+
+        def save_context_async(self, snapshot, user_id, caller=None):
+            if kill[0] == "final" and said(snapshot, spec["final"]):
+                stop_here("before the final answer's save")
+            return self._later(snapshot, super().save_context_async(snapshot, user_id, caller))
+
+        async def _later(self, snapshot, saving):  # the async driver's saves (asend, astream)
+            return self._after(snapshot, await saving)
+
         def _after(self, snapshot, version):
             k = kill[1] if len(kill) > 1 else -1
             settled = said(snapshot, f"Round {k}.") and not results_of(snapshot, k)
@@ -637,6 +648,25 @@ def test_a_recovery_killed_while_it_resumes_leaves_a_conversation_the_next_one_f
         return killed
 
     _check(places, kill)
+
+
+# -- the async driver's saves ------------------------------------------------------------------
+
+ASYNC_SAVES = {
+    "after the answer calling tools is saved": ["settled", 0],
+    "after a tool's result is saved, before its siblings finish": ["between", 0, 1],
+    "during the final answer's save": ["final"],
+}
+
+
+@pytest.mark.parametrize("store", ["lmdb"])
+@pytest.mark.parametrize("kill", list(ASYNC_SAVES.values()), ids=list(ASYNC_SAVES))
+def test_an_async_turn_killed_right_after_a_save_returns_keeps_that_step(
+    places: Places, store: str, kill: list[Any]
+) -> None:
+    """``astream`` saves on the loop (the commit in the store's commit thread): the step a
+    save acknowledged is on disk when the process is killed the moment it returns."""
+    _check(places, lambda: _killed(places, "anthropic", SHAPE, kill, "astream"))
 
 
 # -- a streamed model call, killed half-way ----------------------------------------------------
