@@ -22,7 +22,7 @@ from collections.abc import Callable
 from parlour.runtime import ConversationContext
 from parlour.runtime.errors import StaleVersionError
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
-from parlour.stores import PersistentStore, SessionStore
+from parlour.stores import PersistentStore, SaveFuture, SessionStore
 
 from ._deferred import DeferredSaves
 from ._thinker import Thinker
@@ -84,9 +84,9 @@ class Saves:
         self, context: ConversationContext | None, thinker: Thinker | None, wait: bool
     ) -> None:
         """See ``ConversationService.save_async``: ``save`` from the running loop, through
-        the store's ``*_async`` saves. A cancellation while the commit is under way waits
-        for its answer (the context is left as the commit found it until then), records
-        it as ``save`` would, then raises."""
+        the store's ``*_async`` saves. A cancellation while the commit is under way comes
+        once it is answered (``SaveFuture``): the save is recorded as ``save`` would, then
+        the ``CancelledError`` raised."""
         cid = self._saved_id(context, thinker)
         if cid is None:
             return
@@ -100,21 +100,28 @@ class Saves:
                 commit = self.store.create_context_async(snapshot, thinker.user_id, thinker)
             else:
                 commit = self.store.save_context_async(snapshot, thinker.user_id, thinker)
-            answer = asyncio.ensure_future(commit)  # a future already: no task is made
-        except Exception as exc:  # refused before anything was queued
-            self._failed(cid, exc)
+            version = await commit
+        except asyncio.CancelledError:  # delivered once the save is answered (SaveFuture)
+            self._answered(commit, context, cid, snapshot)
             raise
-        cancelled = await _answered(answer)
-        try:
-            version = answer.result()
-        except Exception as exc:
+        except Exception as exc:  # refused at once, or the commit's own error
             self._failed(cid, exc)
-            if cancelled is not None:
-                raise cancelled from exc
             raise
         self._committed(context, cid, snapshot, version)
-        if cancelled is not None:
-            raise cancelled
+
+    def _answered(
+        self,
+        commit: SaveFuture,
+        context: ConversationContext,
+        cid: str,
+        snapshot: ConversationPersistenceSnapshot,
+    ) -> None:
+        """Record a save whose caller was cancelled meanwhile, as if it had waited."""
+        error = commit.exception()
+        if error is None:
+            self._committed(context, cid, snapshot, commit.result())
+        elif isinstance(error, Exception):
+            self._failed(cid, error)
 
     def _saved_id(self, context: ConversationContext | None, thinker: Thinker | None) -> str | None:
         """The id to save ``context`` under; None when nothing is durable (no store) or the
@@ -161,17 +168,3 @@ class Saves:
         context.stored_version = snapshot.stored_version = version
         if self.session is not None:  # write-through after the durable commit: never stale
             self.session.put(snapshot)
-
-
-async def _answered(answer: asyncio.Future[int]) -> asyncio.CancelledError | None:
-    """Wait until ``answer`` is done, even through cancellations of the waiting task (the
-    commit may still read what it was given); the first of them, to raise after."""
-    cancelled: asyncio.CancelledError | None = None
-    while not answer.done():
-        try:
-            await asyncio.shield(answer)
-        except asyncio.CancelledError as exc:
-            cancelled = cancelled or exc
-        except Exception:  # the save's own error: the caller reads it from ``answer``
-            break
-    return cancelled

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import msgspec
 from loguru import logger
@@ -24,7 +24,14 @@ from ._ids import (
     require_id,
     user_key,
 )
-from ._protocols import ConversationSummary, ConversationVersion, Settle, saved_in_thread, saved_now
+from ._protocols import (
+    ConversationSummary,
+    ConversationVersion,
+    SaveFuture,
+    Settle,
+    saved_in_thread,
+    saved_now,
+)
 from ._reserved import Reservations
 
 
@@ -151,13 +158,13 @@ class MemoryStore:
 
     def create_context_async(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
-    ) -> Awaitable[int]:
+    ) -> SaveFuture:
         """``create_context`` in a thread (this store does not queue writes)."""
         return saved_in_thread(snapshot, user_id, self.create_context)
 
     def save_context_async(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
-    ) -> Awaitable[int]:
+    ) -> SaveFuture:
         """``save_context`` in a thread (this store does not queue writes)."""
         return saved_in_thread(snapshot, user_id, self.save_context)
 

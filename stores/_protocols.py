@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import functools
-from collections.abc import Awaitable, Callable
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
@@ -63,13 +63,35 @@ def _reraise(error: Exception) -> int:
     raise error
 
 
+class SaveFuture(asyncio.Future[Any]):
+    """The answer of a save awaited on an event loop (``*_context_async``). Its awaiting
+    task's cancellation does not cancel it (``cancel`` refuses): asyncio then delivers the
+    ``CancelledError`` to the task once the save is answered, so the caller learns what the
+    save did (``result()``) before it stops, and nothing the save may still read changes
+    meanwhile. No thread and no extra future stand between the save and its caller."""
+
+    def cancel(self, msg: Any = None) -> bool:
+        return False
+
+    def take(self, other: asyncio.Future[Any]) -> None:
+        """Answer as ``other`` did (a done callback)."""
+        error = other.exception()
+        if error is not None:
+            self.set_exception(error)
+        else:
+            self.set_result(other.result())
+
+
 def saved_in_thread(
     snapshot: ConversationPersistenceSnapshot, user_id: str, save: Saver
-) -> Awaitable[int]:
+) -> SaveFuture:
     """``create_context_async`` or ``save_context_async`` for a store that cannot queue a
     write (``defers_saves`` False): ``save(snapshot, user_id)`` in the running loop's
     default executor, a thread hop; the future raises what ``save`` raises."""
-    return asyncio.get_running_loop().run_in_executor(None, save, snapshot, user_id)
+    loop = asyncio.get_running_loop()
+    answer = SaveFuture(loop=loop)
+    loop.run_in_executor(None, save, snapshot, user_id).add_done_callback(answer.take)
+    return answer
 
 
 @runtime_checkable
@@ -193,9 +215,11 @@ class PersistentStore(Protocol):
 
     def create_context_async(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
-    ) -> Awaitable[int]:
+    ) -> SaveFuture:
         """``create_context`` from a running event loop, never blocking it: call it on the
-        loop's thread and await the answer (the new version). A store that defers
+        loop's thread and await the answer (the new version). Cancelling the awaiting task
+        does not cancel the save: the task's ``CancelledError`` comes once it is answered
+        (``SaveFuture``). A store that defers
         (``defers_saves``) plans the write on the loop, queues it and completes a future
         on the loop once the commit holding it is durable (``LmdbStore``: its commit
         thread leads when no thread does); the snapshot is read by then. A store that
@@ -210,7 +234,7 @@ class PersistentStore(Protocol):
 
     def save_context_async(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
-    ) -> Awaitable[int]:
+    ) -> SaveFuture:
         """``save_context`` from a running event loop, as ``create_context_async``: the
         record's new version, or what ``save_context`` raises (``StaleVersionError``,
         ``ConversationNotFoundError``, ...), nothing written then."""

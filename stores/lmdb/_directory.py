@@ -8,7 +8,6 @@ bookkeeping; reads run in the caller's thread on a read transaction behind the r
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +17,7 @@ import lmdb
 
 from parlour.runtime.errors import IllegalStateError
 
+from .._protocols import SaveFuture
 from .._waiting import waiting
 from . import _layout
 from ._bookkeeping import Bookkeeping
@@ -145,7 +145,7 @@ class Directory:
             raise self._readonly_error()
         return self.commits.submit(write, size)
 
-    def submit_async(self, write: Write, size: int) -> asyncio.Future[Any]:
+    def submit_async(self, write: Write, size: int) -> SaveFuture:
         """``submit`` from the running loop, never blocking it: a future the commit
         completes on this loop (``GroupCommit.submit_async``).
 

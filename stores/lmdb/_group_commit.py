@@ -39,6 +39,7 @@ from loguru import logger
 
 from parlour.runtime.errors import IllegalStateError
 
+from .._protocols import SaveFuture
 from .._waiting import waiting
 
 Write = Callable[[Any], Any]  # applied inside the batch's write transaction
@@ -142,12 +143,10 @@ class LoopAnswer(Done):
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
         self.loop = loop
-        self.future: asyncio.Future[Any] = loop.create_future()
+        self.future = SaveFuture(loop=loop)
 
     def complete(self) -> None:
         """On the loop: complete the future with the recorded answer."""
-        if self.future.done():  # its loop's task gave up on it (never, when shielded)
-            return
         if self._error is not None:
             self.future.set_exception(self._error)
         else:
@@ -185,7 +184,8 @@ class GroupCommit:
         self._closing = False
         self._finished = False
         self._committer: threading.Thread | None = None  # leads for loops' writers
-        self._work = threading.Event()  # set: writes queued for the commit thread
+        self._work = threading.Lock()  # released: writes queued for the commit thread
+        self._work.acquire()
         self._stopped = False  # the commit thread was stopped (by close): none leads for loops
         self._committer_guard = threading.Lock()
         self.loop_wakes = 0  # calls into loops, one per loop per batch (a seam for tests)
@@ -231,7 +231,7 @@ class GroupCommit:
         self._queue.put((write, slot, size))
         return slot
 
-    def submit_async(self, write: Write, size: int) -> asyncio.Future[Any]:
+    def submit_async(self, write: Write, size: int) -> SaveFuture:
         """Queue ``write`` from the running loop and return a future the commit holding it
         completes once durable (on this loop), with what ``write`` returned or what it
         raised. Never leads, never blocks: the commit thread leads when no thread does.
@@ -250,7 +250,7 @@ class GroupCommit:
         """Have the commit thread lead (started at the first call). Once it is stopped
         (the store closed), what is queued is refused here: ``_run`` refuses it."""
         if self._committer is not None and not self._stopped:
-            self._work.set()
+            self._call()
             return
         with self._committer_guard:
             if not self._stopped:
@@ -259,7 +259,7 @@ class GroupCommit:
                         target=self._commit_loop, name="parlour-commit", daemon=True
                     )
                     self._committer.start()
-                self._work.set()
+                self._call()
                 return
         self._lock.acquire()  # closed: no commit, only refusals (``_run``)
         try:
@@ -267,11 +267,19 @@ class GroupCommit:
         finally:
             self._release()
 
+    def _call(self) -> None:
+        """Wake the commit thread (the lock is a one-place signal, as a ``Slot``'s: calls
+        that find it given already add nothing)."""
+        if self._work.locked():
+            try:  # noqa: SIM105 (as ``Slot.wake``)
+                self._work.release()
+            except RuntimeError:  # another writer gave it in between
+                pass
+
     def _commit_loop(self) -> None:
         """The commit thread: lead batches until the queue is empty, then wait for more."""
         while True:
-            self._work.wait()
-            self._work.clear()  # before draining: a write queued from now sets it again
+            self._work.acquire()  # taken: a write queued from now gives it again
             stopped = self._stopped  # stopped: a last round refuses what raced the close
             while not self._queue.empty():
                 self._lock.acquire()  # a leader meanwhile may commit these writes itself
@@ -327,7 +335,7 @@ class GroupCommit:
         with self._committer_guard:
             self._stopped = True
             committer = self._committer
-        self._work.set()
+        self._call()
         if committer is not None and committer is not threading.current_thread():
             committer.join()
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from .._ids import conversation_key, order_bytes, user_key
 from .._inflight import Creates
 from .._memory import DeleteListeners
-from .._protocols import ConversationSummary, ConversationVersion
+from .._protocols import ConversationSummary, ConversationVersion, SaveFuture
 from .._records import Header
 from .._reserved import Reservations
 from . import _reads, _versions
@@ -143,7 +143,7 @@ class LmdbStore:
 
     def create_context_async(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
-    ) -> Awaitable[int]:
+    ) -> SaveFuture:
         """``create_context`` from the running loop: planned and encoded here, queued, and
         committed by whoever leads next (the store's commit thread when no thread does);
         the future completes on this loop once the commit is durable. An update of the
@@ -154,7 +154,7 @@ class LmdbStore:
 
     def save_context_async(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
-    ) -> Awaitable[int]:
+    ) -> SaveFuture:
         """``save_context`` from the running loop, as ``create_context_async``. A create of
         the same id under way in another thread is waited for here (on the loop): an owner
         never races its own create, so only a foreign writer of the id can cause it."""

@@ -7,7 +7,7 @@ is: ``parlour.stores`` imports without the ``parlour[postgres]`` extra installed
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from parlour.runtime.errors import (
@@ -24,6 +24,7 @@ from .._memory import DeleteListeners
 from .._protocols import (
     ConversationSummary,
     ConversationVersion,
+    SaveFuture,
     Settle,
     saved_in_thread,
     saved_now,
@@ -166,13 +167,13 @@ class PostgresStore:
 
     def create_context_async(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
-    ) -> Awaitable[int]:
+    ) -> SaveFuture:
         """``create_context`` in a thread (this store does not queue writes)."""
         return saved_in_thread(snapshot, user_id, self.create_context)
 
     def save_context_async(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
-    ) -> Awaitable[int]:
+    ) -> SaveFuture:
         """``save_context`` in a thread (this store does not queue writes)."""
         return saved_in_thread(snapshot, user_id, self.save_context)
 
