@@ -42,6 +42,7 @@ __all__ = [
     "acquire_cap",
     "call_model",
     "cancelled_error",
+    "inline_call",
     "model_span",
     "model_workers",
     "pool",
@@ -221,7 +222,7 @@ def stream_model(
     if plan.client.answers_inline:
         deltas: list[str] = []
         try:
-            return _inline_call(plan, context, deltas)
+            return inline_call(plan, context, deltas)
         finally:  # what streamed before a raise (a truncation, say) streamed all the same
             for text in deltas:
                 yield plan.state.publish_delta(text)
@@ -248,7 +249,7 @@ def call_model(plan: TurnPlan, context: ConversationContext) -> LLMResponse:
         Exception: what the model call raised.
     """
     if plan.client.answers_inline:
-        return _inline_call(plan, context, None)
+        return inline_call(plan, context, None)
     with waiting():  # the model's wait: a gated turn lets the gate go meanwhile
         _before_call(plan, context)
         cap = _take(plan)
@@ -296,7 +297,7 @@ def _take(plan: TurnPlan) -> Cap[None] | None:
     return cap
 
 
-def _inline_call(
+def inline_call(
     plan: TurnPlan, context: ConversationContext, deltas: list[str] | None
 ) -> LLMResponse:
     """The model call of a client that answers inline, in the turn's own thread: it cannot

@@ -50,6 +50,7 @@ from ._calls import (
     acquire_cap,
     call_model,
     cancelled_error,
+    inline_call,
     model_span,
     provider_cap,
     set_provider_concurrency,
@@ -373,6 +374,8 @@ class _AsyncTurn:
 
     async def _call_model(self, context: ConversationContext) -> LLMResponse:
         plan = self.plan
+        if plan.client.answers_inline:  # no I/O: asked here and now, as ``send`` asks it
+            return self._inline_call(context)
         if plan.before_model_call is not None:
             plan.before_model_call(context, plan.ledger)
         abandon = self.current_call = threading.Event()
@@ -391,6 +394,16 @@ class _AsyncTurn:
         if self.force_requested:  # released while a call that never awaited ran (inline)
             raise cancelled_error(plan)
         return response
+
+    def _inline_call(self, context: ConversationContext) -> LLMResponse:
+        """A client that answers inline (``inline_call``): its deltas published as they
+        are for a caller that streams them, else its whole text as one delta."""
+        deltas: list[str] | None = [] if self.plan.deltas else None
+        try:
+            return inline_call(self.plan, context, deltas)
+        finally:  # what streamed before a raise (a truncation, say) streamed all the same
+            for text in deltas or ():
+                self.publish_delta(text)
 
     def _on_text(self, abandon: threading.Event) -> Callable[[str], None]:
         """Deltas published in order: on the loop directly (the async SDKs, the scripted
