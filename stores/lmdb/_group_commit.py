@@ -8,12 +8,14 @@ touching the lock. After releasing the lock a leader wakes
 one writer still waiting, which tries to lead the next batch. A deferred write is queued
 without a wait (``defer``); whoever leads next commits it, and ``settle`` waits for it later.
 
-A writer on an event loop (``submit_async``) never leads: the fsync must not block its loop.
-It queues its write and awaits an asyncio future. Whoever leads next commits it; when no
-thread does, the store's commit thread (one per store, started by the first such write,
-stopped by ``close``) leads. After each batch the leader wakes each loop with writers in it
-once (one ``call_soon_threadsafe`` per loop per batch, completing all of that loop's
-futures), never once per write.
+A writer on an event loop (``submit_async``) never leads a synced commit: the fsync must not
+block its loop. It queues its write and awaits an asyncio future. Whoever leads next commits
+it; when no thread does, the store's commit thread (one per store, started by the first such
+write, stopped by ``close``) leads. After each batch the leader wakes each loop with writers
+in it once (one ``call_soon_threadsafe`` per loop per batch, completing all of that loop's
+futures), never once per write. An unsynced store's commit waits for nothing but the CPU,
+so there a loop writer that finds the commit lock free leads at once, as a thread writer
+does, and its future is answered before it is returned.
 
 A write that raises leaves nothing and only its caller gets the error; the rest of the batch
 commits. LMDB's nested transactions would roll one write back alone, but they cannot be had
@@ -153,6 +155,16 @@ class LoopAnswer(Done):
             self.future.set_result(self._value)
 
 
+def _answered(loop: asyncio.AbstractEventLoop, done: Done) -> SaveFuture:
+    """A future already holding ``done``'s answer (a loop writer that led its own commit)."""
+    future = SaveFuture(loop=loop)
+    if done._error is not None:
+        future.set_exception(done._error)
+    else:
+        future.set_result(done._value)
+    return future
+
+
 def _complete(answers: list[LoopAnswer]) -> None:
     for answer in answers:
         answer.complete()
@@ -172,6 +184,7 @@ class GroupCommit:
 
     def __init__(self, hooks: CommitHooks, where: str, max_batch: int, synced: bool = True) -> None:
         self._hooks = hooks
+        self._synced = synced
         # a synced commit waits for the disk: a held turn gate goes to another turn meanwhile
         self._commit_wait: Callable[[], contextlib.AbstractContextManager[None]] = (
             waiting if synced else contextlib.nullcontext
@@ -234,14 +247,26 @@ class GroupCommit:
     def submit_async(self, write: Write, size: int) -> SaveFuture:
         """Queue ``write`` from the running loop and return a future the commit holding it
         completes once durable (on this loop), with what ``write`` returned or what it
-        raised. Never leads, never blocks: the commit thread leads when no thread does.
+        raised. Never leads a synced commit, never waits: the commit thread leads when no
+        thread does. Unsynced, with the commit lock free, it leads here (no wait but CPU).
 
         Raises:
             IllegalStateError: the store is closed (nothing was written).
         """
         if self._closing:
             raise self._closed_error()
-        answer = LoopAnswer(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        if not self._synced and self._lock.acquire(blocking=False):
+            try:  # no fsync to wait for: a commit is CPU work alone, so lead here (``submit``)
+                ahead = self._drain(self._max_batch - 1)
+                if len(ahead) < self._max_batch - 1 or self._queue.empty():
+                    done = Done()
+                    self._run([*ahead, (write, done, size)])
+                    return _answered(loop, done)
+                self._run(ahead)  # more queued than a batch takes: queued behind them
+            finally:
+                self._release()
+        answer = LoopAnswer(loop)
         self._queue.put((write, answer, size))
         self._call_committer()
         return answer.future

@@ -570,3 +570,23 @@ def test_close_answers_every_pending_async_save_and_refuses_later_ones(tmp_path:
     with LmdbStore(tmp_path) as reopened:
         for cid, version in acknowledged.items():
             assert reopened.version_of(cid, "alice") == version
+
+
+def test_an_unsynced_store_lets_a_loop_writer_finding_the_lock_free_lead_at_once(
+    tmp_path: Path,
+) -> None:
+    with LmdbStore(tmp_path, sync=False) as store:
+        commits = store._directory.commits
+
+        async def main() -> None:
+            first = store.create_context_async(_snapshot("c1"), "alice")
+            assert first.done() and first.result() == 1  # committed here: no fsync to wait for
+            commits._lock.acquire()  # another leader's commit under way: this one queues
+            second = store.save_context_async(_snapshot("c1", "again", 1), "alice")
+            assert not second.done()
+            commits._release()  # the commit thread leads it
+            assert await second == 2
+
+        asyncio.run(main())
+        loaded = store.load("c1", "alice")
+        assert loaded is not None and loaded.messages[0].raw_content == "again"
