@@ -22,6 +22,7 @@ Why this module is long: it is the one suite every store must pass, one test per
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import functools
 import threading
@@ -96,6 +97,23 @@ class StoreContract:
             assert said(store) == ["second"]
         assert settle() == 2
         assert settle() == 2  # asking again answers alike
+        assert said(store) == ["second"]
+        assert store.version_of("c1", "alice") == 2
+
+    def test_the_async_saves_answer_on_the_loop_as_the_sync_ones_and_refuse_alike(
+        self, store: PersistentStore
+    ) -> None:
+        async def main() -> None:
+            assert await store.create_context_async(snapshot(), "alice") == 1
+            saving = store.save_context_async(snapshot(text="second", version=1), "alice")
+            assert saving.cancel() is False  # the awaiting task's cancel never cancels a save
+            assert await saving == 2
+            with pytest.raises(StaleVersionError):
+                await store.save_context_async(snapshot(text="stale", version=1), "alice")
+            with pytest.raises(ConversationNotFoundError):
+                await store.save_context_async(snapshot("c2", version=1), "alice")
+
+        asyncio.run(main())
         assert said(store) == ["second"]
         assert store.version_of("c1", "alice") == 2
 
