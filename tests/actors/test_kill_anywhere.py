@@ -659,7 +659,7 @@ ASYNC_SAVES = {
 }
 
 
-@pytest.mark.parametrize("store", ["lmdb"])
+@pytest.mark.parametrize("store", STORES)
 @pytest.mark.parametrize("kill", list(ASYNC_SAVES.values()), ids=list(ASYNC_SAVES))
 def test_an_async_turn_killed_right_after_a_save_returns_keeps_that_step(
     places: Places, store: str, kill: list[Any]
