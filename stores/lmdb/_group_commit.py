@@ -24,6 +24,10 @@ a write there), so, whatever the store, a write that raises has the whole transa
 aborted and the batch applied again without it. (Telling a refusal raised before any put
 apart, to leave it out in the same transaction, meant watching every put of every write
 through a wrapper: about 3% of a turn, paid on every save, for a case that is rare.)
+
+Why this module is long: it is one protocol around one lock and one queue (leading, waiting,
+deferring, the loops' writers and their commit thread, close); split, each part would
+reach into the others' state.
 """
 
 from __future__ import annotations

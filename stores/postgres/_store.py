@@ -2,6 +2,10 @@
 
 psycopg 3 and its connection pool are imported when a store is made, not when this module
 is: ``parlour.stores`` imports without the ``parlour[postgres]`` extra installed.
+
+Why this module is long: it is the store's whole public face, one short method per
+operation of ``PersistentStore`` (each documenting its contract); the SQL, the database and
+the row codecs live in their own modules.
 """
 
 from __future__ import annotations

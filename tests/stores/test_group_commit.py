@@ -546,7 +546,7 @@ def test_close_answers_every_pending_async_save_and_refuses_later_ones(tmp_path:
 
     async def main() -> dict[str, int]:
         pending = {
-            f"c{n}": asyncio.ensure_future(store.create_context_async(_snapshot(f"c{n}"), "alice"))
+            f"p{n}": asyncio.ensure_future(store.create_context_async(_snapshot(f"p{n}"), "alice"))
             for n in range(200)
         }
         await asyncio.to_thread(store.close)  # while the commit thread works through them
@@ -560,7 +560,7 @@ def test_close_answers_every_pending_async_save_and_refuses_later_ones(tmp_path:
             else:
                 acknowledged[cid] = outcome
         with pytest.raises(IllegalStateError, match="closed"):
-            store.save_context_async(_snapshot("c0", version=1), "alice")
+            store.save_context_async(_snapshot("p0", version=1), "alice")
         with pytest.raises(IllegalStateError, match="closed"):
             store.create_context_async(_snapshot("late"), "alice")
         return acknowledged
