@@ -225,6 +225,23 @@ class ConversationService:
                 return self._saves.save(context, thinker, wait)
         self._saves.save(context, thinker, wait)
 
+    async def save_async(
+        self, context: ConversationContext | None, thinker: Thinker | None, *, wait: bool = True
+    ) -> None:
+        """``save_conversation`` on the running loop, never blocking it, with the same
+        contract: durable when it returns, a deferred update (``wait=False``) queued at
+        once. The snapshot is taken and (``LmdbStore``) the write planned and encoded on
+        the loop; the commit and its fsync run in the store's commit thread (or in a
+        writer thread that leads), which wakes the loop once per batch. A store that cannot
+        queue saves in a thread. No turn gate is taken (a loop never waits for it).
+        Cancelling the awaiting task while the commit is under way waits for its answer,
+        records it as a finished save would, then raises ``CancelledError``.
+
+        Raises:
+            The errors ``save_conversation`` raises, after the same clean-up.
+        """
+        await self._saves.save_async(context, thinker, wait)
+
     def release(self, thinker: Thinker, retain: dt.timedelta | float | None = None) -> None:
         """Give the conversation back; keep it in memory for ``retain`` (default: the
         thinker's retain duration). Zero retention evicts it at once. Never persists.

@@ -4,9 +4,9 @@
 ``MemorySessionCache`` the default session cache; ``MemoryStore`` a dict-backed persistent
 store for tests; ``PostgresStore`` a store on PostgreSQL that many processes share (the
 ``parlour[postgres]`` extra). Only this package knows LMDB or PostgreSQL. A store of your
-own implements ``PersistentStore`` (``saved_now`` answers ``save_context_later`` for one
-that does not defer, ``no_appends`` refuses ``append_context`` for one that takes no
-appends) and runs ``parlour.stores.testing.StoreContract``.
+own implements ``PersistentStore`` (``saved_now`` answers ``save_context_later`` and
+``saved_in_thread`` the ``*_async`` saves for one that does not defer, ``no_appends``
+refuses the appends for one that takes none) and runs ``parlour.stores.testing.StoreContract``.
 """
 
 from ._memory import MemorySessionCache, MemoryStore
@@ -14,8 +14,10 @@ from ._protocols import (
     ConversationSummary,
     ConversationVersion,
     PersistentStore,
+    SaveFuture,
     SessionStore,
     no_appends,
+    saved_in_thread,
     saved_now,
 )
 from .lmdb._lock import StoreInUseError
@@ -31,9 +33,11 @@ __all__ = [
     "MemoryStore",
     "PersistentStore",
     "PostgresStore",
+    "SaveFuture",
     "SessionStore",
     "StoreInUseError",
     "StoreStatistics",
     "no_appends",
+    "saved_in_thread",
     "saved_now",
 ]

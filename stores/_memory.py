@@ -28,8 +28,10 @@ from ._ids import (
 from ._protocols import (
     ConversationSummary,
     ConversationVersion,
+    SaveFuture,
     Settle,
     no_appends,
+    saved_in_thread,
     saved_now,
 )
 from ._reserved import Reservations
@@ -164,6 +166,23 @@ class MemoryStore:
         self, appended: Appended, user_id: str, caller: object = None
     ) -> Settle:
         raise no_appends(self)
+
+    def append_context_async(
+        self, appended: Appended, user_id: str, caller: object = None
+    ) -> SaveFuture:
+        raise no_appends(self)
+
+    def create_context_async(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
+    ) -> SaveFuture:
+        """``create_context`` in a thread (this store does not queue writes)."""
+        return saved_in_thread(snapshot, user_id, self.create_context)
+
+    def save_context_async(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
+    ) -> SaveFuture:
+        """``save_context`` in a thread (this store does not queue writes)."""
+        return saved_in_thread(snapshot, user_id, self.save_context)
 
     def _store(self, key: str, record: _Record) -> None:
         version = record.version

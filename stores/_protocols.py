@@ -2,14 +2,18 @@
 
 Each declares every capability a caller relies on, as an attribute or a method every store
 has: a caller never probes a store for what it can do (no ``getattr``, no ``hasattr``).
+
+Why this module is long: it is the whole seam, every member of both protocols with its
+contract, and the handles and helpers a store that lacks a capability answers with.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import functools
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
@@ -71,6 +75,37 @@ def no_appends(store: object) -> NotImplementedError:
     )
 
 
+class SaveFuture(asyncio.Future[Any]):
+    """The answer of a save awaited on an event loop (``*_context_async``). Its awaiting
+    task's cancellation does not cancel it (``cancel`` refuses): asyncio then delivers the
+    ``CancelledError`` to the task once the save is answered, so the caller learns what the
+    save did (``result()``) before it stops, and nothing the save may still read changes
+    meanwhile. No thread and no extra future stand between the save and its caller."""
+
+    def cancel(self, msg: Any = None) -> bool:
+        return False
+
+    def take(self, other: asyncio.Future[Any]) -> None:
+        """Answer as ``other`` did (a done callback)."""
+        error = other.exception()
+        if error is not None:
+            self.set_exception(error)
+        else:
+            self.set_result(other.result())
+
+
+def saved_in_thread(
+    snapshot: ConversationPersistenceSnapshot, user_id: str, save: Saver
+) -> SaveFuture:
+    """``create_context_async`` or ``save_context_async`` for a store that cannot queue a
+    write (``defers_saves`` False): ``save(snapshot, user_id)`` in the running loop's
+    default executor, a thread hop; the future raises what ``save`` raises."""
+    loop = asyncio.get_running_loop()
+    answer = SaveFuture(loop=loop)
+    loop.run_in_executor(None, save, snapshot, user_id).add_done_callback(answer.take)
+    return answer
+
+
 @runtime_checkable
 class PersistentStore(Protocol):
     """Durable conversations, bound to users, fenced by a version.
@@ -124,11 +159,12 @@ class PersistentStore(Protocol):
     saves at once (``MemoryStore``, ``PostgresStore``: ``saved_now``)."""
 
     appends: bool
-    """True when ``append_context`` and ``append_context_later`` take a save that only
-    appends (``snapshots.Appended``: new messages and ledger entries, the open-turn record)
-    as such, writing the new records and the header and nothing of the rest (``LmdbStore``).
-    False when they raise ``NotImplementedError`` (``MemoryStore``, ``PostgresStore``): the
-    caller saves the whole snapshot instead."""
+    """True when ``append_context``, ``append_context_later`` and ``append_context_async``
+    take a save that only appends (``snapshots.Appended``: new messages and ledger entries,
+    the open-turn record) as such, writing the new records and the header and nothing of
+    the rest (``LmdbStore``).
+    False when they raise ``NotImplementedError`` (``no_appends``: ``MemoryStore``,
+    ``PostgresStore``): the caller saves the whole snapshot instead."""
 
     def create_context(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
@@ -229,6 +265,45 @@ class PersistentStore(Protocol):
                 (at once, nothing queued).
             IllegalStateError: the store is closed or read-only (at once).
         """
+        ...
+
+    def append_context_async(
+        self, appended: Appended, user_id: str, caller: object = None
+    ) -> SaveFuture:
+        """``append_context`` from a running event loop, as ``save_context_async``.
+
+        Raises:
+            NotImplementedError: the store takes no appends (``appends`` is False).
+            What ``append_context`` raises: from the call itself (bad ids, a record that
+            would not read back, a closed store) or from the awaitable.
+        """
+        ...
+
+    def create_context_async(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
+    ) -> SaveFuture:
+        """``create_context`` from a running event loop, never blocking it: call it on the
+        loop's thread and await the answer (the new version). Cancelling the awaiting task
+        does not cancel the save: the task's ``CancelledError`` comes once it is answered
+        (``SaveFuture``). A store that defers
+        (``defers_saves``) plans the write on the loop, queues it and completes a future
+        on the loop once the commit holding it is durable (``LmdbStore``: its commit
+        thread leads when no thread does); the snapshot is read by then. A store that
+        does not runs ``create_context`` in a thread (``saved_in_thread``).
+
+        Raises:
+            What ``create_context`` raises: from the call itself (a store that defers
+            refuses bad ids, a snapshot naming another user, a closed or read-only store
+            at once, nothing queued) or from the awaitable; nothing is written then.
+        """
+        ...
+
+    def save_context_async(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
+    ) -> SaveFuture:
+        """``save_context`` from a running event loop, as ``create_context_async``: the
+        record's new version, or what ``save_context`` raises (``StaleVersionError``,
+        ``ConversationNotFoundError``, ...), nothing written then."""
         ...
 
     def load(

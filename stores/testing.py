@@ -22,10 +22,12 @@ Why this module is long: it is the one suite every store must pass, one test per
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import functools
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import msgspec
 import pytest
@@ -104,6 +106,8 @@ class StoreContract:
                 store.append_context(appended, "alice")
             with pytest.raises(NotImplementedError):
                 store.append_context_later(appended, "alice")
+            with pytest.raises(NotImplementedError):
+                asyncio.run(_awaited(store.append_context_async, appended))
             assert store.version_of("c1", "alice") == 1
             return
         whole = context.to_snapshot()
@@ -115,6 +119,13 @@ class StoreContract:
             store.append_context(appended, "alice")
         with pytest.raises(PermissionError):
             store.append_context(appended._replace(version=2), "bob")
+        context.stored_version = 2
+        context.mark_saved(2, appended=appended)
+        context.add_message(IncomingMessage("Still here."))
+        again = context.changes_since_save()
+        assert again is not None
+        assert asyncio.run(_awaited(store.append_context_async, again)) == 3
+        assert said(store) == ["Are you working?", "Yes.", "Still here."]
 
     def test_a_save_made_later_is_answered_by_its_handle_and_loads_back(
         self, store: PersistentStore
@@ -125,6 +136,23 @@ class StoreContract:
             assert said(store) == ["second"]
         assert settle() == 2
         assert settle() == 2  # asking again answers alike
+        assert said(store) == ["second"]
+        assert store.version_of("c1", "alice") == 2
+
+    def test_the_async_saves_answer_on_the_loop_as_the_sync_ones_and_refuse_alike(
+        self, store: PersistentStore
+    ) -> None:
+        async def main() -> None:
+            assert await store.create_context_async(snapshot(), "alice") == 1
+            saving = store.save_context_async(snapshot(text="second", version=1), "alice")
+            assert saving.cancel() is False  # the awaiting task's cancel never cancels a save
+            assert await saving == 2
+            with pytest.raises(StaleVersionError):
+                await store.save_context_async(snapshot(text="stale", version=1), "alice")
+            with pytest.raises(ConversationNotFoundError):
+                await store.save_context_async(snapshot("c2", version=1), "alice")
+
+        asyncio.run(main())
         assert said(store) == ["second"]
         assert store.version_of("c1", "alice") == 2
 
@@ -682,3 +710,8 @@ class StoreContract:
         assert len(outcomes) == 8 and len(winners) == 1
         assert said(store) == winners
         assert store.version_of("c1", "alice") == 2
+
+
+async def _awaited(call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args, "alice")`` on a running loop, its answer awaited."""
+    return await call(*args, "alice")

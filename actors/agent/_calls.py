@@ -54,6 +54,7 @@ __all__ = [
     "call_model",
     "cancelled_error",
     "close",
+    "inline_call",
     "model_span",
     "model_workers",
     "no_room",
@@ -69,7 +70,7 @@ _guard = threading.Lock()
 
 
 def pool(kind: str) -> cf.ThreadPoolExecutor:
-    """The process-wide pool of ``kind`` (``save``, ``obtain``: ``tuning.POOL_SIZES``),
+    """The process-wide pool of ``kind`` (``obtain``: ``tuning.POOL_SIZES``),
     started on first use with all its threads."""
     with _guard:
         if kind not in _pools:
@@ -300,7 +301,7 @@ def stream_model(
     if plan.client.answers_inline:
         deltas: list[str] = []
         try:
-            return _inline_call(plan, context, deltas)
+            return inline_call(plan, context, deltas)
         finally:  # what streamed before a raise (a truncation, say) streamed all the same
             for text in deltas:
                 yield plan.state.publish_delta(text)
@@ -327,7 +328,7 @@ def call_model(plan: TurnPlan, context: ConversationContext) -> LLMResponse:
         Exception: what the model call raised.
     """
     if plan.client.answers_inline:
-        return _inline_call(plan, context, None)
+        return inline_call(plan, context, None)
     with waiting():  # the model's wait: a gated turn lets the gate go meanwhile
         _before_call(plan, context)
         booking, response = book(plan, context), None
@@ -366,7 +367,7 @@ def _call_here(plan: TurnPlan, context: ConversationContext) -> LLMResponse:
     return response
 
 
-def _inline_call(
+def inline_call(
     plan: TurnPlan, context: ConversationContext, deltas: list[str] | None
 ) -> LLMResponse:
     """The model call of a client that answers inline, in the turn's own thread: it cannot

@@ -295,11 +295,11 @@ class Chat:
     async def asend(self, text: str, attachments: Sequence[ContentBlock] = ()) -> Reply:
         """``send`` on the running loop, never blocking it. Cancelling the awaiting task
         cancels the turn (saved and released first) and raises ``CancelledError``."""
-        return await self._arun(text, attachments, lambda event: None)
+        return await self._arun(text, attachments, lambda event: None, deltas=False)
 
     async def aresume(self) -> Reply:
         """``resume`` on the running loop, never blocking it; raises what it raises."""
-        return await self._arun(None, (), lambda event: None)
+        return await self._arun(None, (), lambda event: None, deltas=False)
 
     def astream(
         self, text: str, attachments: Sequence[ContentBlock] = ()
@@ -337,10 +337,12 @@ class Chat:
         text: str | None,
         attachments: Sequence[ContentBlock],
         emit: Callable[[AgentEvent], None],
+        *,
+        deltas: bool = True,
     ) -> Reply:
         if self.agent.tools.stale:
             await self.agent.tools.arefresh()
-        plan = self._begin()
+        plan = self._begin(deltas)
         try:
             with turn_span(plan.tracer, self.thinker):
                 steps = turn_steps(plan, text, attachments)

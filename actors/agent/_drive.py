@@ -7,20 +7,23 @@ followers, a force release or ``model_timeout_s`` ending it at its next delta; a
 caller's (``stream``) runs on a model worker and hands its deltas to the waiting turn,
 which waits at most ``model_timeout_s`` and wakes at once on a force release (a client that
 answers inline, with no I/O, is asked in the calling thread either way).
-``drive_async`` performs them without blocking the event loop: saves (the LMDB commit) in
-a bounded pool, the model call through ``client.arespond`` (the SDKs' async clients on the
-loop, the scripted model inline, boto3 on a worker thread), async tools on the loop, the
-obtain through ``ConversationService.obtain_async`` (its grant completes a loop future from
-the releasing thread; a cancelled turn gives the obtain up, and a grant that raced the
-cancel is released). A round of tool calls is started by ``RunTools`` (a ``ThreadRound``
-here, a ``LoopRound`` on the loop) and its results come back as they finish
-(``NextResults``), for the turn to save each. Both publish every event to the turn's
-followers. In a turn gated by ``Chat.send`` (``_gate.py``) every effect that may wait lets
-the gate go: the driver's tools, pause and compaction here, the obtain, the save and the
-worker model call where they wait. Tools that take a ``ToolContext`` get theirs from
-``_call_context`` (made here, in the driver's thread), and learn of a cancellation through
-the thinker's cancel hook (the sync path, while tools run) or ``force`` and the caller's
-cancel (the async path).
+``drive_async`` performs them without blocking the event loop, in the task that awaits
+it: saves through ``ConversationService.save_async`` (planned on the loop, the commit and
+its fsync in the store's commit thread, which wakes the loop once per batch), the model
+call through ``client.arespond`` (the SDKs' async clients on the loop, the scripted model
+inline, boto3 on a worker thread), async tools on the loop, the obtain through
+``ConversationService.obtain_async`` (its grant completes a loop future from the releasing
+thread; a cancelled turn gives the obtain up, and a grant that raced the cancel is
+released). A force release cancels the task where it waits (never in a save or a release)
+and the driver turns that into ``TurnCancelledError``. A round of tool calls is started by
+``RunTools`` (a ``ThreadRound`` here, a ``LoopRound`` on the loop) and its results come
+back as they finish (``NextResults``), for the turn to save each. Both publish every event
+to the turn's followers. In a turn gated by ``Chat.send`` (``_gate.py``) every effect that
+may wait lets the gate go: the driver's tools, pause and compaction here, the obtain, the
+save and the worker model call where they wait. Tools that take a ``ToolContext`` get
+theirs from ``_call_context`` (made here, in the driver's thread), and learn of a
+cancellation through the thinker's cancel hook (the sync path, while tools run) or
+``force`` and the caller's cancel (the async path).
 
 Why this module is long: it holds both drivers of one set of effects, side by side, so
 that each effect is performed alike on both paths.
@@ -33,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Generator
-from functools import partial
 from typing import Any, cast
 
 from loguru import logger
@@ -47,11 +49,12 @@ from ._call_context import cancel_calls, contexts_for
 from ._calls import (
     Abandoned,
     abook,
+    booking_for,
     call_model,
     cancelled_error,
     close,
+    inline_call,
     model_span,
-    pool,
     start_pools,
     stream_model,
     timed_out,
@@ -225,7 +228,16 @@ def _finish_quietly(
 
 
 class _AsyncTurn:
-    """One turn performed on the running loop; ``emit`` gets every event on the loop."""
+    """One turn performed on the running loop, in the task that awaits it; ``emit`` gets
+    every event on the loop.
+
+    A force release cancels that task (``force``) while it waits in an effect that may be
+    interrupted (every one but a save and a release); ``_interruptible`` turns that
+    ``CancelledError`` into ``TurnCancelledError`` and withdraws the cancel request
+    (``Task.uncancel``), so the abnormal end's saves await as usual. A force that comes
+    while the task is elsewhere is seen at the next effect, before it starts. The caller's
+    own cancellation stays a ``CancelledError``.
+    """
 
     def __init__(
         self,
@@ -236,8 +248,12 @@ class _AsyncTurn:
     ) -> None:
         self.steps, self.plan, self.service, self.emit = steps, plan, service, emit
         self.loop = asyncio.get_running_loop()
-        self.forced = asyncio.Event()
+        task = asyncio.current_task()
+        assert task is not None  # a coroutine driven by a loop runs in a task
+        self.task = task
         self.force_requested = False
+        self.interruptible = False  # the task waits in an effect a force may cancel
+        self.interrupted = False  # a force cancelled the task; not withdrawn yet
         self.current_call = threading.Event()  # set: the model thread stops at its next delta
 
     def force(self) -> None:
@@ -245,7 +261,14 @@ class _AsyncTurn:
         self.force_requested = True
         self.current_call.set()
         cancel_calls(self.plan, self.plan.thinker.cancelled or "the turn was cancelled")
-        self.loop.call_soon_threadsafe(self.forced.set)
+        self.loop.call_soon_threadsafe(self._interrupt)
+
+    def _interrupt(self) -> None:
+        """On the loop, the task suspended: cancel it where it waits, if that wait is one a
+        force interrupts (the ``CancelledError`` lands at that very await)."""
+        if self.interruptible and not self.interrupted:
+            self.interrupted = True
+            self.task.cancel()
 
     def publish(self, event: AgentEvent) -> None:
         self.emit(self.plan.state.publish(event))
@@ -266,7 +289,12 @@ class _AsyncTurn:
                 self.publish(cast(AgentEvent, item))
                 continue
             try:
-                value = await self._interruptible(item)
+                if type(item) is Save:
+                    await self._save(item)
+                elif type(item) is Release:
+                    self.service.release(self.plan.thinker)
+                else:
+                    value = await self._interruptible(item)
             except asyncio.CancelledError as exc:  # the caller's cancellation
                 self.current_call.set()
                 error = exc
@@ -274,51 +302,69 @@ class _AsyncTurn:
                 error = exc
 
     async def _interruptible(self, effect: Any) -> Any:
-        """Perform ``effect``; a force release interrupts it (saves and releases are never
-        interrupted) and raises ``TurnCancelledError``."""
-        if isinstance(effect, Save | Release):
-            return await self._perform(effect)
-        work = asyncio.ensure_future(self._perform(effect))
-        forced = asyncio.ensure_future(self.forced.wait())
+        """Perform ``effect``; a force release interrupts it and raises
+        ``TurnCancelledError``."""
+        if self.force_requested:
+            raise cancelled_error(self.plan)
+        self.interruptible = True
         try:
-            await asyncio.wait({work, forced}, return_when=asyncio.FIRST_COMPLETED)
+            value = await self._perform(effect)
         except asyncio.CancelledError:
-            cancel_calls(self.plan, "the turn's caller cancelled it")
-            work.cancel()
-            await asyncio.wait([work])
+            if self._withdraw_force() and not self.task.cancelling():
+                raise cancelled_error(self.plan) from None
+            self._tell_calls()
             raise
         finally:
-            forced.cancel()
-        if work.done():
-            return work.result()
-        work.cancel()
-        await asyncio.wait([work])
-        raise cancelled_error(self.plan)
+            self.interruptible = False
+        if self._withdraw_force():  # the effect swallowed the cancel
+            raise cancelled_error(self.plan)
+        return value
+
+    def _tell_calls(self) -> None:
+        """The task was cancelled in an effect: a force told the calls already (``force``);
+        else it is the caller's cancellation, told here."""
+        if not self.interrupted:
+            cancel_calls(self.plan, "the turn's caller cancelled it")
+
+    def _withdraw_force(self) -> bool:
+        """Whether a force cancelled the task; its cancel request is withdrawn, so only the
+        caller's (if any) still counts."""
+        if not self.interrupted:
+            return False
+        self.interrupted = False
+        self.task.uncancel()
+        return True
+
+    async def _save(self, effect: Save) -> None:
+        """A save on the loop (``save_async``): never interrupted by a force; a caller's
+        cancel waits for its commit."""
+        plan, thinker = self.plan, self.plan.thinker
+        if plan.tracer is None:
+            await self.service.save_async(effect.context, thinker, wait=effect.wait)
+            return
+        cid = thinker.conversation_id
+        with span_on(plan.tracer, "parlour.save", **{"parlour.conversation_id": cid}):
+            await self.service.save_async(effect.context, thinker, wait=effect.wait)
 
     async def _perform(self, effect: Any) -> Any:
         plan, thinker, service = self.plan, self.plan.thinker, self.service
         match effect:
             case Obtain():
                 return await service.obtain_async(None, thinker)
-            case Save(context=context, wait=wait):
-                cid = thinker.conversation_id
-                save = partial(service.save_conversation, wait=wait)
-                with span_on(plan.tracer, "parlour.save", **{"parlour.conversation_id": cid}):
-                    await self._shielded(save, context, thinker)
             case Compact(context=context, manager=manager, reserve=reserve):
                 return await manager.afit(context, reserve)
             case CallModel(context=context):
                 return await self._call_model(context)
             case RunTools(calls=calls):
                 contexts = contexts_for(plan, calls)
-                round_ = LoopRound(plan.tools, calls, plan.tool_timeout_s, contexts)
+                round_ = LoopRound(
+                    plan.tools, calls, plan.tool_timeout_s, contexts, self._tell_calls
+                )
                 return round_, await self._results(round_)
             case NextResults(round=started):  # a LoopRound: RunTools made it above
                 return await self._results(cast(LoopRound, started))
             case Pause(seconds=seconds):
                 await plan.async_sleep(seconds)
-            case Release():
-                service.release(thinker)
         return None
 
     async def _results(self, round_: LoopRound) -> Finished:
@@ -327,18 +373,10 @@ class _AsyncTurn:
         ):
             return await round_.next()
 
-    async def _shielded(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """A blocking call in the save pool; a cancellation waits for it to finish, so
-        the context is never mutated while the commit reads it."""
-        future = self.loop.run_in_executor(pool("save"), fn, *args)
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            await asyncio.wait([future])
-            raise
-
     async def _call_model(self, context: ConversationContext) -> LLMResponse:
         plan = self.plan
+        if plan.client.answers_inline and booking_for(plan.client, context) is None:
+            return self._inline_call(context)  # no I/O and no limiter: asked here and now
         if plan.before_model_call is not None:
             plan.before_model_call(context, plan.ledger)
         abandon = self.current_call = threading.Event()
@@ -354,6 +392,16 @@ class _AsyncTurn:
         if self.force_requested:  # released while a call that never awaited ran (inline)
             raise cancelled_error(plan)
         return response
+
+    def _inline_call(self, context: ConversationContext) -> LLMResponse:
+        """A client that answers inline (``inline_call``): its deltas published as they
+        are for a caller that streams them, else its whole text as one delta."""
+        deltas: list[str] | None = [] if self.plan.deltas else None
+        try:
+            return inline_call(self.plan, context, deltas)
+        finally:  # what streamed before a raise (a truncation, say) streamed all the same
+            for text in deltas or ():
+                self.publish_delta(text)
 
     def _on_text(self, abandon: threading.Event) -> Callable[[str], None]:
         """Deltas published in order: on the loop directly (the async SDKs, the scripted

@@ -331,11 +331,18 @@ class ThreadRound(ToolRound):
 
 class LoopRound(ToolRound):
     """A round on the async path: a task per call on the running loop (async tools on it,
-    sync ones in the tool pool), each with its own timeout."""
+    sync ones in the tool pool), each with its own timeout. ``on_cancel`` is called when
+    the waiting task is cancelled, before the calls' tasks are (it tells their contexts)."""
 
     def __init__(
-        self, box: ToolBox, calls: Sequence[ToolUseBlock], timeout_s: float, contexts: Contexts
+        self,
+        box: ToolBox,
+        calls: Sequence[ToolUseBlock],
+        timeout_s: float,
+        contexts: Contexts,
+        on_cancel: Callable[[], None] = lambda: None,
     ) -> None:
+        self.on_cancel = on_cancel
         loop = asyncio.get_running_loop()
         self.ready = []
         self.pending = {
@@ -349,6 +356,7 @@ class LoopRound(ToolRound):
         try:
             finished, _ = await asyncio.wait(self.pending, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
+            self.on_cancel()
             running = list(self.pending)
             self.cancel()
             await asyncio.wait(running)

@@ -84,7 +84,7 @@ class ScriptedClient(LLMClient):
         own = type(self)  # a subclass that answers otherwise may block: not inline
         self._inline = not any(callable(r) for r in self._replies) and all(
             getattr(own, name) is getattr(ScriptedClient, name)
-            for name in ("respond", "_send", "_stream", "_send_with", "_default")
+            for name in ("respond", "_send", "_asend", "_stream", "_send_with", "_default")
         )
         for conversation_id, answers in (scripts or {}).items():
             self.script(conversation_id, *answers)

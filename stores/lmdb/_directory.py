@@ -17,6 +17,7 @@ import lmdb
 
 from parlour.runtime.errors import IllegalStateError
 
+from .._protocols import SaveFuture
 from .._waiting import waiting
 from . import _layout
 from ._bookkeeping import Bookkeeping
@@ -46,7 +47,8 @@ class Directory:
             older).
         FileNotFoundError: ``readonly`` and there is no store at ``path``.
 
-    Thread-safety: ``view``, ``submit``, ``defer`` and ``settle`` from any thread; ``close``
+    Thread-safety: ``view``, ``submit``, ``defer`` and ``settle`` from any thread,
+    ``submit_async`` from a running loop's thread; ``close``
     from any thread, once or more (later calls do nothing).
     """
 
@@ -142,6 +144,17 @@ class Directory:
         if self.readonly:
             raise self._readonly_error()
         return self.commits.submit(write, size)
+
+    def submit_async(self, write: Write, size: int) -> SaveFuture:
+        """``submit`` from the running loop, never blocking it: a future the commit
+        completes on this loop (``GroupCommit.submit_async``).
+
+        Raises:
+            IllegalStateError: the directory is read-only or closed (nothing was queued).
+        """
+        if self.readonly:
+            raise self._readonly_error()
+        return self.commits.submit_async(write, size)
 
     def defer(self, write: Write, size: int) -> Slot:
         """Queue ``write`` for the next commit without waiting: ``commits.settle(slot)``

@@ -8,6 +8,15 @@ touching the lock. After releasing the lock a leader wakes
 one writer still waiting, which tries to lead the next batch. A deferred write is queued
 without a wait (``defer``); whoever leads next commits it, and ``settle`` waits for it later.
 
+A writer on an event loop (``submit_async``) never leads a synced commit: the fsync must not
+block its loop. It queues its write and awaits an asyncio future. Whoever leads next commits
+it; when no thread does, the store's commit thread (one per store, started by the first such
+write, stopped by ``close``) leads. After each batch the leader wakes each loop with writers
+in it once (one ``call_soon_threadsafe`` per loop per batch, completing all of that loop's
+futures), never once per write. An unsynced store's commit waits for nothing but the CPU,
+so there a loop writer that finds the commit lock free leads at once, as a thread writer
+does, and its future is answered before it is returned.
+
 A write that raises leaves nothing and only its caller gets the error; the rest of the batch
 commits. LMDB's nested transactions would roll one write back alone, but they cannot be had
 with a writable memory map (``writemap``, which an unsynced store uses: it halves the cost of
@@ -15,10 +24,15 @@ a write there), so, whatever the store, a write that raises has the whole transa
 aborted and the batch applied again without it. (Telling a refusal raised before any put
 apart, to leave it out in the same transaction, meant watching every put of every write
 through a wrapper: about 3% of a turn, paid on every save, for a case that is rare.)
+
+Why this module is long: it is one protocol around one lock and one queue (leading, waiting,
+deferring, the loops' writers and their commit thread, close); split, each part would
+reach into the others' state.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import queue
 import threading
@@ -31,6 +45,7 @@ from loguru import logger
 
 from parlour.runtime.errors import IllegalStateError
 
+from .._protocols import SaveFuture
 from .._waiting import waiting
 
 Write = Callable[[Any], Any]  # applied inside the batch's write transaction
@@ -125,7 +140,41 @@ class Slot(Done):
         self._signal.acquire()
 
 
-Answer = Any  # a Done or Slot, or anything with Future's done/set_result/set_exception
+class LoopAnswer(Done):
+    """The answer of a writer on an event loop: recorded by the commit (in the leader's
+    thread), then handed to ``future`` on its loop with the batch's other answers there."""
+
+    __slots__ = ("future", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self.loop = loop
+        self.future = SaveFuture(loop=loop)
+
+    def complete(self) -> None:
+        """On the loop: complete the future with the recorded answer."""
+        if self._error is not None:
+            self.future.set_exception(self._error)
+        else:
+            self.future.set_result(self._value)
+
+
+def _answered(loop: asyncio.AbstractEventLoop, done: Done) -> SaveFuture:
+    """A future already holding ``done``'s answer (a loop writer that led its own commit)."""
+    future = SaveFuture(loop=loop)
+    if done._error is not None:
+        future.set_exception(done._error)
+    else:
+        future.set_result(done._value)
+    return future
+
+
+def _complete(answers: list[LoopAnswer]) -> None:
+    for answer in answers:
+        answer.complete()
+
+
+Answer = Any  # a Done, Slot or LoopAnswer, or anything with Future's done/set_result/set_exception
 Entry = tuple[Write, Answer, int]
 
 
@@ -133,11 +182,13 @@ class GroupCommit:
     """Queues writes and commits them in batches of at most ``max_batch``.
 
     Thread-safety: ``submit``, ``defer`` and ``settle`` from any thread (a slot is settled
-    by one thread); ``close`` once, from any thread.
+    by one thread), ``submit_async`` from any running loop's thread; ``close`` once, from
+    any thread.
     """
 
     def __init__(self, hooks: CommitHooks, where: str, max_batch: int, synced: bool = True) -> None:
         self._hooks = hooks
+        self._synced = synced
         # a synced commit waits for the disk: a held turn gate goes to another turn meanwhile
         self._commit_wait: Callable[[], contextlib.AbstractContextManager[None]] = (
             waiting if synced else contextlib.nullcontext
@@ -149,6 +200,12 @@ class GroupCommit:
         self._waiting: deque[Slot] = deque()  # writers that found the lock taken
         self._closing = False
         self._finished = False
+        self._committer: threading.Thread | None = None  # leads for loops' writers
+        self._work = threading.Lock()  # released: writes queued for the commit thread
+        self._work.acquire()
+        self._stopped = False  # the commit thread was stopped (by close): none leads for loops
+        self._committer_guard = threading.Lock()
+        self.loop_wakes = 0  # calls into loops, one per loop per batch (a seam for tests)
 
     def submit(self, write: Write, size: int) -> Any:
         """Apply ``write`` in the next commit and answer once that commit is durable.
@@ -191,6 +248,78 @@ class GroupCommit:
         self._queue.put((write, slot, size))
         return slot
 
+    def submit_async(self, write: Write, size: int) -> SaveFuture:
+        """Queue ``write`` from the running loop and return a future the commit holding it
+        completes once durable (on this loop), with what ``write`` returned or what it
+        raised. Never leads a synced commit, never waits: the commit thread leads when no
+        thread does. Unsynced, with the commit lock free, it leads here (no wait but CPU).
+
+        Raises:
+            IllegalStateError: the store is closed (nothing was written).
+        """
+        if self._closing:
+            raise self._closed_error()
+        loop = asyncio.get_running_loop()
+        if not self._synced and self._lock.acquire(blocking=False):
+            try:  # no fsync to wait for: a commit is CPU work alone, so lead here (``submit``)
+                ahead = self._drain(self._max_batch - 1)
+                if len(ahead) < self._max_batch - 1 or self._queue.empty():
+                    done = Done()
+                    self._run([*ahead, (write, done, size)])
+                    return _answered(loop, done)
+                self._run(ahead)  # more queued than a batch takes: queued behind them
+            finally:
+                self._release()
+        answer = LoopAnswer(loop)
+        self._queue.put((write, answer, size))
+        self._call_committer()
+        return answer.future
+
+    def _call_committer(self) -> None:
+        """Have the commit thread lead (started at the first call). Once it is stopped
+        (the store closed), what is queued is refused here: ``_run`` refuses it."""
+        if self._committer is not None and not self._stopped:
+            self._call()
+            return
+        with self._committer_guard:
+            if not self._stopped:
+                if self._committer is None:
+                    self._committer = threading.Thread(
+                        target=self._commit_loop, name="parlour-commit", daemon=True
+                    )
+                    self._committer.start()
+                self._call()
+                return
+        self._lock.acquire()  # closed: no commit, only refusals (``_run``)
+        try:
+            self._run(self._drain(self._max_batch))
+        finally:
+            self._release()
+
+    def _call(self) -> None:
+        """Wake the commit thread (the lock is a one-place signal, as a ``Slot``'s: calls
+        that find it given already add nothing)."""
+        if self._work.locked():
+            try:  # noqa: SIM105 (as ``Slot.wake``)
+                self._work.release()
+            except RuntimeError:  # another writer gave it in between
+                pass
+
+    def _commit_loop(self) -> None:
+        """The commit thread: lead batches until the queue is empty, then wait for more."""
+        while True:
+            self._work.acquire()  # taken: a write queued from now gives it again
+            stopped = self._stopped  # stopped: a last round refuses what raced the close
+            while not self._queue.empty():
+                self._lock.acquire()  # a leader meanwhile may commit these writes itself
+                try:
+                    if batch := self._drain(self._max_batch):
+                        self._run(batch)
+                finally:
+                    self._release()
+            if stopped:
+                return
+
     def settle(self, slot: Slot) -> Any:
         """Wait until the commit holding ``slot``'s write is durable, leading it if the
         commit lock is free; return what the write returned or raise what it raised."""
@@ -229,6 +358,15 @@ class GroupCommit:
             self._finished = True
         finally:
             self._release()
+        self._stop_committer()
+
+    def _stop_committer(self) -> None:
+        with self._committer_guard:
+            self._stopped = True
+            committer = self._committer
+        self._call()
+        if committer is not None and committer is not threading.current_thread():
+            committer.join()
 
     def _closed_error(self) -> IllegalStateError:
         return IllegalStateError(f"LmdbStore at {self._where} is closed; nothing was written.")
@@ -246,8 +384,23 @@ class GroupCommit:
         if self._finished:  # queued after close drained the queue
             for _, done, _ in batch:
                 done.set_exception(self._closed_error())
+            self._wake_loops(batch)
             return
         self._apply(batch)
+
+    def _wake_loops(self, batch: list[Entry]) -> None:
+        """Hand the batch's answers of writers on event loops to their loops: one call per
+        loop, whatever the number of its writers in the batch."""
+        loops: dict[asyncio.AbstractEventLoop, list[LoopAnswer]] = {}
+        for _, done, _ in batch:
+            if type(done) is LoopAnswer:
+                loops.setdefault(done.loop, []).append(done)
+        for loop, answers in loops.items():
+            self.loop_wakes += 1
+            try:
+                loop.call_soon_threadsafe(_complete, answers)
+            except RuntimeError:  # the loop is closed: nobody is there to take them
+                logger.debug("a writer's event loop is closed; its answers are dropped")
 
     def _apply(self, batch: list[Entry]) -> None:
         """Commit one batch, answering every writer in it, whatever happens."""
@@ -259,6 +412,7 @@ class GroupCommit:
             self._hooks.failed()
             for _, done, _ in batch:
                 done.set_exception(exc)
+            self._wake_loops(batch)
             return
         # the invariant: a batch is counted as committed exactly when its transaction was;
         # one whose every write raised (a batch of one included) committed nothing
@@ -271,6 +425,7 @@ class GroupCommit:
                 done.set_result(value)
             else:
                 done.set_exception(value)
+        self._wake_loops(batch)
 
     def _commit(self, writes: list[Write]) -> tuple[bool, list[Outcome]]:
         """Apply every write in one transaction and commit it. A full map aborts the batch,

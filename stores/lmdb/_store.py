@@ -25,7 +25,7 @@ from parlour.runtime.snapshots import Appended, ConversationPersistenceSnapshot
 from .._ids import conversation_key, order_bytes, user_key
 from .._inflight import Creates
 from .._memory import DeleteListeners
-from .._protocols import ConversationSummary, ConversationVersion
+from .._protocols import ConversationSummary, ConversationVersion, SaveFuture
 from .._records import Header
 from .._reserved import Reservations
 from . import _reads, _versions
@@ -156,6 +156,35 @@ class LmdbStore:
             self._creates.wait_for(appended.conversation_id)
         slot = self._directory.defer(*self._writes.append(appended, user_id))
         return partial(self._directory.commits.settle, slot)
+
+    def create_context_async(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
+    ) -> SaveFuture:
+        """``create_context`` from the running loop: planned and encoded here, queued, and
+        committed by whoever leads next (the store's commit thread when no thread does);
+        the future completes on this loop once the commit is durable. An update of the
+        same id queued after this call commits after it (the queue keeps its order)."""
+        self._reserved.check(snapshot.conversation_id, user_id)
+        with self._creates.creating(snapshot.conversation_id):  # until queued: then in order
+            return self._directory.submit_async(*self._writes.create(snapshot, user_id))
+
+    def save_context_async(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
+    ) -> SaveFuture:
+        """``save_context`` from the running loop, as ``create_context_async``. A create of
+        the same id under way in another thread is waited for here (on the loop): an owner
+        never races its own create, so only a foreign writer of the id can cause it."""
+        if self._creates.under_way:
+            self._creates.wait_for(snapshot.conversation_id)
+        return self._directory.submit_async(*self._writes.update(snapshot, user_id))
+
+    def append_context_async(
+        self, appended: Appended, user_id: str, caller: object = None
+    ) -> SaveFuture:
+        """``append_context`` from the running loop, as ``save_context_async``."""
+        if self._creates.under_way:
+            self._creates.wait_for(appended.conversation_id)
+        return self._directory.submit_async(*self._writes.append(appended, user_id))
 
     def delete(self, conversation_id: str, user_id: str) -> bool:
         removed = bool(self._directory.submit(self._writes.delete(conversation_id, user_id), 0))

@@ -2,6 +2,10 @@
 
 psycopg 3 and its connection pool are imported when a store is made, not when this module
 is: ``parlour.stores`` imports without the ``parlour[postgres]`` extra installed.
+
+Why this module is long: it is the store's whole public face, one short method per
+operation of ``PersistentStore`` (each documenting its contract); the SQL, the database and
+the row codecs live in their own modules.
 """
 
 from __future__ import annotations
@@ -21,7 +25,15 @@ from .._body import Body, body_after
 from .._ids import require_id, user_key
 from .._inflight import Creates
 from .._memory import DeleteListeners
-from .._protocols import ConversationSummary, ConversationVersion, Settle, no_appends, saved_now
+from .._protocols import (
+    ConversationSummary,
+    ConversationVersion,
+    SaveFuture,
+    Settle,
+    no_appends,
+    saved_in_thread,
+    saved_now,
+)
 from .._records import decode_turn, encode_turn
 from .._reserved import Reservations
 from . import _sql as sql
@@ -166,6 +178,23 @@ class PostgresStore:
         self, appended: Appended, user_id: str, caller: object = None
     ) -> Settle:
         raise no_appends(self)
+
+    def append_context_async(
+        self, appended: Appended, user_id: str, caller: object = None
+    ) -> SaveFuture:
+        raise no_appends(self)
+
+    def create_context_async(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
+    ) -> SaveFuture:
+        """``create_context`` in a thread (this store does not queue writes)."""
+        return saved_in_thread(snapshot, user_id, self.create_context)
+
+    def save_context_async(
+        self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
+    ) -> SaveFuture:
+        """``save_context`` in a thread (this store does not queue writes)."""
+        return saved_in_thread(snapshot, user_id, self.save_context)
 
     def _write_params(
         self,

@@ -198,7 +198,7 @@ def test_a_joiner_gets_the_text_so_far_then_live_events_and_another_user_gets_no
         opened.set()
         rest = [e async for e in joined]
         reply = await task
-        assert first == TextDelta(text="Opening it.", seq=3, turn=first.turn)  # as the call
+        assert first == TextDelta(text="Opening it.", seq=2, turn=first.turn)  # one delta: inline
         assert first.turn and {e.turn for e in rest} == {first.turn}  # one turn's id on each
         assert [e.content for e in rest if isinstance(e, ToolCallFinished)] == ["opened"]
         assert isinstance(rest[-1], TurnDone) and rest[-1].reply == reply

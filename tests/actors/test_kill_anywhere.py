@@ -123,6 +123,26 @@ CHILD = textwrap.dedent(
                 stop_here("before the final answer's save")
             version = super().append_context(appended, user_id, caller)
             return self._after(self.load(appended.conversation_id, user_id), version)
+        def create_context_async(self, snapshot, user_id, caller=None):
+            return self._later(snapshot, super().create_context_async(snapshot, user_id, caller))
+
+        def save_context_async(self, snapshot, user_id, caller=None):
+            if kill[0] == "final" and said(snapshot, spec["final"]):
+                stop_here("before the final answer's save")
+            return self._later(snapshot, super().save_context_async(snapshot, user_id, caller))
+
+        async def _later(self, snapshot, saving):  # the async driver's saves (asend, astream)
+            return self._after(snapshot, await saving)
+
+        def append_context_async(self, appended, user_id, caller=None):
+            if kill[0] == "final" and said(appended, spec["final"]):
+                stop_here("before the final answer's save")
+            saving = super().append_context_async(appended, user_id, caller)
+            return self._appended_later(appended, user_id, saving)
+
+        async def _appended_later(self, appended, user_id, saving):
+            version = await saving
+            return self._after(self.load(appended.conversation_id, user_id), version)
 
         def _after(self, snapshot, version):
             k = kill[1] if len(kill) > 1 else -1
@@ -643,6 +663,25 @@ def test_a_recovery_killed_while_it_resumes_leaves_a_conversation_the_next_one_f
         return killed
 
     _check(places, kill)
+
+
+# -- the async driver's saves ------------------------------------------------------------------
+
+ASYNC_SAVES = {
+    "after the answer calling tools is saved": ["settled", 0],
+    "after a tool's result is saved, before its siblings finish": ["between", 0, 1],
+    "during the final answer's save": ["final"],
+}
+
+
+@pytest.mark.parametrize("store", STORES)
+@pytest.mark.parametrize("kill", list(ASYNC_SAVES.values()), ids=list(ASYNC_SAVES))
+def test_an_async_turn_killed_right_after_a_save_returns_keeps_that_step(
+    places: Places, store: str, kill: list[Any]
+) -> None:
+    """``astream`` saves on the loop (the commit in the store's commit thread): the step a
+    save acknowledged is on disk when the process is killed the moment it returns."""
+    _check(places, lambda: _killed(places, "anthropic", SHAPE, kill, "astream"))
 
 
 # -- a streamed model call, killed half-way ----------------------------------------------------

@@ -3,6 +3,7 @@ close() commits or refuses every queued write cleanly."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from concurrent.futures import Future
 from pathlib import Path
@@ -482,3 +483,110 @@ def test_what_a_refused_write_noted_before_raising_is_not_remembered_as_written(
         assert [m.blocks[0].text for m in loaded.messages] == ["first", "second"]  # type: ignore[union-attr]
     finally:
         reopened.close()
+
+
+# -- writers on event loops: the commit thread -------------------------------------------------
+
+
+def _on_a_loop(
+    commits: GroupCommit, keys: list[bytes], queued: threading.Event, wakes: list[int]
+) -> threading.Thread:
+    """A thread running a loop that queues a write per key (``queued`` once all are),
+    then awaits them; each answer must be its own key. ``wakes`` counts the calls the
+    commit makes into this loop."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        call = loop.call_soon_threadsafe
+
+        def counted(fn: Any, *args: Any) -> Any:
+            if fn is _group_commit._complete:
+                wakes.append(1)
+            return call(fn, *args)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
+        futures = [commits.submit_async(_put(key), 0) for key in keys]
+        queued.set()
+        assert await asyncio.gather(*futures) == keys
+
+    return threading.Thread(target=asyncio.run, args=(main(),))
+
+
+def test_a_batch_from_several_loops_and_threads_answers_each_once_and_wakes_each_loop_once(
+    tmp_path: Path,
+) -> None:
+    env = lmdb.open(str(tmp_path), map_size=1 << 22)
+    hooks = _Hooks(env)
+    commits = GroupCommit(hooks, str(tmp_path), max_batch=64)
+    commits._lock.acquire()  # a leader's commit under way: every write below queues behind it
+    wakes: list[list[int]] = [[], []]
+    queued = [threading.Event(), threading.Event()]
+    loops = [
+        _on_a_loop(commits, [f"loop{n}-{k}".encode() for k in range(3)], queued[n], wakes[n])
+        for n in range(2)
+    ]
+    for thread in loops:
+        thread.start()
+    assert all(event.wait(timeout=30) for event in queued)
+    slots = [commits.defer(_put(f"thread-{k}".encode()), 0) for k in range(2)]
+    commits._release()  # the commit thread leads the next batch: all eight writes
+    for thread in loops:
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+    assert [commits.settle(slot) for slot in slots] == [b"thread-0", b"thread-1"]
+    assert hooks.committed_batches == 1
+    assert [len(w) for w in wakes] == [1, 1]  # one wake per loop for its three writes
+    assert commits.loop_wakes == 2
+    commits.close(lambda: None)
+    env.close()
+
+
+def test_close_answers_every_pending_async_save_and_refuses_later_ones(tmp_path: Path) -> None:
+    store = LmdbStore(tmp_path)
+
+    async def main() -> dict[str, int]:
+        pending = {
+            f"p{n}": asyncio.ensure_future(store.create_context_async(_snapshot(f"p{n}"), "alice"))
+            for n in range(200)
+        }
+        await asyncio.to_thread(store.close)  # while the commit thread works through them
+        outcomes = await asyncio.wait_for(
+            asyncio.gather(*pending.values(), return_exceptions=True), timeout=30
+        )
+        acknowledged = {}
+        for cid, outcome in zip(pending, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                assert isinstance(outcome, IllegalStateError)
+            else:
+                acknowledged[cid] = outcome
+        with pytest.raises(IllegalStateError, match="closed"):
+            store.save_context_async(_snapshot("p0", version=1), "alice")
+        with pytest.raises(IllegalStateError, match="closed"):
+            store.create_context_async(_snapshot("late"), "alice")
+        return acknowledged
+
+    acknowledged = asyncio.run(main())
+    assert len(acknowledged) == 200  # close commits every write queued before it
+    with LmdbStore(tmp_path) as reopened:
+        for cid, version in acknowledged.items():
+            assert reopened.version_of(cid, "alice") == version
+
+
+def test_an_unsynced_store_lets_a_loop_writer_finding_the_lock_free_lead_at_once(
+    tmp_path: Path,
+) -> None:
+    with LmdbStore(tmp_path, sync=False) as store:
+        commits = store._directory.commits
+
+        async def main() -> None:
+            first = store.create_context_async(_snapshot("c1"), "alice")
+            assert first.done() and first.result() == 1  # committed here: no fsync to wait for
+            commits._lock.acquire()  # another leader's commit under way: this one queues
+            second = store.save_context_async(_snapshot("c1", "again", 1), "alice")
+            assert not second.done()
+            commits._release()  # the commit thread leads it
+            assert await second == 2
+
+        asyncio.run(main())
+        loaded = store.load("c1", "alice")
+        assert loaded is not None and loaded.messages[0].raw_content == "again"
