@@ -9,9 +9,15 @@ from pathlib import Path
 
 import pykka
 import pytest
+from hypothesis import settings
 from loguru import logger
 
 pytest.register_assert_rewrite("parlour.stores.testing")  # the shipped store suite
+
+# how long an example takes on a shared machine is no property of the code: no deadline
+# (hypothesis's 200 ms failed property tests whenever the machine was loaded)
+settings.register_profile("parlour", deadline=None)
+settings.load_profile("parlour")
 
 from parlour.runtime.providers.testing import MockProvider  # noqa: E402
 from parlour.stores import LmdbStore  # noqa: E402

@@ -289,10 +289,20 @@ class WatchedStore(LmdbStore):
     def append_context(self, *args: Any, **kwargs: Any) -> int:
         return self._told(super().append_context(*args, **kwargs))
 
+    def save_context_async(self, *args: Any, **kwargs: Any) -> Any:
+        return self._told_later(super().save_context_async(*args, **kwargs))
+
+    def append_context_async(self, *args: Any, **kwargs: Any) -> Any:
+        return self._told_later(super().append_context_async(*args, **kwargs))
+
     def _told(self, version: int) -> int:
         with self.saved:
             self.saved.notify_all()
         return version
+
+    def _told_later(self, saving: Any) -> Any:
+        saving.add_done_callback(lambda done: self._told(0))  # once its commit answered
+        return saving
 
 
 def _round_agent(store: WatchedStore, seen: list[list[str]]) -> Agent:
