@@ -590,3 +590,59 @@ def test_an_unsynced_store_lets_a_loop_writer_finding_the_lock_free_lead_at_once
         asyncio.run(main())
         loaded = store.load("c1", "alice")
         assert loaded is not None and loaded.messages[0].raw_content == "again"
+
+
+@pytest.mark.parametrize("alone", [True, False], ids=["alone", "batched"])
+def test_a_write_past_the_map_grows_it_and_commits_once(tmp_path: Path, alone: bool) -> None:
+    env = lmdb.open(str(tmp_path), map_size=1 << 16)
+    hooks = _Hooks(env)
+    commits = GroupCommit(hooks, str(tmp_path), max_batch=64)
+    other: Future[Any] = Future()
+    if not alone:
+        commits._queue.put((_put(b"queued"), other, 1))
+
+    def big(txn: Any) -> str:
+        txn.put(b"big", b"x" * (1 << 18))
+        return "kept"
+
+    assert commits.submit(big, 1 << 18) == "kept"
+    assert (hooks.committed_batches, hooks.discarded_batches, hooks.failed_batches) == (1, 0, 0)
+    with env.begin() as txn:
+        assert txn.get(b"big") == b"x" * (1 << 18)
+    env.close()
+
+
+class _FailingCommit:
+    """A write transaction whose commit fails (a full disk, say)."""
+
+    def __init__(self, txn: Any) -> None:
+        self.txn = txn
+
+    def put(self, *args: Any, **kwargs: Any) -> bool:
+        return bool(self.txn.put(*args, **kwargs))
+
+    def commit(self) -> None:
+        self.txn.abort()
+        raise lmdb.DiskError("no space left")
+
+    def abort(self) -> None:
+        self.txn.abort()
+
+
+@pytest.mark.parametrize("alone", [True, False], ids=["alone", "batched"])
+def test_a_failed_commit_is_raised_counted_failed_and_keeps_nothing(
+    tmp_path: Path, alone: bool
+) -> None:
+    env = lmdb.open(str(tmp_path), map_size=1 << 22)
+    hooks = _Hooks(env)
+    hooks.begin = lambda write, parent: _FailingCommit(env.begin(write=write))  # type: ignore[method-assign]
+    commits = GroupCommit(hooks, str(tmp_path), max_batch=64)
+    other: Future[Any] = Future()
+    if not alone:
+        commits._queue.put((_put(b"queued"), other, 1))
+    with pytest.raises(lmdb.DiskError):
+        commits.submit(_put(b"lost"), 1)
+    assert (hooks.committed_batches, hooks.discarded_batches, hooks.failed_batches) == (0, 0, 1)
+    with env.begin() as txn:
+        assert txn.get(b"lost") is None and txn.get(b"queued") is None
+    env.close()
