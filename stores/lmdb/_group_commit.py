@@ -3,7 +3,8 @@
 A writer that finds the commit lock free takes it and leads at once: the writes queued
 before it, then its own, in one write transaction, committed before any writer is answered
 (with nothing queued, the usual case, its write alone: ``_alone``, the batch path without
-its lists; `benchmarks/instructions.py` agent path 843,783 -> 787,888 instructions a turn). A writer
+its lists; ``benchmarks/instructions.py`` agent path 843,783 -> 787,888 instructions a
+turn). A writer
 that finds the lock taken queues its write and waits on its own slot, never on the lock:
 the leader's answer wakes it, so a writer whose batch is already durable returns without
 touching the lock. After releasing the lock a leader wakes
