@@ -4,12 +4,11 @@ A writer that finds the commit lock free takes it and leads at once: the writes 
 before it, then its own, in one write transaction, committed before any writer is answered
 (with nothing queued, the usual case, its write alone: ``_alone``, the batch path without
 its lists; ``benchmarks/instructions.py`` agent path 843,783 -> 787,888 instructions a
-turn). A writer
-that finds the lock taken queues its write and waits on its own slot, never on the lock:
-the leader's answer wakes it, so a writer whose batch is already durable returns without
-touching the lock. After releasing the lock a leader wakes
-one writer still waiting, which tries to lead the next batch. A deferred write is queued
-without a wait (``defer``); whoever leads next commits it, and ``settle`` waits for it later.
+turn). A writer that finds the lock taken queues its write and waits on its own slot, never
+on the lock: the leader's answer wakes it, so a writer whose batch is already durable
+returns without touching the lock. After releasing the lock a leader wakes one writer still
+waiting, which tries to lead the next batch. A deferred write is queued without a wait
+(``defer``); whoever leads next commits it, and ``settle`` waits for it later.
 
 A writer on an event loop (``submit_async``) never leads a synced commit: the fsync must not
 block its loop. It queues its write and awaits an asyncio future. Whoever leads next commits
