@@ -5,6 +5,18 @@
   threads do not thrash the interpreter lock (``_gate``). On by default where it pays
   (``_gate.gating``): ``Chat.send`` holds it for its turn, the service for each obtain,
   save and release a thread makes; code may hold it around a whole turn of its own.
+- The interpreter's switch interval (``sys.setswitchinterval``, 5 ms by default) is the
+  application's, never changed here; it is the lever for thousands of threads. CPython
+  3.11's thread waiting for the interpreter lock wakes every interval to ask for it, so a
+  host with N threads ready to run pays N wake-ups per interval: past the CPU's ceiling
+  the backlog waits there and the process spends its time in the kernel. Measured with
+  ``benchmarks/host.py --chats 5000 --start together`` (a 1 s model, 2 shared cores), 5 ms
+  against 50 ms: the hand-written floor 267 against 1,786 turns/s (5.7 against 0.59 ms of
+  CPU a turn, 149 against 24 voluntary context switches a turn), the bare service path
+  119 against 775 (12.9 against 1.2 ms), ``send`` 406 against 522 (2.6 against 1.8 ms).
+  A longer interval lets a CPU-bound thread keep the interpreter longer before another
+  runs (latency of the others' short steps), so it is the application's call;
+  ``host.py --switch-interval`` measures it on every path alike.
 - ``set_model_limits(model_or_provider, ...)``: the one limiter of the model calls to one
   model, or to every model of one provider, across every chat of the process: calls in
   flight, requests per minute, tokens per minute (input plus output, or each apart). A call

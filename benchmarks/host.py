@@ -21,8 +21,15 @@ conversation (the child's growth over the run, divided by C), and the path's tur
 ratio to the floor's. Figures move a fifth between runs on a shared machine: compare only
 ratios within one run.
 
+The chats' first turns start spread evenly over one latency (``--start spread``, the
+default: a host's arrivals are not synchronised; the rate's seconds leave that spread
+out), or all at once (``--start together``: a thundering herd, the old shape). Also
+printed: context switches per turn (voluntary and not), the mark of threads woken for
+nothing.
+
     python benchmarks/host.py [--chats 500] [--latency 1.0] [--turns 3]
                               [--paths floor service send asend]
+                              [--start spread|together] [--switch-interval S]
 """
 
 from __future__ import annotations
@@ -58,6 +65,8 @@ class _Meter:
     """Resident memory and CPU from the start of the chats to their end (set-up and
     tear-down left out)."""
 
+    spread = 0.0  # seconds over which the chats' first turns start (``--start spread``)
+
     def start(self) -> None:
         self.rss, self.cpu = _rss_kib(), resource.getrusage(resource.RUSAGE_SELF)
         self.begun = time.perf_counter()
@@ -68,20 +77,36 @@ class _Meter:
         cpu = resource.getrusage(resource.RUSAGE_SELF)
         self.user = cpu.ru_utime - self.cpu.ru_utime
         self.system = cpu.ru_stime - self.cpu.ru_stime
+        self.switches = (cpu.ru_nvcsw - self.cpu.ru_nvcsw) + (cpu.ru_nivcsw - self.cpu.ru_nivcsw)
+
+    def offset(self, chat: int, chats: int) -> float:
+        """How long after the start chat ``chat`` begins its first turn."""
+        return self.spread * chat / chats
 
 
 def _on_threads(chats: int, one: Callable[[int], list[float]], meter: _Meter) -> list[float]:
-    """``one(i)`` for every chat, each on a thread of its own, started together."""
+    """``one(i)`` for every chat, each on a thread of its own, all let go at one start.
+
+    Each thread waits for the start on a lock of its own, not on a shared barrier: a
+    barrier's waiters all take its one lock again as they leave it, and thousands of threads
+    queueing for one lock under the interpreter lock take seconds to get through (each
+    hand-off waits for the interpreter), which would weigh on whichever path runs."""
     results: list[list[float]] = [[] for _ in range(chats)]
-    start = threading.Barrier(chats, action=meter.start)
+    starts = [threading.Lock() for _ in range(chats)]
+    for start in starts:
+        start.acquire()
 
     def run(i: int) -> None:
-        start.wait()
+        starts[i].acquire()
+        time.sleep(meter.offset(i, chats))
         results[i] = one(i)
 
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(chats)]
     for thread in threads:
         thread.start()
+    meter.start()
+    for start in starts:
+        start.release()
     for thread in threads:
         thread.join()
     meter.stop()
@@ -239,6 +264,7 @@ def run_asend(data: Path, chats: int, turns: int, latency: float, meter: _Meter)
     async def main(service: Any) -> list[float]:
         async def one(i: int) -> list[float]:
             chat, taken = agent.chat(service, user_id=f"user-{i}"), []
+            await asyncio.sleep(meter.offset(i, chats))
             for t in range(turns):
                 begun = time.perf_counter()
                 await chat.asend(_text(i, t))
@@ -261,20 +287,22 @@ def run_asend(data: Path, chats: int, turns: int, latency: float, meter: _Meter)
 RUNS = {"floor": run_floor, "service": run_service, "send": run_send, "asend": run_asend}
 
 
-def child(path: str, chats: int, turns: int, latency: float) -> None:
+def child(path: str, chats: int, turns: int, latency: float, start: str) -> None:
     """Run one path and print its figures as one JSON line."""
     meter = _Meter()
+    meter.spread = latency if start == "spread" else 0.0
     with tempfile.TemporaryDirectory() as tmp:
         taken = RUNS[path](Path(tmp) / "db", chats, turns, latency, meter)
     added = sorted(t - latency for t in taken)
     used = meter.user + meter.system
     figures = {
         "turns": len(taken),
-        "seconds": meter.seconds,
+        "seconds": meter.seconds - meter.spread,  # the time the chats were all running
         "p50": added[len(added) // 2],
         "p99": added[min(len(added) - 1, int(len(added) * 0.99))],
         "cpu_per_turn": used / max(1, len(taken)),
         "kernel_share": meter.system / max(used, 1e-9),
+        "switches_per_turn": meter.switches / max(1, len(taken)),
         "rss_per_chat_kib": meter.rss / chats,
     }
     print(json.dumps(figures))
@@ -286,26 +314,42 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=1.0, help="the model's seconds")
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
+    parser.add_argument(
+        "--switch-interval",
+        type=float,
+        help="sys.setswitchinterval in every path's process (default: the interpreter's)",
+    )
+    parser.add_argument(
+        "--start",
+        choices=("spread", "together"),
+        default="spread",
+        help="the chats' first turns spread evenly over one model latency (as a host's "
+        "arrivals come), or all at once (a thundering herd)",
+    )
     parser.add_argument("--child", choices=PATHS, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
     if args.child:
-        child(args.child, args.chats, args.turns, args.latency)
+        child(args.child, args.chats, args.turns, args.latency, args.start)
         return
     paths = ["floor", *(p for p in args.paths if p != "floor")]
     offered = args.chats / args.latency
     print(
         f"{args.chats} chats x {args.turns} turns, the model answering after "
-        f"{args.latency:g} s: {offered:,.0f} turns/s offered"
+        f"{args.latency:g} s, started {args.start}: {offered:,.0f} turns/s offered"
     )
     print(
         f"{'path':<8} {'turns/s':>9} {'offered':>8} {'p50 +ms':>8} {'p99 +ms':>8} "
-        f"{'CPU/turn':>9} {'kernel':>7} {'RSS/chat':>9} {'x floor':>8}"
+        f"{'CPU/turn':>9} {'kernel':>7} {'csw/turn':>9} {'RSS/chat':>9} {'x floor':>8}"
     )
     floor_rate = None
     for path in paths:
         command = [sys.executable, __file__, "--child", path]
         command += ["--chats", str(args.chats), "--turns", str(args.turns)]
-        command += ["--latency", str(args.latency)]
+        command += ["--latency", str(args.latency), "--start", args.start]
+        if args.switch_interval:
+            command += ["--switch-interval", str(args.switch_interval)]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
@@ -317,7 +361,8 @@ def main() -> None:
         print(
             f"{path:<8} {rate:>9,.0f} {rate / offered:>8.0%} {figures['p50'] * 1e3:>8,.0f} "
             f"{figures['p99'] * 1e3:>8,.0f} {figures['cpu_per_turn'] * 1e3:>7.2f}ms "
-            f"{figures['kernel_share']:>7.0%} {figures['rss_per_chat_kib']:>7.1f}KiB "
+            f"{figures['kernel_share']:>7.0%} {figures['switches_per_turn']:>9.1f} "
+            f"{figures['rss_per_chat_kib']:>7.1f}KiB "
             f"{rate / floor_rate:>7.2f}x"
         )
 

@@ -266,6 +266,13 @@ class GroupCommit:
         loop = asyncio.get_running_loop()
         if not self._synced and self._lock.acquire(blocking=False):
             try:  # no fsync to wait for: a commit is CPU work alone, so lead here (``submit``)
+                if self._queue.empty() and not self._finished:  # alone, as ``submit``
+                    done = Done()
+                    try:
+                        done.set_result(self._alone(write, size))
+                    except Exception as exc:
+                        done.set_exception(exc)
+                    return _answered(loop, done)
                 ahead = self._drain(self._max_batch - 1)
                 if len(ahead) < self._max_batch - 1 or self._queue.empty():
                     done = Done()
