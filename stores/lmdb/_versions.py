@@ -30,6 +30,8 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from parlour.runtime.errors import CorruptSnapshotError
+
 from .._checked import Run
 from .._records import Chain, message_prefix
 from ._databases import Databases
@@ -147,8 +149,13 @@ def record(
         or chain[1] + size > max(chain[2], CHAIN_FLOOR)
     ):
         # the records as this save left them: the stored bytes, none encoded again
-        if body is None:
-            body = bytes(txn.get(key, db=dbs.bodies))
+        if body is None:  # the body as stored: an append leaves it as it was
+            stored = txn.get(key, db=dbs.bodies)
+            if stored is None:
+                raise CorruptSnapshotError(
+                    f"Stored conversation {key.decode(errors='replace')} has no body record."
+                )
+            body = bytes(stored)
         writes = _all_of(txn, dbs.messages, key, writes, count)
         entries = _all_of(txn, dbs.usage, key, usage, usage_count)
         payload = Payload(body, count, writes, usage_count, entries)

@@ -215,3 +215,21 @@ def test_a_store_that_takes_no_appends_says_so_and_refuses_them(store: MemorySto
         store.append_context(appended, "alice")
     with pytest.raises(NotImplementedError, match="takes no appends"):
         store.append_context_later(appended, "alice")
+
+
+def test_an_append_due_a_checkpoint_over_a_missing_body_is_named_corrupt_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from parlour.runtime.errors import CorruptSnapshotError
+    from parlour.stores.lmdb import _versions
+
+    monkeypatch.setattr(_versions, "MAX_CHAIN", 0)  # every version a checkpoint
+    store, context = _stored(tmp_path)
+    with store:
+        with store._directory.env.begin(write=True) as txn:  # damage: the body record gone
+            txn.delete(b"c1", db=store._dbs.bodies)
+        appended = context.changes_since_save()
+        assert appended is not None
+        with pytest.raises(CorruptSnapshotError, match="c1 has no body record"):
+            store.append_context(appended, "alice")
+        assert store.version_of("c1", "alice") == 1
