@@ -5,7 +5,10 @@ last wrote (``Bookkeeping``), so a save writes only the records that changed.
 A write checks the owner and the fencing version against the header the store last wrote
 (remembered: the directory's only writer knows what is there), else the one it reads; then
 it moves the owner-index entry, writes the body when it changed, the changed messages and
-ledger entries, the version record (``History.record``) and the header, last.
+ledger entries, the version record (``History.record``) and the header, last. An append
+(``append``) plans nothing: the conversation proved it only added, so it writes the new
+records, the version record of those and the header, and checks that the version it follows
+ends where it starts.
 """
 
 from __future__ import annotations
