@@ -23,7 +23,7 @@ from parlour.runtime.errors import ConversationNotFoundError, StaleVersionError
 from parlour.runtime.snapshots import Appended, ConversationPersistenceSnapshot
 
 from .._body import Body, body_after
-from .._checked import encode_messages, encode_usage
+from .._checked import Run, encode_messages, encode_usage
 from .._ids import check_owner, conversation_key, require_id, user_key
 from .._records import (
     Header,
@@ -150,9 +150,7 @@ class Writes:
                 txn.put(message_key(key, index), data, db=dbs.messages)
             for index, data in usage:
                 txn.put(message_key(key, index), data, db=dbs.usage)
-            chain = self._history.record(txn, key, old, head, None, writes, usage)
-            head = head if chain == head.history else msgspec.structs.replace(head, history=chain)
-            txn.put(key, header_encoder.encode(head), db=dbs.heads)
+            head = self._recorded(txn, key, old, head, None, writes, usage)
             self._book.appended(cid, appended, head)
             return head.version
 
@@ -201,10 +199,26 @@ class Writes:
         if usage.writes or (old is not None and len(usage.items) < old.usage_count):
             write_run(txn, self._dbs.usage, key, usage, 0 if old is None else old.usage_count)
         written = None if same else body.data
-        chain = self._history.record(txn, key, old, head, written, plan.writes, usage.writes)
+        head = self._recorded(txn, key, old, head, written, plan.writes, usage.writes)
+        self._book.note(cid, (plan.items, body, usage.items, head))  # void if the batch aborts
+
+    def _recorded(
+        self,
+        txn: Any,
+        key: bytes,
+        old: Header | None,
+        head: Header,
+        body: bytes | None,
+        writes: Run,
+        usage: Run,
+    ) -> Header:
+        """The save's version record (``History.record``: ``body`` None when it left the
+        body as it was), then its header, last: it carries the history's chain. Returns the
+        header written."""
+        chain = self._history.record(txn, key, old, head, body, writes, usage)
         head = head if chain == head.history else msgspec.structs.replace(head, history=chain)
         txn.put(key, header_encoder.encode(head), db=self._dbs.heads)
-        self._book.note(cid, (plan.items, body, usage.items, head))  # void if the batch aborts
+        return head
 
     def _updated_head(self, txn: Any, key: bytes, cid: str, user_id: str, version: int) -> Header:
         """The owned header an update from ``version`` replaces.
