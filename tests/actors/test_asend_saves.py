@@ -263,15 +263,21 @@ def test_a_cancel_during_a_save_waits_for_its_commit(
 # -- hostile saves ------------------------------------------------------------------------------
 
 
+async def _first_saved(service: ConversationService) -> tuple[BasicThinker, Any, str]:
+    """Alice's new conversation, owned, its first message saved on the loop."""
+    thinker = BasicThinker("alice")
+    cid = thinker.mint_conversation_id()
+    context = await service.obtain_async(None, thinker)
+    context.add_user_message("first")
+    await service.save_async(context, thinker)
+    return thinker, context, cid
+
+
 def test_an_async_save_another_owner_beat_raises_stale_and_writes_nothing(
     service: ConversationService, store: LmdbStore
 ) -> None:
     async def main() -> None:
-        thinker = BasicThinker("alice")
-        cid = thinker.mint_conversation_id()
-        context = await service.obtain_async(None, thinker)
-        context.add_user_message("first")
-        await service.save_async(context, thinker)
+        thinker, context, cid = await _first_saved(service)
         snapshot = store.load(cid, "alice")
         assert snapshot is not None
         store.save_context(snapshot, "alice")  # another owner's save: version 2
@@ -290,11 +296,7 @@ def test_an_async_save_of_a_value_that_will_not_encode_raises_and_writes_nothing
     service: ConversationService, store: LmdbStore
 ) -> None:
     async def main() -> None:
-        thinker = BasicThinker("alice")
-        cid = thinker.mint_conversation_id()
-        context = await service.obtain_async(None, thinker)
-        context.add_user_message("first")
-        await service.save_async(context, thinker)
+        thinker, context, cid = await _first_saved(service)
         value: dict[str, Any] = {"ok": 1}
         context.add_message(OutgoingMessage("", [PojoBlock(value=value)]))
         value["bad"] = object()  # changed in place after it entered
