@@ -6,6 +6,15 @@ const $ = (id) => document.getElementById(id);
 const state = { current: null, cursor: 0, source: null, versions: [], query: "" };
 const conversationPath = (id) => `api/conversations/${encodeURIComponent(id)}`;
 
+// Reads of one kind overlap (a turn's end refreshes while a decision's answer redraws) and
+// their answers can come back in any order: only the last one asked is drawn.
+const asked = {};
+function ask(kind) {
+  const n = (asked[kind] || 0) + 1;
+  asked[kind] = n;
+  return () => asked[kind] === n;
+}
+
 async function api(path, options = {}) {
   const response = await fetch(path, { credentials: "same-origin", ...options });
   if (response.status === 401) { showSignIn(); throw new Error("signed out"); }
@@ -103,7 +112,9 @@ async function open(id) {
 
 async function refresh() {
   if (!state.current) return;
+  const latest = ask("conversation");
   const c = await api(conversationPath(state.current));
+  if (!latest()) return;  // a later refresh draws the newer state
   $("title").textContent = c.title || "(new chat)";
   $("tokens").textContent = `${c.tokens.used} / ${c.tokens.window} tokens · version ${c.version}`;
   renderMessages($("messages"), c.messages);
@@ -119,8 +130,9 @@ async function refresh() {
 // The tool calls the turn waits on, each with approve and deny (a reason for the model).
 async function renderApprovals(id) {
   const box = $("approvals");
+  const latest = ask("approvals");
   const found = await api(`${conversationPath(id)}/approvals`);
-  if (id !== state.current) return;  // another conversation opened meanwhile
+  if (id !== state.current || !latest()) return;  // another conversation, or a newer answer
   box.replaceChildren();
   box.hidden = !found.pending.length;
   if (found.pending.length) box.append(el("p", "The turn waits for your approval of these tool calls:"));
@@ -215,10 +227,12 @@ function renderUsage(entries) {
 
 async function renderVersions(c) {
   const box = $("versions");
-  box.replaceChildren();
-  if (!c.versions_supported) { box.append(el("p", `This store answers no version history; this is version ${c.version}.`)); return; }
-  if (!c.version) { box.append(el("p", "Not saved yet: its first message makes version 1.")); return; }
+  const latest = ask("versions");
+  if (!c.versions_supported) { box.replaceChildren(el("p", `This store answers no version history; this is version ${c.version}.`)); return; }
+  if (!c.version) { box.replaceChildren(el("p", "Not saved yet: its first message makes version 1.")); return; }
   const found = await api(`${conversationPath(c.conversation_id)}/versions`);
+  if (!latest()) return;
+  box.replaceChildren();
   if (!found.versions) { box.append(el("p", found.error || "No version history.")); return; }
   for (const v of found.versions) {
     const at = new Date(v.saved_at).toLocaleTimeString();
