@@ -7,7 +7,9 @@ after a crash the stored record says what the turn had finished: its user messag
 (``USER``: the model call was next), the model's answer (``ANSWER``: its tool calls were
 next), or part of a tool round (``TOOLS``: ``answered`` names the calls whose results are
 saved). A turn waiting for a person's approval (``APPROVAL``) keeps the calls it waits for
-in ``pending`` and the decisions taken so far in ``decisions``. A record written before
+in ``pending`` and the decisions taken so far in ``decisions``, and the messages offered
+to it before it parked in ``offers`` (added and answered once the last decision lets the
+turn go on, after the approved calls' results). A record written before
 this existed has none (``ConversationPersistenceSnapshot.turn`` is None).
 
 Plain data only (frozen msgspec structs): the stores keep it in their per-save header
@@ -70,6 +72,8 @@ class OpenTurn(msgspec.Struct, frozen=True, omit_defaults=True):
         answered: on ``TOOLS``, the ids of the round's calls whose results are saved.
         pending: on ``APPROVAL``, the calls waiting for a decision, in call order.
         decisions: on ``APPROVAL``, the decisions taken so far, in the order taken.
+        offers: the messages offered to the turn that it has not added yet, in arrival
+            order: kept from ``APPROVAL`` until the last decision's round has its results.
     """
 
     id: str
@@ -78,6 +82,7 @@ class OpenTurn(msgspec.Struct, frozen=True, omit_defaults=True):
     answered: tuple[str, ...] = ()
     pending: tuple[PendingCall, ...] = ()
     decisions: tuple[ApprovalDecision, ...] = ()
+    offers: tuple[str, ...] = ()
 
     @property
     def open(self) -> bool:

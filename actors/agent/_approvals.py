@@ -24,6 +24,7 @@ import datetime as dt
 from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any
 
+import msgspec
 from loguru import logger
 
 from parlour.runtime import (
@@ -51,6 +52,7 @@ from ._events import (
 )
 from ._otel import approval_event
 from ._plan import Steps, TurnPlan
+from ._record import with_offers
 from ._rounds import add, run_tools
 
 __all__ = [
@@ -177,7 +179,8 @@ def park(
     calls: list[ToolUseBlock],
     held: list[ToolUseBlock],
 ) -> Steps:
-    """Save the answer with its held calls pending, run the others, and end the turn parked."""
+    """Save the answer with its held calls pending, run the others, and end the turn parked.
+    The inbox closes (a later offer is refused); the offers it held stay on the record."""
     now = dt.datetime.now(dt.UTC)
     pending = tuple(
         PendingCall(call_id=c.id, tool=c.name, arguments=c.input_json, requested_at=now)
@@ -190,6 +193,11 @@ def park(
     free = [c for c in calls if c.id not in waiting]
     if free:
         yield from run_tools(context, plan, free)
+    if offers := plan.state.close():  # offered before the turn parked: kept, not dropped
+        parked = context.open_turn
+        assert parked is not None  # the record above, with its free calls' results noted
+        context.open_turn = with_offers(parked, offers)
+        yield plan.saving(context)  # waited: the offerers were told the turn took them
     shown = tuple(_shown(pending))
     for p in pending:
         approval_event("requested", p.tool, p.call_id, 0.0)
@@ -265,14 +273,7 @@ def decide_steps(
         ApprovalDecision(call_id=i, approved=approved, reason=reason, decided_at=now)
         for i in call_ids
     )
-    record = OpenTurn(
-        record.id,
-        TurnStep.APPROVAL,
-        record.start,
-        record.answered,
-        record.pending,
-        record.decisions + made,
-    )
+    record = msgspec.structs.replace(record, decisions=record.decisions + made)
     asked = {p.call_id: p for p in record.pending}
     for d in made:
         waited = (now - asked[d.call_id].requested_at).total_seconds()
@@ -280,8 +281,9 @@ def decide_steps(
             "approved" if approved else "denied", asked[d.call_id].tool, d.call_id, waited
         )
     left = record.undecided()
-    if left:
-        context.open_turn = record
+    if left:  # parked still: offers made meanwhile stay on the record too
+        offers = plan.state.close()
+        context.open_turn = with_offers(record, offers) if offers else record
         yield plan.saving(context)  # waited: the decision, once (the save's version fence)
         yield from _announced(made, asked)
         return Reply(text="", usage=plan.usage, messages=[], pending=tuple(_shown(left)))
@@ -329,9 +331,7 @@ def _apply(
             last.blocks.extend(results)  # the round's results message (the free calls ran)
         else:
             add(context, plan, OutgoingMessage(blocks=results, compactable=True))
-    context.open_turn = OpenTurn(
-        record.id, TurnStep.TOOLS, record.start, record.answered, record.pending, record.decisions
-    )
+    context.open_turn = msgspec.structs.replace(record, step=TurnStep.TOOLS)  # offers kept
     plan.decided = record
     yield plan.saving(context)  # waited: every decision applied before an approved call runs
     yield from announced

@@ -13,6 +13,8 @@ import secrets
 from collections.abc import Sequence
 from typing import Literal
 
+import msgspec
+
 from parlour.runtime import ConversationContext, IncomingMessage, Message, OpenTurn, TurnStep
 from parlour.runtime.blocks import TextBlock, ToolResultBlock, ToolUseBlock
 
@@ -20,7 +22,7 @@ from .._thinker import Event
 from ._events import TextDelta, ToolCallFinished, ToolCallStarted
 from ._plan import TurnPlan
 
-__all__ = ["mark", "mark_round", "new_turn_id", "replayed"]
+__all__ = ["kept_offers", "mark", "mark_round", "new_turn_id", "replayed", "with_offers"]
 
 Step = Literal["user", "answer", "tools", "approval", "done"]  # ``OpenTurn.step``'s
 _PROCESS = f"turn-{secrets.token_hex(6)}-"  # drawn once: an id costs a counter step
@@ -47,11 +49,25 @@ def mark_round(context: ConversationContext, plan: TurnPlan) -> None:
     prior = context.open_turn
     if prior is not None and prior.id == plan.turn_id and prior.pending:  # keep the approvals
         step = prior.step if prior.step == TurnStep.APPROVAL else TurnStep.TOOLS
-        context.open_turn = OpenTurn(
-            prior.id, step, prior.start, answered, prior.pending, prior.decisions
-        )
+        context.open_turn = msgspec.structs.replace(prior, step=step, answered=answered)
         return
     context.open_turn = OpenTurn(plan.turn_id, TurnStep.TOOLS, plan.start, answered)
+
+
+def with_offers(record: OpenTurn, offers: Sequence[str]) -> OpenTurn:
+    """``record`` keeping ``offers`` too: the messages offered to a turn that parks, added
+    and answered when it goes on (``kept_offers``)."""
+    return msgspec.structs.replace(record, offers=(*record.offers, *offers))
+
+
+def kept_offers(context: ConversationContext) -> tuple[str, ...]:
+    """The offers the open-turn record keeps, taken off it: the caller adds them as the
+    user's messages before the next save, so they are stored once, in one commit."""
+    record = context.open_turn
+    if record is None or not record.offers:
+        return ()
+    context.open_turn = msgspec.structs.replace(record, offers=())
+    return record.offers
 
 
 def replayed(messages: Sequence[Message]) -> list[Event]:

@@ -1,6 +1,8 @@
 """How a turn picks up an interrupted one: a ``resume`` continues it under its own turn id
 (its durable steps replayed to followers first, the restore's repairs saved before the
-model call); a new message after a crash recovers the same way first, under its new id."""
+model call); a new message after a crash recovers the same way first, under its new id.
+Offers the interrupted turn's record still kept (it was cut short after its last decision)
+are added after the repaired results, before anything new."""
 
 from __future__ import annotations
 
@@ -14,8 +16,8 @@ from parlour.runtime.errors import IllegalStateError
 from ._approvals import check_no_pending
 from ._events import Recovered
 from ._plan import TurnPlan
-from ._record import mark, mark_round, new_turn_id, replayed
-from ._rounds import recover
+from ._record import kept_offers, mark, mark_round, new_turn_id, replayed
+from ._rounds import add_offers, recover
 
 __all__ = ["begin", "pick_up", "resume"]
 
@@ -30,7 +32,9 @@ def pick_up(context: ConversationContext, plan: TurnPlan) -> Generator[Any, Any,
     from before records whose last round holds interrupted results): the recovery a
     ``resume`` would make first, under the new turn's id."""
     begin(plan, new_turn_id(), len(context.messages))
-    return (yield from recover(context, plan, always=context.open_turn is not None))
+    recovered = yield from recover(context, plan, always=context.open_turn is not None)
+    add_offers(context, plan, kept_offers(context))
+    return recovered
 
 
 def resume(context: ConversationContext, plan: TurnPlan) -> Generator[Any, Any, Recovered | None]:
@@ -46,6 +50,7 @@ def resume(context: ConversationContext, plan: TurnPlan) -> Generator[Any, Any, 
     else:
         begin(plan, new_turn_id(), len(context.messages))
     recovered = yield from recover(context, plan, always=prior is not None)
+    add_offers(context, plan, kept_offers(context))
     last = context.messages[-1]
     if type(last) is OutgoingMessage and last.blocks and type(last.blocks[0]) is ToolResultBlock:
         mark_round(context, plan)

@@ -13,7 +13,7 @@ place, saved as it comes, and reports what it did (``Recovered``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -22,9 +22,10 @@ from parlour.runtime import (
     IncomingMessage,
     Message,
     OutgoingMessage,
+    ResponseHandler,
     is_interrupted_result,
 )
-from parlour.runtime.blocks import ToolResultBlock, ToolUseBlock
+from parlour.runtime.blocks import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
 
 from ._effects import NextResults, RunTools
 from ._events import Recovered, Reply, ToolCallFinished, ToolCallStarted
@@ -32,13 +33,26 @@ from ._plan import Steps, TurnPlan
 from ._record import mark_round
 from ._tools import Finished, ToolRound
 
-__all__ = ["add", "recover", "run_tools"]
+__all__ = ["add", "add_offers", "recover", "run_tools", "user_message"]
 
 
 def add(context: ConversationContext, plan: TurnPlan, message: Message) -> None:
     """Add ``message`` to the conversation and to the turn's messages."""
     context.add_message(message)
     plan.added.append(message)
+
+
+def user_message(
+    text: str, attachments: Sequence[ContentBlock], handler: ResponseHandler | None
+) -> OutgoingMessage:
+    blocks: list[ContentBlock] = [TextBlock(text=text), *attachments]
+    return OutgoingMessage(text, blocks, response_handler=handler, compactable=False)
+
+
+def add_offers(context: ConversationContext, plan: TurnPlan, offers: Iterable[str]) -> None:
+    """Add ``offers`` (messages offered to the turn) as the user's messages, in order."""
+    for text in offers:
+        add(context, plan, user_message(text, (), plan.handler))
 
 
 def run_tools(

@@ -33,7 +33,6 @@ from parlour.runtime import (
     LLMResponse,
     OpenTurn,
     OutgoingMessage,
-    ResponseHandler,
     TurnStep,
     dangling_calls,
 )
@@ -62,10 +61,10 @@ from ._joiners import AgentThinker
 from ._limits import check_after, check_before, needs_estimate
 from ._otel import compaction_event
 from ._plan import NO_USAGE, Steps, TurnPlan
-from ._record import mark, mark_round, new_turn_id
+from ._record import kept_offers, mark, mark_round, new_turn_id, with_offers
 from ._recovery import begin, pick_up, resume
 from ._rounds import add as _add
-from ._rounds import run_tools
+from ._rounds import add_offers, run_tools, user_message
 
 OBJECTIVE_KEY = "agent"
 
@@ -96,7 +95,7 @@ def turn_steps(plan: TurnPlan, text: str | None, attachments: Sequence[ContentBl
                 recovered = yield from pick_up(context, plan)
                 turn_id = plan.turn_id
             plan.start = start
-            _add(context, plan, _user_message(text, attachments, plan.handler))
+            _add(context, plan, user_message(text, attachments, plan.handler))
             context.open_turn = OpenTurn(turn_id, _USER, start)  # in the save that follows
             yield plan.saving(context)  # waited: durable before the model is called
         reply = yield from _answer_all(context, plan)
@@ -123,6 +122,8 @@ def decision_steps(
         parked = yield from decide_steps(plan, context, ids, approved, reason)
         if parked is not None:
             return parked
+        if offers := kept_offers(context):  # offered before the turn parked: answered now
+            yield from _take_offers(context, plan, offers)
         return (yield from _answer_all(context, plan))
 
     return (yield from _leased(plan, decision, (ApprovalError, StaleVersionError)))
@@ -163,13 +164,6 @@ def _prepare(context: ConversationContext, plan: TurnPlan) -> None:
     tools = plan.tools.tools
     if tools and not tools.keys() <= context.declared_tools().keys():  # a set test, in C
         context.add_tools(plan.tools.declarations())  # add-only: a fresh chat has them too
-
-
-def _user_message(
-    text: str, attachments: Sequence[ContentBlock], handler: ResponseHandler | None
-) -> OutgoingMessage:
-    blocks: list[ContentBlock] = [TextBlock(text=text), *attachments]
-    return OutgoingMessage(text, blocks, response_handler=handler, compactable=False)
 
 
 def _answer_all(context: ConversationContext, plan: TurnPlan) -> Steps:
@@ -219,9 +213,9 @@ def _typed(context: ConversationContext, plan: TurnPlan, reply: Reply) -> Steps:
         ) from exc
 
 
-def _take_offers(context: ConversationContext, plan: TurnPlan, offers: list[str]) -> Steps:
+def _take_offers(context: ConversationContext, plan: TurnPlan, offers: Sequence[str]) -> Steps:
     for text in offers:
-        _add(context, plan, _user_message(text, (), plan.handler))
+        _add(context, plan, user_message(text, (), plan.handler))
         yield OfferAccepted(text=text)
     mark(context, plan, TurnStep.USER)
     yield plan.saving(context)
@@ -342,10 +336,17 @@ def _fit(context: ConversationContext, plan: TurnPlan, effect: Compact) -> Steps
 
 def _end_abnormally(context: ConversationContext, plan: TurnPlan, exc: BaseException) -> Steps:
     """Answer every pending tool call with an error result, keep untaken offers as user
-    messages, and save at this boundary. A failing save is logged, never raised over ``exc``."""
+    messages (in the record while calls stay parked: answered when the turn goes on), and
+    save at this boundary. A failing save is logged, never raised over ``exc``."""
     why = str(exc) or type(exc).__name__
     record = context.open_turn
     parked = record.parked() if record is not None else frozenset[str]()
+    offers: list[str] = []
+    if record is not None and parked:  # a message after a parked call would break its pairing
+        if taken := plan.state.close():
+            context.open_turn = with_offers(record, taken)
+    else:
+        offers = [*kept_offers(context), *plan.state.close()]
     pending = [d.call for d in dangling_calls(context.messages) if d.call.id not in parked]
     if pending:
         results = [
@@ -367,8 +368,7 @@ def _end_abnormally(context: ConversationContext, plan: TurnPlan, exc: BaseExcep
             _add(context, plan, OutgoingMessage(blocks=results, compactable=True))
         if plan.turn_id:
             mark_round(context, plan)
-    for text in plan.state.close():
-        _add(context, plan, _user_message(text, (), plan.handler))
+    add_offers(context, plan, offers)
     try:
         yield plan.saving(context)
     except Exception as save_exc:

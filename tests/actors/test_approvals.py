@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from parlour.runtime import (
     dangling_calls,
     tool_from_function,
 )
-from parlour.runtime.blocks import ToolResultBlock
+from parlour.runtime.blocks import TextBlock, ToolResultBlock
 from parlour.runtime.providers import AnthropicClient, BedrockClient, OpenAIClient
 from parlour.runtime.testing import (
     ConverseStreamMock,
@@ -68,7 +69,7 @@ class Tools:
     """``lookup`` (needs no approval) and ``delete_order`` (declared ``needs_approval``),
     each noting its runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, during_lookup: Callable[[], None] | None = None) -> None:
         self.runs: list[str] = []
 
         def lookup(order_id: str) -> str:
@@ -78,6 +79,8 @@ class Tools:
                 order_id: the order.
             """
             self.runs.append(f"lookup {order_id}")
+            if during_lookup is not None:
+                during_lookup()
             return f"order {order_id} exists"
 
         def delete_order(order_id: str) -> str:
@@ -155,6 +158,63 @@ def test_a_call_needing_approval_parks_the_turn_and_its_approval_finishes_the_tu
         ("call_1_lookup", "order 42 exists"),
         ("call_2_delete_order", "order 42 deleted"),
     ]
+
+
+OFFER = "And tell me when it is gone."
+
+
+@pytest.mark.parametrize("path", ["threads", "asyncio"])
+def test_an_offer_made_before_the_turn_parks_is_stored_and_answered_after_the_decided_calls(
+    store: PersistentStore, path: str
+) -> None:
+    """The offer arrives while the free call runs (the answer and its pending call are
+    saved, the turn has not parked yet): it stays on the stored record through a restart,
+    an offer to the parked conversation is refused, and the last decision adds it after
+    the calls' results, where the model answers it."""
+    with ConversationService(store) as service:
+        offered: list[bool] = []
+        tools = Tools(lambda: offered.append(service.offer(cid, USER, OFFER)))
+        chat = _agent(ScriptedClient([ASK]), tools).chat(service, user_id=USER)
+        cid = chat.conversation_id
+        if path == "threads":
+            parked = chat.send("Delete order 42")
+        else:
+            parked = asyncio.run(chat.asend("Delete order 42"))
+        assert offered == [True] and parked.pending == (PENDING,)
+        assert not service.offer(cid, USER, "too late")  # parked: no turn takes it
+    stored = store.load(cid, USER)
+    assert stored is not None and stored.turn is not None
+    assert stored.turn.step == TurnStep.APPROVAL and stored.turn.offers == (OFFER,)
+    assert OFFER not in str(stored.messages)  # not a message yet: calls wait for a decision
+    asked: list[PreparedConversation] = []
+
+    def answer(prepared: PreparedConversation) -> LLMResponse:
+        asked.append(prepared)
+        return LLMResponse(model_id="scripted", blocks=[TextBlock(text="Deleted; it is gone.")])
+
+    with ConversationService(store) as later:  # a restart: the offer is stored state
+        again = _agent(ScriptedClient([answer]), tools).chat(
+            later, user_id=USER, conversation_id=cid
+        )
+        if path == "threads":
+            reply = again.approve("call_2_delete_order")
+        else:
+            reply = asyncio.run(again.aapprove("call_2_delete_order"))
+    assert reply.text == "Deleted; it is gone." and tools.runs == ["lookup 42", "delete 42"]
+    final = store.load(cid, USER)
+    assert final is not None and final.turn is not None
+    assert final.turn.step == TurnStep.DONE and final.turn.offers == ()
+    roles = [(m.role, [type(b).__name__ for b in m.blocks]) for m in final.messages]
+    assert roles == [
+        ("user", ["TextBlock"]),
+        ("assistant", ["TextBlock", "ToolUseBlock", "ToolUseBlock"]),
+        ("user", ["ToolResultBlock", "ToolResultBlock"]),  # both results, then the offer
+        ("user", ["TextBlock"]),
+        ("assistant", ["TextBlock"]),
+    ]
+    assert final.messages[3].blocks[0].text == OFFER  # type: ignore[union-attr]
+    assert dangling_calls(final.messages) == [] and len(asked) == 1
+    assert OFFER in str(asked[0].turns[-1].blocks)  # the model was asked with it
 
 
 def test_a_denial_reaches_the_model_with_its_reason_and_deny_all_frees_a_new_message(
@@ -490,11 +550,14 @@ def _openai_tool_use() -> dict[str, Any]:
 
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])
 @pytest.mark.parametrize("decision", ["approve", "deny"])
+@pytest.mark.parametrize("offered", [False, True], ids=["alone", "with-an-offer"])
 def test_the_request_after_a_decision_pairs_every_call_on_the_real_sdks(
-    tmp_path: Path, provider: str, decision: str
+    tmp_path: Path, provider: str, decision: str, offered: bool
 ) -> None:
-    """The suite's conftest checks each body against the SDK's request type."""
-    tools = Tools()
+    """The suite's conftest checks each body against the SDK's request type; an offer made
+    before the turn parked follows every result."""
+    made: list[bool] = []
+    tools = Tools(lambda: made.append(service.offer(chat.conversation_id, USER, OFFER)))
     if provider == "anthropic":
         server = MockProvider(_anthropic_tool_use(), anthropic_message("Done."))
         client: LLMClient = AnthropicClient("claude-sonnet-4-5", client=mock_anthropic_sdk(server))
@@ -504,13 +567,15 @@ def test_the_request_after_a_decision_pairs_every_call_on_the_real_sdks(
         client = OpenAIClient("gpt-5-mini", client=mock_openai_sdk(server))
         held = "call_b"
     with LmdbStore(tmp_path / "db") as store, ConversationService(store) as service:
-        chat = _agent(client, tools).chat(service, user_id=USER)
+        chat = _agent(client, tools if offered else Tools()).chat(service, user_id=USER)
         assert [p.call_id for p in chat.send("Delete order 42").pending] == [held]
         reply = chat.approve(held) if decision == "approve" else chat.deny(held, "no")
-    assert reply.text == "Done." and len(server.bodies) == 2
+    assert reply.text == "Done." and len(server.bodies) == 2 and made == [True] * offered
     body = json.dumps(server.last_body)
     assert held in body and ("order 42 deleted" in body) == (decision == "approve")
     assert ("denied" in body) == (decision == "deny")
+    results = max(body.rindex("order 42 exists"), body.rfind("deleted"), body.rfind("denied"))
+    assert body.rfind(OFFER) > results if offered else OFFER not in body
 
 
 PARKING_CHILD = textwrap.dedent(
@@ -535,8 +600,13 @@ PARKING_CHILD = textwrap.dedent(
         return "deleted"
 
 
+    def asking(prepared):  # an offer reaches the turn during the call that parks it
+        assert service.offer(chat.conversation_id, "alice", "Then say so.")
+        return scripted_tool_calls(("delete_order", {"order_id": "42"}))(prepared)
+
+
     tool = tool_from_function(delete_order, needs_approval=True)
-    model = ScriptedClient([scripted_tool_calls(("delete_order", {"order_id": "42"}))])
+    model = ScriptedClient([asking])
     agent = Agent(model, tools=[tool], output=OutputSize.COMPACT, depth=Depth.IMMEDIATE)
     with LmdbStore(sys.argv[1]) as store, ConversationService(store) as service:
         if len(sys.argv) > 3:
@@ -556,6 +626,8 @@ PARKING_CHILD = textwrap.dedent(
 def test_a_process_killed_while_parked_and_one_killed_in_the_approved_tool_lose_nothing(
     tmp_path: Path,
 ) -> None:
+    """Nor the offer the turn took before it parked: the resume adds it after the
+    interrupted call's result, and the model answers it."""
     data, runs = tmp_path / "db", tmp_path / "runs"
     cid, count = killed_after(PARKING_CHILD, [str(data), str(runs)], "parked")
     assert count == "1"
@@ -572,15 +644,27 @@ def test_a_process_killed_while_parked_and_one_killed_in_the_approved_tool_lose_
     assert reply.recovered.interrupted == [reply.recovered.interrupted[0]]
     assert stored is not None and dangling_calls(stored.messages) == []
     assert runs.read_text() == "delete\n"  # the approved call ran once, never again
+    kinds = [(m.role, type(m.blocks[0]).__name__) for m in stored.messages]
+    assert kinds[2:] == [
+        ("user", "ToolResultBlock"),
+        ("user", "TextBlock"),
+        ("assistant", "TextBlock"),
+    ]
+    assert stored.messages[3].blocks[0].text == "Then say so."  # type: ignore[union-attr]
+    assert stored.turn is not None and stored.turn.offers == ()
 
 
 @pytest.mark.parametrize("decision", ["approve", "deny"])
+@pytest.mark.parametrize("offered", [False, True], ids=["alone", "with-an-offer"])
 def test_the_request_after_a_decision_is_one_bedrock_converse_accepts(
-    tmp_path: Path, decision: str
+    tmp_path: Path, decision: str, offered: bool
 ) -> None:
     """Parked by one agent, decided by another whose client is Bedrock's: boto3 serializes
-    the request against the service model, roles alternating, every call answered once."""
-    tools = Tools()
+    the request against the service model, roles alternating, every call answered once (an
+    offer made before the turn parked after the results, in the same user turn)."""
+    made: list[bool] = []
+    tools = Tools(lambda: made.append(service.offer(chat.conversation_id, USER, OFFER)))
+    tools = tools if offered else Tools()
     boto = dummy_bedrock_client()
     bedrock = ConverseStreamMock(boto, converse_stream_events("Done."))
     spec = fake_spec(
@@ -605,6 +689,7 @@ def test_the_request_after_a_decision_is_one_bedrock_converse_accepts(
     answers = [t for t in texts if t.startswith(("Tool error for", "Tool result for"))]
     assert len(answers) == 2 and texts[: len(answers)] == answers  # both first, once each
     assert any("denied" in t for t in answers) == (decision == "deny")
+    assert texts[len(answers) :] == [OFFER] * offered and made == [True] * offered
 
 
 POSTGRES_DECIDER = textwrap.dedent(
