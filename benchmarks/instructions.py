@@ -20,8 +20,11 @@ turns cause are counted. The paths:
   answer, save, release (``ConversationService`` on ``LmdbStore``, every conversation live);
 - agent: ``Chat.send`` of an ``Agent`` on the scripted model (the same turn, plus the usage
   ledger, the window check before the model call and the turn's followers);
-- asend: the agent path through ``Chat.asend``, each turn run to its end on one event loop
-  (its saves, the model call and the obtain as the async driver makes them);
+- asend: the agent path through ``Chat.asend`` on one event loop that runs for the whole
+  run, as a host's does: each turn a task of its own, awaited to its end (its saves, the
+  model call and the obtain as the async driver makes them). Not ``run_until_complete``
+  per turn: starting and stopping the loop costs about 73,000 instructions each time,
+  which no host pays;
 - tools: the agent path with what a real agent carries: twenty function tools (four
   parameters each) and an objective of about 800 characters (the model calls none of them);
 - round: the agent path with one tool the model calls: two model calls a turn, and a
@@ -48,18 +51,44 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 PATHS = ("floor", "service", "agent", "asend", "tools", "round")
 TOOLS, OBJECTIVE = 20, "Answer briefly, and look things up before you answer. " * 15
 _TOTAL = re.compile(rb"^(?:summary|totals): (\d+)", re.MULTILINE)
 
 
+Rounds = Callable[[range], None]
+
+
 @contextlib.contextmanager
-def turns_of(
-    path: str, data_dir: Path, conversations: int
-) -> Iterator[Callable[[int, int], object]]:
-    """One turn of conversation ``i`` (its ``t``-th) on ``path``, set up in ``data_dir`` and
-    closed when the block ends."""
+def turns_of(path: str, data_dir: Path, conversations: int) -> Iterator[Rounds]:
+    """Rounds of turns on ``path``, set up in ``data_dir`` and closed when the block ends:
+    called with a range of rounds, every conversation takes its turn of each, in order."""
+    with _turn_of(path, data_dir, conversations) as turn:
+        if path != "asend":
+
+            def rounds(which: range) -> None:
+                for t in which:
+                    for i in range(conversations):
+                        turn(i, t)
+
+            yield rounds
+            return
+        with contextlib.closing(asyncio.new_event_loop()) as loop:
+
+            async def each(which: range) -> None:
+                for t in which:
+                    for i in range(conversations):
+                        await asyncio.create_task(turn(i, t))  # a host's request: a task
+
+            yield lambda which: loop.run_until_complete(each(which))
+
+
+@contextlib.contextmanager
+def _turn_of(path: str, data_dir: Path, conversations: int) -> Iterator[Callable[[int, int], Any]]:
+    """One turn of conversation ``i`` (its ``t``-th) on ``path`` (a coroutine on the
+    ``asend`` path)."""
     import lmdb
     import msgspec
 
@@ -106,8 +135,7 @@ def turns_of(
         )
         chats = [agent.chat(service, user_id=_user(i)) for i in range(conversations)]
         if path == "asend":
-            with contextlib.closing(asyncio.new_event_loop()) as loop:
-                yield lambda i, t: loop.run_until_complete(chats[i].asend(text(i, t)))
+            yield lambda i, t: chats[i].asend(text(i, t))
             return
         yield lambda i, t: chats[i].send(text(i, t))
 
@@ -130,15 +158,11 @@ def _tool(n: int) -> Callable[..., str]:
 def child(path: str, conversations: int, turns: int) -> None:
     """Run under callgrind: warm up, freeze the heap, run ``turns`` more turns each, exit."""
     tmp = tempfile.mkdtemp(prefix="parlour-instructions-")
-    with turns_of(path, Path(tmp), conversations) as turn:
-        for t in range(3):
-            for i in range(conversations):
-                turn(i, t)
+    with turns_of(path, Path(tmp), conversations) as rounds:
+        rounds(range(3))
         gc.collect()
         gc.freeze()
-        for t in range(3, 3 + turns):
-            for i in range(conversations):
-                turn(i, t)
+        rounds(range(3, 3 + turns))
         shutil.rmtree(tmp, ignore_errors=True)  # the same in both runs: it cancels out
         sys.stdout.flush()
         os._exit(0)  # no shutdown of actors and store: both runs would pay it, but it is noise
