@@ -22,7 +22,7 @@ from .._thinker import Event
 from ._events import TextDelta, ToolCallFinished, ToolCallStarted
 from ._plan import TurnPlan
 
-__all__ = ["kept_offers", "mark", "mark_round", "new_turn_id", "replayed", "with_offers"]
+__all__ = ["kept_offers", "mark", "mark_round", "moved", "new_turn_id", "replayed", "with_offers"]
 
 Step = Literal["user", "answer", "tools", "approval", "done"]  # ``OpenTurn.step``'s
 _PROCESS = f"turn-{secrets.token_hex(6)}-"  # drawn once: an id costs a counter step
@@ -52,6 +52,18 @@ def mark_round(context: ConversationContext, plan: TurnPlan) -> None:
         context.open_turn = msgspec.structs.replace(prior, step=step, answered=answered)
         return
     context.open_turn = OpenTurn(plan.turn_id, TurnStep.TOOLS, plan.start, answered)
+
+
+def moved(context: ConversationContext, plan: TurnPlan, turn: Sequence[Message]) -> None:
+    """After a compaction that may have collapsed messages before the turn, start the turn
+    (whose messages were ``turn``) at its first message still there, the same object (its
+    user message is never compacted), in the plan and in this turn's open record: the
+    approvals find the calls they wait on from there, a resume replays from there."""
+    where = {id(m): i for i, m in enumerate(context.messages)}
+    plan.start = next((where[id(m)] for m in turn if id(m) in where), len(context.messages))
+    record = context.open_turn
+    if record is not None and record.id == plan.turn_id and record.start != plan.start:
+        context.open_turn = msgspec.structs.replace(record, start=plan.start)
 
 
 def with_offers(record: OpenTurn, offers: Sequence[str]) -> OpenTurn:

@@ -61,7 +61,7 @@ from ._joiners import AgentThinker
 from ._limits import check_after, check_before, needs_estimate
 from ._otel import compaction_event
 from ._plan import NO_USAGE, Steps, TurnPlan
-from ._record import kept_offers, mark, mark_round, new_turn_id, with_offers
+from ._record import kept_offers, mark, mark_round, moved, new_turn_id, with_offers
 from ._recovery import begin, pick_up, resume
 from ._rounds import add as _add
 from ._rounds import add_offers, run_tools, user_message
@@ -312,9 +312,12 @@ def _estimate(context: ConversationContext, plan: TurnPlan) -> int | None:
 
 def _fit(context: ConversationContext, plan: TurnPlan, effect: Compact) -> Steps:
     """Compact the conversation when it outgrew its window; the change is saved with the
-    next boundary's save. Raises ``ContextOverflowError`` when it cannot fit."""
+    next boundary's save, the turn's start moved to where its messages now stand.
+    Raises ``ContextOverflowError`` when it cannot fit."""
+    turn = context.messages[plan.start :]
     report: FitReport = yield effect
     if report.steps:
+        moved(context, plan, turn)
         levels = [level.value for level in report.levels]
         plan.ledger.record_compaction(context, report)
         compaction_event(report)

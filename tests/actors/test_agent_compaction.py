@@ -34,6 +34,7 @@ from parlour.runtime import (
     Transcript,
     TurnRole,
     Usage,
+    tool_from_function,
 )
 from parlour.runtime.blocks import TextBlock, ToolResultBlock
 from parlour.runtime.compaction import ContextWindowManager, summary_model
@@ -76,11 +77,11 @@ def model(prepared: PreparedConversation) -> LLMResponse:
     return calls(("survey", {"site": f"site-{turn}"}), round_=turn + 2)
 
 
-def long_agent(**kwargs: Any) -> Agent:
+def long_agent(survey_tool: Any = survey, **kwargs: Any) -> Agent:
     client = ScriptedClient(itertools.repeat(model, 400), spec=SMALL)
     return Agent(
         client,
-        tools=[survey],
+        tools=[survey_tool],
         objective="Answer questions about the survey.",
         output=OutputSize.COMPACT,
         depth=Depth.IMMEDIATE,
@@ -112,6 +113,80 @@ def test_a_long_conversation_compacts_before_model_calls_and_continues(
     rungs = [e for e in ledger if isinstance(e, CompactionRecord)]
     assert len(rungs) >= len(compactions)
     assert {r.level for r in rungs} <= {"light", "moderate", "aggressive", "maximum"}
+
+
+def test_a_compaction_inside_a_turn_moves_its_open_record_to_the_turns_own_first_message(
+    service: ConversationService,
+) -> None:
+    """A compaction before a model call may collapse messages before the turn: the stored
+    record's start still names the turn's user message afterwards."""
+    chat = long_agent().chat(service, user_id="alice")
+    shrank = False
+    for turn in range(16):
+        before = len(stored(service, chat.conversation_id, "alice").messages) if turn else 0
+        chat.send(f"Question {turn}: which sites?")
+        snapshot = stored(service, chat.conversation_id, "alice")
+        assert snapshot.turn is not None and snapshot.turn.start < len(snapshot.messages)
+        first = snapshot.messages[snapshot.turn.start].blocks[0]
+        assert isinstance(first, TextBlock) and first.text == f"Question {turn}: which sites?"
+        shrank = shrank or len(snapshot.messages) < before + 4  # a turn adds four
+    assert shrank, "no compaction inside a turn collapsed messages before it"
+
+
+@pytest.mark.parametrize("path", ["threads", "asyncio"])
+def test_a_turn_that_compacts_and_then_parks_for_approval_runs_the_approved_call(
+    service: ConversationService, path: str
+) -> None:
+    """Each turn surveys (a long result), then asks to confirm (a call needing approval):
+    the compaction before that second call collapses messages before the turn, and the
+    decision still finds the call it waits on; every call runs once, each has its result."""
+    confirmed: list[str] = []
+    rounds = itertools.count(2)
+
+    def confirm(site: str) -> str:
+        """Confirm a site's readings.
+
+        Args:
+            site: The site's name.
+        """
+        confirmed.append(site)
+        return f"{site} confirmed"
+
+    def surveys_then_confirms(prepared: PreparedConversation) -> LLMResponse:
+        last = prepared.turns[-1]
+        results = [b for b in last.blocks if isinstance(b, ToolResultBlock)]
+        if not results:
+            return calls(("survey", {"site": "north"}), round_=next(rounds))
+        if results[0].tool_use_id.endswith("_survey"):
+            return calls(("confirm", {"site": "north"}), round_=next(rounds))
+        return LLMResponse(model_id="scripted", blocks=[TextBlock(text="Confirmed.")])
+
+    agent = Agent(
+        ScriptedClient(itertools.repeat(surveys_then_confirms, 400), spec=SMALL),
+        tools=[survey, tool_from_function(confirm, needs_approval=True)],
+        output=OutputSize.COMPACT,
+        depth=Depth.IMMEDIATE,
+        comfort_tokens=4_000,
+    )
+    chat = agent.chat(service, user_id="alice")
+    collapsed = False
+    for turn in range(16):
+        before = len(stored(service, chat.conversation_id, "alice").messages) if turn else 0
+        if path == "threads":
+            parked = chat.send(f"Question {turn}")
+        else:
+            parked = asyncio.run(chat.asend(f"Question {turn}"))
+        after = len(stored(service, chat.conversation_id, "alice").messages)
+        collapsed = collapsed or after < before + 4  # question, survey and its result, confirm
+        [pending] = parked.pending
+        if path == "threads":
+            reply = chat.approve(pending.call_id)
+        else:
+            reply = asyncio.run(chat.aapprove(pending.call_id))
+        assert reply.text == "Confirmed." and not reply.pending
+    assert collapsed, "no parking turn compacted messages before it"
+    assert confirmed == ["north"] * 16  # each turn's approved call, once
+    assert answerable(stored(service, chat.conversation_id, "alice"))
 
 
 def test_the_transcript_shows_the_summary_of_a_compacted_tool_result(
