@@ -352,10 +352,14 @@ def _join_round(context: ConversationContext, plan: TurnPlan, calls: list[ToolUs
 
 
 def _calls_of(context: ConversationContext, record: OpenTurn) -> dict[str, ToolUseBlock]:
+    """The pending calls by id, the latest of each id, found from the end (not from the
+    record's start: one saved before compactions moved it may point past them)."""
     wanted = {p.call_id for p in record.pending}
-    return {
-        b.id: b
-        for m in context.messages[record.start :]
-        for b in m.blocks
-        if type(b) is ToolUseBlock and b.id in wanted
-    }
+    found: dict[str, ToolUseBlock] = {}
+    for m in reversed(context.messages):
+        for b in m.blocks:
+            if type(b) is ToolUseBlock and b.id in wanted and b.id not in found:
+                found[b.id] = b
+        if len(found) == len(wanted):
+            break
+    return found

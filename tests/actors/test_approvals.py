@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from parlour.actors import (
@@ -215,6 +216,31 @@ def test_an_offer_made_before_the_turn_parks_is_stored_and_answered_after_the_de
     assert final.messages[3].blocks[0].text == OFFER  # type: ignore[union-attr]
     assert dangling_calls(final.messages) == [] and len(asked) == 1
     assert OFFER in str(asked[0].turns[-1].blocks)  # the model was asked with it
+
+
+def test_a_decision_finds_its_call_when_the_stored_start_points_past_it(
+    store: PersistentStore,
+) -> None:
+    """A record saved before compactions moved turns' starts may point past the parked
+    call: the decision still finds it, runs it once and the turn ends with no call left
+    without its result."""
+    tools = Tools()
+    with ConversationService(store) as service:
+        chat = _agent(ScriptedClient([ASK]), tools).chat(service, user_id=USER)
+        assert chat.send("Delete order 42").pending == (PENDING,)
+        cid = chat.conversation_id
+    parked = store.load(cid, USER)
+    assert parked is not None and parked.turn is not None
+    past = msgspec.structs.replace(parked.turn, start=len(parked.messages) + 3)
+    store.save_context(msgspec.structs.replace(parked, turn=past), USER)
+    with ConversationService(store) as later:
+        again = _agent(ScriptedClient(["Deleted it."]), tools).chat(
+            later, user_id=USER, conversation_id=cid
+        )
+        assert again.approve(PENDING.call_id).text == "Deleted it."
+    final = store.load(cid, USER)
+    assert final is not None and dangling_calls(final.messages) == []
+    assert tools.runs == ["lookup 42", "delete 42"]
 
 
 def test_a_denial_reaches_the_model_with_its_reason_and_deny_all_frees_a_new_message(
