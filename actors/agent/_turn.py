@@ -164,6 +164,7 @@ def _prepare(context: ConversationContext, plan: TurnPlan) -> None:
     tools = plan.tools.tools
     if tools and not tools.keys() <= context.declared_tools().keys():  # a set test, in C
         context.add_tools(plan.tools.declarations())  # add-only: a fresh chat has them too
+    plan.client.bind(context)  # the user message's save records the model that answers it
 
 
 def _answer_all(context: ConversationContext, plan: TurnPlan) -> Steps:

@@ -235,6 +235,14 @@ class LLMClient(ABC):
         """
         return self.build_request(_render_copy(conversation), thinking_active)
 
+    def bind(self, conversation: ConversationContext) -> None:
+        """Give an unbound ``conversation`` this client's binding, as ``respond`` does at its
+        first call; a bound one is left as it is (``respond`` checks it). A caller that saves
+        before that call binds first: the save records the model that will answer
+        (``prior_spec_id``), so the call changes nothing the next save must write again."""
+        if conversation.model_binding is None:
+            self._bind(conversation)
+
     def _bind(self, conversation: ConversationContext) -> ModelBinding:
         """The conversation's binding, resolved: as it was, else on this client's spec (an
         unbound conversation gets a binding of this client's defaults)."""

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from parlour.actors import BasicThinker, ConversationService
-from parlour.runtime import IncomingMessage
+from parlour.actors import Agent, BasicThinker, ConversationService
+from parlour.runtime import Depth, IncomingMessage, OutputSize, ScriptedClient
 from parlour.runtime.errors import StaleVersionError
 from parlour.runtime.snapshots import encode_snapshot
 from parlour.stores import LmdbStore, MemorySessionCache
@@ -65,6 +65,22 @@ def test_turns_that_only_add_are_appends_and_an_edit_is_saved_whole(tmp_path: Pa
         assert stored is not None and cached is not None
         assert encode_snapshot(stored) == encode_snapshot(whole) == encode_snapshot(cached)
         service.release(thinker)
+
+
+def test_a_new_chats_first_answer_is_an_append_its_first_save_naming_the_model(
+    tmp_path: Path,
+) -> None:
+    """The agent binds the conversation as the turn starts, so the user message's save (the
+    create) already records the model that answers, and the answer only adds."""
+    store = Counted(tmp_path)
+    agent = Agent(ScriptedClient(), output=OutputSize.STANDARD, depth=Depth.IMMEDIATE)
+    with store, ConversationService(store, MemorySessionCache(), cleanup_interval_s=0) as service:
+        chat = agent.chat(service, user_id="alice")
+        chat.send("Hello")
+        first = store.load_version(chat.conversation_id, 1, "alice")
+        chat.send("Again")
+    assert first is not None and first.prior_spec_id == "scripted"
+    assert store.calls == ["append"] * 3  # the create is not counted; each save after adds
 
 
 def test_a_failed_append_forgets_the_mark_and_the_next_save_is_whole(tmp_path: Path) -> None:
