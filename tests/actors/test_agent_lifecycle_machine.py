@@ -1,0 +1,241 @@
+"""Whatever happens to an agent's conversation, in any order: turns whose model answers,
+fails, calls tools or asks for calls that need a person's approval; approvals and denials;
+messages offered while a tool runs; compactions in a small window; restarts of the process
+between any two of them; resumes of a turn cut short. After each step the stored conversation holds every message the
+user was told was taken, once and in order, every tool call answered once (but the calls
+waiting for a decision), a record whose start names its turn's first message, and the
+request the next turn would send passes every provider's pairing rule."""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+from collections import deque
+
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from parlour.actors import Agent, Chat, ConversationService
+from parlour.runtime import (
+    Depth,
+    LLMResponse,
+    OutputSize,
+    PreparedConversation,
+    ScriptedClient,
+    TurnStep,
+    dangling_calls,
+    tool_from_function,
+)
+from parlour.runtime.blocks import TextBlock, ToolResultBlock
+from parlour.runtime.errors import UncorrectableLLMError
+from parlour.runtime.testing import fake_spec
+from parlour.stores import LmdbStore, MemorySessionCache
+
+from .agent_helpers import calls
+
+SMALL = fake_spec(max_context_tokens=6_000)  # a small window: compactions come often
+REPORT = "Every station read above the threshold on each of the survey's days. " * 60
+USER = "alice"
+
+# what the model does at its next call: answer, fail, or call these tools
+FAIL = ("fail",)
+ACTION = st.one_of(
+    st.just(()),
+    st.just(FAIL),
+    st.lists(st.sampled_from(["lookup", "survey", "delete"]), min_size=1, max_size=3).map(tuple),
+)
+
+
+class AgentLifecycle(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.directory = tempfile.TemporaryDirectory()
+        self.store = LmdbStore(self.directory.name, sync=False)
+        self.plans: deque[tuple[str, ...]] = deque()  # the model's next actions, in order
+        self.rounds = itertools.count(1)
+        self.offer_next: str | None = None  # offered while the next tool runs
+        self.taken: list[str] = []  # every user text the user was told was taken, in order
+        self.deleted: list[str] = []
+        self.service: ConversationService | None = None
+        self.chat: Chat | None = None
+        self.cid: str | None = None
+        self.texts = itertools.count(1)
+        self.start()
+
+    # -- the agent ---------------------------------------------------------------------------
+
+    def model(self, prepared: PreparedConversation) -> LLMResponse:
+        action = self.plans.popleft() if self.plans else ()
+        if not action:
+            return LLMResponse(model_id="scripted", blocks=[TextBlock(text="Done.")])
+        if action == FAIL:
+            raise UncorrectableLLMError("The model refused the request.")
+        n = next(self.rounds)
+        return calls(*((name, {"item": f"{name}-{n}"}) for name in action), round_=n + 1)
+
+    def agent(self) -> Agent:
+        def lookup(item: str) -> str:
+            """Look an item up.
+
+            Args:
+                item: the item.
+            """
+            self.offer_from_tool()
+            return f"{item} found"
+
+        def survey(item: str) -> str:
+            """A long survey report.
+
+            Args:
+                item: the item.
+            """
+            self.offer_from_tool()
+            return f"{item}: {REPORT}"
+
+        def delete(item: str) -> str:
+            """Delete an item (a person approves it first).
+
+            Args:
+                item: the item.
+            """
+            self.deleted.append(item)
+            return f"{item} deleted"
+
+        return Agent(
+            ScriptedClient(itertools.repeat(self.model, 1_000), spec=SMALL),
+            tools=[lookup, survey, tool_from_function(delete, needs_approval=True)],
+            output=OutputSize.COMPACT,
+            depth=Depth.IMMEDIATE,
+            comfort_tokens=4_000,
+        )
+
+    def offer_from_tool(self) -> None:
+        text, self.offer_next = self.offer_next, None
+        if text is None or self.service is None or self.cid is None:
+            return
+        if self.service.offer(self.cid, USER, text):  # taken: it must be kept
+            self.taken.append(text)
+
+    def start(self) -> None:
+        self.service = ConversationService(self.store, MemorySessionCache(), cleanup_interval_s=0)
+        stored = self.cid is not None and self.store.load(self.cid, USER) is not None
+        cid = self.cid if stored else None  # an id never saved names nothing after a restart
+        self.chat = self.agent().chat(self.service, user_id=USER, conversation_id=cid)
+        self.cid = self.chat.conversation_id
+
+    def teardown(self) -> None:
+        if self.service is not None:
+            self.service.stop()
+        self.store.close()
+        self.directory.cleanup()
+
+    # -- what happens ------------------------------------------------------------------------
+
+    def parked(self) -> bool:
+        assert self.chat is not None
+        return bool(self.chat.pending)
+
+    @precondition(lambda self: not self.parked())
+    @rule(actions=st.lists(ACTION, max_size=4), offer=st.booleans())
+    def send(self, actions: list[tuple[str, ...]], offer: bool) -> None:
+        assert self.chat is not None
+        self.plans.clear()
+        self.plans.extend(actions)
+        text = f"Message {next(self.texts)}"
+        self.offer_next = f"Offer {next(self.texts)}" if offer else None
+        self.taken.append(text)  # saved before the model is called
+        try:
+            reply = self.chat.send(text)
+        except UncorrectableLLMError:
+            event("a turn failed")
+            return
+        event("a turn parked" if reply.pending else "a turn answered")
+        if self.taken[-1] != text:
+            event("an offer taken")
+
+    @precondition(lambda self: self.chat is not None and self.chat.interrupted)
+    @rule(actions=st.lists(ACTION, max_size=3))
+    def resume(self, actions: list[tuple[str, ...]]) -> None:
+        assert self.chat is not None
+        self.plans.clear()
+        self.plans.extend(actions)
+        try:
+            self.chat.resume()
+        except UncorrectableLLMError:
+            event("a resume failed")
+            return
+        event("a turn resumed")
+
+    @precondition(lambda self: self.parked())
+    @rule(approve=st.booleans(), actions=st.lists(ACTION, max_size=3))
+    def decide(self, approve: bool, actions: list[tuple[str, ...]]) -> None:
+        assert self.chat is not None
+        self.plans.clear()
+        self.plans.extend(actions)
+        call_id = self.chat.pending[0].call_id
+        try:
+            reply = self.chat.approve(call_id) if approve else self.chat.deny(call_id, "not now")
+        except UncorrectableLLMError:
+            event("a decision's turn failed")
+            return
+        event("a decision parked again" if reply.pending else "a decision went on")
+
+    @rule()
+    def restart(self) -> None:
+        assert self.service is not None
+        self.service.stop()
+        self.start()
+
+    # -- what always holds -------------------------------------------------------------------
+
+    @invariant()
+    def every_taken_message_once_in_order_and_every_call_answered(self) -> None:
+        if self.cid is None:
+            return
+        snapshot = self.store.load(self.cid, USER)
+        if snapshot is None:
+            assert not self.taken
+            return
+        said = [
+            b.text
+            for m in snapshot.messages
+            if m.role == "user"
+            for b in m.blocks
+            if isinstance(b, TextBlock) and b.text.startswith(("Message ", "Offer "))
+        ]
+        if any(e.get("type") == "compaction" for e in snapshot.usage):
+            event("compacted")
+        kept = [] if snapshot.turn is None else list(snapshot.turn.offers)
+        assert said + kept == self.taken  # offers a parked turn keeps come after
+        record = snapshot.turn
+        parked = record is not None and record.step == TurnStep.APPROVAL
+        pending = {p.call_id for p in record.pending} if record is not None and parked else set()
+        unanswered = {d.call.id for d in dangling_calls(snapshot.messages)}
+        assert unanswered <= pending  # only the calls waiting for a decision
+        assert not parked or (record is not None and record.undecided())
+        if record is not None:
+            assert record.start < len(snapshot.messages), "the record's start is past the end"
+            first = snapshot.messages[record.start]
+            assert first.role == "user", "the record's start names no turn's first message"
+        if not parked:  # the next request: every call paired, for every provider
+            conversation = snapshot.to_conversation()
+            ScriptedClient(spec=SMALL).preview(conversation)
+            results = [
+                b.tool_use_id
+                for m in snapshot.messages
+                for b in m.blocks
+                if isinstance(b, ToolResultBlock)
+            ]
+            assert len(results) == len(set(results))  # each call answered once
+
+
+AgentLifecycle.TestCase.settings = settings(
+    max_examples=60,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_any_turns_decisions_offers_and_restarts_leave_a_conversation_providers_accept = (
+    AgentLifecycle.TestCase
+)
