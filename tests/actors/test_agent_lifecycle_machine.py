@@ -1,13 +1,15 @@
-"""Whatever happens to an agent's conversation, in any order: turns whose model answers,
-fails, calls tools or asks for calls that need a person's approval; approvals and denials;
-messages offered while a tool runs; compactions in a small window; restarts of the process
-between any two of them; resumes of a turn cut short. After each step the stored conversation holds every message the
-user was told was taken, once and in order, every tool call answered once (but the calls
-waiting for a decision), a record whose start names its turn's first message, and the
-request the next turn would send passes every provider's pairing rule."""
+"""Whatever happens to an agent's conversation, in any order, on threads or on a loop:
+turns whose model answers, fails, calls tools or asks for calls that need a person's
+approval; approvals and denials; messages offered while a tool runs; compactions in a
+small window; restarts of the process between any two of them; resumes of a turn cut
+short. After each step the stored conversation holds every message the user was told was
+taken, once and in order, every tool call answered once (but the calls waiting for a
+decision), a record whose start names its turn's first message, and the request the next
+turn would send passes every provider's pairing rule."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import tempfile
 from collections import deque
@@ -137,8 +139,8 @@ class AgentLifecycle(RuleBasedStateMachine):
         return bool(self.chat.pending)
 
     @precondition(lambda self: not self.parked())
-    @rule(actions=st.lists(ACTION, max_size=4), offer=st.booleans())
-    def send(self, actions: list[tuple[str, ...]], offer: bool) -> None:
+    @rule(actions=st.lists(ACTION, max_size=4), offer=st.booleans(), on_loop=st.booleans())
+    def send(self, actions: list[tuple[str, ...]], offer: bool, on_loop: bool) -> None:
         assert self.chat is not None
         self.plans.clear()
         self.plans.extend(actions)
@@ -146,7 +148,7 @@ class AgentLifecycle(RuleBasedStateMachine):
         self.offer_next = f"Offer {next(self.texts)}" if offer else None
         self.taken.append(text)  # saved before the model is called
         try:
-            reply = self.chat.send(text)
+            reply = asyncio.run(self.chat.asend(text)) if on_loop else self.chat.send(text)
         except UncorrectableLLMError:
             event("a turn failed")
             return
@@ -155,27 +157,34 @@ class AgentLifecycle(RuleBasedStateMachine):
             event("an offer taken")
 
     @precondition(lambda self: self.chat is not None and self.chat.interrupted)
-    @rule(actions=st.lists(ACTION, max_size=3))
-    def resume(self, actions: list[tuple[str, ...]]) -> None:
+    @rule(actions=st.lists(ACTION, max_size=3), on_loop=st.booleans())
+    def resume(self, actions: list[tuple[str, ...]], on_loop: bool) -> None:
         assert self.chat is not None
         self.plans.clear()
         self.plans.extend(actions)
         try:
-            self.chat.resume()
+            asyncio.run(self.chat.aresume()) if on_loop else self.chat.resume()
         except UncorrectableLLMError:
             event("a resume failed")
             return
         event("a turn resumed")
 
     @precondition(lambda self: self.parked())
-    @rule(approve=st.booleans(), actions=st.lists(ACTION, max_size=3))
-    def decide(self, approve: bool, actions: list[tuple[str, ...]]) -> None:
+    @rule(approve=st.booleans(), actions=st.lists(ACTION, max_size=3), on_loop=st.booleans())
+    def decide(self, approve: bool, actions: list[tuple[str, ...]], on_loop: bool) -> None:
         assert self.chat is not None
         self.plans.clear()
         self.plans.extend(actions)
         call_id = self.chat.pending[0].call_id
         try:
-            reply = self.chat.approve(call_id) if approve else self.chat.deny(call_id, "not now")
+            if on_loop:
+                chat = self.chat
+                deciding = chat.aapprove(call_id) if approve else chat.adeny(call_id, "not now")
+                reply = asyncio.run(deciding)
+            else:
+                reply = (
+                    self.chat.approve(call_id) if approve else self.chat.deny(call_id, "not now")
+                )
         except UncorrectableLLMError:
             event("a decision's turn failed")
             return
