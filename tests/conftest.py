@@ -1,11 +1,15 @@
-"""Shared fixtures: every test leaves no actor running, and every request body any test sends
-through ``MockProvider`` is checked, after the test, against the SDK's own request type for
-its endpoint (see ``tests/runtime/providers/_request_types.py``)."""
+"""Shared fixtures: every test leaves no actor running, reaches no host but this machine (a
+name lookup of any other fails at once), and every request body any test sends through
+``MockProvider`` is checked, after the test, against the SDK's own request type for its
+endpoint (see ``tests/runtime/providers/_request_types.py``)."""
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pykka
 import pytest
@@ -28,6 +32,33 @@ from tests.runtime.providers._sent_bodies import SentBodies  # noqa: E402
 def _stop_all_actors() -> Iterator[None]:
     yield
     pykka.ActorRegistry.stop_all()
+
+
+_LOCAL = frozenset({None, "", "localhost", "127.0.0.1", "::1", "0.0.0.0", "::"})
+_resolve = socket.getaddrinfo
+
+
+def _local_only(host: Any, *args: Any, **kwargs: Any) -> Any:
+    """``socket.getaddrinfo`` for this machine's names only: a test that would reach out
+    (an SDK whose transport was not replaced, say) fails here instead of waiting on a DNS."""
+    name = host.decode() if isinstance(host, bytes) else host
+    if name not in _LOCAL and name != socket.gethostname() and not _numeric(name):
+        raise socket.gaierror(socket.EAI_NONAME, f"tests reach no network (asked for {name!r})")
+    return _resolve(host, *args, **kwargs)
+
+
+def _numeric(name: str) -> bool:
+    """An address, not a name: nothing to look up (loopback, or the machine's own, for Ray)."""
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.fixture(autouse=True)
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket, "getaddrinfo", _local_only)
 
 
 @pytest.fixture(autouse=True)

@@ -31,12 +31,28 @@ from parlour.runtime import (
 )
 from parlour.runtime.blocks import TextBlock, ToolResultBlock
 from parlour.runtime.errors import UncorrectableLLMError
-from parlour.runtime.testing import fake_spec
+from parlour.runtime.providers import AnthropicClient, BedrockClient, OpenAIClient
+from parlour.runtime.snapshots import ConversationPersistenceSnapshot
+from parlour.runtime.testing import (
+    ConverseStreamMock,
+    MockProvider,
+    anthropic_message,
+    converse_stream_events,
+    dummy_bedrock_client,
+    fake_spec,
+    mock_anthropic_sdk,
+    mock_openai_sdk,
+    openai_completion,
+)
 from parlour.stores import LmdbStore, MemorySessionCache
+from tests.runtime.providers._sent_bodies import check_request
 
 from .agent_helpers import calls
 
 SMALL = fake_spec(max_context_tokens=6_000)  # a small window: compactions come often
+BEDROCK = fake_spec(
+    id="anthropic.claude-test-v1:0", provider="bedrock", supports_prompt_caching=False
+)
 REPORT = "Every station read above the threshold on each of the survey's days. " * 60
 USER = "alice"
 
@@ -230,6 +246,7 @@ class AgentLifecycle(RuleBasedStateMachine):
         if not parked:  # the next request: every call paired, for every provider
             conversation = snapshot.to_conversation()
             ScriptedClient(spec=SMALL).preview(conversation)
+            fits_every_provider(snapshot)
             results = [
                 b.tool_use_id
                 for m in snapshot.messages
@@ -239,8 +256,28 @@ class AgentLifecycle(RuleBasedStateMachine):
             assert len(results) == len(set(results))  # each call answered once
 
 
+def fits_every_provider(snapshot: ConversationPersistenceSnapshot) -> None:
+    """The request each provider's client would send next for ``snapshot`` fits the SDK's
+    request type (Anthropic, OpenAI) or the service model with its roles alternating, a
+    user's first (Bedrock's Converse)."""
+    anthropic = MockProvider(anthropic_message("ok"))
+    AnthropicClient("claude-sonnet-4-5", client=mock_anthropic_sdk(anthropic)).respond(
+        snapshot.to_conversation()
+    )
+    check_request("/v1/messages", anthropic.last_body)
+    openai = MockProvider(openai_completion("ok"))
+    OpenAIClient("gpt-5-mini", client=mock_openai_sdk(openai)).respond(snapshot.to_conversation())
+    check_request("/chat/completions", openai.last_body)
+    boto = dummy_bedrock_client()
+    bedrock = ConverseStreamMock(boto, converse_stream_events("ok"))
+    bedrock_client = BedrockClient(BEDROCK, client=boto)
+    bedrock_client.respond(snapshot.to_conversation(), on_text=lambda _: None)  # the stream
+    roles = [m["role"] for m in bedrock.bodies[-1]["messages"]]
+    assert roles[:1] == ["user"] and all(a != b for a, b in itertools.pairwise(roles))
+
+
 AgentLifecycle.TestCase.settings = settings(
-    max_examples=60,
+    max_examples=40,
     stateful_step_count=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
