@@ -10,9 +10,11 @@ to what a conversation keeps shows up as the line it moved. The RSS is also show
 the heap (anonymous pages) and the store's mapped file (LMDB's pages that the saves
 touched: the store's records, its history versions included, not objects in memory).
 ``benchmarks/host.py``'s RSS per chat also counts each chat's own thread (its stack),
-which this leaves out.
+which this leaves out. ``--tools`` measures what a real agent carries instead of a bare
+one: twenty function tools of four parameters and an objective of about 800 characters
+(``instructions.py``'s tools path), which every conversation stores in its body.
 
-    python benchmarks/footprint.py [--chats 2000] [--top 25] [--no-cache]
+    python benchmarks/footprint.py [--chats 2000] [--top 25] [--no-cache] [--tools]
 """
 
 from __future__ import annotations
@@ -25,12 +27,20 @@ import tracemalloc
 from pathlib import Path
 
 
-def measure(chats: int, top: int, cache: bool) -> None:
+def measure(chats: int, top: int, cache: bool, tools: bool = False) -> None:
+    from instructions import OBJECTIVE, TOOLS, _tool
+
     from parlour.actors import Agent, ConversationService
     from parlour.runtime import Depth, OutputSize, ScriptedClient
     from parlour.stores import LmdbStore, MemorySessionCache
 
-    agent = Agent(ScriptedClient(), output=OutputSize.STANDARD, depth=Depth.IMMEDIATE)
+    agent = Agent(
+        ScriptedClient(),
+        tools=[_tool(n) for n in range(TOOLS)] if tools else (),
+        objective=OBJECTIVE if tools else None,
+        output=OutputSize.STANDARD,
+        depth=Depth.IMMEDIATE,
+    )
     with tempfile.TemporaryDirectory() as tmp, LmdbStore(Path(tmp), sync=False) as store:
         session = MemorySessionCache(capacity=chats * 2) if cache else None
         service = ConversationService(store, session, cleanup_interval_s=0)
@@ -56,7 +66,8 @@ def measure(chats: int, top: int, cache: bool) -> None:
         tracemalloc.stop()
         stats = after.compare_to(before, "lineno")
         total = sum(s.size_diff for s in stats)
-        print(f"{chats} live idle conversations after one turn, session cache {cache}:")
+        kind = "an agent with 20 tools" if tools else "a bare agent"
+        print(f"{chats} live idle conversations of {kind} after one turn, session cache {cache}:")
         rows = (
             ("RSS", rss),
             ("  heap", heap),
@@ -92,8 +103,9 @@ def main() -> None:
     parser.add_argument("--chats", type=int, default=2000)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--no-cache", action="store_true", help="no session cache")
+    parser.add_argument("--tools", action="store_true", help="an agent with 20 tools")
     args = parser.parse_args()
-    measure(args.chats, args.top, not args.no_cache)
+    measure(args.chats, args.top, not args.no_cache, args.tools)
 
 
 if __name__ == "__main__":
