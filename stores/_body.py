@@ -14,7 +14,10 @@ A body encoded anew is decoded once, as a load would: one that would not read ba
 set to ``1`` where a bool belongs, say) is refused before anything is written, instead of
 leaving a record no load can open. Bodies change rarely, so this costs a save next to
 nothing. A store remembers its last ``Body`` per conversation: a body with no block lists
-(no objective, tools or skills) is its scalars' very bytes, one object, encoded once.
+(no objective, tools or skills) is its scalars' very bytes, one object, encoded once; one
+with lists is remembered without its bytes (``remembered``: an agent's objective and tool
+definitions, tens of KiB a conversation), which the store reads back from its own record
+when it needs them.
 """
 
 from __future__ import annotations
@@ -35,19 +38,33 @@ from parlour.runtime.snapshots import (
 from ._checked import UNENCODABLE, encode_messages, encode_usage, refused, why
 from ._records import encode_body
 
-__all__ = ["Body", "body_after", "readable", "whole"]
+__all__ = ["Body", "body_after", "readable", "remembered", "whole"]
 
 _block = operator.attrgetter("block")
 
 
 class Body:
-    """A body's bytes (``data``) and what they were encoded from: the bytes of its scalar
-    fields and artifacts, and its block lists (copied: a snapshot's lists are its holder's)."""
+    """A body's bytes (``data``: None once only remembered, see ``remembered``) and what
+    they were encoded from: the bytes of its scalar fields and artifacts, and its block
+    lists (copied: a snapshot's lists are its holder's)."""
 
     __slots__ = ("data", "lists", "scalars")
 
-    def __init__(self, data: bytes, scalars: bytes, lists: _Lists) -> None:
+    def __init__(self, data: bytes | None, scalars: bytes, lists: _Lists) -> None:
         self.data, self.scalars, self.lists = data, scalars, lists
+
+    @property
+    def size(self) -> int:
+        return 0 if self.data is None else len(self.data)
+
+
+def remembered(body: Body) -> Body:
+    """What a store keeps of ``body`` once it is written: all of it when its bytes are its
+    scalars' (one object), else all but its bytes (the next ``body_after`` still proves a
+    body the same by its scalars and lists; the bytes are in the store's record)."""
+    if body.data is None or body.data is body.scalars:
+        return body
+    return Body(None, body.scalars, body.lists)
 
 
 _Lists = tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]  # objective, tools, skills

@@ -18,6 +18,7 @@ from loguru import logger
 
 from parlour.runtime.snapshots import Appended, MessageSnapshot
 
+from .._body import remembered
 from ._lock import ReadGate
 
 if TYPE_CHECKING:
@@ -112,13 +113,17 @@ class Bookkeeping:
         return self._moment
 
     def committed(self) -> None:
-        """What the commit wrote becomes what the store knows it has written."""
+        """What the commit wrote becomes what the store knows it has written (a body without
+        its bytes: they are in the record, see ``_body.remembered``)."""
         for cid, written in self._pending.items():
             if written is None:
                 self._written.pop(cid, None)
-            else:
-                self._written[cid] = written
-                self._written.move_to_end(cid)
+                continue
+            messages, body, usage, head = written
+            if body is not None and body.data is not None and body.data is not body.scalars:
+                written = (messages, remembered(body), usage, head)
+            self._written[cid] = written
+            self._written.move_to_end(cid)
         while len(self._written) > self._remembered:
             self._written.popitem(last=False)
         self._pending.clear()

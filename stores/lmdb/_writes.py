@@ -94,7 +94,7 @@ class Writes:
             self._put(txn, key, cid, old, head, body, plan, usage)
             return head.version
 
-        return write, len(body.data) + plan.size + usage.size
+        return write, body.size + plan.size + usage.size
 
     def update(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, queued: bool = False
@@ -119,7 +119,7 @@ class Writes:
             self._put(txn, key, cid, old, head, body, plan, usage)
             return head.version
 
-        return write, len(body.data) + plan.size + usage.size
+        return write, body.size + plan.size + usage.size
 
     def append(self, appended: Appended, user_id: str) -> tuple[Write, int]:
         """An append's write (``PersistentStore.append_context``) and size: the new
@@ -192,8 +192,9 @@ class Writes:
             plan, usage = replanned(cid, base, ledger, plan, usage)
         _layout.reindex(txn, self._dbs, old, head, key)
         was = None if known is None else known[1]
-        same = was is not None and (body is was or body.data == was.data)
+        same = was is not None and (body is was or body.data == self._body_of(txn, key, was))
         if not same:  # the usual turn leaves the body as it was (its version records none)
+            assert body.data is not None  # only a remembered body lacks them: ``was`` itself
             txn.put(key, body.data, db=self._dbs.bodies)
         write_run(txn, self._dbs.messages, key, plan, 0 if old is None else old.message_count)
         if usage.writes or (old is not None and len(usage.items) < old.usage_count):
@@ -201,6 +202,14 @@ class Writes:
         written = None if same else body.data
         head = self._recorded(txn, key, old, head, written, plan.writes, usage.writes)
         self._book.note(cid, (plan.items, body, usage.items, head))  # void if the batch aborts
+
+    def _body_of(self, txn: Any, key: bytes, was: Body) -> bytes | None:
+        """The bytes of the body the store last wrote: remembered, or read from its record
+        (a remembered body keeps no bytes)."""
+        if was.data is not None:
+            return was.data
+        stored = txn.get(key, db=self._dbs.bodies)
+        return None if stored is None else bytes(stored)
 
     def _recorded(
         self,

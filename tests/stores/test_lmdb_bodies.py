@@ -6,7 +6,9 @@ load, of the current record or of a kept version, gives the body its save had.""
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import tempfile
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -198,6 +200,45 @@ def test_a_body_that_would_not_read_back_is_refused_and_the_stored_record_still_
         loaded = store.load("c1", "alice")
         assert loaded is not None and encode_snapshot(loaded) == kept
         assert store.load("c2", "alice") is None
+
+
+def test_the_store_keeps_no_copy_of_the_bodies_it_wrote(tmp_path: Path) -> None:
+    """An agent's body holds its objective and tool definitions (tens of KiB a conversation):
+    once written, the store remembers what proves the next body the same, not its bytes,
+    and a later save still skips an unchanged body, writes a changed one, and loads back."""
+    goal = "Answer from the survey, citing the station. " * 500  # 22 KiB, shared
+    with LmdbStore(tmp_path) as store:
+        saved = []
+        tracemalloc.start()
+        before = tracemalloc.take_snapshot()
+        for n in range(40):
+            c = ConversationContext(f"c{n}", user_id="alice")
+            c.put_main_objective("goal", goal)
+            c.add_user_message("first")
+            c.stored_version = store.create_context(c.to_snapshot(), "alice")
+            c.add_user_message("second")  # a whole save proving the body the same
+            c.stored_version = store.save_context(c.to_snapshot(), "alice")
+            saved.append((c.conversation_id, c.stored_version))
+            del c
+        gc.collect()
+        kept = tracemalloc.take_snapshot().compare_to(before, "filename")
+        tracemalloc.stop()
+        per_conversation = sum(s.size_diff for s in kept) / 40
+        assert per_conversation < len(goal) / 4, per_conversation  # not the body's bytes
+        c = store.load("c7", "alice").to_conversation()  # type: ignore[union-attr]
+        c.add_user_message("third")
+        c.stored_version = store.save_context(c.to_snapshot(), "alice")  # body unchanged
+        c.put_main_objective("goal", "A new goal.")
+        c.stored_version = store.save_context(c.to_snapshot(), "alice")  # body changed
+        c.put_main_objective("goal", goal)
+        c.stored_version = store.save_context(c.to_snapshot(), "alice")  # and back
+        loaded = store.load("c7", "alice")
+        assert loaded is not None and encode_body(loaded) == encode_body(c.to_snapshot())
+        assert [v.version for v in store.get_version_history("c7", "alice")] == [5, 4, 3, 2, 1]
+        earlier = store.load_version("c7", 4, "alice")
+        assert earlier is not None
+        assert "A new goal." in encode_body(earlier).decode() and goal not in str(earlier)
+    assert _stored_body(tmp_path, "c7") == encode_body(c.to_snapshot())
 
 
 def test_a_body_without_block_lists_is_stored_as_encode_body_gives_it_and_kept_once() -> None:
