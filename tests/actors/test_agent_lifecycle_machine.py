@@ -10,10 +10,13 @@ turn would send passes every provider's pairing rule."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import os
 import tempfile
 from collections import deque
 
+import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -44,10 +47,17 @@ from parlour.runtime.testing import (
     mock_openai_sdk,
     openai_completion,
 )
-from parlour.stores import LmdbStore, MemorySessionCache
+from parlour.stores import (
+    LmdbStore,
+    MemorySessionCache,
+    MemoryStore,
+    PersistentStore,
+    PostgresStore,
+)
 from tests.runtime.providers._sent_bodies import check_request
 
 from .agent_helpers import calls
+from .kills import postgres_schema
 
 SMALL = fake_spec(max_context_tokens=6_000)  # a small window: compactions come often
 BEDROCK = fake_spec(
@@ -68,8 +78,8 @@ ACTION = st.one_of(
 class AgentLifecycle(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.directory = tempfile.TemporaryDirectory()
-        self.store = LmdbStore(self.directory.name, sync=False)
+        self.resources = contextlib.ExitStack()
+        self.store = self.make_store()
         self.plans: deque[tuple[str, ...]] = deque()  # the model's next actions, in order
         self.rounds = itertools.count(1)
         self.offer_next: str | None = None  # offered while the next tool runs
@@ -142,11 +152,15 @@ class AgentLifecycle(RuleBasedStateMachine):
         self.chat = self.agent().chat(self.service, user_id=USER, conversation_id=cid)
         self.cid = self.chat.conversation_id
 
+    def make_store(self) -> PersistentStore:
+        """An LmdbStore: appends for the usual turn, deferred saves, the version history."""
+        directory = self.resources.enter_context(tempfile.TemporaryDirectory())
+        return self.resources.enter_context(LmdbStore(directory, sync=False))
+
     def teardown(self) -> None:
         if self.service is not None:
             self.service.stop()
-        self.store.close()
-        self.directory.cleanup()
+        self.resources.close()
 
     # -- what happens ------------------------------------------------------------------------
 
@@ -276,12 +290,35 @@ def fits_every_provider(snapshot: ConversationPersistenceSnapshot) -> None:
     assert roles[:1] == ["user"] and all(a != b for a, b in itertools.pairwise(roles))
 
 
-AgentLifecycle.TestCase.settings = settings(
+class MemoryLifecycle(AgentLifecycle):
+    """The same on a MemoryStore: every save whole, none deferred."""
+
+    def make_store(self) -> PersistentStore:
+        return MemoryStore()
+
+
+class PostgresLifecycle(AgentLifecycle):
+    """The same on PostgreSQL, in a schema of its own per run."""
+
+    def make_store(self) -> PersistentStore:
+        conninfo = self.resources.enter_context(postgres_schema())
+        return self.resources.enter_context(PostgresStore(conninfo))
+
+
+SETTINGS = settings(
     max_examples=40,
     stateful_step_count=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+AgentLifecycle.TestCase.settings = SETTINGS
+MemoryLifecycle.TestCase.settings = SETTINGS
+PostgresLifecycle.TestCase.settings = settings(SETTINGS, max_examples=15)
 test_any_turns_decisions_offers_and_restarts_leave_a_conversation_providers_accept = (
     AgentLifecycle.TestCase
 )
+test_the_same_on_a_memory_store_where_every_save_is_whole = MemoryLifecycle.TestCase
+test_the_same_on_postgresql = pytest.mark.skipif(
+    not os.environ.get("PARLOUR_TEST_POSTGRES"),
+    reason="no PostgreSQL server: PARLOUR_TEST_POSTGRES is not set",
+)(PostgresLifecycle.TestCase)
