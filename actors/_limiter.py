@@ -100,12 +100,15 @@ class _Bucket:
             self.level = min(self.capacity, self.level + (now - self.at) * self.rate)
             self.at = now
 
-    def amount(self, input_tokens: int, output_tokens: int) -> int:
+    def amount(self, input_tokens: int, output_tokens: int, cache_read: int = 0) -> int:
+        """What a call of these tokens takes from this bucket: input tokens count but the
+        ones read from the prompt cache (as Anthropic counts its input limit), tokens all
+        of them (as OpenAI and Bedrock count theirs)."""
         measure = self.measure
         if measure == "requests":
             return 1
         if measure == "input tokens":
-            return input_tokens
+            return input_tokens - cache_read
         if measure == "output tokens":
             return output_tokens
         return input_tokens + output_tokens
@@ -127,9 +130,11 @@ class Booking:
         self.limiter, self.input_tokens, self.output_tokens = limiter, input_tokens, output_tokens
         self._closed = False
 
-    def settle(self, input_tokens: int, output_tokens: int) -> None:
-        """The call answered with this usage: the unused part goes back, an overrun is taken."""
-        self.limiter._close(self, input_tokens, output_tokens, request_back=False)
+    def settle(self, input_tokens: int, output_tokens: int, cache_read: int = 0) -> None:
+        """The call answered with this usage (``input_tokens`` the whole input, of which
+        ``cache_read`` came from the prompt cache): the unused part goes back, an overrun
+        is taken."""
+        self.limiter._close(self, input_tokens, output_tokens, cache_read, request_back=False)
 
     def release(self) -> None:
         """The call was sent and raised: its tokens stay booked (the provider may have
@@ -370,7 +375,13 @@ class Limiter:
             return None
 
     def _close(
-        self, booking: Booking, input_tokens: int, output_tokens: int, *, request_back: bool
+        self,
+        booking: Booking,
+        input_tokens: int,
+        output_tokens: int,
+        cache_read: int = 0,
+        *,
+        request_back: bool,
     ) -> None:
         with self._lock:
             if booking._closed:
@@ -385,7 +396,7 @@ class Limiter:
                         bucket.give(1)
                     continue
                 booked = bucket.amount(booking.input_tokens, booking.output_tokens)
-                bucket.give(booked - bucket.amount(input_tokens, output_tokens))
+                bucket.give(booked - bucket.amount(input_tokens, output_tokens, cache_read))
             self._pump()
 
 

@@ -22,7 +22,8 @@
   flight, requests per minute, tokens per minute (input plus output, or each apart). A call
   books one request, the conversation's input estimate and its output reserve (the wire
   ``max_tokens``) before it is sent, waits for room in arrival order (``_limiter``), and
-  is settled against the reported usage after. ``follow_catalog_limits()`` makes a model
+  is settled against the reported usage after (an input-token limit counts no tokens read
+  from the prompt cache, as Anthropic's does not). ``follow_catalog_limits()`` makes a model
   with no setting follow its catalog entry's ``rate_limits`` (a documented first tier).
   None by default: a model call waits in its turn's own thread (``Chat.send``) or task
   (``Chat.asend``), so a host's concurrency towards a slow model is its number of chats,

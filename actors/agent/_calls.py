@@ -159,7 +159,7 @@ def close(booking: Booking | None, response: LLMResponse | None) -> None:
         booking.release()
     else:
         usage = response.usage
-        booking.settle(usage.input_tokens, usage.output_tokens)
+        booking.settle(usage.input_tokens, usage.output_tokens, usage.cache_read_input_tokens or 0)
 
 
 def no_room(

@@ -64,8 +64,10 @@ class RateLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
     Attributes:
         requests_per_minute: requests begun per minute.
-        tokens_per_minute: input plus output tokens per minute (OpenAI's, Bedrock's).
-        input_tokens_per_minute: input tokens per minute (Anthropic's ITPM).
+        tokens_per_minute: input plus output tokens per minute (OpenAI's, Bedrock's), cached
+            input included.
+        input_tokens_per_minute: input tokens per minute (Anthropic's ITPM): those read
+            from the prompt cache are not counted, as Anthropic does not count them.
         output_tokens_per_minute: output tokens per minute (Anthropic's OTPM).
         concurrency: calls in flight at once (no provider publishes one: an
             application's own cap).

@@ -291,9 +291,12 @@ def test_the_catalogs_limits_are_followed_when_opted_in_and_the_applications_win
 
 
 @pytest.mark.parametrize("path", ["send", "asend"])
-def test_a_call_books_its_estimate_plus_its_output_reserve_and_sends_the_reserve(
+def test_a_call_books_its_estimate_plus_its_reserve_and_settles_cache_reads_outside_itpm(
     service: ConversationService, path: str
 ) -> None:
+    """It books the input estimate and the output reserve it sends as ``max_tokens``, and
+    settles on the reported usage: 30 uncached and 20 cached input tokens, 7 output; the
+    input-token limit keeps the 30 alone, as Anthropic counts it."""
     spec = fake_spec(id="claude-test", provider="anthropic")
     seen: list[tuple[float, float, float]] = []
     limiter = set_model_limits(
@@ -304,7 +307,9 @@ def test_a_call_books_its_estimate_plus_its_output_reserve_and_sends_the_reserve
         clock=FakeClock(),
     )
     assert limiter is not None
-    recorded = MockProvider(anthropic_message("Hi there.", input_tokens=30, output_tokens=7))
+    recorded = MockProvider(
+        anthropic_message("Hi there.", input_tokens=30, output_tokens=7, cache_read=20)
+    )
 
     def provider(request: Any) -> Any:  # what is booked while the request is on the wire
         stats = limiter.statistics()
@@ -337,9 +342,9 @@ def test_a_call_books_its_estimate_plus_its_output_reserve_and_sends_the_reserve
     assert 1_000_000 - tokens == estimate + reserve
     assert (1_000_000 - input_tokens, 1_000_000 - output_tokens) == (estimate, reserve)
     assert recorded.bodies[0]["max_tokens"] == reserve
-    stats = limiter.statistics()  # settled on the reported usage: 30 in, 7 out
+    stats = limiter.statistics()  # settled: 50 in (20 of them cached), 7 out
     assert (stats.tokens, stats.input_tokens, stats.output_tokens) == (
-        1_000_000 - 37,
+        1_000_000 - 57,
         1_000_000 - 30,
         1_000_000 - 7,
     )

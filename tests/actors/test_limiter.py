@@ -71,6 +71,22 @@ def test_a_refused_booking_fits_once_the_bucket_refills_for_it() -> None:
     assert limiter.try_book() is not None
 
 
+def test_an_input_token_limit_counts_no_cache_reads_and_a_tokens_limit_counts_them() -> None:
+    """Anthropic's input limit leaves out the input read from the prompt cache; a limit of
+    input plus output tokens (OpenAI's, Bedrock's) counts every input token."""
+    clock = FakeClock()
+    itpm = Limiter("claude", RateLimits(input_tokens_per_minute=10_000), clock)
+    tpm = Limiter("gpt", RateLimits(tokens_per_minute=10_000), clock)
+    for limiter in (itpm, tpm):
+        booking = limiter.try_book(8_000, 500)
+        assert booking is not None
+        booking.settle(9_000, 200, cache_read=7_000)  # 2,000 uncached
+    assert itpm.statistics().input_tokens == 10_000 - 2_000
+    assert tpm.statistics().tokens == 10_000 - 9_200
+    assert itpm.try_book(8_000, 0) is not None  # the cached 7,000 left room
+    assert tpm.try_book(8_000, 0) is None
+
+
 @settings(max_examples=60, deadline=None)
 @given(sizes=st.lists(st.integers(1, 1_000), min_size=2, max_size=12))
 def test_waiting_tasks_are_granted_in_arrival_order_never_overtaken(sizes: list[int]) -> None:
