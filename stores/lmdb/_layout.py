@@ -3,9 +3,12 @@ index, tombstones and quarantine: everything a transaction does besides one reco
 
 Layouts: 1 (no meta database, headers without a version or with versions that restart
 after a delete, no owner index, no tombstones), 2 (no version history), 3 (the usage
-ledger inside the body), 4 (the ledger one record per entry) and 5 (this code: a version
-record that left the body as it was holds an empty body; layout 4's records read alike,
-and a parlour knowing only 4 refuses the directory instead of misreading them).
+ledger inside the body), 4 (the ledger one record per entry), 5 (a version record that
+left the body as it was holds an empty body; layout 4's records read alike, and a parlour
+knowing only 4 refuses the directory instead of misreading them) and 6 (this code: a body
+of 1 KiB or more, in its record and in a version record, is stored compressed where that
+saves an eighth, ``_records.packed_body``; layout 5's plain bodies read as they are, and
+a parlour knowing only 5 refuses the directory instead of misreading a packed one).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from .._records import (
 from . import _versions
 from ._databases import NAMES, Databases
 
-LAYOUT = 5
+LAYOUT = 6
 _LAYOUT_KEY = b"layout"
 
 

@@ -33,7 +33,7 @@ import msgspec
 from parlour.runtime.errors import CorruptSnapshotError
 
 from .._checked import Run
-from .._records import Chain, message_prefix
+from .._records import Chain, message_prefix, packed_body
 from ._databases import Databases
 
 MAX_CHAIN = 256  # most deltas after a checkpoint
@@ -149,19 +149,21 @@ def record(
         or chain[1] + size > max(chain[2], CHAIN_FLOOR)
     ):
         # the records as this save left them: the stored bytes, none encoded again
-        if body is None:  # the body as stored: an append leaves it as it was
+        if body is None:  # the body as stored (packed or not): an append leaves it as it was
             stored = txn.get(key, db=dbs.bodies)
             if stored is None:
                 raise CorruptSnapshotError(
                     f"Stored conversation {key.decode(errors='replace')} has no body record."
                 )
             body = bytes(stored)
+        else:
+            body = packed_body(body)
         writes = _all_of(txn, dbs.messages, key, writes, count)
         entries = _all_of(txn, dbs.usage, key, usage, usage_count)
         payload = Payload(body, count, writes, usage_count, entries)
         txn.put(version_key(key, version), _record(CHECKPOINT, saved_at, payload), db=dbs.versions)
         return (0, 0, sum(map(len, map(operator.itemgetter(1), writes + entries))))
-    kept = _SAME_BODY if body is None else body
+    kept = _SAME_BODY if body is None else packed_body(body)
     payload = Payload(kept, count, writes, usage_count, usage)
     txn.put(version_key(key, version), _record(DELTA, saved_at, payload), db=dbs.versions)
     return (chain[0] + 1, chain[1] + size, chain[2])

@@ -19,7 +19,11 @@ from typing import Any
 
 import msgspec
 
-from parlour.runtime.errors import ConversationNotFoundError, StaleVersionError
+from parlour.runtime.errors import (
+    ConversationNotFoundError,
+    CorruptSnapshotError,
+    StaleVersionError,
+)
 from parlour.runtime.snapshots import Appended, ConversationPersistenceSnapshot
 
 from .._body import Body, body_after
@@ -32,9 +36,11 @@ from .._records import (
     advanced,
     header_encoder,
     message_key,
+    packed_body,
     plan_messages,
     plan_usage,
     replanned,
+    unpacked_body,
     write_run,
 )
 from . import _layout, _reads
@@ -195,7 +201,7 @@ class Writes:
         same = was is not None and (body is was or body.data == self._body_of(txn, key, was))
         if not same:  # the usual turn leaves the body as it was (its version records none)
             assert body.data is not None  # only a remembered body lacks them: ``was`` itself
-            txn.put(key, body.data, db=self._dbs.bodies)
+            txn.put(key, packed_body(body.data), db=self._dbs.bodies)
         write_run(txn, self._dbs.messages, key, plan, 0 if old is None else old.message_count)
         if usage.writes or (old is not None and len(usage.items) < old.usage_count):
             write_run(txn, self._dbs.usage, key, usage, 0 if old is None else old.usage_count)
@@ -205,11 +211,15 @@ class Writes:
 
     def _body_of(self, txn: Any, key: bytes, was: Body) -> bytes | None:
         """The bytes of the body the store last wrote: remembered, or read from its record
-        (a remembered body keeps no bytes)."""
+        (a remembered body keeps no bytes); None when the record is gone or damaged (the
+        save writes its own)."""
         if was.data is not None:
             return was.data
         stored = txn.get(key, db=self._dbs.bodies)
-        return None if stored is None else bytes(stored)
+        try:
+            return None if stored is None else bytes(unpacked_body(stored, key.decode()))
+        except CorruptSnapshotError:
+            return None
 
     def _recorded(
         self,

@@ -9,6 +9,7 @@ import datetime as dt
 import gc
 import tempfile
 import tracemalloc
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,19 +21,25 @@ from hypothesis import strategies as st
 
 from parlour.runtime import Artifact, ConversationContext, tool_from_function, type_alias
 from parlour.runtime.blocks import PojoBlock, SkillBlock, ToolDefinitionBlock
+from parlour.runtime.errors import CorruptSnapshotError
 from parlour.runtime.snapshots import encode_snapshot
 from parlour.stores import LmdbStore
 from parlour.stores._body import body_after
-from parlour.stores._records import encode_body
+from parlour.stores._records import encode_body, unpacked_body
 
 
-def _stored_body(path: Path, cid: str) -> bytes:
+def _raw_body(path: Path, cid: str) -> bytes:
+    """The body record as stored (packed, from 1 KiB on, where that saves)."""
     env = lmdb.open(str(path), max_dbs=16, readonly=True, lock=False)
     with env.begin() as txn:
         raw = txn.get(cid.encode(), db=env.open_db(b"bodies", txn=txn, create=False))
     env.close()
     assert raw is not None
     return bytes(raw)
+
+
+def _stored_body(path: Path, cid: str) -> bytes:
+    return bytes(unpacked_body(_raw_body(path, cid), cid))
 
 
 def test_every_body_change_is_written_and_read_back_and_the_rest_skip_it(tmp_path: Path) -> None:
@@ -239,6 +246,85 @@ def test_the_store_keeps_no_copy_of_the_bodies_it_wrote(tmp_path: Path) -> None:
         assert earlier is not None
         assert "A new goal." in encode_body(earlier).decode() and goal not in str(earlier)
     assert _stored_body(tmp_path, "c7") == encode_body(c.to_snapshot())
+
+
+def _agent_like(cid: str) -> ConversationContext:
+    """A conversation carrying what an agent's does: an objective and twenty tools."""
+    c = ConversationContext(cid, user_id="alice")
+    c.put_main_objective("goal", "Answer from the survey, citing the station. " * 20)
+
+    def forecast(city: str, days: int = 3, units: str = "metric", hourly: bool = False) -> str:
+        """The weather forecast for a city: the next days, in metric or imperial units."""
+        return city
+
+    for n in range(20):
+        forecast.__name__ = f"forecast_{n}"
+        c.add_tools([tool_from_function(forecast)])
+    c.add_user_message("hello")
+    return c
+
+
+def test_a_large_body_is_stored_packed_and_reads_back_now_and_at_every_version(
+    tmp_path: Path,
+) -> None:
+    """From 1 KiB on a body is stored compressed (an agent's objective and tools shrink
+    to a fraction); a small one stays plain JSON; both read back, current and kept."""
+    big, small = _agent_like("big"), ConversationContext("small", user_id="alice")
+    small.add_user_message("hello")
+    with LmdbStore(tmp_path) as store:
+        for c in (big, small):
+            c.stored_version = store.create_context(c.to_snapshot(), "alice")
+        big.put_main_objective("goal", "A shorter goal.")  # a body change: a new record
+        big.add_user_message("again")
+        big.stored_version = store.save_context(big.to_snapshot(), "alice")
+        first = store.load_version("big", 1, "alice")
+    raw, plain = _raw_body(tmp_path, "big"), encode_body(big.to_snapshot())
+    assert raw[:3] == b"\x00z1" and len(raw) < len(plain) / 3
+    assert _raw_body(tmp_path, "small") == encode_body(small.to_snapshot())  # plain JSON
+    assert first is not None and "Answer from the survey" in encode_body(first).decode()
+    with LmdbStore(tmp_path) as reopened:
+        loaded = reopened.load("big", "alice")
+        assert loaded is not None and encode_body(loaded) == plain
+        assert len(loaded.declared_tools) == 20
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda raw: raw[: len(raw) // 2],  # cut short
+        lambda raw: raw[:3] + b"not zlib at all",
+        lambda raw: raw[:40] + bytes([raw[40] ^ 0xFF]) + raw[41:],
+        lambda raw: b"\x00z1" + _bomb(),  # would unpack past 256 MiB
+    ],
+    ids=["cut", "garbage", "flipped", "bomb"],
+)
+def test_a_damaged_packed_body_is_a_clear_error_naming_it_and_the_rest_still_loads(
+    tmp_path: Path, damage: Callable[[bytes], bytes]
+) -> None:
+    with LmdbStore(tmp_path) as store:
+        for cid in ("hurt", "fine"):
+            c = _agent_like(cid)
+            store.create_context(c.to_snapshot(), "alice")
+    env = lmdb.open(str(tmp_path), max_dbs=16)
+    with env.begin(write=True) as txn:
+        bodies = env.open_db(b"bodies", txn=txn)
+        raw = txn.get(b"hurt", db=bodies)
+        assert raw is not None and bytes(raw)[:3] == b"\x00z1"  # packed: what is damaged
+        txn.put(b"hurt", damage(bytes(raw)), db=bodies)
+    env.close()
+    with LmdbStore(tmp_path) as store:
+        with pytest.raises(CorruptSnapshotError, match="hurt"):
+            store.load("hurt", "alice")
+        fine = store.load("fine", "alice")
+        assert fine is not None and len(fine.declared_tools) == 20
+        assert [cid for cid, _ in store.undecodable()] == ["hurt"]
+
+
+def _bomb() -> bytes:
+    """zlib of 300 MiB of spaces (about 300 KiB), made a MiB at a time."""
+    deflate = zlib.compressobj(6)
+    chunk = b" " * (1 << 20)
+    return b"".join(deflate.compress(chunk) for _ in range(300)) + deflate.flush()
 
 
 def test_a_body_without_block_lists_is_stored_as_encode_body_gives_it_and_kept_once() -> None:

@@ -81,7 +81,11 @@ def _with_field(field: str, value: Any) -> Any:
             at = _PAYLOAD.index(field) if field in _PAYLOAD else 1
             if at < len(payload):
                 payload[at] = value
-            return raw[:9] + msgspec.msgpack.encode(payload)
+            try:
+                return raw[:9] + msgspec.msgpack.encode(payload)
+            except OverflowError:  # an int past msgpack's 64 bits: damage it as text
+                payload[at] = str(value)
+                return raw[:9] + msgspec.msgpack.encode(payload)
         record = msgspec.json.decode(raw)
         record[field] = value
         return msgspec.json.encode(record)

@@ -21,6 +21,7 @@ from parlour.runtime.errors import CorruptSnapshotError, IllegalStateError
 from parlour.runtime.snapshots import encode_snapshot
 from parlour.stores import LmdbStore
 from parlour.stores.lmdb import _versions
+from parlour.stores.lmdb._layout import LAYOUT
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -348,7 +349,7 @@ def test_a_layout_4_store_opens_as_it_is_and_is_marked_with_this_layout(tmp_path
         for version, expected in saved.items():
             assert _loaded(store, version) == expected
         with store._directory.env.begin() as txn:
-            assert bytes(txn.get(b"layout", db=store._dbs.meta)) == b"5"
+            assert bytes(txn.get(b"layout", db=store._dbs.meta)) == str(LAYOUT).encode()
 
 
 def test_a_backup_taken_while_writers_save_opens_with_every_acknowledged_save(
