@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import operator
-import zlib
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Generic, NamedTuple, TypeVar
 
@@ -29,6 +28,7 @@ from parlour.runtime.snapshots import (
 )
 
 from ._checked import Run, encode_messages, encode_usage
+from ._packed import unpacked_body
 
 T = TypeVar("T")
 
@@ -143,49 +143,6 @@ def encode_body(snapshot: ConversationPersistenceSnapshot) -> bytes:
     )
 
 
-# A body of at least this many bytes is stored compressed where it shrinks (an agent's
-# objective and tool definitions: JSON that zlib takes to a fifth or less); a smaller one,
-# and every body written before, is its JSON as it is (a JSON body starts with "{").
-PACK_FROM = 1024
-_PACKED = b"\x00z1"  # zlib, level 6, after these three bytes
-_MOST_UNPACKED = 1 << 28  # a body that would unpack past 256 MiB is damage, not a body
-
-
-def packed_body(data: bytes) -> bytes:
-    """``data`` (an encoded body) as LmdbStore stores it: compressed when that saves at
-    least an eighth, else as it is."""
-    if len(data) < PACK_FROM:
-        return data
-    packed = _PACKED + zlib.compress(data, 6)
-    return packed if len(packed) <= len(data) - len(data) // 8 else data
-
-
-def unpacked_body(stored: bytes | memoryview, conversation_id: str) -> bytes | memoryview:
-    """The encoded body a stored body record holds (``packed_body``'s inverse; a record
-    that is not packed is returned as it is).
-
-    Raises:
-        CorruptSnapshotError: a packed record that does not decompress, or would unpack
-            past 256 MiB.
-    """
-    if bytes(stored[:3]) != _PACKED:
-        return stored
-    inflate = zlib.decompressobj()
-    try:
-        data = inflate.decompress(bytes(stored[3:]), _MOST_UNPACKED)
-    except zlib.error as exc:
-        raise CorruptSnapshotError(
-            f"Stored conversation {conversation_id} is damaged: its body does not "
-            f"decompress ({exc})."
-        ) from None
-    if inflate.unconsumed_tail or not inflate.eof:
-        raise CorruptSnapshotError(
-            f"Stored conversation {conversation_id} is damaged: its body is cut short or "
-            "unpacks past 256 MiB."
-        )
-    return data
-
-
 def decode_record(
     conversation_id: str,
     owner: str,
@@ -204,7 +161,7 @@ def decode_record(
         CorruptSnapshotError: a record does not decode, messages or ledger entries are
             missing, or the body's identity disagrees with the key or the header.
     """
-    body = unpacked_body(body, conversation_id)  # LmdbStore packs a large one
+    body = unpacked_body(body, conversation_id)  # LmdbStore packs a large one (``_packed``)
     snapshot = decode_snapshot(body, conversation_id)  # a too-deep body: CorruptSnapshotError
     if snapshot.conversation_id != conversation_id or snapshot.user_id not in (None, owner):
         raise CorruptSnapshotError(

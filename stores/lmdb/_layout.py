@@ -7,7 +7,7 @@ ledger inside the body), 4 (the ledger one record per entry), 5 (a version recor
 left the body as it was holds an empty body; layout 4's records read alike, and a parlour
 knowing only 4 refuses the directory instead of misreading them) and 6 (this code: a body
 of 1 KiB or more, in its record and in a version record, is stored compressed where that
-saves an eighth, ``_records.packed_body``; layout 5's plain bodies read as they are, and
+saves an eighth, ``_packed.packed_body``; layout 5's plain bodies read as they are, and
 a parlour knowing only 5 refuses the directory instead of misreading a packed one).
 """
 

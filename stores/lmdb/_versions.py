@@ -33,7 +33,7 @@ import msgspec
 from parlour.runtime.errors import CorruptSnapshotError
 
 from .._checked import Run
-from .._records import Chain, message_prefix, packed_body
+from .._records import Chain, message_prefix
 from ._databases import Databases
 
 MAX_CHAIN = 256  # most deltas after a checkpoint
@@ -132,14 +132,14 @@ def record(
     chain: Chain | None,
     checkpoint: bool = False,
 ) -> Chain:
-    """Record the save that left ``body`` (None: the body the previous version left, as it
-    is stored), ``count`` messages of which it wrote ``writes``, and ``usage_count`` ledger
-    entries of which it wrote ``usage``, as ``version``: a delta of what it wrote (an empty
-    body when it left the body as it was), or a checkpoint of the body and every message
-    and ledger entry when the chain calls for one or ``checkpoint`` asks (a version a coming
-    prune keeps oldest: see ``Retention.whole_at``). ``chain`` is what the previous version
-    left (None: it was not recorded with one). Returns the chain this version leaves, for
-    its header."""
+    """Record the save that left ``body`` (as its record holds it, packed or not; None: the
+    body the previous version left, as stored), ``count`` messages of which it wrote
+    ``writes``, and ``usage_count`` ledger entries of which it wrote ``usage``, as
+    ``version``: a delta of what it wrote (an empty body when it left the body as it was),
+    or a checkpoint of the body and every message and ledger entry when the chain calls for
+    one or ``checkpoint`` asks (a version a coming prune keeps oldest: see
+    ``Retention.whole_at``). ``chain`` is what the previous version left (None: it was not
+    recorded with one). Returns the chain this version leaves, for its header."""
     size = sum(len(data) for _, data in writes) + sum(len(data) for _, data in usage)
     if (
         checkpoint
@@ -156,14 +156,12 @@ def record(
                     f"Stored conversation {key.decode(errors='replace')} has no body record."
                 )
             body = bytes(stored)
-        else:
-            body = packed_body(body)
         writes = _all_of(txn, dbs.messages, key, writes, count)
         entries = _all_of(txn, dbs.usage, key, usage, usage_count)
         payload = Payload(body, count, writes, usage_count, entries)
         txn.put(version_key(key, version), _record(CHECKPOINT, saved_at, payload), db=dbs.versions)
         return (0, 0, sum(map(len, map(operator.itemgetter(1), writes + entries))))
-    kept = _SAME_BODY if body is None else packed_body(body)
+    kept = _SAME_BODY if body is None else body
     payload = Payload(kept, count, writes, usage_count, usage)
     txn.put(version_key(key, version), _record(DELTA, saved_at, payload), db=dbs.versions)
     return (chain[0] + 1, chain[1] + size, chain[2])

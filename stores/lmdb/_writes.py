@@ -29,6 +29,7 @@ from parlour.runtime.snapshots import Appended, ConversationPersistenceSnapshot
 from .._body import Body, body_after
 from .._checked import Run, encode_messages, encode_usage
 from .._ids import check_owner, conversation_key, require_id, user_key
+from .._packed import packed_body, unpacked_body
 from .._records import (
     Header,
     MessagePlan,
@@ -36,11 +37,9 @@ from .._records import (
     advanced,
     header_encoder,
     message_key,
-    packed_body,
     plan_messages,
     plan_usage,
     replanned,
-    unpacked_body,
     write_run,
 )
 from . import _layout, _reads
@@ -199,13 +198,14 @@ class Writes:
         _layout.reindex(txn, self._dbs, old, head, key)
         was = None if known is None else known[1]
         same = was is not None and (body is was or body.data == self._body_of(txn, key, was))
-        if not same:  # the usual turn leaves the body as it was (its version records none)
+        written = None  # the usual turn leaves the body as it was (its version records none)
+        if not same:  # the record and the version hold it packed alike (``_packed``)
             assert body.data is not None  # only a remembered body lacks them: ``was`` itself
-            txn.put(key, packed_body(body.data), db=self._dbs.bodies)
+            written = packed_body(body.data)
+            txn.put(key, written, db=self._dbs.bodies)
         write_run(txn, self._dbs.messages, key, plan, 0 if old is None else old.message_count)
         if usage.writes or (old is not None and len(usage.items) < old.usage_count):
             write_run(txn, self._dbs.usage, key, usage, 0 if old is None else old.usage_count)
-        written = None if same else body.data
         head = self._recorded(txn, key, old, head, written, plan.writes, usage.writes)
         self._book.note(cid, (plan.items, body, usage.items, head))  # void if the batch aborts
 

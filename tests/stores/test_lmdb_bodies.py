@@ -25,7 +25,8 @@ from parlour.runtime.errors import CorruptSnapshotError
 from parlour.runtime.snapshots import encode_snapshot
 from parlour.stores import LmdbStore
 from parlour.stores._body import body_after
-from parlour.stores._records import encode_body, unpacked_body
+from parlour.stores._packed import unpacked_body
+from parlour.stores._records import encode_body
 
 
 def _raw_body(path: Path, cid: str) -> bytes:
