@@ -120,8 +120,8 @@ class Bookkeeping:
                 self._written.pop(cid, None)
                 continue
             messages, body, usage, head = written
-            if body is not None and body.data is not None and body.data is not body.scalars:
-                written = (messages, remembered(body), usage, head)
+            if body is not None and (kept := remembered(body)) is not body:
+                written = (messages, kept, usage, head)
             self._written[cid] = written
             self._written.move_to_end(cid)
         while len(self._written) > self._remembered:
