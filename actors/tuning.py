@@ -29,10 +29,10 @@
   (``Chat.asend``), so a host's concurrency towards a slow model is its number of chats,
   bounded by its CPU, not by a fixed pool. ``set_provider_concurrency(provider, n)`` is
   ``set_model_limits(provider, concurrency=n)``.
-- ``POOL_SIZES``: the process-wide thread pools the agent host starts (``obtain``: waits
-  that must not block an event loop). The asyncio path's saves need none:
+- The agent's model and tool workers are started as needed, never capped (a call waits for
+  its model or its tool, never for a thread): ``Chat.stream``'s model calls and every sync
+  tool call run on them. The asyncio path's saves need none:
   ``ConversationService.save_async`` commits through the store's commit thread.
-  ``Chat.stream``'s model calls run on workers started as needed, never capped.
 - ``one_core``: keep every thread of the process on one CPU while a block runs.
 
 ``one_core`` in detail. The threads of a Python process take turns at one interpreter lock,
@@ -64,7 +64,6 @@ from ._gate import TurnGate, turn_gate
 from ._limiter import Booking, BookingTooLargeError, Limiter, LimiterStatistics, Timer
 
 __all__ = [
-    "POOL_SIZES",
     "Booking",
     "BookingTooLargeError",
     "Limiter",
@@ -80,8 +79,6 @@ __all__ = [
 ]
 
 _TASKS = Path("/proc/self/task")
-
-POOL_SIZES = {"obtain": 32}
 
 _set: dict[str, Limiter] = {}  # the application's, by model id or provider
 _followed: dict[str, Limiter] = {}  # the catalog's, by model id, made on first use

@@ -110,7 +110,6 @@ PINNED = {
         "BookingTooLargeError",
         "Limiter",
         "LimiterStatistics",
-        "POOL_SIZES",
         "TurnGate",
         "follow_catalog_limits",
         "limiter_for",

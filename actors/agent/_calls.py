@@ -1,4 +1,4 @@
-"""The model call's plumbing shared by both drivers: the process-wide pools, the booking
+"""The model call's plumbing shared by both drivers: the process's workers, the booking
 on the model's limiter (none unless the application sets one: ``tuning.set_model_limits``),
 and the sync path's model calls. ``call_model`` (``send``) asks the model in the turn's own
 thread: no worker, no cap but the host's chats and the limiter; a force release or the
@@ -15,19 +15,17 @@ it is sent (``book`` in the turn's thread, ``abook`` on the loop), waiting for r
 the model timeout (then a ``RetryableLLMError``, retried as a model timeout is) and giving
 the wait up on a force release or a cancellation; the answer settles it (``close``).
 
-Why this module is long: it is every step of a model call both drivers share (the pools,
+Why this module is long: it is every step of a model call both drivers share (the workers,
 the booking, the threaded and the inline call), so that each is made alike on every path.
 
-Thread-safety: pools and workers are created under one lock and shared by every turn; a
+Thread-safety: the workers are created under one lock and shared by every turn; a
 ``ThreadedCall`` belongs to one turn (its ``wake`` may be called from any thread).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures as cf
 import queue
-import threading
 import time
 from collections.abc import Generator
 from typing import Any
@@ -37,15 +35,13 @@ from parlour.runtime.errors import RetryableLLMError
 
 from .._gate import waiting
 from .._limiter import Booking, Limiter
-from ..tuning import POOL_SIZES, limiter_for
+from ..tuning import limiter_for
 from ._events import AgentEvent, TurnCancelledError
 from ._otel import OFF, model_attributes, span_on
 from ._plan import TurnPlan
-from ._tools import prestarted_pool
-from ._workers import Raised, model_workers
+from ._workers import Raised, model_workers, tool_workers
 
 __all__ = [
-    "POOL_SIZES",
     "Abandoned",
     "ThreadedCall",
     "abook",
@@ -58,31 +54,16 @@ __all__ = [
     "model_span",
     "model_workers",
     "no_room",
-    "pool",
     "start_pools",
     "stream_model",
     "timed_out",
 ]
 
 
-_pools: dict[str, cf.ThreadPoolExecutor] = {}
-_guard = threading.Lock()
-
-
-def pool(kind: str) -> cf.ThreadPoolExecutor:
-    """The process-wide pool of ``kind`` (``obtain``: ``tuning.POOL_SIZES``),
-    started on first use with all its threads."""
-    with _guard:
-        if kind not in _pools:
-            _pools[kind] = prestarted_pool(POOL_SIZES[kind], f"parlour-{kind}")
-        return _pools[kind]
-
-
 def start_pools() -> None:
-    """Start every pool's threads and the model workers now (once per process); idempotent."""
-    for kind in POOL_SIZES:
-        pool(kind)
+    """Start the process's model and tool workers now (once per process); idempotent."""
     model_workers()
+    tool_workers()
 
 
 class Abandoned(Exception):

@@ -63,7 +63,7 @@ from ._effects import CallModel, Compact, NextResults, Obtain, Pause, Release, R
 from ._events import AgentEvent, Event, Reply
 from ._otel import model_attributes, span_on
 from ._plan import Steps, TurnPlan
-from ._tools import Finished, LoopRound, ThreadRound, tool_pool
+from ._tools import Finished, LoopRound, ThreadRound
 
 __all__ = ["drive", "drive_async", "run", "set_provider_concurrency"]
 
@@ -450,7 +450,6 @@ async def drive_async(
     and the release.
     """
     start_pools()  # the first turn starts them, before any load builds up
-    tool_pool()
     turn = _AsyncTurn(steps, plan, service, emit)
     plan.thinker.set_cancel_hook(turn.force)
     return await turn.run()

@@ -3,13 +3,14 @@
 Every call becomes exactly one ``ToolResultBlock``, never an exception: a tool that raises
 gives an error result carrying the exception's message, an unknown name and arguments that
 do not fit the signature give error results too, and a call past its timeout gives an error
-result while the turn goes on. Sync tools run in a bounded thread pool shared by the
-process; async tools run on the event loop (on the async path) or on a pool thread's own
-loop (on the sync path). The calls of one answer run concurrently, as a round
-(``ThreadRound``, ``LoopRound``) whose ``next`` hands out the results of the calls that
-finished since the last look, so that the turn saves each result as it comes. A tool whose
-function takes a ``ToolContext`` gets the one the driver made for its call
-(``_call_context``); a call given up at its timeout has its context's ``cancelled`` set.
+result while the turn goes on. Sync tools run on the process's tool workers (``_workers``:
+never a cap, so a tool that hangs holds its own thread and no other call waits behind it);
+async tools run on the event loop (on the async path) or on a tool worker's own loop (on
+the sync path), cancelled at their timeout either way. The calls of one answer run
+concurrently, as a round (``ThreadRound``, ``LoopRound``) whose ``next`` hands out the
+results of the calls that finished since the last look, so that the turn saves each result
+as it comes. A tool whose function takes a ``ToolContext`` gets the one the driver made for
+its call (``_call_context``); a call given up at its timeout has its context's ``cancelled`` set.
 
 Beside its own functions an agent may take ``Toolset``s (an MCP server: ``agent/mcp``), whose
 tools are listed when a turn begins and the set says its list changed (``ToolBox.refresh``,
@@ -19,8 +20,9 @@ tools are listed when a turn begins and the set says its list changed (``ToolBox
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures as cf
+import functools
 import inspect
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -30,6 +32,8 @@ import msgspec
 
 from parlour.runtime import FunctionTool, ToolContext, tool_from_function
 from parlour.runtime.blocks import ToolResultBlock, ToolUseBlock
+
+from ._workers import OnLoop, Raised, tool_workers
 
 __all__ = [
     "Contexts",
@@ -44,31 +48,6 @@ __all__ = [
 
 Contexts = Sequence[ToolContext[Any] | None] | None  # one per call (None: no call takes one)
 Finished = list[tuple[int, ToolResultBlock]]  # results, each with its call's place in the round
-
-TOOL_WORKERS = 32
-_pool: cf.ThreadPoolExecutor | None = None
-_guard = threading.Lock()
-
-
-def tool_pool() -> cf.ThreadPoolExecutor:
-    """The process's pool for sync tool calls (created on first use)."""
-    global _pool
-    with _guard:
-        if _pool is None:
-            _pool = prestarted_pool(TOOL_WORKERS, "parlour-tool")
-        return _pool
-
-
-def prestarted_pool(workers: int, name: str) -> cf.ThreadPoolExecutor:
-    """A pool whose threads all run already. A pool that starts a thread per submit makes
-    the submitter wait for the new thread to get the GIL, which under load (many busy
-    threads) blocks an event loop for tens of milliseconds."""
-    pool = cf.ThreadPoolExecutor(workers, thread_name_prefix=name)
-    gate = threading.Barrier(workers + 1)
-    for _ in range(workers):
-        pool.submit(gate.wait)
-    gate.wait()
-    return pool
 
 
 class ToolFailed(Exception):
@@ -232,25 +211,34 @@ def _unknown(box: ToolBox, call: ToolUseBlock) -> ToolResultBlock | None:
     return _error(call, f"There is no tool named {call.name} (the tools are: {known}).")
 
 
-def _call_in_thread(box: ToolBox, call: ToolUseBlock, context: ToolContext[Any] | None) -> Any:
-    """Run one call to completion in the current (pool) thread."""
-    value = box.tools[call.name].call(call.input_json or "{}", context)
-    if inspect.iscoroutine(value):
-        return asyncio.run(value)
-    return value
+def _call_in_thread(
+    box: ToolBox, call: ToolUseBlock, context: ToolContext[Any] | None, timeout_s: float
+) -> object:
+    """Run one call to completion in the current (worker) thread: what it returned, or
+    ``Raised``. An async tool runs on a loop of its own and is cancelled at its timeout,
+    as on the async path (a sync one cannot be: its context's ``cancelled`` tells it)."""
+    try:
+        value = box.tools[call.name].call(call.input_json or "{}", context)
+        if inspect.iscoroutine(value):
+            return asyncio.run(asyncio.wait_for(value, timeout_s))
+        return value
+    except BaseException as exc:
+        return Raised(exc)
 
 
 def _outcome(
-    call: ToolUseBlock,
-    future: cf.Future[Any],
-    timeout_s: float,
-    context: ToolContext[Any] | None,
+    call: ToolUseBlock, value: object, timeout_s: float, context: ToolContext[Any] | None
 ) -> ToolResultBlock:
-    if not future.done():
-        future.cancel()
+    """The result of a call that finished with ``value`` (``_call_in_thread``'s), or of one
+    given up at its timeout (``value`` is ``_GIVEN_UP``)."""
+    if value is _GIVEN_UP:
         return _timed_out(call, timeout_s, context)
-    exc = future.exception()
-    return _result(call, future.result()) if exc is None else _failure(call, exc)
+    if type(value) is Raised:
+        return _failure(call, value.error)
+    return _result(call, value)
+
+
+_GIVEN_UP = object()
 
 
 async def _one_async(
@@ -260,18 +248,27 @@ async def _one_async(
     if unknown is not None:
         return unknown
     try:
-        return _result(call, await asyncio.wait_for(_start(box, call, context), timeout_s))
+        started = _start(box, call, context, timeout_s)
+        return _result(call, await asyncio.wait_for(started, timeout_s))
     except TimeoutError:
         return _timed_out(call, timeout_s, context)
     except Exception as exc:
         return _failure(call, exc)
 
 
-async def _start(box: ToolBox, call: ToolUseBlock, context: ToolContext[Any] | None) -> Any:
+async def _start(
+    box: ToolBox, call: ToolUseBlock, context: ToolContext[Any] | None, timeout_s: float
+) -> Any:
     if box.is_async(call.name):
         return await box.tools[call.name].call(call.input_json or "{}", context)
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(tool_pool(), _call_in_thread, box, call, context)
+    answer: asyncio.Future[object] = loop.create_future()
+    job = functools.partial(_call_in_thread, box, call, context, timeout_s)
+    tool_workers().submit(job, OnLoop(loop, answer))
+    value = await answer
+    if type(value) is Raised:
+        raise value.error
+    return value
 
 
 # -- a round of calls, its results handed out as they finish --------------------------------------
@@ -295,43 +292,64 @@ class ToolRound:
 
 
 class ThreadRound(ToolRound):
-    """A round on the sync path: each call in the tool pool. ``next`` blocks until a call
-    finishes; at ``timeout_s`` after the start every call still running gets its timeout
-    result at once (and is left to finish in its pool thread, its outcome discarded)."""
+    """A round on the sync path: each call on a tool worker, its outcome put in the round's
+    queue. ``next`` blocks until a call finishes; at ``timeout_s`` after the start every
+    call still running gets its timeout result at once (and is left to finish on its
+    worker, its outcome discarded)."""
 
     def __init__(
         self, box: ToolBox, calls: Sequence[ToolUseBlock], timeout_s: float, contexts: Contexts
     ) -> None:
         self.calls, self.timeout_s, self.contexts = calls, timeout_s, contexts
         self.ready = []
-        self.pending = {}
+        self.pending = {}  # each running call's place, by itself
+        self.finished: queue.SimpleQueue[object] = queue.SimpleQueue()
+        workers = tool_workers()
         for i, call in enumerate(calls):
             unknown = _unknown(box, call)
             if unknown is not None:
                 self.ready.append((i, unknown))
                 continue
             context = contexts[i] if contexts else None
-            self.pending[tool_pool().submit(_call_in_thread, box, call, context)] = i
+            self.pending[i] = i
+            job = functools.partial(_placed, i, box, call, context, timeout_s)
+            workers.submit(job, self.finished)
         self.deadline = time.monotonic() + timeout_s
 
     def next(self) -> Finished:
         """The results of the calls finished since the last look (at least one)."""
         if self.pending:
             wait = 0.0 if self.ready else max(self.deadline - time.monotonic(), 0.0)
-            finished, _ = cf.wait(self.pending, wait, cf.FIRST_COMPLETED)
-            if not finished and not self.ready:  # past the deadline: all of them time out
-                finished = set(self.pending)
-            for future in finished:
-                i = self.pending.pop(future)
-                context = self.contexts[i] if self.contexts else None
-                self.ready.append((i, _outcome(self.calls[i], future, self.timeout_s, context)))
+            outcomes: list[Any] = []
+            try:
+                outcomes.append(self.finished.get(timeout=wait))
+                while True:
+                    outcomes.append(self.finished.get_nowait())
+            except queue.Empty:
+                pass
+            if not outcomes and not self.ready:  # past the deadline: all of them time out
+                outcomes = [(i, _GIVEN_UP) for i in self.pending]
+            for i, value in outcomes:
+                if self.pending.pop(i, None) is not None:
+                    context = self.contexts[i] if self.contexts else None
+                    self.ready.append((i, _outcome(self.calls[i], value, self.timeout_s, context)))
         batch, self.ready = self.ready, []
         return batch
+
+    def cancel(self) -> None:
+        """Stop waiting for the calls still running (their outcomes are discarded)."""
+        self.pending.clear()
+
+
+def _placed(
+    i: int, box: ToolBox, call: ToolUseBlock, context: ToolContext[Any] | None, timeout_s: float
+) -> tuple[int, object]:
+    return i, _call_in_thread(box, call, context, timeout_s)
 
 
 class LoopRound(ToolRound):
     """A round on the async path: a task per call on the running loop (async tools on it,
-    sync ones in the tool pool), each with its own timeout. ``on_cancel`` is called when
+    sync ones on the tool workers), each with its own timeout. ``on_cancel`` is called when
     the waiting task is cancelled, before the calls' tasks are (it tells their contexts)."""
 
     def __init__(
@@ -352,7 +370,7 @@ class LoopRound(ToolRound):
 
     async def next(self) -> Finished:
         """The results of the calls finished since the last look (at least one). Cancelling
-        it cancels every call still running (sync ones finish in their pool threads)."""
+        it cancels every call still running (sync ones finish on their workers)."""
         try:
             finished, _ = await asyncio.wait(self.pending, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:

@@ -1,6 +1,11 @@
-"""The model workers: the threads that make ``Chat.stream``'s model calls while each turn's
-thread waits for its deltas and answer (``_calls.ThreadedCall``). ``Chat.send`` makes its
-model call in its own thread and needs none.
+"""The workers: daemon threads that make the calls a turn waits for without making them
+itself. ``model_workers`` make ``Chat.stream``'s model calls while each turn's thread waits
+for its deltas and answer (``_calls.ThreadedCall``; ``Chat.send`` makes its model call in
+its own thread and needs none); ``tool_workers`` make every sync tool call, and the sync
+path's async ones (``_tools``). Neither has a cap: a call waits for its model or its tool,
+never for a worker, and a tool that never returns holds one thread, not a place every other
+chat's tools queue behind; being daemons, threads stuck in such calls never hold up the
+process's exit.
 
 Thread-safety: ``submit`` from any thread (see ``Workers``); the process's workers are
 created once, under a lock, and again in a forked child.
@@ -8,14 +13,16 @@ created once, under a lock, and again in a forked child.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
-import queue
 import threading
 from collections.abc import Callable
+from typing import Protocol
 
 from loguru import logger
 
-__all__ = ["Raised", "Workers", "model_workers"]
+__all__ = ["OnLoop", "Raised", "Sink", "Workers", "model_workers", "tool_workers"]
 
 
 class Raised:
@@ -27,7 +34,31 @@ class Raised:
         self.error = error
 
 
-Job = tuple[Callable[[], object], "queue.SimpleQueue[object]"]
+class Sink(Protocol):
+    """Where a job's result goes: a ``queue.SimpleQueue``, or anything with its ``put``."""
+
+    def put(self, item: object, /) -> None: ...
+
+
+class OnLoop:
+    """A worker's result handed to a future on its loop (dropped when the loop has closed
+    or the future was given up meanwhile)."""
+
+    __slots__ = ("answer", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[object]) -> None:
+        self.loop, self.answer = loop, answer
+
+    def put(self, item: object) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            self.loop.call_soon_threadsafe(self._settle, item)
+
+    def _settle(self, item: object) -> None:
+        if not self.answer.done():
+            self.answer.set_result(item)
+
+
+Job = tuple[Callable[[], object], Sink]
 
 
 class Workers:
@@ -46,13 +77,13 @@ class Workers:
 
     def __init__(self, count: int, name: str) -> None:
         self._guard = threading.Lock()
-        self._name = name
+        self.name = name
         self._idle: list[_Worker] = []
         self._started = 0
         for _ in range(count):
             self._idle.append(self._start_one())
 
-    def submit(self, fn: Callable[[], object], result: queue.SimpleQueue[object]) -> None:
+    def submit(self, fn: Callable[[], object], result: Sink) -> None:
         """Run ``fn`` on a worker (an idle one, else a new one) and put what it returns
         into ``result``."""
         with self._guard:
@@ -65,7 +96,7 @@ class Workers:
     def _start_one(self) -> _Worker:
         with self._guard:
             self._started += 1
-            name = f"{self._name}_{self._started}"
+            name = f"{self.name}_{self._started}"
         return _Worker(self, name)
 
     @property
@@ -80,7 +111,7 @@ class Workers:
 
 
 class _Worker:
-    """One model worker: its thread sleeps on ``go`` until a job is handed to it."""
+    """One worker: its thread sleeps on ``go`` until a job is handed to it."""
 
     __slots__ = ("_pool", "go", "job")
 
@@ -102,15 +133,16 @@ class _Worker:
             try:
                 item = fn()
             except BaseException as exc:  # pragma: no cover - a job reports its own errors
-                logger.opt(exception=exc).error("a model worker's job raised")
+                logger.opt(exception=exc).error("a {} job raised", self._pool.name)
                 item = Raised(exc)
             after(self)
             result.put(item)
             del fn, result, item
 
 
-_PRESTARTED = 8  # enough for a few streams at once without starting a thread for each
+_PRESTARTED = 8  # enough for a few calls at once without starting a thread for each
 _model_workers: Workers | None = None
+_tool_workers: Workers | None = None
 _guard = threading.Lock()
 
 
@@ -127,9 +159,21 @@ def model_workers() -> Workers:
         return _model_workers
 
 
+def tool_workers() -> Workers:
+    """The process's tool workers, as ``model_workers``."""
+    global _tool_workers
+    workers = _tool_workers
+    if workers is not None:
+        return workers
+    with _guard:
+        if _tool_workers is None:
+            _tool_workers = Workers(_PRESTARTED, "parlour-tool")
+        return _tool_workers
+
+
 def _forget_workers() -> None:  # in a forked child: no parent thread, no lock it held
-    global _model_workers, _guard
-    _model_workers, _guard = None, threading.Lock()
+    global _model_workers, _tool_workers, _guard
+    _model_workers, _tool_workers, _guard = None, None, threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_workers)
