@@ -32,6 +32,7 @@ from typing import Any
 
 from parlour.runtime import ConversationContext, LLMClient, LLMResponse
 from parlour.runtime.errors import RetryableLLMError
+from parlour.runtime.providers import Raised, model_workers
 
 from .._gate import waiting
 from .._limiter import Booking, Limiter
@@ -39,7 +40,7 @@ from ..tuning import limiter_for
 from ._events import AgentEvent, TurnCancelledError
 from ._otel import OFF, model_attributes, span_on
 from ._plan import TurnPlan
-from ._workers import Raised, model_workers, tool_workers
+from ._tools import tool_workers
 
 __all__ = [
     "Abandoned",

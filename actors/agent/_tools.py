@@ -3,7 +3,7 @@
 Every call becomes exactly one ``ToolResultBlock``, never an exception: a tool that raises
 gives an error result carrying the exception's message, an unknown name and arguments that
 do not fit the signature give error results too, and a call past its timeout gives an error
-result while the turn goes on. Sync tools run on the process's tool workers (``_workers``:
+result while the turn goes on. Sync tools run on the process's tool workers (``ProcessWorkers``:
 never a cap, so a tool that hangs holds its own thread and no other call waits behind it);
 async tools run on the event loop (on the async path) or on a tool worker's own loop (on
 the sync path), cancelled at their timeout either way. The calls of one answer run
@@ -32,8 +32,7 @@ import msgspec
 
 from parlour.runtime import FunctionTool, ToolContext, tool_from_function
 from parlour.runtime.blocks import ToolResultBlock, ToolUseBlock
-
-from ._workers import OnLoop, Raised, tool_workers
+from parlour.runtime.providers import ProcessWorkers, Raised, called_on, caught
 
 __all__ = [
     "Contexts",
@@ -45,6 +44,8 @@ __all__ = [
     "ToolRound",
     "Toolset",
 ]
+
+tool_workers = ProcessWorkers("parlour-tool")  # every sync tool call; never a cap
 
 Contexts = Sequence[ToolContext[Any] | None] | None  # one per call (None: no call takes one)
 Finished = list[tuple[int, ToolResultBlock]]  # results, each with its call's place in the round
@@ -211,25 +212,22 @@ def _unknown(box: ToolBox, call: ToolUseBlock) -> ToolResultBlock | None:
     return _error(call, f"There is no tool named {call.name} (the tools are: {known}).")
 
 
-def _call_in_thread(
+def _called(
     box: ToolBox, call: ToolUseBlock, context: ToolContext[Any] | None, timeout_s: float
-) -> object:
-    """Run one call to completion in the current (worker) thread: what it returned, or
-    ``Raised``. An async tool runs on a loop of its own and is cancelled at its timeout,
-    as on the async path (a sync one cannot be: its context's ``cancelled`` tells it)."""
-    try:
-        value = box.tools[call.name].call(call.input_json or "{}", context)
-        if inspect.iscoroutine(value):
-            return asyncio.run(asyncio.wait_for(value, timeout_s))
-        return value
-    except BaseException as exc:
-        return Raised(exc)
+) -> Any:
+    """Run one call to completion in the current (worker) thread. An async tool runs on a
+    loop of its own and is cancelled at its timeout, as on the async path (a sync one
+    cannot be: its context's ``cancelled`` tells it)."""
+    value = box.tools[call.name].call(call.input_json or "{}", context)
+    if inspect.iscoroutine(value):
+        return asyncio.run(asyncio.wait_for(value, timeout_s))
+    return value
 
 
 def _outcome(
     call: ToolUseBlock, value: object, timeout_s: float, context: ToolContext[Any] | None
 ) -> ToolResultBlock:
-    """The result of a call that finished with ``value`` (``_call_in_thread``'s), or of one
+    """The result of a call that finished with ``value`` (``caught``'s), or of one
     given up at its timeout (``value`` is ``_GIVEN_UP``)."""
     if value is _GIVEN_UP:
         return _timed_out(call, timeout_s, context)
@@ -261,14 +259,8 @@ async def _start(
 ) -> Any:
     if box.is_async(call.name):
         return await box.tools[call.name].call(call.input_json or "{}", context)
-    loop = asyncio.get_running_loop()
-    answer: asyncio.Future[object] = loop.create_future()
-    job = functools.partial(_call_in_thread, box, call, context, timeout_s)
-    tool_workers().submit(job, OnLoop(loop, answer))
-    value = await answer
-    if type(value) is Raised:
-        raise value.error
-    return value
+    job = functools.partial(_called, box, call, context, timeout_s)
+    return await called_on(tool_workers, job)
 
 
 # -- a round of calls, its results handed out as they finish --------------------------------------
@@ -344,7 +336,7 @@ class ThreadRound(ToolRound):
 def _placed(
     i: int, box: ToolBox, call: ToolUseBlock, context: ToolContext[Any] | None, timeout_s: float
 ) -> tuple[int, object]:
-    return i, _call_in_thread(box, call, context, timeout_s)
+    return i, caught(functools.partial(_called, box, call, context, timeout_s))
 
 
 class LoopRound(ToolRound):

@@ -1,6 +1,8 @@
 """parlour.runtime.providers: the client layer. One client per provider dialect over one
 shared template, the normalized response, the truncation retry, the prefix-stability check,
-the offline scripted client, and (in ``testing``) fakes of the providers' servers.
+the offline scripted client, the workers that make blocking calls for a loop or a waiting
+thread (``model_workers``; ``ProcessWorkers`` for a set of one's own), and (in ``testing``)
+fakes of the providers' servers.
 
 Each dialect module owns its request builder, decoder and error map; the SDKs are optional
 extras imported only when a client is constructed.
@@ -21,6 +23,7 @@ from ._response import LLMResponse, StopReason, Usage
 from ._retry import respond_with_truncation_retry
 from ._scripted import ScriptedClient, scripted_tool_calls
 from ._template import LLMClient, ResponseStream, WireRequest
+from ._workers import ProcessWorkers, Raised, called_on, caught, model_workers
 
 __all__ = [
     "DEFAULT_USER_OPENER",
@@ -32,6 +35,8 @@ __all__ = [
     "OpenAIClient",
     "OpenAIResponsesClient",
     "PrefixMonitor",
+    "ProcessWorkers",
+    "Raised",
     "ResponseStream",
     "ScriptedClient",
     "StopReason",
@@ -41,7 +46,10 @@ __all__ = [
     "build_converse_request",
     "build_openai_body",
     "build_responses_body",
+    "called_on",
+    "caught",
     "client_for",
+    "model_workers",
     "parse_tool_calls",
     "provider_available",
     "respond_with_truncation_retry",

@@ -8,10 +8,11 @@ refusal discipline. The offline ``ScriptedClient`` goes through the same templat
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from typing import cast
 
 import msgspec
 
@@ -32,6 +33,7 @@ from ..models._budget import ModelBinding, OutputDeclaration
 from ..models._spec import ModelSpec
 from ._prefix import PrefixMonitor
 from ._response import LLMResponse, StopReason
+from ._workers import called_on, model_workers
 
 TextCallback = Callable[[str], None]
 
@@ -285,8 +287,10 @@ class LLMClient(ABC):
         """Send one request in this client's dialect; map SDK errors at the seam."""
 
     async def _asend(self, request: WireRequest, on_text: TextCallback | None) -> LLMResponse:
-        """Send for ``arespond``; this default runs the blocking send on a worker thread."""
-        return await asyncio.to_thread(self._send_with, request, on_text)
+        """Send for ``arespond``; this default runs the blocking send on a model worker
+        (never a cap, as the loop's default executor would be)."""
+        send = functools.partial(self._send_with, request, on_text)
+        return cast(LLMResponse, await called_on(model_workers, send))
 
     def _send_with(self, request: WireRequest, on_text: TextCallback | None) -> LLMResponse:
         """Send once; with ``on_text``, over the stream, passing it each delta."""

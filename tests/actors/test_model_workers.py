@@ -10,7 +10,8 @@ import queue
 import threading
 
 from parlour.actors.agent._calls import start_pools
-from parlour.actors.agent._workers import Workers, model_workers
+from parlour.runtime.providers import model_workers
+from parlour.runtime.providers._workers import Workers
 
 
 def _name() -> object:

@@ -1,28 +1,37 @@
-"""The workers: daemon threads that make the calls a turn waits for without making them
-itself. ``model_workers`` make ``Chat.stream``'s model calls while each turn's thread waits
-for its deltas and answer (``_calls.ThreadedCall``; ``Chat.send`` makes its model call in
-its own thread and needs none); ``tool_workers`` make every sync tool call, and the sync
-path's async ones (``_tools``). Neither has a cap: a call waits for its model or its tool,
-never for a worker, and a tool that never returns holds one thread, not a place every other
-chat's tools queue behind; being daemons, threads stuck in such calls never hold up the
-process's exit.
+"""The workers: daemon threads that make the blocking calls a turn or a loop waits for
+without making them itself. ``model_workers`` make the model calls of a client over a
+blocking SDK awaited on a loop (``LLMClient.arespond``'s default: boto3) and
+``Chat.stream``'s (the turn's thread waits for its deltas); the agent keeps its own set for
+tool calls. No set has a cap: a call waits for its model or its tool, never for a worker (a
+loop's default executor has min(32, CPUs + 4) threads: six model calls at once on two
+cores), a call that never returns holds one thread, not a place every other call queues
+behind, and a daemon stuck in such a call never holds up the process's exit.
 
-Thread-safety: ``submit`` from any thread (see ``Workers``); the process's workers are
-created once, under a lock, and again in a forked child.
+Thread-safety: ``submit`` from any thread (see ``Workers``); a process's set is created
+once, under a lock, and again in a forked child (``ProcessWorkers``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import threading
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from loguru import logger
 
-__all__ = ["OnLoop", "Raised", "Sink", "Workers", "model_workers", "tool_workers"]
+__all__ = [
+    "ProcessWorkers",
+    "Raised",
+    "Sink",
+    "Workers",
+    "called_on",
+    "caught",
+    "model_workers",
+]
 
 
 class Raised:
@@ -40,7 +49,7 @@ class Sink(Protocol):
     def put(self, item: object, /) -> None: ...
 
 
-class OnLoop:
+class _OnLoop:
     """A worker's result handed to a future on its loop (dropped when the loop has closed
     or the future was given up meanwhile)."""
 
@@ -141,39 +150,50 @@ class _Worker:
 
 
 _PRESTARTED = 8  # enough for a few calls at once without starting a thread for each
-_model_workers: Workers | None = None
-_tool_workers: Workers | None = None
-_guard = threading.Lock()
 
 
-def model_workers() -> Workers:
-    """The process's model workers (a few started up front, more as needed), started on
-    first use (again in a forked child, whose parent's threads did not come along)."""
-    global _model_workers
-    workers = _model_workers
-    if workers is not None:
-        return workers
-    with _guard:
-        if _model_workers is None:
-            _model_workers = Workers(_PRESTARTED, "parlour-model")
-        return _model_workers
+class ProcessWorkers:
+    """A process's set of ``Workers``, its first few started on the first call (again in a
+    forked child, whose parent's threads did not come along)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._workers: Workers | None = None
+        self._guard = threading.Lock()
+        os.register_at_fork(after_in_child=self._forget)
+
+    def __call__(self) -> Workers:
+        workers = self._workers
+        if workers is not None:
+            return workers
+        with self._guard:
+            if self._workers is None:
+                self._workers = Workers(_PRESTARTED, self.name)
+            return self._workers
+
+    def _forget(self) -> None:  # in a forked child: no parent thread, no lock it held
+        self._workers, self._guard = None, threading.Lock()
 
 
-def tool_workers() -> Workers:
-    """The process's tool workers, as ``model_workers``."""
-    global _tool_workers
-    workers = _tool_workers
-    if workers is not None:
-        return workers
-    with _guard:
-        if _tool_workers is None:
-            _tool_workers = Workers(_PRESTARTED, "parlour-tool")
-        return _tool_workers
+model_workers = ProcessWorkers("parlour-model")
 
 
-def _forget_workers() -> None:  # in a forked child: no parent thread, no lock it held
-    global _model_workers, _tool_workers, _guard
-    _model_workers, _tool_workers, _guard = None, None, threading.Lock()
+async def called_on(workers: ProcessWorkers, fn: Callable[[], Any]) -> Any:
+    """``fn()`` made on one of ``workers`` while the calling task awaits it: what it
+    returned, or what it raised, raised here. A cancelled awaiter leaves it to finish (its
+    result dropped)."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[object] = loop.create_future()
+    workers().submit(functools.partial(caught, fn), _OnLoop(loop, answer))
+    value = await answer
+    if type(value) is Raised:
+        raise value.error
+    return value
 
 
-os.register_at_fork(after_in_child=_forget_workers)
+def caught(fn: Callable[[], object]) -> object:
+    """``fn()``, or what it raised as ``Raised``: a job that reports its own errors."""
+    try:
+        return fn()
+    except BaseException as exc:
+        return Raised(exc)
