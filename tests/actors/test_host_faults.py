@@ -1,6 +1,6 @@
 """A host in production's shape: many chats at once behind a model that takes time, fails,
-times out and hangs, tools that raise and hang, turns force-released while they wait, then
-every conversation evicted and restored for a second turn.
+times out and hangs, tools that raise and hang (async and blocking), turns force-released
+while they wait, then every conversation evicted and restored for a second turn.
 
 Each chat's first message names its fault. Whatever its first turn ended in, the stored
 conversation holds that message exactly once and every tool call in it exactly one result;
@@ -41,7 +41,7 @@ from parlour.stores import LmdbStore, MemorySessionCache
 from .agent_helpers import answerable, stored, stored_calls, stored_results, user_texts
 from .test_agent_lifecycle_machine import fits_every_provider
 
-FAULTS = ("plain", "lookup", "explode", "stall", "flaky", "broken", "hang", "forced")
+FAULTS = ("plain", "lookup", "explode", "stall", "jam", "flaky", "broken", "hang", "forced")
 ENDS = {  # what the caller of each fault's first turn gets: a reply, or this error
     "broken": UncorrectableLLMError,
     "hang": RetryableLLMError,  # past the model timeout, with no retry left
@@ -52,7 +52,7 @@ SAMPLE = 7  # every seventh chat's next request is checked against every provide
 
 def first_text(i: int) -> str:
     fault = FAULTS[i % len(FAULTS)]
-    use = f" Use {fault}." if fault in ("lookup", "explode", "stall") else ""
+    use = f" Use {fault}." if fault in ("lookup", "explode", "stall", "jam") else ""
     return f"Chat {i} [{fault}]: where is my order?{use}"
 
 
@@ -74,6 +74,15 @@ async def explode(order_id: str = "42") -> str:
 async def stall(order_id: str = "42") -> str:
     """The status of an order, from a service that never answers."""
     await asyncio.Event().wait()
+    return "never"
+
+
+UNJAM = threading.Event()  # set as each test ends: the jammed calls' threads return
+
+
+def jam(order_id: str = "42") -> str:
+    """The status of an order, from a blocking client that never answers."""
+    UNJAM.wait()
     return "never"
 
 
@@ -144,7 +153,7 @@ async def _no_wait(seconds: float) -> None:
 def _agent(model: ScriptedClient) -> Agent:
     return Agent(
         model,
-        tools=[lookup, explode, stall],
+        tools=[lookup, explode, stall, jam],
         output=OutputSize.STANDARD,
         depth=Depth.IMMEDIATE,
         tool_timeout_s=0.3,
@@ -158,6 +167,13 @@ def _agent(model: ScriptedClient) -> Agent:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+@pytest.fixture(autouse=True)
+def unjam() -> Iterator[None]:
+    UNJAM.clear()
+    yield
+    UNJAM.set()
 
 
 @pytest.fixture
@@ -186,7 +202,7 @@ def _check_first(
         assert ended.text == "".join(b.text for b in last.blocks if isinstance(b, TextBlock))
     else:
         assert isinstance(ended, expected), (fault, ended)
-    if fault in ("explode", "stall"):  # the tool's failure reached the model as a result
+    if fault in ("explode", "stall", "jam"):  # the tool's failure reached the model
         (result,) = stored_results(snapshot)
         assert result.is_error, fault
     if fault == "lookup":  # never starved by the hung tools of other chats
