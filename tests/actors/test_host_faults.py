@@ -234,56 +234,19 @@ def _evict_all(service: ConversationService, clock: FakeClock, cids: list[str]) 
         service.evict_conversation(cid)
 
 
-def test_a_thousand_chats_on_one_loop_survive_every_fault_and_answer_after_a_restore(
-    service: ConversationService, clock: FakeClock
-) -> None:
-    chats = 1000
+Wave = Callable[[list[Chat], Callable[[int], str]], list[Reply | BaseException]]
+
+
+def _two_turns(service: ConversationService, clock: FakeClock, chats: int, wave: Wave) -> None:
+    """Every chat's first turn, with its fault, all at once (``wave``), each checked; every
+    conversation evicted; then a healthy second turn on each, all at once, each checked."""
     model = FaultyModel(service, latency=0.2)
     agent = _agent(model)
-
-    async def wave(every: list[Chat], text: Callable[[int], str]) -> list[Reply | BaseException]:
-        return await asyncio.gather(
-            *(chat.asend(text(i)) for i, chat in enumerate(every)), return_exceptions=True
-        )
-
-    every = [agent.chat(service, user_id=f"user-{i}") for i in range(chats)]
-    firsts = asyncio.run(wave(every, first_text))
-    cids = [chat.conversation_id for chat in every]
-    for i, (cid, ended) in enumerate(zip(cids, firsts, strict=True)):
-        _check_first(service, i, cid, ended)
-    _evict_all(service, clock, cids)
-    healthy = _agent(ScriptedClient())
-    again = [
-        healthy.chat(service, user_id=f"user-{i}", conversation_id=cid)
-        for i, cid in enumerate(cids)
-    ]
-    seconds = asyncio.run(wave(again, second_text))
-    for i, (cid, reply) in enumerate(zip(cids, seconds, strict=True)):
-        _check_second(service, i, cid, reply)
-
-
-def test_three_hundred_chats_on_threads_survive_every_fault_and_answer_after_a_restore(
-    service: ConversationService, clock: FakeClock
-) -> None:
-    chats = 300
-    model = FaultyModel(service, latency=0.2)
-    agent = _agent(model)
-
-    def wave(every: list[Chat], text: Callable[[int], str]) -> list[Reply | BaseException]:
-        def one(i: int) -> Reply | BaseException:
-            try:
-                return every[i].send(text(i))
-            except Exception as exc:
-                return exc
-
-        with ThreadPoolExecutor(max_workers=len(every)) as pool:
-            return list(pool.map(one, range(len(every))))
-
     every = [agent.chat(service, user_id=f"user-{i}") for i in range(chats)]
     try:
         firsts = wave(every, first_text)
     finally:
-        model.released.set()  # the hung calls' workers, abandoned by their turns, end
+        model.released.set()  # the thread path's hung calls, abandoned by their turns, end
     cids = [chat.conversation_id for chat in every]
     for i, (cid, ended) in enumerate(zip(cids, firsts, strict=True)):
         _check_first(service, i, cid, ended)
@@ -295,3 +258,29 @@ def test_three_hundred_chats_on_threads_survive_every_fault_and_answer_after_a_r
     ]
     for i, (cid, reply) in enumerate(zip(cids, wave(again, second_text), strict=True)):
         _check_second(service, i, cid, reply)
+
+
+def test_a_thousand_chats_on_one_loop_survive_every_fault_and_answer_after_a_restore(
+    service: ConversationService, clock: FakeClock
+) -> None:
+    async def gathered(every: list[Chat], text: Callable[[int], str]) -> list[Any]:
+        turns = (chat.asend(text(i)) for i, chat in enumerate(every))
+        return await asyncio.gather(*turns, return_exceptions=True)
+
+    _two_turns(service, clock, 1000, lambda every, text: asyncio.run(gathered(every, text)))
+
+
+def test_three_hundred_chats_on_threads_survive_every_fault_and_answer_after_a_restore(
+    service: ConversationService, clock: FakeClock
+) -> None:
+    def on_threads(every: list[Chat], text: Callable[[int], str]) -> list[Reply | BaseException]:
+        def one(i: int) -> Reply | BaseException:
+            try:
+                return every[i].send(text(i))
+            except Exception as exc:
+                return exc
+
+        with ThreadPoolExecutor(max_workers=len(every)) as pool:
+            return list(pool.map(one, range(len(every))))
+
+    _two_turns(service, clock, 300, on_threads)
