@@ -3,14 +3,15 @@
 Every call becomes exactly one ``ToolResultBlock``, never an exception: a tool that raises
 gives an error result carrying the exception's message, an unknown name and arguments that
 do not fit the signature give error results too, and a call past its timeout gives an error
-result while the turn goes on. Sync tools run on the process's tool workers (``ProcessWorkers``:
-never a cap, so a tool that hangs holds its own thread and no other call waits behind it);
-async tools run on the event loop (on the async path) or on a tool worker's own loop (on
-the sync path), cancelled at their timeout either way. The calls of one answer run
-concurrently, as a round (``ThreadRound``, ``LoopRound``) whose ``next`` hands out the
-results of the calls that finished since the last look, so that the turn saves each result
-as it comes. A tool whose function takes a ``ToolContext`` gets the one the driver made for
-its call (``_call_context``); a call given up at its timeout has its context's ``cancelled`` set.
+result while the turn goes on. Sync tools run on the process's tool workers
+(``ProcessWorkers``: never a cap, so a tool that hangs holds its own thread and no other
+call waits behind it); async tools run on the event loop (on the async path) or on a tool
+worker's own loop (on the sync path), cancelled at their timeout either way. The calls of
+one answer run concurrently, as a round (``ThreadRound``, ``LoopRound``) whose ``next``
+hands out the results of the calls that finished since the last look, so that the turn
+saves each result as it comes. A tool whose function takes a ``ToolContext`` gets the one
+the driver made for its call (``_call_context``); a call given up at its timeout has its
+context's ``cancelled`` set.
 
 Beside its own functions an agent may take ``Toolset``s (an MCP server: ``agent/mcp``), whose
 tools are listed when a turn begins and the set says its list changed (``ToolBox.refresh``,

@@ -35,7 +35,7 @@ __all__ = [
 
 
 class Raised:
-    """What a model call raised, carried back to the turn's thread."""
+    """What a job raised, carried back to whoever waits for its result."""
 
     __slots__ = ("error",)
 
@@ -72,8 +72,8 @@ Job = tuple[Callable[[], object], Sink]
 
 class Workers:
     """Daemon threads, ``count`` started up front and one more whenever a job finds none
-    idle (never a cap: a model call waits for its model, never for a worker; the threads
-    stay for the next peak). A job (a function and the queue its result goes to) is handed
+    idle (never a cap: a call waits for what it calls, never for a worker; the threads stay
+    for the next peak). A job (a function and the queue its result goes to) is handed
     to the worker that went idle last (one wake, of the thread whose caches are warmest: no
     shared queue that wakes whichever waited longest). A worker puts a job's result as its
     very last step before it sleeps again (its bookkeeping done first), so the thread woken
