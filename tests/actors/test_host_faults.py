@@ -6,8 +6,9 @@ Each chat's first message names its fault. Whatever its first turn ended in, the
 conversation holds that message exactly once and every tool call in it exactly one result;
 a reply the caller got is the stored last answer; the request each provider would be sent
 next fits its SDK's request type (checked on a sample: each check runs three real clients).
-The second turn, with every conversation evicted and restored from LMDB, answers on every
-chat and leaves both messages stored once, in order.
+The second turn, with every conversation evicted and restored from the store, answers on
+every chat and leaves both messages stored once, in order. On each store: memory, LMDB and
+PostgreSQL.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,9 +36,10 @@ from parlour.runtime.errors import RetryableLLMError, UncorrectableLLMError
 from parlour.runtime.providers import WireRequest
 from parlour.runtime.snapshots import ConversationPersistenceSnapshot
 from parlour.runtime.testing import FakeClock
-from parlour.stores import LmdbStore, MemorySessionCache
+from parlour.stores import MemorySessionCache, PersistentStore
 
 from .agent_helpers import answerable, stored, stored_calls, stored_results, user_texts
+from .kills import each_store
 from .test_agent_lifecycle_machine import fits_every_provider
 
 FAULTS = ("plain", "lookup", "explode", "stall", "jam", "flaky", "broken", "hang", "forced")
@@ -176,12 +177,12 @@ def unjam() -> Iterator[None]:
     UNJAM.set()
 
 
+store = each_store  # memory, LMDB and PostgreSQL
+
+
 @pytest.fixture
-def service(tmp_path: Path, clock: FakeClock) -> Iterator[ConversationService]:
-    with (
-        LmdbStore(tmp_path / "db") as store,
-        ConversationService(store, MemorySessionCache(), clock=clock, cleanup_interval_s=0) as svc,
-    ):
+def service(store: PersistentStore, clock: FakeClock) -> Iterator[ConversationService]:
+    with ConversationService(store, MemorySessionCache(), clock=clock, cleanup_interval_s=0) as svc:
         yield svc
 
 
