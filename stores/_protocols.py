@@ -10,6 +10,7 @@ contract, and the handles and helpers a store that lacks a capability answers wi
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures as cf
 import datetime as dt
 import functools
 from collections.abc import Callable
@@ -95,14 +96,22 @@ class SaveFuture(asyncio.Future[Any]):
 
 
 def saved_in_thread(
-    snapshot: ConversationPersistenceSnapshot, user_id: str, save: Saver
+    snapshot: ConversationPersistenceSnapshot,
+    user_id: str,
+    save: Saver,
+    in_thread: Callable[[Callable[[], Any]], cf.Future[Any]] | None = None,
 ) -> SaveFuture:
     """``create_context_async`` or ``save_context_async`` for a store that cannot queue a
-    write (``defers_saves`` False): ``save(snapshot, user_id)`` in the running loop's
-    default executor, a thread hop; the future raises what ``save`` raises."""
+    write (``defers_saves`` False): ``save(snapshot, user_id)`` in a thread, the store's own
+    (``in_thread``) or else the running loop's default executor; the future raises what
+    ``save`` raises."""
     loop = asyncio.get_running_loop()
     answer = SaveFuture(loop=loop)
-    loop.run_in_executor(None, save, snapshot, user_id).add_done_callback(answer.take)
+    if in_thread is None:
+        running = loop.run_in_executor(None, save, snapshot, user_id)
+    else:
+        running = asyncio.wrap_future(in_thread(functools.partial(save, snapshot, user_id)))
+    running.add_done_callback(answer.take)
     return answer
 
 

@@ -6,7 +6,10 @@ psycopg and its pool are imported when a ``Database`` is made, so this imports w
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import contextlib
+import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from parlour.runtime.errors import IllegalStateError
@@ -32,11 +35,16 @@ class Database:
     its own. After ``close`` every call raises ``IllegalStateError``.
     """
 
-    __slots__ = ("_pool", "where")
+    __slots__ = ("_closing", "_guard", "_pool", "_threads", "where")
 
     def __init__(self, conninfo: str, size: int, timeout: float) -> None:
         self._pool = _open_pool(conninfo, size, timeout)
         self.where = _redacted(conninfo)
+        # as many as the pool's connections: an event loop's saves, never fewer at once
+        # than the pool serves (the loop's default executor has min(32, CPUs + 4) threads)
+        self._threads = cf.ThreadPoolExecutor(size, thread_name_prefix="parlour-postgres")
+        self._guard = threading.Lock()
+        self._closing = False
         try:
             with self._pool.connection() as conn:
                 migrate(conn, self.where)
@@ -71,8 +79,23 @@ class Database:
             raise IllegalStateError(f"PostgresStore on {self.where} is closed.")
         return self._pool.connection()
 
+    def in_thread(self, call: Callable[[], Any]) -> cf.Future[Any]:
+        """``call()`` on one of the database's threads (as many as its connections).
+
+        Raises:
+            IllegalStateError: the database is closed (or closing).
+        """
+        with self._guard:
+            if self._closing:
+                raise IllegalStateError(f"PostgresStore on {self.where} is closed.")
+            return self._threads.submit(call)
+
     def close(self) -> None:
-        """Close the pool's connections. Idempotent."""
+        """Let the calls under way on its threads finish, then close the pool's
+        connections. Idempotent."""
+        with self._guard:
+            self._closing = True
+        self._threads.shutdown(wait=True)
         self._pool.close()
 
 

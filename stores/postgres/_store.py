@@ -187,14 +187,16 @@ class PostgresStore:
     def create_context_async(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
     ) -> SaveFuture:
-        """``create_context`` in a thread (this store does not queue writes)."""
-        return saved_in_thread(snapshot, user_id, self.create_context)
+        """``create_context`` on one of the store's threads, as many as its connections
+        (it does not queue writes)."""
+        return saved_in_thread(snapshot, user_id, self.create_context, self._db.in_thread)
 
     def save_context_async(
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
     ) -> SaveFuture:
-        """``save_context`` in a thread (this store does not queue writes)."""
-        return saved_in_thread(snapshot, user_id, self.save_context)
+        """``save_context`` on one of the store's threads, as many as its connections
+        (it does not queue writes)."""
+        return saved_in_thread(snapshot, user_id, self.save_context, self._db.in_thread)
 
     def _write_params(
         self,
@@ -416,7 +418,8 @@ class PostgresStore:
         return None if head is None else head[0]
 
     def close(self) -> None:
-        """Close the pool's connections. Idempotent."""
+        """Let the async saves under way finish, then close the pool's connections.
+        Idempotent."""
         self._db.close()
 
     def __enter__(self) -> PostgresStore:
