@@ -157,8 +157,10 @@ def _agent(model: ScriptedClient) -> Agent:
         tools=[lookup, explode, stall, jam],
         output=OutputSize.STANDARD,
         depth=Depth.IMMEDIATE,
-        tool_timeout_s=0.3,
-        model_timeout_s=1.0,
+        # long enough for a healthy call on a loaded machine (a loop running a thousand
+        # turns lags by a second or more), short enough that the hung ones end the test
+        tool_timeout_s=4.0,
+        model_timeout_s=4.0,
         retry=RetryPolicy(attempts=1, base_s=0.0),
         sleep=lambda seconds: None,
         async_sleep=_no_wait,
