@@ -36,7 +36,7 @@ from parlour.runtime.errors import UncorrectableLLMError
 
 from .._service import ConversationService
 from ._approvals import NeedsApproval, approval_rule
-from ._calls import start_pools
+from ._calls import start_workers
 from ._chat import Chat
 from ._compactor import default_compactor
 from ._effects import Compact, RetryPolicy
@@ -157,7 +157,7 @@ class Agent:
         self.compactor = compactor or default_compactor(client, model_timeout_s)
         self._overrides = (comfort_tokens, compaction_trigger)
         self._windows = {client.spec.id: self._new_window(client.spec)}  # checks the overrides
-        start_pools()  # process-wide, once: no turn waits for their threads to start
+        start_workers()  # process-wide, once: no turn waits for their threads to start
 
     def chat(
         self,

@@ -25,6 +25,7 @@ Thread-safety: the workers are created under one lock and shared by every turn; 
 from __future__ import annotations
 
 import asyncio
+import functools
 import queue
 import time
 from collections.abc import Generator
@@ -32,7 +33,7 @@ from typing import Any
 
 from parlour.runtime import ConversationContext, LLMClient, LLMResponse
 from parlour.runtime.errors import RetryableLLMError
-from parlour.runtime.providers import Raised, model_workers
+from parlour.runtime.providers import Raised, caught, model_workers
 
 from .._gate import waiting
 from .._limiter import Booking, Limiter
@@ -53,15 +54,14 @@ __all__ = [
     "close",
     "inline_call",
     "model_span",
-    "model_workers",
     "no_room",
-    "start_pools",
+    "start_workers",
     "stream_model",
     "timed_out",
 ]
 
 
-def start_pools() -> None:
+def start_workers() -> None:
     """Start the process's model and tool workers now (once per process); idempotent."""
     model_workers()
     tool_workers()
@@ -192,11 +192,8 @@ class ThreadedCall:
         self._abandoned = False
         self.deadline = 0.0
 
-    def _run(self) -> object:  # in the worker
-        try:
-            return self.plan.client.respond(self.context, on_text=self._queued)
-        except BaseException as exc:
-            return Raised(exc)
+    def _respond(self) -> object:  # in the worker
+        return self.plan.client.respond(self.context, on_text=self._queued)
 
     def _queued(self, text: str) -> None:  # in the worker
         if self._abandoned:
@@ -239,7 +236,7 @@ class ThreadedCall:
             raise cancelled_error(plan)
         timeout = plan.model_timeout_s
         self.deadline = time.monotonic() + timeout
-        model_workers().submit(self._run, self.queue)
+        model_workers().submit(functools.partial(caught, self._respond), self.queue)
         try:
             item = self.queue.get(timeout=timeout)
         except queue.Empty:

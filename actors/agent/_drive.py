@@ -55,7 +55,7 @@ from ._calls import (
     close,
     inline_call,
     model_span,
-    start_pools,
+    start_workers,
     stream_model,
     timed_out,
 )
@@ -449,7 +449,7 @@ async def drive_async(
     task does the same and re-raises ``CancelledError``; either way after the boundary save
     and the release.
     """
-    start_pools()  # the first turn starts them, before any load builds up
+    start_workers()  # the first turn starts them, before any load builds up
     turn = _AsyncTurn(steps, plan, service, emit)
     plan.thinker.set_cancel_hook(turn.force)
     return await turn.run()

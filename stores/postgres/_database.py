@@ -40,17 +40,17 @@ class Database:
     def __init__(self, conninfo: str, size: int, timeout: float) -> None:
         self._pool = _open_pool(conninfo, size, timeout)
         self.where = _redacted(conninfo)
-        # as many as the pool's connections: an event loop's saves, never fewer at once
-        # than the pool serves (the loop's default executor has min(32, CPUs + 4) threads)
-        self._threads = cf.ThreadPoolExecutor(size, thread_name_prefix="parlour-postgres")
-        self._guard = threading.Lock()
-        self._closing = False
         try:
             with self._pool.connection() as conn:
                 migrate(conn, self.where)
         except BaseException:
             self._pool.close()
             raise
+        # as many as the pool's connections: an event loop's saves, never fewer at once
+        # than the pool serves (the loop's default executor has min(32, CPUs + 4) threads)
+        self._threads = cf.ThreadPoolExecutor(size, thread_name_prefix="parlour-postgres")
+        self._guard = threading.Lock()
+        self._closing = False
 
     def rows(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """Every row ``query`` returns (one statement, one round trip)."""

@@ -9,7 +9,7 @@ import os
 import queue
 import threading
 
-from parlour.actors.agent._calls import start_pools
+from parlour.actors.agent._calls import start_workers
 from parlour.runtime.providers import model_workers
 from parlour.runtime.providers._workers import Workers
 
@@ -67,7 +67,7 @@ def test_no_job_is_lost_when_many_threads_submit_to_few_workers() -> None:
 
 
 def test_a_forked_child_makes_model_calls_on_workers_of_its_own() -> None:
-    start_pools()  # the parent's workers run; none of their threads exists in a child
+    start_workers()  # the parent's workers run; none of their threads exists in a child
     pid = os.fork()
     if pid == 0:
         code = 1
