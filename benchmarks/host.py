@@ -27,15 +27,21 @@ out), or all at once (``--start together``: a thundering herd, the old shape). A
 printed: context switches per turn (voluntary and not), the mark of threads woken for
 nothing.
 
+Every path runs under ``tuning.host_collector`` (the garbage collector's youngest
+generation at 50,000 objects, as ``parlour serve`` runs), the floor included;
+``--collector interpreter`` keeps the interpreter's thresholds (700, 10, 10).
+
     python benchmarks/host.py [--chats 500] [--latency 1.0] [--turns 3]
                               [--paths floor service send asend]
                               [--start spread|together] [--switch-interval S]
+                              [--collector host|interpreter]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import resource
 import subprocess
@@ -287,11 +293,16 @@ def run_asend(data: Path, chats: int, turns: int, latency: float, meter: _Meter)
 RUNS = {"floor": run_floor, "service": run_service, "send": run_send, "asend": run_asend}
 
 
-def child(path: str, chats: int, turns: int, latency: float, start: str) -> None:
+def child(
+    path: str, chats: int, turns: int, latency: float, start: str, collector: str = "host"
+) -> None:
     """Run one path and print its figures as one JSON line."""
+    from parlour.actors.tuning import host_collector
+
     meter = _Meter()
     meter.spread = latency if start == "spread" else 0.0
-    with tempfile.TemporaryDirectory() as tmp:
+    tuned = host_collector() if collector == "host" else contextlib.nullcontext()
+    with tempfile.TemporaryDirectory() as tmp, tuned:
         taken = RUNS[path](Path(tmp) / "db", chats, turns, latency, meter)
     added = sorted(t - latency for t in taken)
     used = meter.user + meter.system
@@ -326,18 +337,26 @@ def main() -> None:
         help="the chats' first turns spread evenly over one model latency (as a host's "
         "arrivals come), or all at once (a thundering herd)",
     )
+    parser.add_argument(
+        "--collector",
+        choices=("host", "interpreter"),
+        default="host",
+        help="the garbage collector's thresholds: tuning.host_collector's (as parlour serve "
+        "runs), or the interpreter's",
+    )
     parser.add_argument("--child", choices=PATHS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
     if args.child:
-        child(args.child, args.chats, args.turns, args.latency, args.start)
+        child(args.child, args.chats, args.turns, args.latency, args.start, args.collector)
         return
     paths = ["floor", *(p for p in args.paths if p != "floor")]
     offered = args.chats / args.latency
     print(
         f"{args.chats} chats x {args.turns} turns, the model answering after "
-        f"{args.latency:g} s, started {args.start}: {offered:,.0f} turns/s offered"
+        f"{args.latency:g} s, started {args.start}: {offered:,.0f} turns/s offered "
+        f"(collector: {args.collector})"
     )
     print(
         f"{'path':<8} {'turns/s':>9} {'offered':>8} {'p50 +ms':>8} {'p99 +ms':>8} "
@@ -348,6 +367,7 @@ def main() -> None:
         command = [sys.executable, __file__, "--child", path]
         command += ["--chats", str(args.chats), "--turns", str(args.turns)]
         command += ["--latency", str(args.latency), "--start", args.start]
+        command += ["--collector", args.collector]
         if args.switch_interval:
             command += ["--switch-interval", str(args.switch_interval)]
         done = subprocess.run(command, capture_output=True, text=True, check=False)

@@ -112,6 +112,7 @@ PINNED = {
         "LimiterStatistics",
         "TurnGate",
         "follow_catalog_limits",
+        "host_collector",
         "limiter_for",
         "limits_for",
         "one_core",

@@ -33,6 +33,7 @@ from parlour.stores import LmdbStore, MemorySessionCache
 
 from .._service import ConversationService
 from ..agent._agent import Agent
+from ..tuning import host_collector
 from ._chat import ModelChoice, model_client
 from ._cluster import ray_init
 from ._guard import AdminError, say
@@ -256,7 +257,8 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 def serve_forever(app: Any, listener: socket.socket, grace_s: float = GRACE_S) -> None:
-    """Run ``app`` on uvicorn over ``listener`` until SIGTERM or SIGINT."""
+    """Run ``app`` on uvicorn over ``listener`` until SIGTERM or SIGINT, under
+    ``tuning.host_collector`` (the thresholds are logged)."""
     config = uvicorn.Config(
         app,
         log_config=None,
@@ -264,7 +266,9 @@ def serve_forever(app: Any, listener: socket.socket, grace_s: float = GRACE_S) -
         lifespan="on",
         timeout_graceful_shutdown=int(grace_s),
     )
-    _Server(config, app.state.host).run(sockets=[listener])
+    with host_collector() as thresholds:
+        logger.info("The garbage collector's thresholds: {} (host_collector)", thresholds)
+        _Server(config, app.state.host).run(sockets=[listener])
 
 
 class _Server(uvicorn.Server):

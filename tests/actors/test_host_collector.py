@@ -1,0 +1,53 @@
+"""``host_collector``: the collector's youngest generation grown while the block runs, the
+thresholds before it back after it (also when it raises), and cycles still collected."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+from parlour.actors.tuning import host_collector
+
+
+class Node:
+    """An object in a reference cycle of its own."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_the_young_generation_grows_inside_and_the_thresholds_come_back_after() -> None:
+    before = gc.get_threshold()
+    with host_collector() as inside:
+        assert inside == gc.get_threshold() == (50_000, *before[1:])
+    assert gc.get_threshold() == before
+    with host_collector(young=1_234) as inside:
+        assert inside == gc.get_threshold() == (1_234, *before[1:])
+    assert gc.get_threshold() == before
+
+
+def test_the_thresholds_come_back_when_the_block_raises() -> None:
+    before = gc.get_threshold()
+    with pytest.raises(KeyError), host_collector(young=99):
+        raise KeyError("the block failed")
+    assert gc.get_threshold() == before
+
+
+@pytest.mark.parametrize("young", [0, -5, 1.5, True, "50000"])
+def test_a_young_threshold_that_is_not_a_positive_whole_number_is_refused(young: object) -> None:
+    before = gc.get_threshold()
+    with pytest.raises(ValueError, match="at least 1"), host_collector(young=young):  # type: ignore[arg-type]
+        pass
+    assert gc.get_threshold() == before
+
+
+def test_a_cycle_made_inside_is_collected_once_the_young_generation_fills() -> None:
+    with host_collector(young=1_000):
+        node = Node()
+        gone = weakref.ref(node)
+        del node
+        kept = [[] for _ in range(5_000)]  # tracked objects: the young generation fills
+        assert gone() is None
+        assert len(kept) == 5_000
