@@ -13,15 +13,17 @@ while they encode differently), so a body holding one is encoded every time.
 A body encoded anew is decoded once, as a load would: one that would not read back (a flag
 set to ``1`` where a bool belongs, say) is refused before anything is written, instead of
 leaving a record no load can open. Bodies change rarely, so this costs a save next to
-nothing. A store remembers its last ``Body`` per conversation: a body with no block lists
-(no objective, tools or skills) is its scalars' very bytes, one object, encoded once; one
-with lists is remembered without its bytes (``remembered``: an agent's objective and tool
-definitions, tens of KiB a conversation), which the store reads back from its own record
-when it needs them.
+nothing. A body with no block lists (no objective, tools or skills) is its scalars' very
+bytes, encoded once. A ``Body`` holds its scalars as a digest (BLAKE2b, 32 bytes: what
+tells the next body the same, without keeping a copy of the bytes). A store remembers its
+last ``Body`` per conversation without its bytes (``remembered``: for a bare agent half a
+KiB a conversation, for an agent's objective and tool definitions tens of KiB), and reads
+them back from its own record when it needs them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import operator
 from typing import Any
 
@@ -45,13 +47,13 @@ _block = operator.attrgetter("block")
 
 class Body:
     """A body's bytes (``data``: None once only remembered, see ``remembered``) and what
-    they were encoded from: the bytes of its scalar fields and artifacts, and its block
-    lists (copied: a snapshot's lists are its holder's)."""
+    they were encoded from: the digest of its scalar fields' and artifacts' bytes, and its
+    block lists (copied: a snapshot's lists are its holder's)."""
 
-    __slots__ = ("data", "lists", "scalars")
+    __slots__ = ("data", "digest", "lists")
 
-    def __init__(self, data: bytes | None, scalars: bytes, lists: _Lists) -> None:
-        self.data, self.scalars, self.lists = data, scalars, lists
+    def __init__(self, data: bytes | None, digest: bytes, lists: _Lists) -> None:
+        self.data, self.digest, self.lists = data, digest, lists
 
     @property
     def size(self) -> int:
@@ -59,12 +61,12 @@ class Body:
 
 
 def remembered(body: Body) -> Body:
-    """What a store keeps of ``body`` once it is written: all of it when its bytes are its
-    scalars' (one object), else all but its bytes (the next ``body_after`` still proves a
-    body the same by its scalars and lists; the bytes are in the store's record)."""
-    if body.data is None or body.data is body.scalars:
+    """What a store keeps of ``body`` once it is written: all but its bytes (the next
+    ``body_after`` still proves a body the same by its digest and lists; the bytes are in
+    the store's record)."""
+    if body.data is None:
         return body
-    return Body(None, body.scalars, body.lists)
+    return Body(None, body.digest, body.lists)
 
 
 _Lists = tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]  # objective, tools, skills
@@ -93,23 +95,24 @@ def body_after(snapshot: ConversationPersistenceSnapshot, previous: Body | None)
                 skills=[],
             )
         )
+        digest = hashlib.blake2b(scalars, digest_size=32).digest()
         objective = tuple(snapshot.objective)
         lists = (objective, tuple(snapshot.declared_tools), tuple(snapshot.skills))
         if (
             previous is not None
-            and scalars == previous.scalars
+            and digest == previous.digest
             and lists == previous.lists
             and snapshot.legacy_objective is None
             and PojoBlock not in map(type, map(_block, objective))
         ):
             return previous
         if lists == _EMPTY and snapshot.legacy_objective is None:
-            data = scalars  # no block lists: the body is its scalars' bytes, kept once
+            data = scalars  # no block lists: the body is its scalars' bytes
         else:
             data = encode_body(snapshot)
     except UNENCODABLE as exc:  # an artifact or an objective value changed in place
         raise refused(cid, "body", why(exc)) from None
-    return Body(readable(data, cid), scalars, lists)
+    return Body(readable(data, cid), digest, lists)
 
 
 def readable(data: bytes, cid: str) -> bytes:

@@ -24,7 +24,7 @@ from parlour.runtime.blocks import PojoBlock, SkillBlock, ToolDefinitionBlock
 from parlour.runtime.errors import CorruptSnapshotError
 from parlour.runtime.snapshots import encode_snapshot
 from parlour.stores import LmdbStore
-from parlour.stores._body import body_after
+from parlour.stores._body import body_after, remembered
 from parlour.stores._packed import unpacked_body
 from parlour.stores._records import encode_body
 
@@ -328,16 +328,43 @@ def _bomb() -> bytes:
     return b"".join(deflate.compress(chunk) for _ in range(300)) + deflate.flush()
 
 
-def test_a_body_without_block_lists_is_stored_as_encode_body_gives_it_and_kept_once() -> None:
-    """No objective, tools or skills: the body is its scalar fields' bytes, the very bytes
-    ``encode_body`` writes, and what the store remembers of it is one bytes object (its
-    scalars compared on the next save are those bytes, not a second equal copy)."""
+def test_a_body_is_remembered_by_a_digest_and_proves_the_next_one_the_same_or_not() -> None:
+    """The body is the very bytes ``encode_body`` writes (no block lists: its scalar fields'
+    bytes); what a store remembers of it holds no copy of them, only a 32-byte digest of its
+    scalars and its lists, and that proves the next body the same (reused, nothing
+    encoded) or tells a changed one (encoded anew), a scalar or a list changed."""
     c = ConversationContext("c-plain", user_id="alice")
     c.add_user_message("hello")
     body = body_after(c.to_snapshot(), None)
     assert body.data == encode_body(c.to_snapshot())
-    assert body.scalars is body.data
+    kept = remembered(body)
+    assert kept.data is None and len(kept.digest) == 32 and kept.digest == body.digest
+    c.add_user_message("more")  # the body is unchanged
+    assert body_after(c.to_snapshot(), kept) is kept
+    c.interactive = True  # a scalar changed
+    renamed = body_after(c.to_snapshot(), kept)
+    assert renamed is not kept and renamed.data == encode_body(c.to_snapshot())
+    assert b'"interactive":true' in renamed.data and renamed.digest != kept.digest
     c.put_main_objective("goal", "a goal")  # a block list: the body is encoded whole
-    with_goal = body_after(c.to_snapshot(), body)
-    assert with_goal is not body and with_goal.data == encode_body(c.to_snapshot())
-    assert with_goal.scalars != with_goal.data
+    with_goal = body_after(c.to_snapshot(), remembered(renamed))
+    assert with_goal.digest == renamed.digest and with_goal.data == encode_body(c.to_snapshot())
+
+
+def test_a_scalar_changed_in_a_bare_conversation_is_written_and_loads_changed(
+    tmp_path: Path,
+) -> None:
+    """A body with no block lists is remembered without its bytes too: a later change of a
+    scalar is still written (and its earlier version keeps the old value)."""
+    c = ConversationContext("c-bare", user_id="alice")
+    c.add_user_message("hello")
+    with LmdbStore(tmp_path) as store:
+        c.stored_version = store.create_context(c.to_snapshot(), "alice")
+        c.interactive = True
+        c.stored_version = store.save_context(c.to_snapshot(), "alice")
+        c.add_user_message("again")
+        c.stored_version = store.save_context(c.to_snapshot(), "alice")
+        loaded = store.load("c-bare", "alice")
+        assert loaded is not None and loaded.interactive is True
+        first = store.load_version("c-bare", 1, "alice")
+        assert first is not None and first.interactive is False
+    assert _stored_body(tmp_path, "c-bare") == encode_body(c.to_snapshot())
