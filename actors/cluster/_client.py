@@ -9,6 +9,7 @@ made, never by ``parlour.actors``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ import msgspec
 from parlour.runtime import ModelSpec
 
 from ..agent._events import AgentEvent, Reply, TurnDone, TurnError
+from ..tuning import host_collector
 from ._routing import shard_for, shard_names
 from ._shard import ShardHost, ShardStatus
 
@@ -61,8 +63,20 @@ def _shard_actor() -> Any:
         import ray
 
         class Shard(ShardHost):
+            """A shard in a Ray worker process of its own, which hosts its chats: under
+            ``tuning.host_collector`` for the shard's life."""
+
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                self._collector = contextlib.ExitStack()
+                self._collector.enter_context(host_collector())
+
             def status(self, node: str = "") -> ShardStatus:
                 return super().status(node or ray.get_runtime_context().get_node_id())
+
+            def stop(self) -> None:
+                super().stop()
+                self._collector.close()
 
         _actor_class = ray.remote(Shard)
     return _actor_class

@@ -9,6 +9,7 @@ its own model clients), the store from a PostgreSQL connection string (or a fact
 from __future__ import annotations
 
 import copyreg
+import gc
 import importlib
 import os
 import re
@@ -55,6 +56,7 @@ class ShardStatus(msgspec.Struct, frozen=True, kw_only=True):
         running: the ids of the conversations with a turn running now.
         turns: turns this incarnation has finished.
         started_at: when this incarnation started (seconds since the epoch).
+        collector: its process's garbage collector thresholds (``gc.get_threshold()``).
     """
 
     shard: str
@@ -65,6 +67,7 @@ class ShardStatus(msgspec.Struct, frozen=True, kw_only=True):
     running: list[str]
     turns: int
     started_at: float
+    collector: tuple[int, int, int] = (0, 0, 0)
 
 
 def load_factory(spec: str) -> Callable[[], Any]:
@@ -259,6 +262,7 @@ class ShardHost:
             running=sorted(self._running),
             turns=self._turns,
             started_at=self._started_at,
+            collector=gc.get_threshold(),
         )
 
     def __enter__(self) -> ShardHost:
