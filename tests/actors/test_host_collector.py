@@ -54,7 +54,7 @@ def test_a_cycle_made_inside_is_collected_once_the_young_generation_fills() -> N
         node = Node()
         gone = weakref.ref(node)
         del node
-        kept = [[] for _ in range(5_000)]  # tracked objects: the young generation fills
+        kept: list[list[int]] = [[] for _ in range(5_000)]  # tracked: the young generation fills
         assert gone() is None
         assert len(kept) == 5_000
 
