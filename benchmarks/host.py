@@ -31,10 +31,14 @@ Every path runs under ``tuning.host_collector`` (the garbage collector's younges
 generation at 50,000 objects, as ``parlour serve`` runs), the floor included;
 ``--collector interpreter`` keeps the interpreter's thresholds (700, 10, 10).
 
+``--processes P`` runs each path in P processes at once, the chats split evenly, each
+process with its own store and event loop (or threads): a measure of a host that spreads
+its chats over processes by id (a single process runs Python on one core at a time).
+
     python benchmarks/host.py [--chats 500] [--latency 1.0] [--turns 3]
                               [--paths floor service send asend]
                               [--start spread|together] [--switch-interval S]
-                              [--collector host|interpreter]
+                              [--collector host|interpreter] [--processes P]
 """
 
 from __future__ import annotations
@@ -296,7 +300,8 @@ RUNS = {"floor": run_floor, "service": run_service, "send": run_send, "asend": r
 def child(
     path: str, chats: int, turns: int, latency: float, start: str, collector: str = "host"
 ) -> None:
-    """Run one path and print its figures as one JSON line."""
+    """Run one path and print what it measured as one JSON line (``_figures`` merges
+    the lines of the processes that ran it at once)."""
     from parlour.actors.tuning import host_collector
 
     meter = _Meter()
@@ -304,19 +309,32 @@ def child(
     tuned = host_collector() if collector == "host" else contextlib.nullcontext()
     with tempfile.TemporaryDirectory() as tmp, tuned:
         taken = RUNS[path](Path(tmp) / "db", chats, turns, latency, meter)
-    added = sorted(t - latency for t in taken)
-    used = meter.user + meter.system
-    figures = {
-        "turns": len(taken),
+    measured = {
+        "added": [round(t - latency, 6) for t in taken],
         "seconds": meter.seconds - meter.spread,  # the time the chats were all running
+        "user": meter.user,
+        "system": meter.system,
+        "switches": meter.switches,
+        "rss_kib": meter.rss,
+    }
+    print(json.dumps(measured))
+
+
+def _figures(runs: list[dict[str, Any]], chats: int) -> dict[str, float]:
+    """One path's figures from its processes' runs (run at once, each its share of the
+    chats): turns over the longest run's seconds, percentiles over every turn."""
+    added = sorted(a for run in runs for a in run["added"])
+    user = sum(run["user"] for run in runs)
+    system = sum(run["system"] for run in runs)
+    return {
+        "rate": len(added) / max(run["seconds"] for run in runs),
         "p50": added[len(added) // 2],
         "p99": added[min(len(added) - 1, int(len(added) * 0.99))],
-        "cpu_per_turn": used / max(1, len(taken)),
-        "kernel_share": meter.system / max(used, 1e-9),
-        "switches_per_turn": meter.switches / max(1, len(taken)),
-        "rss_per_chat_kib": meter.rss / chats,
+        "cpu_per_turn": (user + system) / max(1, len(added)),
+        "kernel_share": system / max(user + system, 1e-9),
+        "switches_per_turn": sum(run["switches"] for run in runs) / max(1, len(added)),
+        "rss_per_chat_kib": sum(run["rss_kib"] for run in runs) / chats,
     }
-    print(json.dumps(figures))
 
 
 def main() -> None:
@@ -344,6 +362,13 @@ def main() -> None:
         help="the garbage collector's thresholds: tuning.host_collector's (as parlour serve "
         "runs), or the interpreter's",
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="run each path in this many processes at once, the chats split evenly, each "
+        "with its own store: what a host spreading its chats over processes would get",
+    )
     parser.add_argument("--child", choices=PATHS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.switch_interval:
@@ -352,9 +377,12 @@ def main() -> None:
         child(args.child, args.chats, args.turns, args.latency, args.start, args.collector)
         return
     paths = ["floor", *(p for p in args.paths if p != "floor")]
+    if args.processes < 1 or args.chats % args.processes:
+        parser.error("--processes must be at least 1 and divide --chats")
     offered = args.chats / args.latency
+    spread = f" over {args.processes} processes" if args.processes > 1 else ""
     print(
-        f"{args.chats} chats x {args.turns} turns, the model answering after "
+        f"{args.chats} chats{spread} x {args.turns} turns, the model answering after "
         f"{args.latency:g} s, started {args.start}: {offered:,.0f} turns/s offered "
         f"(collector: {args.collector})"
     )
@@ -365,18 +393,24 @@ def main() -> None:
     floor_rate = None
     for path in paths:
         command = [sys.executable, __file__, "--child", path]
-        command += ["--chats", str(args.chats), "--turns", str(args.turns)]
+        command += ["--chats", str(args.chats // args.processes), "--turns", str(args.turns)]
         command += ["--latency", str(args.latency), "--start", args.start]
         command += ["--collector", args.collector]
         if args.switch_interval:
             command += ["--switch-interval", str(args.switch_interval)]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        children = [
+            subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(args.processes)
+        ]
+        outputs = [process.communicate() for process in children]
+        failed = [e for run, (_, e) in zip(children, outputs, strict=True) if run.returncode]
+        if failed:
+            tail = failed[0].strip().splitlines()[-1:] or ["no output"]
             print(f"{path:<8} failed: {tail[0]}")
             continue
-        figures = json.loads(done.stdout.strip().splitlines()[-1])
-        rate = figures["turns"] / figures["seconds"]
+        runs = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+        figures = _figures(runs, args.chats)
+        rate = figures["rate"]
         floor_rate = floor_rate or rate
         print(
             f"{path:<8} {rate:>9,.0f} {rate / offered:>8.0%} {figures['p50'] * 1e3:>8,.0f} "
