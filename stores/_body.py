@@ -15,10 +15,11 @@ set to ``1`` where a bool belongs, say) is refused before anything is written, i
 leaving a record no load can open. Bodies change rarely, so this costs a save next to
 nothing. A body with no block lists (no objective, tools or skills) is its scalars' very
 bytes, encoded once. A ``Body`` holds its scalars as a digest (BLAKE2b, 32 bytes: what
-tells the next body the same, without keeping a copy of the bytes). A store remembers its
-last ``Body`` per conversation without its bytes (``remembered``: for a bare agent half a
-KiB a conversation, for an agent's objective and tool definitions tens of KiB), and reads
-them back from its own record when it needs them.
+tells the next body the same, without keeping a copy of the bytes). ``LmdbStore``
+remembers its last ``Body`` per conversation without its bytes (``remembered``: 660 bytes
+a conversation for a bare agent, tens of KiB for an agent's objective and tool
+definitions), and reads them back from its own record when it needs them;
+``PostgresStore`` keeps them (every version row it writes holds its body).
 """
 
 from __future__ import annotations

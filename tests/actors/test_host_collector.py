@@ -75,6 +75,7 @@ def test_turns_on_both_paths_leave_next_to_no_cyclic_garbage(tmp_path: Path) -> 
                 await asyncio.gather(*(chat.asend(f"Turn {turn} on the loop.") for chat in chats))
 
         gc.collect()
+        enabled = gc.isenabled()
         gc.disable()
         try:
             for turn in range(10):
@@ -83,6 +84,7 @@ def test_turns_on_both_paths_leave_next_to_no_cyclic_garbage(tmp_path: Path) -> 
             asyncio.run(more())
             found = gc.collect()
         finally:
-            gc.enable()
+            if enabled:
+                gc.enable()
         service.stop()
     assert found < 20, found  # 200 turns
