@@ -67,7 +67,7 @@ class ShardStatus(msgspec.Struct, frozen=True, kw_only=True):
     running: list[str]
     turns: int
     started_at: float
-    collector: tuple[int, int, int] = (0, 0, 0)
+    collector: tuple[int, int, int]
 
 
 def load_factory(spec: str) -> Callable[[], Any]:
