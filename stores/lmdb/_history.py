@@ -18,7 +18,7 @@ from .._checked import Run
 from .._ids import conversation_key, user_key
 from .._protocols import ConversationVersion
 from .._records import Chain, Header, decode_header, decode_record
-from . import _reads, _salvage, _versions
+from . import _layout, _pruning, _reads, _salvage, _versions
 from ._databases import Databases
 from ._directory import Directory
 
@@ -74,12 +74,34 @@ class History:
             usage,
             previous,
             checkpoint,
+            0 if old is None else old.message_count,
+            0 if old is None else old.usage_count,
         )
         if head.version % _versions.PRUNE_EVERY == 0:
             _, reseeded = self._prune(key, retention, txn, (head.version, head.updated_at))
             if reseeded:  # the chain this save extended was damaged: it starts anew
                 return None
         return chain
+
+    def pin(self, txn: Any, key: bytes) -> bool:
+        """Before a save overwrites or removes any of ``key``'s stored records: the versions
+        that refer to them get their bytes (``_versions.pin``). Also with history off: a
+        store opened with it before keeps those versions, for when it is opened with it again.
+        One that cannot get them (damage) is moved into quarantine, raw: kept, it would read
+        as what the save writes. True when one was: the save's version then starts a new
+        chain."""
+        broken = _versions.pin(txn, self._dbs, key)
+        if broken:
+            for number, _ in broken:
+                txn.delete(_versions.version_key(key, number), db=self._dbs.versions)
+            _layout.quarantine_versions(txn, self._dbs, key, broken)
+            logger.error(
+                "Versions {} of stored conversation {} refer to damaged records; they were "
+                "moved into quarantine.",
+                [number for number, _ in broken],
+                key.decode(errors="replace"),
+            )
+        return bool(broken)
 
     def versions(self, conversation_id: str, user_id: str) -> list[ConversationVersion]:
         """The kept versions of the conversation, most recent first; empty when there is no
@@ -195,8 +217,8 @@ class History:
         cid, moved = key.decode(errors="replace"), list[int]()
         while True:
             try:
-                removed = _versions.prune(txn, self._dbs, key, retention)
-            except _versions.Unbuildable as exc:  # raised before the prune removed anything
+                removed = _pruning.prune(txn, self._dbs, key, retention)
+            except _pruning.Unbuildable as exc:  # raised before the prune removed anything
                 error = _salvage.damaged_version(cid, exc.version, exc.__cause__ or exc)
                 run = _salvage.salvage(txn, self._dbs, key, exc.version, current, whole_chain=True)
                 logger.error("{} Versions {} were moved into quarantine.", error, run)

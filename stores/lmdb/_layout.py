@@ -5,10 +5,13 @@ Layouts: 1 (no meta database, headers without a version or with versions that re
 after a delete, no owner index, no tombstones), 2 (no version history), 3 (the usage
 ledger inside the body), 4 (the ledger one record per entry), 5 (a version record that
 left the body as it was holds an empty body; layout 4's records read alike, and a parlour
-knowing only 4 refuses the directory instead of misreading them) and 6 (this code: a body
+knowing only 4 refuses the directory instead of misreading them) and 6 (a body
 of 1 KiB or more, in its record and in a version record, is stored compressed where that
 saves an eighth, ``_packed.packed_body``; layout 5's plain bodies read as they are, and
-a parlour knowing only 5 refuses the directory instead of misreading a packed one).
+a parlour knowing only 5 refuses the directory instead of misreading a packed one) and 7
+(this code: a version record may refer to the conversation's stored records instead of
+holding their bytes, ``_versions``; layout 6's records read as they are, and a parlour
+knowing only 6 refuses the directory instead of misreading one that refers).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from .._records import (
 from . import _versions
 from ._databases import NAMES, Databases
 
-LAYOUT = 6
+LAYOUT = 7
 _LAYOUT_KEY = b"layout"
 
 

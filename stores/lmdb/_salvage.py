@@ -6,9 +6,10 @@ A version reads by replaying the records from the newest checkpoint at or before
 damaged record (it does not decode, or its replay does not fit) makes every version whose
 replay passes through it unreadable: from that checkpoint up to the next one. ``salvage``
 moves that run of records into quarantine as raw bytes (a ``QuarantinedRecord`` holding
-them as its ``versions``) and, when the run reached the newest record, records the
-conversation's current state as a checkpoint, so the current version and every later one
-read again. The current record itself (header, body, messages, ledger) is never touched.
+them as its ``versions``; those that referred to the stored records given theirs first)
+and, when the run reached the newest record, records the conversation's current state as a
+checkpoint, so the current version and every later one read again. The current record
+itself (header, body, messages, ledger) is never touched.
 """
 
 from __future__ import annotations
@@ -48,8 +49,11 @@ def salvage(
     that cannot rebuild ``version`` knows only that the damage is at or before it), up to
     the next checkpoint after it, else the newest. When the run took the newest record,
     ``current`` (the stored version and its time; None: the header does not read) is
-    recorded anew as a checkpoint of what is stored. Returns the versions moved, oldest
-    first (empty: ``version`` is not recorded)."""
+    recorded anew as a checkpoint of what is stored. Records that refer to the stored
+    records get their bytes first (``_versions.pin``; one that cannot is damaged, and
+    moved with its run). Returns the versions moved, oldest first (empty: ``version`` is
+    not recorded)."""
+    _versions.pin(txn, dbs, key)  # what goes into quarantine holds bytes, not references
     records = _records(txn, dbs, key)
     numbers = [number for number, _ in records]
     if version not in numbers:
@@ -57,10 +61,10 @@ def salvage(
     at = numbers.index(version)
     start = at
     if whole_chain:
-        checkpoints = [i for i in range(at + 1) if records[i][1][:1] == _versions.CHECKPOINT]
+        checkpoints = [i for i in range(at + 1) if records[i][1][:1] in _versions.CHECKPOINTS]
         start = checkpoints[-1] if checkpoints else 0
     end = next(
-        (i for i in range(at + 1, len(records)) if records[i][1][:1] == _versions.CHECKPOINT),
+        (i for i in range(at + 1, len(records)) if records[i][1][:1] in _versions.CHECKPOINTS),
         len(records),
     )
     run = records[start:end]

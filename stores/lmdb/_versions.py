@@ -1,39 +1,51 @@
 """LmdbStore's version history: every save kept as what it wrote, with periodic checkpoints.
 
-A version record (``versions``: id + NUL + 8-byte version -> record) is a kind byte
-(``C`` checkpoint, ``D`` delta), the save's time (8 bytes, microseconds since the epoch)
-and a msgpack ``Payload``: the body (empty in a delta whose save left it as it was: no
-body is empty; since layout 5), the message count, the messages written (index, bytes):
-every message for a checkpoint, the changed ones for a delta, and the same two for the
-usage ledger (absent from records written before layout 4, whose bodies hold their ledger).
-Reading version N starts at the newest checkpoint at or before N and replays the deltas
-after it, each body replacing the one before unless empty.
+A version record (``versions``: id + NUL + 8-byte version -> record) is a kind byte, the
+save's time (8 bytes, microseconds since the epoch) and a msgpack ``Payload``: the body
+(empty in a delta whose save left it as it was: no body is empty; since layout 5), the
+message count, the messages written (index, bytes), and the same two for the usage ledger
+(absent from records written before layout 4, whose bodies hold their ledger). The kinds:
 
-The chain (deltas since the checkpoint, their bytes, the checkpoint's bytes), kept in the
-conversation's header as its version left it, decides when a save is a checkpoint: when its
-delta would make the chain longer than ``MAX_CHAIN`` records or its messages heavier than
-the checkpoint's, or when the previous version was not recorded with a chain; so does the
+- ``C``, a checkpoint: the body and every message and ledger entry, their bytes;
+- ``D``, a delta: the changed messages and entries, and the body when it changed;
+- ``S`` (since layout 7), a checkpoint of what is stored: no bytes, only the counts; the
+  body, messages ``0..count`` and entries ``0..usage_count`` are the conversation's records;
+- ``A`` (since layout 7), an append: no bytes; the body as the version before left it, the
+  messages from ``start`` to ``count`` and the entries from ``usage_start`` to
+  ``usage_count`` are the conversation's records.
+
+So the usual save (an append) records a few bytes instead of a second copy of what it
+wrote, and a checkpoint costs nothing. A record that refers to the stored records holds only
+while they stay as they are: a save that overwrites or removes any (a whole save that
+changed the body, rewrote a message, cut the conversation) first turns every such record
+into its ``C`` or ``D`` twin with the bytes (``pin``), in its own transaction; so does moving
+version records into quarantine (``_salvage``). Only a ``D`` is written after a pin, so
+``pin`` walks back from the newest record to the newest ``D``. A damaged body or message
+record is then also a damaged version for each record that refers to it (before, each
+version held its own copy).
+
+Reading version N starts at the newest checkpoint at or before N and replays the records
+after it, each body replacing the one before unless empty. The chain (records since the
+checkpoint, their bytes, the checkpoint's bytes), kept in the conversation's header as its
+version left it, decides when a save is a checkpoint: when its record would make the chain
+longer than ``MAX_CHAIN`` records or its bytes heavier than the checkpoint's (and than
+``CHAIN_FLOOR``), or when the previous version was not recorded with a chain; so does the
 retention: a version the next prune will keep oldest is one (``Retention.whole_at``). (Stores
 written before kept it in ``chains``, id -> four 8-byte integers; the code reads it no
-more, and drops it with the history.) So a read replays at most ``MAX_CHAIN`` deltas and
-about twice a full copy's message bytes (a read uses only the last body it meets), and a
-conversation's history costs about what its saves wrote plus a few full copies.
+more, and drops it with the history.) So a read replays at most ``MAX_CHAIN`` records.
+Pruning is ``_pruning``'s.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import itertools
-import operator
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import msgspec
 
-from parlour.runtime.errors import CorruptSnapshotError
-
 from .._checked import Run
-from .._records import Chain, message_prefix
+from .._records import Chain, message_key, message_prefix
 from ._databases import Databases
 
 MAX_CHAIN = 256  # most deltas after a checkpoint
@@ -42,7 +54,10 @@ MAX_CHAIN = 256  # most deltas after a checkpoint
 CHAIN_FLOOR = 16 * 1024
 PRUNE_EVERY = 64  # a save whose version is a multiple of this prunes its conversation
 _MOST_MISSING = 1 << 20  # records a replay may count without holding them: past it, damage
-CHECKPOINT, DELTA = b"C", b"D"
+CHECKPOINT, DELTA, STORED, APPENDED = b"C", b"D", b"S", b"A"
+CHECKPOINTS = (CHECKPOINT, STORED)  # the kinds a replay starts from
+REFERRING = (STORED, APPENDED)  # the kinds that hold stored records by reference
+PAST = b"\xff" * 9  # after every version key of a conversation's prefix (8-byte numbers)
 _SAME_BODY = b""  # a delta's body when its save left the body as it was (no body is empty)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)
@@ -51,13 +66,16 @@ _MICROSECOND = dt.timedelta(microseconds=1)
 class Payload(msgspec.Struct, array_like=True):
     """What one version record holds after its kind and time: the body, the message count
     and the messages written; the ledger's count and the entries written (a count of None:
-    a record from before layout 4, whose body holds the ledger)."""
+    a record from before layout 4, whose body holds the ledger); for an ``A`` record, where
+    its stored messages and entries start."""
 
     body: bytes
     count: int
     writes: list[tuple[int, bytes]]
     usage_count: int | None = None
     usage: list[tuple[int, bytes]] = msgspec.field(default_factory=list)
+    start: int = 0
+    usage_start: int = 0
 
 
 class State(NamedTuple):
@@ -74,7 +92,8 @@ _decoder = msgspec.msgpack.Decoder(Payload)
 
 
 class Kept(NamedTuple):
-    """One recorded version: its number, when it was saved, whether it is a checkpoint."""
+    """One recorded version: its number, when it was saved, whether it is a checkpoint
+    (``C`` or ``S``)."""
 
     version: int
     saved_at: dt.datetime
@@ -106,15 +125,17 @@ def version_key(key: bytes, version: int) -> bytes:
     return message_prefix(key) + version.to_bytes(8, "big")
 
 
-def _micros(moment: dt.datetime) -> int:
-    return (moment - _EPOCH) // _MICROSECOND
+def _micros(at: dt.datetime) -> int:
+    return (at - _EPOCH) // _MICROSECOND
 
 
-def _moment(raw: bytes | memoryview) -> dt.datetime:
+def moment(raw: bytes | memoryview) -> dt.datetime:
+    """When the version whose record is ``raw`` was saved."""
     return _EPOCH + int.from_bytes(raw[1:9], "big") * _MICROSECOND
 
 
-def _record(kind: bytes, saved_at: dt.datetime, payload: Payload) -> bytes:
+def encoded(kind: bytes, saved_at: dt.datetime, payload: Payload) -> bytes:
+    """A version record of ``kind`` saved at ``saved_at`` holding ``payload``."""
     return kind + _micros(saved_at).to_bytes(8, "big") + _encoder.encode(payload)
 
 
@@ -131,16 +152,28 @@ def record(
     usage: Run,
     chain: Chain | None,
     checkpoint: bool = False,
+    start: int = 0,
+    usage_start: int = 0,
 ) -> Chain:
     """Record the save that left ``body`` (as its record holds it, packed or not; None: the
     body the previous version left, as stored), ``count`` messages of which it wrote
     ``writes``, and ``usage_count`` ledger entries of which it wrote ``usage``, as
-    ``version``: a delta of what it wrote (an empty body when it left the body as it was),
-    or a checkpoint of the body and every message and ledger entry when the chain calls for
-    one or ``checkpoint`` asks (a version a coming prune keeps oldest: see
-    ``Retention.whole_at``). ``chain`` is what the previous version left (None: it was not
-    recorded with one). Returns the chain this version leaves, for its header."""
-    size = sum(len(data) for _, data in writes) + sum(len(data) for _, data in usage)
+    ``version``; ``start`` and ``usage_start`` are the previous version's counts. A
+    checkpoint of what is stored (``S``) when the chain calls for one or ``checkpoint``
+    asks (a version a coming prune keeps oldest: see ``Retention.whole_at``); an append
+    (``A``) when the save left the body and every record before ``start`` and
+    ``usage_start`` as they were; else a delta of what it wrote (its caller pinned the
+    records that refer to what it overwrote: ``pin``). ``chain`` is what the previous
+    version left (None: it was not recorded with one). Returns the chain this version
+    leaves, for its header."""
+    appended = (
+        body is None
+        and count >= start
+        and usage_count >= usage_start
+        and all(index >= start for index, _ in writes)
+        and all(index >= usage_start for index, _ in usage)
+    )
+    size = 0 if appended else sum(len(data) for _, data in writes) + sum(len(d) for _, d in usage)
     if (
         checkpoint
         or chain is None
@@ -148,33 +181,93 @@ def record(
         or chain[0] >= MAX_CHAIN
         or chain[1] + size > max(chain[2], CHAIN_FLOOR)
     ):
-        # the records as this save left them: the stored bytes, none encoded again
-        if body is None:  # the body as stored (packed or not): an append leaves it as it was
-            stored = txn.get(key, db=dbs.bodies)
-            if stored is None:
-                raise CorruptSnapshotError(
-                    f"Stored conversation {key.decode(errors='replace')} has no body record."
-                )
-            body = bytes(stored)
-        writes = _all_of(txn, dbs.messages, key, writes, count)
-        entries = _all_of(txn, dbs.usage, key, usage, usage_count)
-        payload = Payload(body, count, writes, usage_count, entries)
-        txn.put(version_key(key, version), _record(CHECKPOINT, saved_at, payload), db=dbs.versions)
-        return (0, 0, sum(map(len, map(operator.itemgetter(1), writes + entries))))
-    kept = _SAME_BODY if body is None else body
-    payload = Payload(kept, count, writes, usage_count, usage)
-    txn.put(version_key(key, version), _record(DELTA, saved_at, payload), db=dbs.versions)
+        payload = Payload(b"", count, [], usage_count, [])
+        txn.put(version_key(key, version), encoded(STORED, saved_at, payload), db=dbs.versions)
+        return (0, 0, 0)
+    if appended:
+        payload = Payload(b"", count, [], usage_count, [], start, usage_start)
+        txn.put(version_key(key, version), encoded(APPENDED, saved_at, payload), db=dbs.versions)
+        return (chain[0] + 1, chain[1], chain[2])
+    payload = Payload(_SAME_BODY if body is None else body, count, writes, usage_count, usage)
+    txn.put(version_key(key, version), encoded(DELTA, saved_at, payload), db=dbs.versions)
     return (chain[0] + 1, chain[1] + size, chain[2])
 
 
-def _all_of(
-    txn: Any, db: Any, key: bytes, writes: list[tuple[int, bytes]], count: int
-) -> list[tuple[int, bytes]]:
-    """Every one of ``count`` records: the plan's writes when they are all, else the
-    records the save just left (one cursor range)."""
-    if len(writes) == count:
-        return writes
-    return list(enumerate(_raw_records(txn, db, key, count)))
+def pin(txn: Any, dbs: Databases, key: bytes) -> list[tuple[int, bytes]]:
+    """Give every record of ``key`` that refers to its stored records (``S``, ``A``) the
+    bytes it refers to (``C``, ``D``), before a save overwrites or removes them. Walks
+    back from the newest record to the newest ``D``: every record before a ``D`` was
+    pinned by the save that wrote it. Returns the records that could not be (they do not
+    decode, or refer to a missing body), raw, left where they are: they read as damaged
+    now, but would read as what a save writes once it overwrites the records they refer
+    to (``History.pin`` moves them into quarantine first)."""
+    prefix = message_prefix(key)
+    cursor = txn.cursor(db=dbs.versions)
+    found = cursor.prev() if cursor.set_range(prefix + PAST) else cursor.last()
+    referring: list[tuple[bytes, bytes]] = []
+    while found:
+        item, raw = bytes(cursor.key()), cursor.value()
+        kind = bytes(raw[:1])
+        if not item.startswith(prefix) or kind == DELTA:
+            break
+        if kind in REFERRING:
+            referring.append((item, bytes(raw)))
+        found = cursor.prev()
+    broken: list[tuple[int, bytes]] = []
+    for item, raw in referring:
+        try:
+            kind, payload = _resolved(txn, dbs, key, raw[:1], _decoder.decode(raw[9:]))
+        except (KeyError, ValueError, IndexError):  # msgspec's DecodeError is a ValueError
+            broken.append((int.from_bytes(item[len(prefix) :], "big"), raw))
+            continue
+        txn.put(item, kind + raw[1:9] + _encoder.encode(payload), db=dbs.versions)
+    return broken[::-1]
+
+
+def _resolved(
+    txn: Any, dbs: Databases, key: bytes, kind: bytes, payload: Payload
+) -> tuple[bytes, Payload]:
+    """A record as its twin with the bytes it refers to: ``S`` as ``C``, ``A`` as ``D``;
+    any other as it is.
+
+    Raises:
+        KeyError: an ``S`` record of a conversation with no body record.
+    """
+    if kind == STORED:
+        stored = txn.get(key, db=dbs.bodies)
+        if stored is None:
+            raise KeyError(f"{key!r} has no body record")
+        messages = _stored_run(txn, dbs.messages, key, 0, payload.count)
+        entries = _stored_run(txn, dbs.usage, key, 0, payload.usage_count or 0)
+        return CHECKPOINT, Payload(
+            bytes(stored), payload.count, messages, payload.usage_count, entries
+        )
+    if kind == APPENDED:
+        writes = _stored_run(txn, dbs.messages, key, payload.start, payload.count)
+        usage = _stored_run(txn, dbs.usage, key, payload.usage_start, payload.usage_count or 0)
+        return DELTA, Payload(_SAME_BODY, payload.count, writes, payload.usage_count, usage)
+    return kind, payload
+
+
+def _stored_run(txn: Any, db: Any, key: bytes, start: int, end: int) -> Run:
+    """The stored records ``start`` up to ``end`` of ``key`` in ``db``, with their indices
+    (one cursor range; a missing one left out: its replay names the gap).
+
+    Raises:
+        ValueError: the run does not start at or before its end (a damaged record)."""
+    if not 0 <= start <= end:
+        raise ValueError(f"a version record's stored records run from {start} to {end}")
+    prefix = message_prefix(key)
+    cursor = txn.cursor(db=db)
+    found: Run = []
+    if start < 1 << 64 and cursor.set_range(message_key(key, start)):
+        for item, value in cursor:
+            item = bytes(item)
+            index = int.from_bytes(item[len(prefix) :], "big")
+            if not item.startswith(prefix) or index >= end:
+                break
+            found.append((index, bytes(value)))
+    return found
 
 
 def seed(txn: Any, dbs: Databases, key: bytes, version: int, saved_at: dt.datetime) -> None:
@@ -188,27 +281,12 @@ def seed(txn: Any, dbs: Databases, key: bytes, version: int, saved_at: dt.dateti
     payload = Payload(
         bytes(body), len(messages), list(enumerate(messages)), len(usage), list(enumerate(usage))
     )
-    txn.put(version_key(key, version), _record(CHECKPOINT, saved_at, payload), db=dbs.versions)
+    txn.put(version_key(key, version), encoded(CHECKPOINT, saved_at, payload), db=dbs.versions)
 
 
-def _raw_records(txn: Any, db: Any, key: bytes, limit: int | None = None) -> list[bytes]:
-    """The stored message (or ledger) records of ``key`` in ``db`` (at most ``limit``), in
-    order."""
-    prefix = message_prefix(key)
-    cursor = txn.cursor(db=db)
-    found: list[bytes] = []
-    if limit and cursor.set_range(prefix):
-        # the usual call (a save's checkpoint): ``limit`` records, taken at C speed when the
-        # last of them is still the conversation's (its keys sort together: so are all)
-        items = list(itertools.islice(cursor.iternext(), limit))
-        if len(items) == limit and all(bytes(items[i][0]).startswith(prefix) for i in (0, -1)):
-            return list(map(bytes, map(operator.itemgetter(1), items)))
-    if cursor.set_range(prefix):
-        for item_key, value in cursor:
-            if len(found) == limit or not bytes(item_key).startswith(prefix):
-                break
-            found.append(bytes(value))
-    return found
+def _raw_records(txn: Any, db: Any, key: bytes) -> list[bytes]:
+    """The stored message (or ledger) records of ``key`` in ``db``, in order."""
+    return [data for _, data in _stored_run(txn, db, key, 0, 1 << 64)]
 
 
 def kept(txn: Any, dbs: Databases, key: bytes) -> list[Kept]:
@@ -222,7 +300,7 @@ def kept(txn: Any, dbs: Databases, key: bytes) -> list[Kept]:
             if not item.startswith(prefix):
                 break
             version = int.from_bytes(item[len(prefix) :], "big")
-            found.append(Kept(version, _moment(value), bytes(value[:1]) == CHECKPOINT))
+            found.append(Kept(version, moment(value), bytes(value[:1]) in CHECKPOINTS))
     return found
 
 
@@ -243,7 +321,8 @@ def state(txn: Any, dbs: Databases, key: bytes, version: int) -> State | None:
     if txn.get(version_key(key, version), db=dbs.versions) is None:
         return None
     body, messages, usage = b"", list[bytes](), None
-    for i, payload in enumerate(_chain_to(txn, dbs, key, version)):  # a checkpoint first
+    for i, (kind, held) in enumerate(_chain_to(txn, dbs, key, version)):  # a checkpoint first
+        _, payload = _resolved(txn, dbs, key, kind, held)
         body = payload.body or body  # empty: the body as the record before left it
         _replay(messages, payload.count, payload.writes)
         if payload.usage_count is None:
@@ -273,18 +352,20 @@ def _replay(held: list[bytes], count: int, writes: list[tuple[int, bytes]]) -> l
     return held
 
 
-def _chain_to(txn: Any, dbs: Databases, key: bytes, version: int) -> list[Payload]:
-    """The records from the newest checkpoint at or before ``version`` up to it, in order."""
+def _chain_to(txn: Any, dbs: Databases, key: bytes, version: int) -> list[tuple[bytes, Payload]]:
+    """The records (kind, payload) from the newest checkpoint at or before ``version`` up to
+    it, in order."""
     prefix = message_prefix(key)
     cursor = txn.cursor(db=dbs.versions)
     cursor.set_key(version_key(key, version))
-    chain: list[Payload] = []
+    chain: list[tuple[bytes, Payload]] = []
     while True:
         item, value = bytes(cursor.key()), cursor.value()
         if not item.startswith(prefix):
             raise KeyError(f"version {version} of {key!r} has no checkpoint")
-        chain.append(_decoder.decode(value[9:]))
-        if bytes(value[:1]) == CHECKPOINT:
+        kind = bytes(value[:1])
+        chain.append((kind, _decoder.decode(value[9:])))
+        if kind in CHECKPOINTS:
             return chain[::-1]
         if not cursor.prev():
             raise KeyError(f"version {version} of {key!r} has no checkpoint")
@@ -309,91 +390,3 @@ def _numbers(txn: Any, dbs: Databases, key: bytes) -> list[int]:
                 break
             found.append(int.from_bytes(item[len(prefix) :], "big"))
     return found
-
-
-def prune(txn: Any, dbs: Databases, key: bytes, retention: Retention) -> int:
-    """Apply ``retention`` to ``key``'s versions: the oldest kept one becomes a checkpoint
-    first (so every kept version still reads), then the older ones go. Returns how many
-    went."""
-    if retention.keep is None and retention.keep_for is None:
-        return 0
-    if retention.keep_for is None:  # by count alone: the keys, and the oldest kept record
-        assert retention.keep is not None
-        return _prune_count(txn, dbs, key, retention.keep)
-    versions = kept(txn, dbs, key)
-    cutoff = None if retention.keep_for is None else retention.now() - retention.keep_for
-    keep_from = len(versions) - 1  # the current version always stays
-    for i in range(len(versions) - 1):
-        by_count = retention.keep is None or len(versions) - i <= retention.keep
-        by_age = cutoff is None or versions[i].saved_at >= cutoff
-        if by_count and by_age:
-            keep_from = i
-            break
-    if keep_from <= 0:
-        return 0
-    oldest = versions[keep_from]
-    if not oldest.checkpoint:
-        _materialize(txn, dbs, key, oldest)
-    for item in versions[:keep_from]:
-        txn.delete(version_key(key, item.version), db=dbs.versions)
-    return keep_from
-
-
-def _prune_count(txn: Any, dbs: Databases, key: bytes, keep: int) -> int:
-    """``prune`` by count alone: every record but the newest ``keep`` goes, the oldest one
-    kept made a checkpoint first. Only keys are read: the newest ``keep`` of them walked
-    back from the conversation's end at C speed, then the older ones deleted in order."""
-    prefix = message_prefix(key)
-    cursor = txn.cursor(db=dbs.versions)
-    if cursor.set_range(prefix + _PAST):  # the first key after the conversation's records
-        if not cursor.prev():
-            return 0
-    elif not cursor.last():
-        return 0
-    newest = list(itertools.islice(cursor.iterprev(keys=True, values=False), keep + 1))
-    if len(newest) <= keep or not bytes(newest[keep]).startswith(prefix):
-        return 0  # no more than ``keep`` of its records (the next key is another's)
-    oldest = bytes(newest[keep - 1])
-    raw = txn.get(oldest, db=dbs.versions)
-    if bytes(raw[:1]) != CHECKPOINT:
-        version = int.from_bytes(oldest[len(prefix) :], "big")
-        _materialize(txn, dbs, key, Kept(version, _moment(raw), False))
-    gone = 0
-    cursor.set_range(prefix)
-    while bytes(cursor.key()) < oldest:  # every key before it is the conversation's
-        cursor.delete()
-        gone += 1
-    return gone
-
-
-_PAST = b"\xff" * 9  # after every version key of a conversation's prefix (8-byte numbers)
-
-
-class Unbuildable(Exception):
-    """A prune could not rebuild ``version``, the oldest it keeps, from its chain: a record
-    at or before it is damaged (the cause says how). Nothing was removed yet."""
-
-    def __init__(self, version: int) -> None:
-        super().__init__(f"version {version} cannot be rebuilt from its chain")
-        self.version = version
-
-
-def _materialize(txn: Any, dbs: Databases, key: bytes, item: Kept) -> None:
-    try:
-        held = state(txn, dbs, key, item.version)
-    except (KeyError, ValueError, IndexError) as exc:  # a damaged record, a broken chain
-        raise Unbuildable(item.version) from exc
-    assert held is not None  # listed by kept() in this transaction
-    usage = held.usage
-    payload = Payload(
-        held.body,
-        len(held.messages),
-        list(enumerate(held.messages)),
-        None if usage is None else len(usage),
-        [] if usage is None else list(enumerate(usage)),
-    )
-    txn.put(
-        version_key(key, item.version),
-        _record(CHECKPOINT, item.saved_at, payload),
-        db=dbs.versions,
-    )

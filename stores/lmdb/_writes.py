@@ -198,6 +198,14 @@ class Writes:
         _layout.reindex(txn, self._dbs, old, head, key)
         was = None if known is None else known[1]
         same = was is not None and (body is was or body.data == self._body_of(txn, key, was))
+        # the versions that refer to what it overwrites get the bytes; past damage, the
+        # save's own version starts a chain of its own (a checkpoint)
+        if (
+            old is not None
+            and not (same and _added(plan, usage, old))
+            and self._history.pin(txn, key)
+        ):
+            old = msgspec.structs.replace(old, history=None)
         written = None  # the usual turn leaves the body as it was (its version records none)
         if not same:  # the record and the version hold it packed alike (``_packed``)
             assert body.data is not None  # only a remembered body lacks them: ``was`` itself
@@ -264,3 +272,15 @@ class Writes:
             return _reads.owned_head(txn, self._dbs, key, cid, user_id)
         check_owner(known[3].user_id, cid, user_id)
         return known[3]
+
+
+def _added(plan: MessagePlan, usage: UsagePlan, old: Header) -> bool:
+    """True when the plans only add records past those ``old`` counts: none of those is
+    overwritten or removed."""
+    count, entries = old.message_count, old.usage_count
+    return (
+        len(plan.items) >= count
+        and len(usage.items) >= entries
+        and all(index >= count for index, _ in plan.writes)
+        and all(index >= entries for index, _ in usage.writes)
+    )

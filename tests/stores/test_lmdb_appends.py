@@ -217,9 +217,12 @@ def test_a_store_that_takes_no_appends_says_so_and_refuses_them(store: MemorySto
         store.append_context_later(appended, "alice")
 
 
-def test_an_append_due_a_checkpoint_over_a_missing_body_is_named_corrupt_and_writes_nothing(
+def test_an_append_over_a_missing_body_record_leaves_its_versions_reading_as_damaged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """An append reads no body: over a damaged record (its body gone) it is acknowledged,
+    and the conversation and the checkpoint it recorded (which refers to the stored body)
+    are corrupt snapshots naming it, never a body from elsewhere."""
     from parlour.runtime.errors import CorruptSnapshotError
     from parlour.stores.lmdb import _versions
 
@@ -230,6 +233,9 @@ def test_an_append_due_a_checkpoint_over_a_missing_body_is_named_corrupt_and_wri
             txn.delete(b"c1", db=store._dbs.bodies)
         appended = context.changes_since_save()
         assert appended is not None
-        with pytest.raises(CorruptSnapshotError, match="c1 has no body record"):
-            store.append_context(appended, "alice")
-        assert store.version_of("c1", "alice") == 1
+        assert store.append_context(appended, "alice") == 2
+        with pytest.raises(CorruptSnapshotError, match="c1"):
+            store.load("c1", "alice")
+        for version in (1, 2):
+            with pytest.raises(CorruptSnapshotError, match="Version .* of stored conversation c1"):
+                store.load_version("c1", version, "alice")

@@ -73,10 +73,10 @@ def _flip(index: int, bit: int) -> Any:
 def _with_field(field: str, value: Any) -> Any:
     """A JSON record (a header, body, message, ledger entry) with ``field`` set to
     ``value``; a version record's msgpack payload (kind, time, then an array: body, count,
-    writes, usage count, usage) with the field of that name set."""
+    writes, usage count, usage, start, usage start) with the field of that name set."""
 
     def mutate(raw: bytes) -> bytes:
-        if raw[:1] in (b"C", b"D"):
+        if raw[:1] in (b"C", b"D", b"S", b"A"):
             payload = msgspec.msgpack.decode(raw[9:])
             at = _PAYLOAD.index(field) if field in _PAYLOAD else 1
             if at < len(payload):
@@ -93,7 +93,7 @@ def _with_field(field: str, value: Any) -> Any:
     return mutate
 
 
-_PAYLOAD = ["body", "count", "writes", "usage_count", "usage"]
+_PAYLOAD = ["body", "count", "writes", "usage_count", "usage", "start", "usage_start"]
 _HUGE = [2**63 - 1, 2**63, 2**64 - 1, -(2**63)]
 _FIELDS = [  # a header's, a body's, a version record's, a ledger entry's
     *["user_id", "conversation_id", "version", "message_count", "usage_count", "title"],
@@ -257,7 +257,7 @@ def test_a_header_count_past_what_a_store_holds_is_a_corrupt_snapshot_naming_it(
         _check_untouched(store)
 
 
-@pytest.mark.parametrize("field", ["count", "usage_count"])
+@pytest.mark.parametrize("field", ["count", "usage_count", "start", "usage_start"])
 @pytest.mark.parametrize("count", [2**63, 2**64 - 1, -1, 10**7])
 def test_a_version_record_counting_past_what_it_holds_is_a_corrupt_snapshot_naming_it(
     tmp_path: Path, field: str, count: int

@@ -196,3 +196,30 @@ def test_a_writer_killed_while_pruning_loses_no_acknowledged_save_and_no_version
                 assert [m.raw_content for m in old.messages] == [
                     m.raw_content for m in snapshot.messages[: len(old.messages)]
                 ]
+
+
+def test_a_save_over_a_version_that_refers_to_a_missing_body_quarantines_it_and_reads_right(
+    tmp_path: Path,
+) -> None:
+    """A checkpoint of what is stored refers to the body record; with that record gone
+    (damage), a save that writes a new body would make the checkpoint read as the new one.
+    The save moves it into quarantine instead, records its own version as a checkpoint,
+    and no version reads as anything but what was saved: the delta that followed the lost
+    checkpoint is a corrupt snapshot, the new version reads as saved."""
+    c = ConversationContext("c1", user_id="alice")
+    c.add_user_message("question 0")
+    with LmdbStore(tmp_path) as store:
+        c.stored_version = store.create_context(c.to_snapshot(), "alice")  # 1: by reference
+        c.add_message(OutgoingMessage("answer 0"))
+        c.stored_version = store.save_context(c.to_snapshot(), "alice")  # 2: an append
+        with store._directory.env.begin(write=True) as txn:
+            assert txn.delete(b"c1", db=store._dbs.bodies)
+        c.put_main_objective("goal", "a new body")
+        c.stored_version = store.save_context(c.to_snapshot(), "alice")  # 3: overwrites it
+        saved = encode_snapshot(c.to_snapshot())
+        assert [v.version for v in store.get_version_history("c1", "alice")] == [3, 2]
+        assert [r.versions[0][0] for r in store.quarantined("c1") if r.versions] == [1]
+        with pytest.raises(CorruptSnapshotError, match="Version 2 of stored conversation c1"):
+            store.load_version("c1", 2, "alice")
+        loaded = store.load_version("c1", 3, "alice")
+        assert loaded is not None and encode_snapshot(loaded) == saved

@@ -113,25 +113,39 @@ def test_a_version_costs_what_its_save_wrote_and_reads_replay_a_bounded_chain(
             assert _loaded(store, version) == saved[version]
 
 
-def test_a_young_conversations_saves_are_deltas_until_they_reach_the_chain_floor(
+def test_an_append_records_no_copy_and_rewrites_checkpoint_once_past_the_chain_floor(
     tmp_path: Path,
 ) -> None:
-    """A short conversation's first checkpoint is small: its deltas soon outweigh it, but a
-    checkpoint (a full copy) is due only once they also pass the floor, and then the
-    chain's bytes start over."""
+    """An append's version holds none of what it added, however big (those messages are
+    the conversation's records); a save that rewrites messages records their bytes, and
+    once those pass the floor the next version is a checkpoint (of what is stored: no
+    bytes either). Every version reads back as saved, before and after the rewrites."""
     with LmdbStore(tmp_path, keep_versions=None) as store:
         c = _conversation()
-        saved = _saves(store, c, 12)
-        assert [v for v, checkpoint in _kinds(store).items() if checkpoint] == [1]
+        saved = _saves(store, c, 2)
         padding = "x" * (_versions.CHAIN_FLOOR // 4)  # stored twice: text and its block
-        for i in range(3):  # deltas of over half the floor each
+        for i in range(3):  # big appends: versions 4 to 6
             c.add_user_message(f"{padding} {i}")
             c.stored_version = store.save_context(c.to_snapshot(), "alice")
             saved[c.stored_version] = encode_snapshot(c.to_snapshot())
+        assert all(len(_payloads(store)[v].writes) == 0 for v in (2, 3, 4, 5, 6))
+        assert _sizes(store)[6] < 64
+        rewrite = "y" * (_versions.CHAIN_FLOOR * 6 // 10)  # stored once
+        for i in range(2):  # rewrites of a big message: versions 7 and 8
+            c.messages[5 + i] = OutgoingMessage(f"{rewrite} {i}")
+            c.stored_version = store.save_context(c.to_snapshot(), "alice")
+            saved[c.stored_version] = encode_snapshot(c.to_snapshot())
         checkpoints = [v for v, checkpoint in _kinds(store).items() if checkpoint]
-        assert checkpoints == [1, 15]  # the second big delta passed the floor
+        assert checkpoints == [1, 8]  # the second big rewrite passed the floor
+        assert _sizes(store)[7] > _versions.CHAIN_FLOOR // 2 and _sizes(store)[8] < 64
         for version in saved:
             assert _loaded(store, version) == saved[version]
+
+
+def _sizes(store: LmdbStore) -> dict[int, int]:
+    with store._directory.env.begin() as txn:
+        cursor = txn.cursor(db=store._dbs.versions)
+        return {int.from_bytes(bytes(key)[-8:], "big"): len(value) for key, value in cursor}
 
 
 def test_retention_keeps_the_newest_versions_and_every_kept_one_still_reads(

@@ -100,9 +100,10 @@ def test_an_appended_entry_is_the_only_ledger_record_a_save_writes(tmp_path: Pat
         c.usage_ledger.append(call(3))
         c.stored_version = store.save_context(c.to_snapshot(), "alice")
     versions = raw_db(tmp_path, b"versions")
-    delta = _versions._decoder.decode(versions[_versions.version_key(b"c1", 2)][9:])
-    assert delta.usage_count == 4 and delta.usage == [(3, msgspec.json.encode(call(3)))]
-    assert versions[_versions.version_key(b"c1", 2)][:1] == _versions.DELTA
+    record = versions[_versions.version_key(b"c1", 2)]
+    appended = _versions._decoder.decode(record[9:])  # the entry by reference: no copy
+    assert record[:1] == _versions.APPENDED and appended.usage == []
+    assert (appended.usage_start, appended.usage_count) == (3, 4)
     usage = raw_db(tmp_path, b"usage")
     assert [usage[message_key(b"c1", i)] for i in range(4)] == [
         msgspec.json.encode(call(i)) for i in range(4)

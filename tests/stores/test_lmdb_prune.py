@@ -17,7 +17,7 @@ from parlour.runtime.snapshots import encode_snapshot
 from parlour.stores import LmdbStore
 from parlour.stores._ids import conversation_key
 from parlour.stores._records import message_key
-from parlour.stores.lmdb import _versions
+from parlour.stores.lmdb import _pruning, _versions
 
 
 def _saves(store: LmdbStore, cid: str, count: int) -> dict[int, bytes]:
@@ -54,8 +54,8 @@ def test_the_version_a_coming_prune_keeps_oldest_is_a_checkpoint_so_the_prune_re
     recorded as a checkpoint, so the prune deletes and rebuilds no version from its
     chain; every kept version reads exactly as saved."""
     rebuilt: list[Any] = []
-    real = _versions._materialize
-    monkeypatch.setattr(_versions, "_materialize", lambda *args: rebuilt.append(real(*args)))
+    real = _pruning._materialize
+    monkeypatch.setattr(_pruning, "_materialize", lambda *args: rebuilt.append(real(*args)))
     with LmdbStore(tmp_path, keep_versions=10) as store:
         saved = _saves(store, "c1", 63)  # version 64 is the last: it pruned
         kinds = _kinds(store, "c1")
