@@ -366,6 +366,41 @@ def test_a_layout_4_store_opens_as_it_is_and_is_marked_with_this_layout(tmp_path
             assert bytes(txn.get(b"layout", db=store._dbs.meta)) == str(LAYOUT).encode()
 
 
+def test_a_layout_6_history_reads_as_it_is_and_goes_on_with_records_that_refer(
+    tmp_path: Path,
+) -> None:
+    """Layout 6 wrote every version with its bytes. This code reads those records as they
+    are and marks the directory 7 (so a parlour knowing only 6 refuses it); its appends then
+    refer to the stored records, an edit gives them their bytes, and every version of both
+    kinds reads as saved throughout."""
+    c = _conversation()
+    with LmdbStore(tmp_path, keep_versions=None) as store:
+        saved = _saves(store, c, 3)
+        with store._directory.env.begin(write=True) as txn:  # as layout 6 left them
+            assert _versions.pin(txn, store._dbs, b"c1") == []
+            txn.put(b"layout", b"6", db=store._dbs.meta)
+        assert set(_raw_kinds(store).values()) == {b"C", b"D"}
+    with LmdbStore(tmp_path, keep_versions=None) as store:
+        with store._directory.env.begin() as txn:
+            assert bytes(txn.get(b"layout", db=store._dbs.meta)) == b"7"
+        saved |= _saves(store, c, 2)  # 5 writes every record (the store did not remember)
+        assert [_raw_kinds(store)[v] for v in (5, 6)] == [b"S", b"A"]
+        for version, expected in saved.items():
+            assert _loaded(store, version) == expected
+        c.messages[1] = OutgoingMessage("edited")  # version 7 overwrites message 1
+        c.stored_version = store.save_context(c.to_snapshot(), "alice")
+        saved[c.stored_version] = encode_snapshot(c.to_snapshot())
+        assert set(_raw_kinds(store).values()) == {b"C", b"D"}
+        for version, expected in saved.items():
+            assert _loaded(store, version) == expected
+
+
+def _raw_kinds(store: LmdbStore) -> dict[int, bytes]:
+    with store._directory.env.begin() as txn:
+        cursor = txn.cursor(db=store._dbs.versions)
+        return {int.from_bytes(bytes(key)[-8:], "big"): bytes(value[:1]) for key, value in cursor}
+
+
 def test_a_backup_taken_while_writers_save_opens_with_every_acknowledged_save(
     tmp_path: Path,
 ) -> None:
