@@ -59,7 +59,7 @@ Exception
     │                                  (parlour.actors.app.serve._host; a RuntimeError)
     └── Unbuildable                    a prune met a version it cannot rebuild: the
                                        damaged run goes into quarantine
-                                       (parlour.stores.lmdb._versions)
+                                       (parlour.stores.lmdb._pruning)
 ```
 
 Bad arguments raise ``ValueError``; another user's conversation raises ``PermissionError``
