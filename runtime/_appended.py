@@ -10,7 +10,9 @@ whether the conversation's changes since its last save are only that, from the
 
 The mark is exact, never hopeful: anything it cannot prove unchanged makes ``changes_since``
 answer None, and the persister then saves the whole snapshot as before. It proves the body
-unchanged by identity (every scalar field the very object it was, the objective map and the
+unchanged by identity (every scalar field the very object it was, or a string equal to it:
+an owner's ids and the model's id are set again at every obtain, often as new objects of
+the same text; the objective map and the
 palette unchanged by their own change counters, no artifact, no ``PojoBlock`` slot: a
 value that may change in place), the saved messages unchanged by their memoized snapshots
 (``MessageSnapshot.of``: any change to a message forgets its memo) and the usage ledger by
@@ -148,7 +150,7 @@ def changes_since(context: Marked) -> Appended | None:
     if type(ledger) is not Ledger or ledger.origin is not was.origin or len(ledger) < was.usage:
         return None
     if (
-        not all(map(operator.is_, was.body, context._body_scalars()))
+        not _same_scalars(was.body, context._body_scalars())
         or (was.objective, was.palette) != context._body_counters()  # no PojoBlock slot since
         or len(context.artifact_registry)  # an artifact may change in place
         or (not was.titled and context.first_user_utterance() is not None)  # a new title
@@ -162,4 +164,13 @@ def changes_since(context: Marked) -> Appended | None:
         was.usage,
         ledger[was.usage :],
         context.open_turn,
+    )
+
+
+def _same_scalars(was: tuple[Any, ...], now: tuple[Any, ...]) -> bool:
+    """Every scalar the very object it was (at C speed), or else a string equal to it (no
+    other type: an equal datetime in another zone, say, encodes otherwise)."""
+    return all(map(operator.is_, was, now)) or all(
+        a is b or (type(a) is str and type(b) is str and a == b)
+        for a, b in zip(was, now, strict=True)
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import hashlib
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Sequence
 from contextlib import AbstractContextManager
@@ -49,6 +50,16 @@ class Seat(Protocol):
     def window(self, context: ConversationContext) -> Compact | None: ...
 
 
+def workflow_of(conversation_id: str) -> str:
+    """The workflow id of every durable chat of ``conversation_id``: ``wf-`` and 12 hex
+    digits of its BLAKE2b digest. The conversation stores its owner's workflow id, so a
+    chat per request (a web handler, ``parlour serve``) with ids of its own would change
+    what is stored at every turn, making each turn's first save rewrite the conversation
+    whole instead of appending to it."""
+    digest = hashlib.blake2b(conversation_id.encode("utf-8", "surrogatepass"), digest_size=6)
+    return "wf-" + digest.hexdigest()
+
+
 class Chat:
     """One user's conversation with an agent; one turn at a time.
 
@@ -78,6 +89,8 @@ class Chat:
             self.thinker.set_conversation_id(conversation_id)
         elif not temporary:
             self.thinker.mint_conversation_id()
+        if not temporary:  # every chat of a conversation continues its one workflow
+            self.thinker.workflow_id = workflow_of(self.thinker.conversation_id)
         self.temporary = temporary
         self._busy = threading.Lock()
         self._ledger = agent.ledger(self.conversation_id)  # its id is fixed from here on

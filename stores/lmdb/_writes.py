@@ -203,6 +203,7 @@ class Writes:
         if (
             old is not None
             and not (same and _added(plan, usage, old))
+            and not (known is None and self._alike(txn, key, old, body, plan, usage))
             and self._history.pin(txn, key)
         ):
             old = msgspec.structs.replace(old, history=None)
@@ -217,11 +218,30 @@ class Writes:
         head = self._recorded(txn, key, old, head, written, plan.writes, usage.writes)
         self._book.note(cid, (plan.items, body, usage.items, head))  # void if the batch aborts
 
-    def _body_of(self, txn: Any, key: bytes, was: Body) -> bytes | None:
-        """The bytes of the body the store last wrote: remembered, or read from its record
-        (a remembered body keeps no bytes); None when the record is gone or damaged (the
-        save writes its own)."""
-        if was.data is not None:
+    def _alike(
+        self, txn: Any, key: bytes, old: Header, body: Body, plan: MessagePlan, usage: UsagePlan
+    ) -> bool:
+        """True when a save of a conversation the store does not remember (the first after
+        a restart, or once forgotten: it writes every record) writes over each stored
+        record the bytes it holds, and cuts none: nothing a version refers to changes."""
+        if len(plan.items) < old.message_count or len(usage.items) < old.usage_count:
+            return False
+        if body.data is None or body.data != self._body_of(txn, key, None):
+            return False
+        for db, writes, count in (
+            (self._dbs.messages, plan.writes, old.message_count),
+            (self._dbs.usage, usage.writes, old.usage_count),
+        ):
+            for index, data in writes:
+                if index < count and txn.get(message_key(key, index), db=db) != data:
+                    return False
+        return True
+
+    def _body_of(self, txn: Any, key: bytes, was: Body | None) -> bytes | None:
+        """The bytes of the body the store last wrote (``was``; None: not remembered):
+        remembered, or read from its record (a remembered body keeps no bytes); None when
+        the record is gone or damaged (the save writes its own)."""
+        if was is not None and was.data is not None:
             return was.data
         stored = txn.get(key, db=self._dbs.bodies)
         try:

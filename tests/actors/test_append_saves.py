@@ -101,3 +101,31 @@ def test_a_failed_append_forgets_the_mark_and_the_next_save_is_whole(tmp_path: P
         after = store.load(thinker.conversation_id or "", "alice")
         assert moved is not None and after is not None
         assert encode_snapshot(after) == encode_snapshot(moved)  # the refusal wrote nothing
+
+
+def test_a_chat_per_request_saves_its_turns_as_appends(tmp_path: Path) -> None:
+    """A web handler makes a chat per request; every chat of one conversation continues its
+    one workflow (the conversation stores its owner's workflow id), so a new chat's turn
+    only adds and is saved as appends, and after a restart too; each chat's turn reads the
+    whole conversation and the store holds each message once."""
+    agent = Agent(ScriptedClient(), output=OutputSize.STANDARD, depth=Depth.IMMEDIATE)
+    for run in range(2):  # the second: a new store and service over the same directory
+        store = Counted(tmp_path)
+        with store, ConversationService(store, cleanup_interval_s=0) as service:
+            if run == 0:
+                first = agent.chat(service, user_id="alice")
+                first.send("Hello.")
+                cid = first.conversation_id
+            store.calls.clear()
+            for turn in range(3):
+                chat = agent.chat(service, user_id="alice", conversation_id=cid)
+                assert (
+                    chat.thinker.workflow_id
+                    == agent.chat(service, user_id="alice", conversation_id=cid).thinker.workflow_id
+                )
+                chat.send(f"Turn {run}.{turn}")
+            assert store.calls == ["append"] * 6
+            snapshot = store.load(cid, "alice")
+            assert snapshot is not None
+            said = [m.raw_content for m in snapshot.messages if m.role == "user"]
+            assert said == ["Hello.", *[f"Turn {r}.{t}" for r in range(run + 1) for t in range(3)]]
