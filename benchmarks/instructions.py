@@ -30,6 +30,9 @@ turns cause are counted. The paths:
 - round: the agent path with one tool the model calls: two model calls a turn, and a
   durable boundary before each external call (the user's message, the answer that calls
   the tool, the tool's result), then the final answer.
+- request: the agent path as a web handler runs it: a new chat of the conversation for
+  every turn (``agent.chat(service, user_id=..., conversation_id=...)``), so each turn also
+  takes the lease its last chat kept and builds the chat.
 
 Prints each path's instructions per turn and its ratio to the floor and to the service path.
 Needs valgrind (``apt-get install valgrind``); takes about five minutes.
@@ -53,7 +56,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-PATHS = ("floor", "service", "agent", "asend", "tools", "round")
+PATHS = ("floor", "service", "agent", "asend", "tools", "round", "request")
 TOOLS, OBJECTIVE = 20, "Answer briefly, and look things up before you answer. " * 15
 _TOTAL = re.compile(rb"^(?:summary|totals): (\d+)", re.MULTILINE)
 
@@ -136,6 +139,17 @@ def _turn_of(path: str, data_dir: Path, conversations: int) -> Iterator[Callable
         chats = [agent.chat(service, user_id=_user(i)) for i in range(conversations)]
         if path == "asend":
             yield lambda i, t: chats[i].asend(text(i, t))
+            return
+        if path == "request":
+            cids = [chat.conversation_id for chat in chats]
+
+            def request(i: int, t: int) -> Any:
+                if t == 0:  # the request that created it (warm-up)
+                    return chats[i].send(text(i, t))
+                chat = agent.chat(service, user_id=_user(i), conversation_id=cids[i])
+                return chat.send(text(i, t))
+
+            yield request
             return
         yield lambda i, t: chats[i].send(text(i, t))
 
@@ -229,6 +243,8 @@ def main() -> None:
         print(f"(tools: the agent path with {TOOLS} function tools and a long objective)")
     if "round" in costs:
         print("(round: the agent path with one tool call a turn, two model calls)")
+    if "request" in costs:
+        print("(request: the agent path with a new chat of the conversation every turn)")
 
 
 if __name__ == "__main__":
