@@ -395,6 +395,30 @@ def test_a_layout_6_history_reads_as_it_is_and_goes_on_with_records_that_refer(
             assert _loaded(store, version) == expected
 
 
+def test_a_whole_save_the_store_does_not_remember_leaves_versions_referring_when_it_only_adds(
+    tmp_path: Path,
+) -> None:
+    """Reopened, the store no longer remembers what it wrote, so a whole save writes every
+    record again; when it writes each one's own bytes over it and cuts none, nothing a
+    version refers to changed and none is given bytes. An edit after it still pins them,
+    and every version reads as saved throughout."""
+    c = _conversation()
+    with LmdbStore(tmp_path, keep_versions=None) as store:
+        saved = _saves(store, c, 2)  # 1 to 3: a checkpoint and appends, by reference
+    with LmdbStore(tmp_path, keep_versions=None) as store:
+        saved |= _saves(store, c, 1)  # 4: every record written again, the same bytes
+        assert _raw_kinds(store) == {1: b"S", 2: b"A", 3: b"A", 4: b"S"}
+        for version, expected in saved.items():
+            assert _loaded(store, version) == expected
+    with LmdbStore(tmp_path, keep_versions=None) as store:
+        c.messages[0] = OutgoingMessage("edited")  # 5: overwrites message 0
+        c.stored_version = store.save_context(c.to_snapshot(), "alice")
+        saved[c.stored_version] = encode_snapshot(c.to_snapshot())
+        assert _raw_kinds(store) == {1: b"C", 2: b"D", 3: b"D", 4: b"C", 5: b"S"}
+        for version, expected in saved.items():
+            assert _loaded(store, version) == expected
+
+
 def _raw_kinds(store: LmdbStore) -> dict[int, bytes]:
     with store._directory.env.begin() as txn:
         cursor = txn.cursor(db=store._dbs.versions)
