@@ -1,0 +1,157 @@
+"""CPU per streamed model call: what a provider SDK costs a host, against parlour's own turn.
+
+A host behind a real model spends, per model call, the SDK's cost of building the request
+and reading the answer's stream. This measures it on the Anthropic SDK over a mock
+transport that streams a 40-character answer in 20 text deltas (25 server-sent events, as
+``async_host.py`` and ``serve.py`` answer), with no delay, one call at a time on one loop,
+CPU time (``time.process_time``) over ``--calls`` calls after a warm-up:
+
+- plain HTTP (the baseline): the same POST through ``httpx2`` and the stream's bytes read;
+- parlour: ``AnthropicClient.arespond`` (request built from a conversation, the SDK's
+  ``messages.stream`` helper, its text deltas handed on, the answer decoded), as a turn
+  calls it;
+- SDK helper: ``messages.stream`` alone, its text stream read, the final message taken;
+- SDK events: ``messages.create(stream=True)``, every typed event read;
+- SDK request, own reading: the SDK's request (``with_streaming_response``), its bytes
+  split into events and decoded with msgspec, the message accumulated as plain data.
+
+Prints each as µs per call and as a ratio to the baseline. Compare with
+``instructions.py``'s turn (about 0.8M instructions, 0.3-0.6 ms on the reference machine).
+
+    python benchmarks/sdk_stream.py [--calls 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import httpx2
+import msgspec
+
+from parlour.runtime import ConversationContext, Depth, OutputSize
+from parlour.runtime.providers import AnthropicClient
+from parlour.runtime.testing import anthropic_message, anthropic_sse, fake_spec
+
+ANSWER = "The answer, streamed in twenty chunks!!"  # 40 characters: 20 deltas of 2
+URL = "https://api.anthropic.com/v1/messages"
+PARAMS: dict[str, Any] = {
+    "model": "claude-test",
+    "max_tokens": 100,
+    "messages": [{"role": "user", "content": "Hello."}],
+}
+
+Call = Callable[[], Awaitable[object]]
+
+
+def _events() -> list[bytes]:
+    stream = anthropic_sse(anthropic_message(ANSWER), chunk=2)
+    return [event + b"\n\n" for event in stream.split(b"\n\n") if event]
+
+
+async def _answer(request: httpx2.Request) -> httpx2.Response:
+    async def body() -> AsyncIterator[bytes]:
+        for event in EVENTS:
+            yield event
+
+    return httpx2.Response(200, content=body(), headers={"content-type": "text/event-stream"})
+
+
+EVENTS = _events()
+
+
+def calls() -> dict[str, Call]:
+    """Each way of making the call, on one shared mock transport."""
+    import anthropic
+
+    http = httpx2.AsyncClient(transport=httpx2.MockTransport(_answer))
+    sdk = anthropic.AsyncAnthropic(api_key="bench-key", max_retries=0, http_client=http)
+    spec = fake_spec(id="claude-test", provider="anthropic")
+    client = AnthropicClient(spec, async_client=sdk, api_key="bench-key")
+    decode = msgspec.json.Decoder().decode
+
+    async def plain() -> object:
+        response = await http.post(URL, json=PARAMS)
+        return sum([len(chunk) async for chunk in response.aiter_bytes()])
+
+    async def parlour() -> object:
+        context = ConversationContext("c1", user_id="bench")
+        context.depth, context.output_declaration = Depth.IMMEDIATE, OutputSize.COMPACT
+        context.add_user_message("Hello.")
+        return await client.arespond(context, on_text=lambda text: None)
+
+    async def helper() -> object:
+        async with sdk.messages.stream(**PARAMS) as stream:
+            async for _ in stream.text_stream:
+                pass
+            return await stream.get_final_message()
+
+    async def events() -> object:
+        stream = await sdk.messages.create(stream=True, **PARAMS)
+        return [event async for event in stream]
+
+    async def own() -> object:
+        message: dict[str, Any] = {}
+        async with sdk.messages.with_streaming_response.create(stream=True, **PARAMS) as raw:
+            held = b""
+            async for chunk in raw.http_response.aiter_bytes():
+                *whole, held = (held + chunk).split(b"\n\n")
+                for event in whole:
+                    data = event[event.index(b"data: ") + 6 :]
+                    _accumulate(message, decode(data))
+        return message
+
+    return {
+        "plain HTTP (baseline)": plain,
+        "parlour (arespond)": parlour,
+        "SDK helper": helper,
+        "SDK events": events,
+        "SDK request, own reading": own,
+    }
+
+
+def _accumulate(message: dict[str, Any], event: dict[str, Any]) -> None:
+    """One event of the stream into ``message`` (text answers only: enough to time it)."""
+    kind = event["type"]
+    if kind == "message_start":
+        message.update(event["message"])
+    elif kind == "content_block_start":
+        message["content"].append(event["content_block"])
+    elif kind == "content_block_delta" and event["delta"]["type"] == "text_delta":
+        message["content"][event["index"]]["text"] += event["delta"]["text"]
+    elif kind == "message_delta":
+        message["stop_reason"] = event["delta"]["stop_reason"]
+        message["usage"].update(event.get("usage") or {})
+
+
+async def per_call(call: Call, count: int) -> float:
+    """CPU µs per call, after 20 calls of warm-up."""
+    for _ in range(20):
+        await call()
+    start = time.process_time()
+    for _ in range(count):
+        await call()
+    return (time.process_time() - start) / count * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=300)
+    args = parser.parse_args()
+
+    async def run() -> dict[str, float]:
+        return {name: await per_call(call, args.calls) for name, call in calls().items()}
+
+    costs = asyncio.run(run())
+    base = costs["plain HTTP (baseline)"]
+    print(f"CPU per streamed call, {len(EVENTS)} events, {args.calls} calls")
+    print(f"{'way':<28}{'µs/call':>10}{'x baseline':>12}")
+    for name, cost in costs.items():
+        print(f"{name:<28}{cost:>10,.0f}{cost / base:>11.1f}x")
+
+
+if __name__ == "__main__":
+    main()
