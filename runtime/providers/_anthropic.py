@@ -29,6 +29,7 @@ from ..blocks import (
     ToolUseBlock,
 )
 from ..errors import ParlourError, RetryableLLMError, UncorrectableLLMError
+from ._anthropic_stream import StreamReader
 from ._errors import (
     ErrorMap,
     error_message,
@@ -301,22 +302,35 @@ class AnthropicClient(HttpSdkClient):
     def _call(self, body: dict[str, Any]) -> LLMResponse:
         # Always over the stream: the SDK refuses a non-streamed call whose max_tokens could
         # run past ten minutes (about 21k tokens), which any large rung or escalation reaches.
-        with self.sdk_client.messages.stream(**body) as stream:
-            return decode_message(stream.get_final_message())
+        with self.sdk_client.messages.with_streaming_response.create(stream=True, **body) as raw:
+            reader = self._reader(raw.http_response)
+            for chunk in raw.http_response.iter_bytes():
+                for _ in reader.feed(chunk):
+                    pass
+        return decode_message(reader.message())
 
     async def _acall(self, body: dict[str, Any], on_text: TextCallback | None) -> LLMResponse:
-        async with self.async_sdk_client.messages.stream(**body) as stream:
-            if on_text is not None:
-                async for text in stream.text_stream:
-                    on_text(text)
-            final = await stream.get_final_message()
-        return decode_message(final)
+        sdk = self.async_sdk_client.messages.with_streaming_response
+        async with sdk.create(stream=True, **body) as raw:
+            reader = self._reader(raw.http_response)
+            async for chunk in raw.http_response.aiter_bytes():
+                for text in reader.feed(chunk):
+                    if on_text is not None:
+                        on_text(text)
+        return decode_message(reader.message())
 
     def _call_streaming(self, body: dict[str, Any]) -> Iterator[str | LLMResponse]:
-        with self.sdk_client.messages.stream(**body) as stream:
-            yield from stream.text_stream
-            final = stream.get_final_message()
-        yield decode_message(final)
+        with self.sdk_client.messages.with_streaming_response.create(stream=True, **body) as raw:
+            reader = self._reader(raw.http_response)
+            for chunk in raw.http_response.iter_bytes():
+                yield from reader.feed(chunk)
+        yield decode_message(reader.message())
+
+    def _reader(self, response: Any) -> StreamReader:
+        """A reader of ``response``'s events (``_anthropic_stream``): an ``error`` event
+        raises the SDK's ``APIStatusError`` on it, as the SDK's own stream does."""
+        status_error = self._sdk.APIStatusError
+        return StreamReader(lambda text, body: status_error(text, response=response, body=body))
 
     def count_tokens(self, conversation: ConversationContext) -> int:
         """The exact input tokens of the request ``respond`` would send for
