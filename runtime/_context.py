@@ -464,8 +464,8 @@ class ConversationContext:
             c.admit_skill(skill)
         # unknown aliases: skipped; data not fitting its type: CorruptSnapshotError
         restore_registry(c.artifact_registry, snapshot.artifacts, snapshot.conversation_id)
-        if c.stored:
-            c.mark_saved(c.stored_version, snapshot.messages)
+        if c.stored and stored is snapshot.messages:  # a repaired history differs from the
+            c.mark_saved(c.stored_version, snapshot.messages)  # stored one: saved whole
         return c
 
     def is_frozen(self) -> bool:

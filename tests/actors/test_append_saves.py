@@ -129,3 +129,32 @@ def test_a_chat_per_request_saves_its_turns_as_appends(tmp_path: Path) -> None:
             assert snapshot is not None
             said = [m.raw_content for m in snapshot.messages if m.role == "user"]
             assert said == ["Hello.", *[f"Turn {r}.{t}" for r in range(run + 1) for t in range(3)]]
+
+
+def test_a_restored_history_that_was_repaired_is_saved_whole_at_its_first_save(
+    tmp_path: Path,
+) -> None:
+    """A restore answers a dangling tool call (a process died before its result was
+    saved): the history it holds differs from the stored one, so its first save writes it
+    whole and the repair is stored; an append would have left the call unanswered on disk."""
+    from parlour.runtime import ConversationContext
+    from parlour.runtime.blocks import TextBlock, ToolResultBlock, ToolUseBlock
+
+    stored = ConversationContext("c1", user_id="alice", workflow_id="wf-1")
+    stored.add_user_message("Where is my order?")
+    call = ToolUseBlock(id="toolu_1", name="lookup", input_json="{}")
+    stored.add_message(IncomingMessage(blocks=[TextBlock(text="Looking."), call]))
+    store = Counted(tmp_path)
+    with store, ConversationService(store, cleanup_interval_s=0) as service:
+        store.create_context(stored.to_snapshot(), "alice")
+        thinker = BasicThinker("alice", workflow_id="wf-1")  # its workflow: nothing else moved
+        thinker.set_conversation_id("c1")
+        context = service.obtain_conversation(None, thinker).get(timeout=5)
+        context.add_user_message("Any news?")
+        service.save_conversation(context, thinker)
+        service.release(thinker)
+        assert store.calls == ["whole"]
+        snapshot = store.load("c1", "alice")
+        assert snapshot is not None
+        results = [b for m in snapshot.messages for b in m.blocks if isinstance(b, ToolResultBlock)]
+        assert [r.tool_use_id for r in results] == ["toolu_1"] and results[0].is_error
