@@ -1,19 +1,23 @@
 """CPU per streamed model call: what a provider SDK costs a host, against parlour's own turn.
 
 A host behind a real model spends, per model call, the SDK's cost of building the request
-and reading the answer's stream. This measures it on the Anthropic SDK over a mock
-transport that streams a 40-character answer in 20 text deltas (25 server-sent events, as
-``async_host.py`` and ``serve.py`` answer), with no delay, one call at a time on one loop,
-CPU time (``time.process_time``) over ``--calls`` calls after a warm-up:
+and reading the answer's stream. This measures it on the Anthropic and OpenAI SDKs over a
+mock transport that streams a 40-character answer in 20 text deltas (25 server-sent events
+for Anthropic, as ``async_host.py`` and ``serve.py`` answer; 22 chunks for Chat
+Completions), with no delay, one call at a time on one loop, CPU time
+(``time.process_time``) over ``--calls`` calls after a warm-up:
 
 - plain HTTP (the baseline): the same POST through ``httpx2`` and the stream's bytes read;
-- parlour: ``AnthropicClient.arespond`` (request built from a conversation, the SDK's
-  ``messages.stream`` helper, its text deltas handed on, the answer decoded), as a turn
-  calls it;
-- SDK helper: ``messages.stream`` alone, its text stream read, the final message taken;
+- parlour: ``AnthropicClient.arespond`` (the request built from a conversation, the SDK's
+  request, the stream read by parlour's ``StreamReader``, its text deltas handed on, the
+  answer decoded), as a turn calls it;
+- SDK helper: ``messages.stream`` alone, its text stream read, the final message taken
+  (what ``arespond`` used before);
 - SDK events: ``messages.create(stream=True)``, every typed event read;
-- SDK request, own reading: the SDK's request (``with_streaming_response``), its bytes
-  split into events and decoded with msgspec, the message accumulated as plain data.
+- OpenAI, parlour: ``OpenAIClient.arespond`` with its deltas taken (Chat Completions over
+  the stream, read by parlour's ``ChunkReader``);
+- OpenAI, SDK chunks: ``chat.completions.create(stream=True)``, every typed chunk read
+  (what ``arespond`` used before).
 
 Prints each as µs per call and as a ratio to the baseline. Compare with
 ``instructions.py``'s turn (about 0.8M instructions, 0.3-0.6 ms on the reference machine).
@@ -30,11 +34,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx2
-import msgspec
 
 from parlour.runtime import ConversationContext, Depth, OutputSize
-from parlour.runtime.providers import AnthropicClient
-from parlour.runtime.testing import anthropic_message, anthropic_sse, fake_spec
+from parlour.runtime.providers import AnthropicClient, OpenAIClient
+from parlour.runtime.testing import (
+    anthropic_message,
+    anthropic_sse,
+    fake_spec,
+    openai_completion,
+    openai_sse,
+)
 
 ANSWER = "The answer, streamed in twenty chunks!!"  # 40 characters: 20 deltas of 2
 URL = "https://api.anthropic.com/v1/messages"
@@ -52,26 +61,39 @@ def _events() -> list[bytes]:
     return [event + b"\n\n" for event in stream.split(b"\n\n") if event]
 
 
-async def _answer(request: httpx2.Request) -> httpx2.Response:
+def _streamed(events: list[bytes]) -> httpx2.Response:
     async def body() -> AsyncIterator[bytes]:
-        for event in EVENTS:
+        for event in events:
             yield event
 
     return httpx2.Response(200, content=body(), headers={"content-type": "text/event-stream"})
 
 
+async def _answer(request: httpx2.Request) -> httpx2.Response:
+    return _streamed(EVENTS)
+
+
+async def _completion(request: httpx2.Request) -> httpx2.Response:
+    return _streamed(CHUNKS)
+
+
 EVENTS = _events()
+CHUNKS = [
+    chunk + b"\n\n"
+    for chunk in openai_sse(openai_completion(ANSWER), chunk=2).split(b"\n\n")
+    if chunk
+]
 
 
 def calls() -> dict[str, Call]:
     """Each way of making the call, on one shared mock transport."""
     import anthropic
+    import openai
 
     http = httpx2.AsyncClient(transport=httpx2.MockTransport(_answer))
     sdk = anthropic.AsyncAnthropic(api_key="bench-key", max_retries=0, http_client=http)
     spec = fake_spec(id="claude-test", provider="anthropic")
     client = AnthropicClient(spec, async_client=sdk, api_key="bench-key")
-    decode = msgspec.json.Decoder().decode
 
     async def plain() -> object:
         response = await http.post(URL, json=PARAMS)
@@ -93,38 +115,32 @@ def calls() -> dict[str, Call]:
         stream = await sdk.messages.create(stream=True, **PARAMS)
         return [event async for event in stream]
 
-    async def own() -> object:
-        message: dict[str, Any] = {}
-        async with sdk.messages.with_streaming_response.create(stream=True, **PARAMS) as raw:
-            held = b""
-            async for chunk in raw.http_response.aiter_bytes():
-                *whole, held = (held + chunk).split(b"\n\n")
-                for event in whole:
-                    data = event[event.index(b"data: ") + 6 :]
-                    _accumulate(message, decode(data))
-        return message
+    openai_http = httpx2.AsyncClient(transport=httpx2.MockTransport(_completion))
+    openai_sdk = openai.AsyncOpenAI(api_key="bench-key", max_retries=0, http_client=openai_http)
+    gpt = fake_spec(id="gpt-test", provider="openai")
+    openai_client = OpenAIClient(gpt, async_client=openai_sdk, api_key="bench-key")
+
+    async def openai_parlour() -> object:
+        context = ConversationContext("c1", user_id="bench")
+        context.depth, context.output_declaration = Depth.IMMEDIATE, OutputSize.COMPACT
+        context.add_user_message("Hello.")
+        return await openai_client.arespond(context, on_text=lambda text: None)
+
+    async def openai_chunks() -> object:
+        asked = [{"role": "user", "content": "Hello."}]
+        stream = await openai_sdk.chat.completions.create(
+            model="gpt-test", messages=asked, stream=True
+        )
+        return [chunk async for chunk in stream]
 
     return {
         "plain HTTP (baseline)": plain,
         "parlour (arespond)": parlour,
         "SDK helper": helper,
         "SDK events": events,
-        "SDK request, own reading": own,
+        "OpenAI, parlour": openai_parlour,
+        "OpenAI, SDK chunks": openai_chunks,
     }
-
-
-def _accumulate(message: dict[str, Any], event: dict[str, Any]) -> None:
-    """One event of the stream into ``message`` (text answers only: enough to time it)."""
-    kind = event["type"]
-    if kind == "message_start":
-        message.update(event["message"])
-    elif kind == "content_block_start":
-        message["content"].append(event["content_block"])
-    elif kind == "content_block_delta" and event["delta"]["type"] == "text_delta":
-        message["content"][event["index"]]["text"] += event["delta"]["text"]
-    elif kind == "message_delta":
-        message["stop_reason"] = event["delta"]["stop_reason"]
-        message["usage"].update(event.get("usage") or {})
 
 
 async def per_call(call: Call, count: int) -> float:

@@ -25,6 +25,8 @@ from typing import Any
 
 import msgspec
 
+from ._sse import Events
+
 _decode = msgspec.json.Decoder().decode
 
 
@@ -72,13 +74,11 @@ class StreamReader:
             decoded body (the SDK's ``APIStatusError`` on the response).
     """
 
-    __slots__ = ("_data", "_event", "_failed", "_held", "_inputs", "_message")
+    __slots__ = ("_events", "_failed", "_inputs", "_message")
 
     def __init__(self, failed: Callable[[str, object], Exception]) -> None:
         self._failed = failed
-        self._held = b""  # a line not ended yet
-        self._event: str | None = None
-        self._data: list[bytes] = []
+        self._events = Events()
         self._message: dict[str, Any] | None = None
         self._inputs: dict[int, list[str]] = {}  # each tool block's JSON pieces
 
@@ -89,21 +89,10 @@ class StreamReader:
             Exception: ``failed``'s, for an ``error`` event.
             ValueError: a tool's input that is not JSON; an event before ``message_start``.
         """
-        lines = (self._held + chunk).splitlines(keepends=True)
-        # a line is whole once it ends in LF: a CR at the end may be a CRLF cut in two
-        self._held = lines.pop() if lines and not lines[-1].endswith(b"\n") else b""
-        for line in lines:
-            line = line.rstrip(b"\r\n")
-            if line:
-                field, _, value = line.partition(b":")
-                value = value.removeprefix(b" ")
-                if field == b"event":
-                    self._event = value.decode()
-                elif field == b"data":
-                    self._data.append(value)
-                continue
-            event, data = self._event, b"\n".join(self._data)
-            self._event, self._data = None, []
+        return self._texts(self._events.feed(chunk))
+
+    def _texts(self, events: Iterator[tuple[str | None, bytes]]) -> Iterator[str]:
+        for event, data in events:
             if event is not None and event != "ping":
                 text = self._apply(event, data)
                 if text:
@@ -116,7 +105,7 @@ class StreamReader:
         Raises:
             ValueError: the stream ended before ``message_start``.
         """
-        for _ in self.feed(b"\n\n" if self._held else b""):  # a last line ended by CR
+        for _ in self._texts(self._events.close()):
             pass
         message = self._message
         if message is None:

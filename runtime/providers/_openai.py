@@ -28,6 +28,7 @@ from ..errors import ParlourError, RetryableLLMError, UncorrectableLLMError
 from ..models._spec import ThinkingMode
 from ._errors import ErrorMap, error_message, status_verdict
 from ._http import HttpSdkClient
+from ._openai_stream import ChunkReader
 from ._response import LLMResponse, StopReason, Usage
 from ._shared import block_text, system_texts, tool_schema
 from ._template import TextCallback, WireRequest
@@ -298,17 +299,34 @@ class OpenAIClient(HttpSdkClient):
         if on_text is None:
             return decode_completion(await completions.create(**body))
         assembly = _StreamAssembly()
-        async for chunk in await completions.create(**(body | _STREAMED)):
-            delta = assembly.feed(chunk)
-            if delta:
-                on_text(delta)
+        async with completions.with_streaming_response.create(**(body | _STREAMED)) as raw:
+            reader = self._reader(raw.http_response)
+            async for piece in raw.http_response.aiter_bytes():
+                for chunk in reader.feed(piece):
+                    delta = assembly.feed(chunk)
+                    if delta:
+                        on_text(delta)
+            for chunk in reader.close():
+                assembly.feed(chunk)
         return assembly.response()
 
     def _call_streaming(self, body: dict[str, Any]) -> Iterator[str | LLMResponse]:
-        body = body | _STREAMED
+        completions = self.sdk_client.chat.completions.with_streaming_response
         assembly = _StreamAssembly()
-        for chunk in self.sdk_client.chat.completions.create(**body):
-            delta = assembly.feed(chunk)
-            if delta:
-                yield delta
+        with completions.create(**(body | _STREAMED)) as raw:
+            reader = self._reader(raw.http_response)
+            for piece in raw.http_response.iter_bytes():
+                for chunk in reader.feed(piece):
+                    delta = assembly.feed(chunk)
+                    if delta:
+                        yield delta
+            for chunk in reader.close():
+                assembly.feed(chunk)
         yield assembly.response()
+
+    def _reader(self, response: Any) -> ChunkReader:
+        """A reader of ``response``'s chunks (``_openai_stream``): an ``error`` chunk raises
+        the SDK's ``APIError`` on its request, as the SDK's own stream does."""
+        api_error = self._sdk.APIError
+        request = response.request
+        return ChunkReader(lambda text, body: api_error(text, request, body=body))

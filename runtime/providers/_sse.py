@@ -1,0 +1,46 @@
+"""Server-sent events from a response's bytes, for the streams parlour reads itself
+(``_anthropic_stream``, ``_openai_stream``): fed chunks cut anywhere, yields each event's
+name and data once its blank line arrives.
+
+Lines end in LF, CRLF or CR; a line is taken once it ends in LF (a CR at a chunk's end may
+be a CRLF cut in two, and ``close`` takes what is left). ``event:`` names the event,
+``data:`` lines are joined with LF, comments (``:``) and other fields are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+
+class Events:
+    """The events of one stream, in order."""
+
+    __slots__ = ("_data", "_event", "_held")
+
+    def __init__(self) -> None:
+        self._held = b""  # a line not ended yet
+        self._event: str | None = None
+        self._data: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> Iterator[tuple[str | None, bytes]]:
+        """(name, data) of each event ``chunk`` completes; the name None when it had none."""
+        lines = (self._held + chunk).splitlines(keepends=True)
+        self._held = lines.pop() if lines and not lines[-1].endswith(b"\n") else b""
+        for line in lines:
+            line = line.rstrip(b"\r\n")
+            if line:
+                field, _, value = line.partition(b":")
+                value = value.removeprefix(b" ")
+                if field == b"event":
+                    self._event = value.decode(errors="replace")
+                elif field == b"data":
+                    self._data.append(value)
+                continue
+            if self._event is not None or self._data:
+                event, self._event = self._event, None
+                data, self._data = b"\n".join(self._data), []
+                yield event, data
+
+    def close(self) -> Iterator[tuple[str | None, bytes]]:
+        """The events the stream's last bytes complete (a last line ended by CR alone)."""
+        return self.feed(b"\n\n") if self._held else iter(())

@@ -1,0 +1,116 @@
+"""A Chat Completions stream read by parlour: for any stream the API can send, cut into
+chunks anywhere, the assembled response and the text deltas are exactly those the SDK's
+own typed chunks give the same assembly (the reference: the SDK over a mock transport),
+and an ``error`` object mid-stream raises what the SDK raises."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import httpx2
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from parlour.runtime.providers._openai import _StreamAssembly
+from parlour.runtime.providers._openai_stream import ChunkReader
+from parlour.runtime.testing import mock_openai_sdk
+
+_text = st.text(st.characters(), max_size=30)  # lone surrogates too: JSON escapes them
+_count = st.integers(0, 99_999)
+
+
+def _cut(draw: st.DrawFn, text: str) -> list[str]:
+    cuts = sorted(draw(st.lists(st.integers(0, len(text)), max_size=3)))
+    return [text[a:b] for a, b in itertools.pairwise([0, *cuts, len(text)])]
+
+
+@st.composite
+def _streams(draw: st.DrawFn) -> list[bytes]:
+    """Chunks of a text answer and tool calls (their arguments cut anywhere), a finish
+    reason, the usage chunk (with or without its details), its line ends LF or CRLF, its
+    bytes cut anywhere."""
+    end = draw(st.sampled_from(["\n", "\r\n"]))
+    base = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-x"}
+    deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+    deltas += [{"content": piece} for piece in _cut(draw, draw(_text))]
+    for index in range(draw(st.integers(0, 2))):
+        arguments = json.dumps(draw(st.dictionaries(_text, _text, max_size=2)))
+        pieces = _cut(draw, arguments)
+        head = {"index": index, "id": f"call_{index}", "type": "function"}
+        first = {**head, "function": {"name": f"tool_{index}", "arguments": pieces[0]}}
+        deltas.append({"tool_calls": [first]})
+        deltas += [
+            {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+            for piece in pieces[1:]
+        ]
+    finish = draw(st.sampled_from(["stop", "length", "tool_calls", "content_filter"]))
+    chunks = [
+        {**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas
+    ]
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    usage: dict[str, Any] = {"prompt_tokens": draw(_count), "completion_tokens": draw(_count)}
+    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    if draw(st.booleans()):
+        usage["prompt_tokens_details"] = {"cached_tokens": draw(_count)}
+        usage["completion_tokens_details"] = {"reasoning_tokens": draw(_count)}
+    chunks.append({**base, "choices": [], "usage": usage})
+    raw = "".join(f"data: {json.dumps(c)}{end}{end}" for c in chunks) + f"data: [DONE]{end}{end}"
+    data = raw.encode()
+    cuts = sorted(set(draw(st.lists(st.integers(1, len(data) - 1), max_size=10))))
+    return [data[a:b] for a, b in itertools.pairwise([0, *cuts, len(data)])]
+
+
+def _by_the_sdk(raw: bytes) -> object:
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, content=raw, headers={"content-type": "text/event-stream"})
+
+    sdk = mock_openai_sdk(answer)
+    assembly, texts = _StreamAssembly(), []
+    try:
+        asked = [{"role": "user", "content": "hi"}]
+        for chunk in sdk.chat.completions.create(model="gpt-x", messages=asked, stream=True):
+            texts.append(assembly.feed(chunk))
+    except Exception as exc:  # the SDK's APIError for an error object
+        return type(exc).__name__, str(exc), getattr(exc, "body", None)
+    return [t for t in texts if t], assembly.response()
+
+
+def _by_parlour(chunks: list[bytes]) -> object:
+    import openai
+
+    request = httpx2.Request("POST", "https://api.openai.com/v1/chat/completions")
+    reader = ChunkReader(lambda text, body: openai.APIError(text, request, body=body))
+    assembly, texts = _StreamAssembly(), []
+    try:
+        for piece in chunks:
+            texts += [assembly.feed(chunk) for chunk in reader.feed(piece)]
+        texts += [assembly.feed(chunk) for chunk in reader.close()]
+    except Exception as exc:
+        return type(exc).__name__, str(exc), getattr(exc, "body", None)
+    return [t for t in texts if t], assembly.response()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_streams())
+def test_any_stream_cut_anywhere_assembles_as_the_sdks_chunks_do(chunks: list[bytes]) -> None:
+    assert _by_parlour(chunks) == _by_the_sdk(b"".join(chunks))
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        {"message": "The server is overloaded.", "type": "server_error", "code": None},
+        {"type": "rate_limit_exceeded"},  # no message: the SDK's own
+        "boom",
+    ],
+)
+def test_an_error_object_mid_stream_raises_what_the_sdk_raises(error: object) -> None:
+    start = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-x"}
+    start["choices"] = [{"index": 0, "delta": {"content": "Hal"}, "finish_reason": None}]
+    raw = f"data: {json.dumps(start)}\n\ndata: {json.dumps({'error': error})}\n\n".encode()
+    ours, theirs = _by_parlour([raw]), _by_the_sdk(raw)
+    assert isinstance(ours, tuple) and ours[0] == "APIError"
+    assert ours == theirs
