@@ -35,7 +35,7 @@ from typing import Any
 
 import httpx2
 
-from parlour.runtime import ConversationContext, Depth, OutputSize
+from parlour.runtime import ConversationContext, Depth, LLMClient, OutputSize
 from parlour.runtime.providers import AnthropicClient, OpenAIClient
 from parlour.runtime.testing import (
     anthropic_message,
@@ -99,12 +99,6 @@ def calls() -> dict[str, Call]:
         response = await http.post(URL, json=PARAMS)
         return sum([len(chunk) async for chunk in response.aiter_bytes()])
 
-    async def parlour() -> object:
-        context = ConversationContext("c1", user_id="bench")
-        context.depth, context.output_declaration = Depth.IMMEDIATE, OutputSize.COMPACT
-        context.add_user_message("Hello.")
-        return await client.arespond(context, on_text=lambda text: None)
-
     async def helper() -> object:
         async with sdk.messages.stream(**PARAMS) as stream:
             async for _ in stream.text_stream:
@@ -120,12 +114,6 @@ def calls() -> dict[str, Call]:
     gpt = fake_spec(id="gpt-test", provider="openai")
     openai_client = OpenAIClient(gpt, async_client=openai_sdk, api_key="bench-key")
 
-    async def openai_parlour() -> object:
-        context = ConversationContext("c1", user_id="bench")
-        context.depth, context.output_declaration = Depth.IMMEDIATE, OutputSize.COMPACT
-        context.add_user_message("Hello.")
-        return await openai_client.arespond(context, on_text=lambda text: None)
-
     async def openai_chunks() -> object:
         asked = [{"role": "user", "content": "Hello."}]
         stream = await openai_sdk.chat.completions.create(
@@ -135,12 +123,24 @@ def calls() -> dict[str, Call]:
 
     return {
         "plain HTTP (baseline)": plain,
-        "parlour (arespond)": parlour,
+        "parlour (arespond)": _asked(client),
         "SDK helper": helper,
         "SDK events": events,
-        "OpenAI, parlour": openai_parlour,
+        "OpenAI, parlour": _asked(openai_client),
         "OpenAI, SDK chunks": openai_chunks,
     }
+
+
+def _asked(client: LLMClient) -> Call:
+    """A turn's call of ``client``: a one-message conversation, its deltas taken."""
+
+    async def call() -> object:
+        context = ConversationContext("c1", user_id="bench")
+        context.depth, context.output_declaration = Depth.IMMEDIATE, OutputSize.COMPACT
+        context.add_user_message("Hello.")
+        return await client.arespond(context, on_text=lambda text: None)
+
+    return call
 
 
 async def per_call(call: Call, count: int) -> float:
