@@ -304,7 +304,7 @@ class AnthropicClient(HttpSdkClient):
         # run past ten minutes (about 21k tokens), which any large rung or escalation reaches.
         with self.sdk_client.messages.with_streaming_response.create(stream=True, **body) as raw:
             reader = self._reader(raw.http_response)
-            for chunk in raw.http_response.iter_bytes():
+            for chunk in self._read(raw.http_response):
                 for _ in reader.feed(chunk):
                     pass
         return decode_message(reader.message())
@@ -313,7 +313,7 @@ class AnthropicClient(HttpSdkClient):
         sdk = self.async_sdk_client.messages.with_streaming_response
         async with sdk.create(stream=True, **body) as raw:
             reader = self._reader(raw.http_response)
-            async for chunk in raw.http_response.aiter_bytes():
+            async for chunk in self._aread(raw.http_response):
                 for text in reader.feed(chunk):
                     if on_text is not None:
                         on_text(text)
@@ -322,7 +322,7 @@ class AnthropicClient(HttpSdkClient):
     def _call_streaming(self, body: dict[str, Any]) -> Iterator[str | LLMResponse]:
         with self.sdk_client.messages.with_streaming_response.create(stream=True, **body) as raw:
             reader = self._reader(raw.http_response)
-            for chunk in raw.http_response.iter_bytes():
+            for chunk in self._read(raw.http_response):
                 yield from reader.feed(chunk)
         yield decode_message(reader.message())
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import warnings
 from abc import abstractmethod
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, ClassVar
 
 from .._handlers import NativeToolsFormatter
@@ -142,6 +142,43 @@ class HttpSdkClient(LLMClient):
         if self._async_client is None:
             self._async_client = self._make(f"Async{self.provider}")
         return self._async_client
+
+    def _read(self, response: Any) -> Iterator[bytes]:
+        """The bytes of a streamed ``response`` that parlour reads itself, a failure to read
+        them raised as the SDK raises it from its own stream (``APITimeoutError``,
+        ``APIConnectionError``), so the error map judges both alike."""
+        chunks = response.iter_bytes()
+        while True:
+            try:
+                chunk = next(chunks, None)
+            except Exception as exc:
+                raise self._read_error(response, exc) from exc
+            if chunk is None:
+                return
+            yield chunk
+
+    async def _aread(self, response: Any) -> AsyncIterator[bytes]:
+        """``_read`` for the async SDK client."""
+        chunks = response.aiter_bytes()
+        while True:
+            try:
+                chunk = await anext(chunks, None)
+            except Exception as exc:
+                raise self._read_error(response, exc) from exc
+            if chunk is None:
+                return
+            yield chunk
+
+    def _read_error(self, response: Any, exc: Exception) -> Exception:
+        import httpx2
+
+        if isinstance(exc, httpx2.TimeoutException):
+            return self._sdk.APITimeoutError(request=response.request)  # type: ignore[no-any-return]
+        if isinstance(exc, httpx2.TransportError):
+            reason = str(exc) or type(exc).__name__
+            message = f"Connection failed while reading the answer: {reason}"
+            return self._sdk.APIConnectionError(message=message, request=response.request)  # type: ignore[no-any-return]
+        return exc
 
     def _body(self, request: WireRequest) -> dict[str, Any]:
         """The SDK call's keyword arguments: the dialect's body, and the request's timeout

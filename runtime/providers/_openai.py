@@ -301,7 +301,7 @@ class OpenAIClient(HttpSdkClient):
         assembly = _StreamAssembly()
         async with completions.with_streaming_response.create(**(body | _STREAMED)) as raw:
             reader = self._reader(raw.http_response)
-            async for piece in raw.http_response.aiter_bytes():
+            async for piece in self._aread(raw.http_response):
                 for chunk in reader.feed(piece):
                     delta = assembly.feed(chunk)
                     if delta:
@@ -315,7 +315,7 @@ class OpenAIClient(HttpSdkClient):
         assembly = _StreamAssembly()
         with completions.create(**(body | _STREAMED)) as raw:
             reader = self._reader(raw.http_response)
-            for piece in raw.http_response.iter_bytes():
+            for piece in self._read(raw.http_response):
                 for chunk in reader.feed(piece):
                     delta = assembly.feed(chunk)
                     if delta:
