@@ -58,9 +58,9 @@ class Details(msgspec.Struct):
 class Message(msgspec.Struct):
     """The accumulated message, as ``decode_message`` reads the SDK's ``Message``."""
 
-    model: str
-    content: list[Part]
-    usage: Tokens
+    model: str = ""
+    content: list[Part] = msgspec.field(default_factory=list)
+    usage: Tokens = msgspec.field(default_factory=Tokens)
     stop_reason: str | None = None
     stop_details: Details | None = None
 
