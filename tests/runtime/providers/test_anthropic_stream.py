@@ -162,7 +162,8 @@ def test_a_tool_input_cut_inside_an_escape_reads_whole_and_one_not_json_is_refus
     block = {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {}}
 
     def stream(*pieces: str) -> bytes:
-        events = [start, {"type": "content_block_start", "index": 0, "content_block": block}]
+        events: list[dict[str, Any]] = [start]
+        events.append({"type": "content_block_start", "index": 0, "content_block": block})
         for piece in pieces:
             delta = {"type": "input_json_delta", "partial_json": piece}
             events.append({"type": "content_block_delta", "index": 0, "delta": delta})
