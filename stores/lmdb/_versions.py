@@ -258,13 +258,18 @@ def _stored_run(txn: Any, db: Any, key: bytes, start: int, end: int) -> Run:
     if not 0 <= start <= end:
         raise ValueError(f"a version record's stored records run from {start} to {end}")
     prefix = message_prefix(key)
+    size = len(prefix) + 8
     cursor = txn.cursor(db=db)
     found: Run = []
     if start < 1 << 64 and cursor.set_range(message_key(key, start)):
         for item, value in cursor:
             item = bytes(item)
+            if not item.startswith(prefix):
+                break
+            if len(item) != size:  # a stray record under a longer key stands in for none
+                continue
             index = int.from_bytes(item[len(prefix) :], "big")
-            if not item.startswith(prefix) or index >= end:
+            if index >= end:
                 break
             found.append((index, bytes(value)))
     return found

@@ -309,6 +309,21 @@ def test_a_ledger_record_forged_under_another_conversations_key_reaches_no_other
             store.load("c1", "bob")
 
 
+def test_a_record_forged_under_a_longer_key_is_no_part_of_a_version_that_refers(
+    tmp_path: Path,
+) -> None:
+    """The first version refers to the stored ledger records; a record forged under a key
+    one byte longer sorts among them and is skipped, as a load skips it: the version reads
+    as saved, neither short of an entry nor holding the forged one."""
+    with LmdbStore(tmp_path) as store:
+        store.create_context(with_ledger("c1", 2, "alice").to_snapshot(), "alice")
+    secret = msgspec.json.encode({"type": "model_call", "model": "bob's secret"})
+    _put(tmp_path, b"usage", message_key(b"c1", 0) + b"\x00", secret)  # between 0 and 1
+    with LmdbStore(tmp_path) as store:
+        version = store.load_version("c1", 1, "alice")
+        assert version is not None and version.usage == [call(0), call(1)]
+
+
 def test_the_memory_store_keeps_its_own_ledger_list(tmp_path: Path) -> None:
     store = MemoryStore()
     c = with_ledger("c1", 2, "alice")
