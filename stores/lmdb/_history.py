@@ -92,8 +92,6 @@ class History:
         chain."""
         broken = _versions.pin(txn, self._dbs, key)
         if broken:
-            for number, _ in broken:
-                txn.delete(_versions.version_key(key, number), db=self._dbs.versions)
             _layout.quarantine_versions(txn, self._dbs, key, broken)
             logger.error(
                 "Versions {} of stored conversation {} refer to damaged records; they were "

@@ -247,10 +247,13 @@ def quarantine(txn: Any, dbs: Databases, key: bytes) -> bool:
 
 
 def quarantine_versions(txn: Any, dbs: Databases, key: bytes, run: list[tuple[int, bytes]]) -> None:
-    """Keep ``run`` (version records already removed from ``versions``) in quarantine, raw,
-    beside the conversation's header as it is; the conversation stays where it is."""
+    """Move ``run`` (version numbers and their records, raw) out of ``versions`` into
+    quarantine, beside the conversation's header as it is; the conversation stays where
+    it is."""
     if not run:
         return
+    for number, _ in run:
+        txn.delete(_versions.version_key(key, number), db=dbs.versions)
     header = txn.get(key, db=dbs.heads)
     record = QuarantinedRecord(
         conversation_id=key.decode(errors="replace"),

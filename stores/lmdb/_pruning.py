@@ -46,10 +46,7 @@ def _prune_count(txn: Any, dbs: Databases, key: bytes, keep: int) -> int:
     back from the conversation's end at C speed, then the older ones deleted in order."""
     prefix = message_prefix(key)
     cursor = txn.cursor(db=dbs.versions)
-    if cursor.set_range(prefix + _versions.PAST):  # the first key after the conversation's records
-        if not cursor.prev():
-            return 0
-    elif not cursor.last():
+    if not _versions.at_newest(cursor, prefix):
         return 0
     newest = list(itertools.islice(cursor.iterprev(keys=True, values=False), keep + 1))
     if len(newest) <= keep or not bytes(newest[keep]).startswith(prefix):

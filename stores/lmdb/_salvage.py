@@ -68,8 +68,6 @@ def salvage(
         len(records),
     )
     run = records[start:end]
-    for number, _ in run:
-        txn.delete(_versions.version_key(key, number), db=dbs.versions)
     _layout.quarantine_versions(txn, dbs, key, run)
     if end == len(records) and current is not None:
         _versions.seed(txn, dbs, key, *current)

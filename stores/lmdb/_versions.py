@@ -34,6 +34,11 @@ retention: a version the next prune will keep oldest is one (``Retention.whole_a
 written before kept it in ``chains``, id -> four 8-byte integers; the code reads it no
 more, and drops it with the history.) So a read replays at most ``MAX_CHAIN`` records.
 Pruning is ``_pruning``'s.
+
+Why this module is long: the record's format, how a save chooses its kind (``record``),
+how a read resolves a reference (``state``) and how a save pins one (``pin``) hold one
+invariant between them (only a ``D`` follows a pin; a reference holds while ``only_adds``),
+which reads best in one place.
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ _MOST_MISSING = 1 << 20  # records a replay may count without holding them: past
 CHECKPOINT, DELTA, STORED, APPENDED = b"C", b"D", b"S", b"A"
 CHECKPOINTS = (CHECKPOINT, STORED)  # the kinds a replay starts from
 REFERRING = (STORED, APPENDED)  # the kinds that hold stored records by reference
-PAST = b"\xff" * 9  # after every version key of a conversation's prefix (8-byte numbers)
+_PAST = b"\xff" * 9  # after every version key of a conversation's prefix (8-byte numbers)
 _SAME_BODY = b""  # a delta's body when its save left the body as it was (no body is empty)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)
@@ -166,13 +171,7 @@ def record(
     records that refer to what it overwrote: ``pin``). ``chain`` is what the previous
     version left (None: it was not recorded with one). Returns the chain this version
     leaves, for its header."""
-    appended = (
-        body is None
-        and count >= start
-        and usage_count >= usage_start
-        and all(index >= start for index, _ in writes)
-        and all(index >= usage_start for index, _ in usage)
-    )
+    appended = body is None and only_adds(count, writes, start, usage_count, usage, usage_start)
     size = 0 if appended else sum(len(data) for _, data in writes) + sum(len(d) for _, d in usage)
     if (
         checkpoint
@@ -193,6 +192,29 @@ def record(
     return (chain[0] + 1, chain[1] + size, chain[2])
 
 
+def only_adds(
+    count: int, writes: Run, start: int, usage_count: int, usage: Run, usage_start: int
+) -> bool:
+    """True when a save that left ``count`` messages (``writes`` written) and
+    ``usage_count`` ledger entries (``usage`` written) only added past ``start`` and
+    ``usage_start``, the previous counts: it overwrote and removed none of those records,
+    so a version that refers to them still holds."""
+    return (
+        count >= start
+        and usage_count >= usage_start
+        and all(index >= start for index, _ in writes)
+        and all(index >= usage_start for index, _ in usage)
+    )
+
+
+def at_newest(cursor: Any, prefix: bytes) -> bool:
+    """Put ``cursor`` (over ``versions``) on the last key at or before the end of the
+    records under ``prefix``, a conversation's: its newest record when it has one, else
+    another's (the caller checks the prefix). False when there is no such key."""
+    found: bool = cursor.prev() if cursor.set_range(prefix + _PAST) else cursor.last()
+    return found
+
+
 def pin(txn: Any, dbs: Databases, key: bytes) -> list[tuple[int, bytes]]:
     """Give every record of ``key`` that refers to its stored records (``S``, ``A``) the
     bytes it refers to (``C``, ``D``), before a save overwrites or removes them. Walks
@@ -203,7 +225,7 @@ def pin(txn: Any, dbs: Databases, key: bytes) -> list[tuple[int, bytes]]:
     to (``History.pin`` moves them into quarantine first)."""
     prefix = message_prefix(key)
     cursor = txn.cursor(db=dbs.versions)
-    found = cursor.prev() if cursor.set_range(prefix + PAST) else cursor.last()
+    found = at_newest(cursor, prefix)
     referring: list[tuple[bytes, bytes]] = []
     while found:
         item, raw = bytes(cursor.key()), cursor.value()

@@ -42,7 +42,7 @@ from .._records import (
     replanned,
     write_run,
 )
-from . import _layout, _reads
+from . import _layout, _reads, _versions
 from ._bookkeeping import Bookkeeping
 from ._databases import Databases
 from ._group_commit import Write
@@ -295,12 +295,13 @@ class Writes:
 
 
 def _added(plan: MessagePlan, usage: UsagePlan, old: Header) -> bool:
-    """True when the plans only add records past those ``old`` counts: none of those is
-    overwritten or removed."""
-    count, entries = old.message_count, old.usage_count
-    return (
-        len(plan.items) >= count
-        and len(usage.items) >= entries
-        and all(index >= count for index, _ in plan.writes)
-        and all(index >= entries for index, _ in usage.writes)
+    """True when the plans only add records past those ``old`` counts
+    (``_versions.only_adds``): none of those is overwritten or removed."""
+    return _versions.only_adds(
+        len(plan.items),
+        plan.writes,
+        old.message_count,
+        len(usage.items),
+        usage.writes,
+        old.usage_count,
     )
