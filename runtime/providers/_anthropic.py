@@ -302,12 +302,9 @@ class AnthropicClient(HttpSdkClient):
     def _call(self, body: dict[str, Any]) -> LLMResponse:
         # Always over the stream: the SDK refuses a non-streamed call whose max_tokens could
         # run past ten minutes (about 21k tokens), which any large rung or escalation reaches.
-        with self.sdk_client.messages.with_streaming_response.create(stream=True, **body) as raw:
-            reader = self._reader(raw.http_response)
-            for chunk in self._read(raw.http_response):
-                for _ in reader.feed(chunk):
-                    pass
-        return decode_message(reader.message())
+        *_, response = self._call_streaming(body)  # the text deltas, then the response
+        assert isinstance(response, LLMResponse)
+        return response
 
     async def _acall(self, body: dict[str, Any], on_text: TextCallback | None) -> LLMResponse:
         sdk = self.async_sdk_client.messages.with_streaming_response
