@@ -19,10 +19,16 @@ Completions), with no delay, one call at a time on one loop, CPU time
 - OpenAI, SDK chunks: ``chat.completions.create(stream=True)``, every typed chunk read
   (what ``arespond`` used before).
 
+Every way sends the same conversation: one user message, or with ``--messages N`` an agent's
+longer one (N messages, alternating questions and answers of a few hundred characters), the
+SDK rows given parlour's body for it. The SDKs' typed methods walk the whole body on every
+call (OpenAI's typed transform, Anthropic's copy), which parlour skips by posting the body's
+JSON bytes through the SDK client's own ``post``.
+
 Prints each as µs per call and as a ratio to the baseline. Compare with
 ``instructions.py``'s turn (about 0.8M instructions, 0.3-0.6 ms on the reference machine).
 
-    python benchmarks/sdk_stream.py [--calls 300]
+    python benchmarks/sdk_stream.py [--calls 300] [--messages 1]
 """
 
 from __future__ import annotations
@@ -31,11 +37,11 @@ import argparse
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 import httpx2
 
-from parlour.runtime import ConversationContext, Depth, LLMClient, OutputSize
+from parlour.runtime import ConversationContext, Depth, IncomingMessage, LLMClient, OutputSize
+from parlour.runtime.blocks import TextBlock
 from parlour.runtime.providers import AnthropicClient, OpenAIClient
 from parlour.runtime.testing import (
     anthropic_message,
@@ -47,11 +53,6 @@ from parlour.runtime.testing import (
 
 ANSWER = "The answer, streamed in twenty chunks!!"  # 40 characters: 20 deltas of 2
 URL = "https://api.anthropic.com/v1/messages"
-PARAMS: dict[str, Any] = {
-    "model": "claude-test",
-    "max_tokens": 100,
-    "messages": [{"role": "user", "content": "Hello."}],
-}
 
 Call = Callable[[], Awaitable[object]]
 
@@ -85,8 +86,24 @@ CHUNKS = [
 ]
 
 
-def calls() -> dict[str, Call]:
-    """Each way of making the call, on one shared mock transport."""
+def conversation(messages: int) -> ConversationContext:
+    """A conversation of ``messages`` messages, questions and answers in turn, the last a
+    question."""
+    context = ConversationContext("c1", user_id="bench")
+    context.depth, context.output_declaration = Depth.IMMEDIATE, OutputSize.COMPACT
+    for index in range(messages - 1):
+        if index % 2:
+            answer = f"Answer {index}: " + "a considered reply, " * 15
+            context.add_message(IncomingMessage(blocks=[TextBlock(text=answer)]))
+        else:
+            context.add_user_message(f"Question {index}: " + "what about this, " * 8)
+    context.add_user_message("Hello.")
+    return context
+
+
+def calls(messages: int = 1) -> dict[str, Call]:
+    """Each way of making the call, on one shared mock transport, for a conversation of
+    ``messages`` messages."""
     import anthropic
     import openai
 
@@ -94,50 +111,47 @@ def calls() -> dict[str, Call]:
     sdk = anthropic.AsyncAnthropic(api_key="bench-key", max_retries=0, http_client=http)
     spec = fake_spec(id="claude-test", provider="anthropic")
     client = AnthropicClient(spec, async_client=sdk, api_key="bench-key")
+    params = client.encode(client.preview(conversation(messages)))
 
     async def plain() -> object:
-        response = await http.post(URL, json=PARAMS)
+        response = await http.post(URL, json=params)
         return sum([len(chunk) async for chunk in response.aiter_bytes()])
 
     async def helper() -> object:
-        async with sdk.messages.stream(**PARAMS) as stream:
+        async with sdk.messages.stream(**params) as stream:
             async for _ in stream.text_stream:
                 pass
             return await stream.get_final_message()
 
     async def events() -> object:
-        stream = await sdk.messages.create(stream=True, **PARAMS)
+        stream = await sdk.messages.create(stream=True, **params)
         return [event async for event in stream]
 
     openai_http = httpx2.AsyncClient(transport=httpx2.MockTransport(_completion))
     openai_sdk = openai.AsyncOpenAI(api_key="bench-key", max_retries=0, http_client=openai_http)
     gpt = fake_spec(id="gpt-test", provider="openai")
     openai_client = OpenAIClient(gpt, async_client=openai_sdk, api_key="bench-key")
+    body = openai_client.encode(openai_client.preview(conversation(messages)))
 
     async def openai_chunks() -> object:
-        asked = [{"role": "user", "content": "Hello."}]
-        stream = await openai_sdk.chat.completions.create(
-            model="gpt-test", messages=asked, stream=True
-        )
+        stream = await openai_sdk.chat.completions.create(**body, stream=True)
         return [chunk async for chunk in stream]
 
     return {
         "plain HTTP (baseline)": plain,
-        "parlour (arespond)": _asked(client),
+        "parlour (arespond)": _asked(client, messages),
         "SDK helper": helper,
         "SDK events": events,
-        "OpenAI, parlour": _asked(openai_client),
+        "OpenAI, parlour": _asked(openai_client, messages),
         "OpenAI, SDK chunks": openai_chunks,
     }
 
 
-def _asked(client: LLMClient) -> Call:
-    """A turn's call of ``client``: a one-message conversation, its deltas taken."""
+def _asked(client: LLMClient, messages: int) -> Call:
+    """A turn's call of ``client``: the conversation, its deltas taken."""
+    context = conversation(messages)
 
     async def call() -> object:
-        context = ConversationContext("c1", user_id="bench")
-        context.depth, context.output_declaration = Depth.IMMEDIATE, OutputSize.COMPACT
-        context.add_user_message("Hello.")
         return await client.arespond(context, on_text=lambda text: None)
 
     return call
@@ -156,14 +170,19 @@ async def per_call(call: Call, count: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--messages", type=int, default=1, help="the conversation's messages")
     args = parser.parse_args()
 
     async def run() -> dict[str, float]:
-        return {name: await per_call(call, args.calls) for name, call in calls().items()}
+        ways = calls(args.messages).items()
+        return {name: await per_call(call, args.calls) for name, call in ways}
 
     costs = asyncio.run(run())
     base = costs["plain HTTP (baseline)"]
-    print(f"CPU per streamed call, {len(EVENTS)} events, {args.calls} calls")
+    print(
+        f"CPU per streamed call, {args.messages} messages sent, {len(EVENTS)} events back, "
+        f"{args.calls} calls"
+    )
     print(f"{'way':<28}{'µs/call':>10}{'x baseline':>12}")
     for name, cost in costs.items():
         print(f"{name:<28}{cost:>10,.0f}{cost / base:>11.1f}x")

@@ -265,6 +265,8 @@ def _unreachable(exc: Any, model_id: str) -> tuple[type[ParlourError], str]:
     return RetryableLLMError, f"Anthropic could not be reached for model {model_id}: {exc}"
 
 
+_STREAM = {"stream": True}  # every call streams: see ``AnthropicClient._call``
+
 ERROR_MAP: ErrorMap = (
     ("APIConnectionError", _unreachable),  # timeouts are a subclass
     ("APIStatusError", _status_error),  # every HTTP status, and the mid-stream error event
@@ -295,6 +297,7 @@ class AnthropicClient(HttpSdkClient):
     env_var = "ANTHROPIC_API_KEY"
     default_model = "claude-sonnet-4-5"
     error_map = ERROR_MAP
+    endpoint = "/v1/messages"
 
     def encode(self, request: WireRequest) -> dict[str, Any]:
         return build_anthropic_params(request)
@@ -307,19 +310,18 @@ class AnthropicClient(HttpSdkClient):
         return response
 
     async def _acall(self, body: dict[str, Any], on_text: TextCallback | None) -> LLMResponse:
-        sdk = self.async_sdk_client.messages.with_streaming_response
-        async with sdk.create(stream=True, **body) as raw:
-            reader = self._reader(raw.http_response)
-            async for chunk in self._aread(raw.http_response):
+        async with self._astreamed(body | _STREAM) as response:
+            reader = self._reader(response)
+            async for chunk in self._aread(response):
                 for text in reader.feed(chunk):
                     if on_text is not None:
                         on_text(text)
         return decode_message(reader.message())
 
     def _call_streaming(self, body: dict[str, Any]) -> Iterator[str | LLMResponse]:
-        with self.sdk_client.messages.with_streaming_response.create(stream=True, **body) as raw:
-            reader = self._reader(raw.http_response)
-            for chunk in self._read(raw.http_response):
+        with self._streamed(body | _STREAM) as response:
+            reader = self._reader(response)
+            for chunk in self._read(response):
                 yield from reader.feed(chunk)
         yield decode_message(reader.message())
 

@@ -7,8 +7,8 @@ is this dialect's table of SDK errors.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
 
 from .._prepared import Turn
 from .._roles import Depth, TurnRole
@@ -262,6 +262,13 @@ ERROR_MAP: ErrorMap = (
 # -- the client ----------------------------------------------------------------------------------
 
 
+def _completion() -> Any:
+    """The SDK's type of a non-streamed answer (the SDK is imported by then)."""
+    from openai.types.chat import ChatCompletion
+
+    return ChatCompletion
+
+
 class OpenAIClient(HttpSdkClient):
     """OpenAI's Chat Completions through the official ``openai`` SDK.
 
@@ -285,6 +292,8 @@ class OpenAIClient(HttpSdkClient):
     env_var = "OPENAI_API_KEY"
     default_model = "gpt-5-mini"
     error_map = ERROR_MAP
+    endpoint = "/chat/completions"
+    post_options: ClassVar[Mapping[str, Any]] = {"security": {"bearer_auth": True}}  # as create
     base_url_env = "OPENAI_BASE_URL"
     keyless = True
 
@@ -292,16 +301,17 @@ class OpenAIClient(HttpSdkClient):
         return build_openai_body(request)
 
     def _call(self, body: dict[str, Any]) -> LLMResponse:
-        return decode_completion(self.sdk_client.chat.completions.create(**body))
+        sdk, posted = self.sdk_client, self._posted(body)
+        return decode_completion(sdk.post(self.endpoint, cast_to=_completion(), **posted))
 
     async def _acall(self, body: dict[str, Any], on_text: TextCallback | None) -> LLMResponse:
-        completions = self.async_sdk_client.chat.completions
         if on_text is None:
-            return decode_completion(await completions.create(**body))
+            sdk, posted = self.async_sdk_client, self._posted(body)
+            return decode_completion(await sdk.post(self.endpoint, cast_to=_completion(), **posted))
         assembly = _StreamAssembly()
-        async with completions.with_streaming_response.create(**(body | _STREAMED)) as raw:
-            reader = self._reader(raw.http_response)
-            async for piece in self._aread(raw.http_response):
+        async with self._astreamed(body | _STREAMED) as response:
+            reader = self._reader(response)
+            async for piece in self._aread(response):
                 for chunk in reader.feed(piece):
                     delta = assembly.feed(chunk)
                     if delta:
@@ -311,11 +321,10 @@ class OpenAIClient(HttpSdkClient):
         return assembly.response()
 
     def _call_streaming(self, body: dict[str, Any]) -> Iterator[str | LLMResponse]:
-        completions = self.sdk_client.chat.completions.with_streaming_response
         assembly = _StreamAssembly()
-        with completions.create(**(body | _STREAMED)) as raw:
-            reader = self._reader(raw.http_response)
-            for piece in self._read(raw.http_response):
+        with self._streamed(body | _STREAMED) as response:
+            reader = self._reader(response)
+            for piece in self._read(response):
                 for chunk in reader.feed(piece):
                     delta = assembly.feed(chunk)
                     if delta:

@@ -275,6 +275,26 @@ class _Events:
 # -- the client ----------------------------------------------------------------------------------
 
 
+_STREAM = {"stream": True}
+
+
+def _answer() -> Any:
+    """The SDK's type of an answer (the SDK is imported by then)."""
+    from openai.types.responses import Response
+
+    return Response
+
+
+def _events(sdk: Any) -> Any:
+    """The SDK's stream of typed events for ``sdk`` (blocking or async), as the SDK's own
+    ``responses.create(stream=True)`` reads it."""
+    import openai
+    from openai.types.responses import ResponseStreamEvent
+
+    stream = openai.AsyncStream if isinstance(sdk, openai.AsyncOpenAI) else openai.Stream
+    return stream[ResponseStreamEvent]
+
+
 class OpenAIResponsesClient(OpenAIClient):
     """OpenAI's Responses API through the official ``openai`` SDK.
 
@@ -291,8 +311,11 @@ class OpenAIResponsesClient(OpenAIClient):
     def encode(self, request: WireRequest) -> dict[str, Any]:
         return build_responses_body(request)
 
+    endpoint = "/responses"
+
     def _call(self, body: dict[str, Any]) -> LLMResponse:
-        return self._checked(self.sdk_client.responses.with_raw_response.create(**body))
+        posted = self._posted(body, "true")
+        return self._checked(self.sdk_client.post(self.endpoint, cast_to=_answer(), **posted))
 
     def _checked(self, raw: Any) -> LLMResponse:
         """A non-streamed answer; a ``failed`` one is raised as its stream's would be."""
@@ -303,10 +326,14 @@ class OpenAIResponsesClient(OpenAIClient):
         return decode_response(response)
 
     async def _acall(self, body: dict[str, Any], on_text: TextCallback | None) -> LLMResponse:
-        responses = self.async_sdk_client.responses
+        sdk = self.async_sdk_client
         if on_text is None:
-            return self._checked(await responses.with_raw_response.create(**body))
-        stream = await responses.create(**body, stream=True)
+            posted = self._posted(body, "true")
+            return self._checked(await sdk.post(self.endpoint, cast_to=_answer(), **posted))
+        posted = self._posted(body | _STREAM)
+        stream = await sdk.post(
+            self.endpoint, cast_to=_answer(), stream=True, stream_cls=_events(sdk), **posted
+        )
         events = _Events(self._sdk, stream.response.request, body["model"])
         async for event in stream:
             delta = events.feed(event)
@@ -315,7 +342,10 @@ class OpenAIResponsesClient(OpenAIClient):
         return events.response()
 
     def _call_streaming(self, body: dict[str, Any]) -> Iterator[str | LLMResponse]:
-        stream = self.sdk_client.responses.create(**body, stream=True)
+        sdk, posted = self.sdk_client, self._posted(body | _STREAM)
+        stream = sdk.post(
+            self.endpoint, cast_to=_answer(), stream=True, stream_cls=_events(sdk), **posted
+        )
         events = _Events(self._sdk, stream.response.request, body["model"])
         for event in stream:
             delta = events.feed(event)
