@@ -3,7 +3,7 @@ chunks that read as the SDK's ``ChatCompletionChunk`` does for ``_StreamAssembly
 fields it reads, every other one skipped), at a fraction of the SDK's cost (a pydantic
 object per chunk; ``_anthropic_stream`` has the measurement).
 
-The SDK makes the request (``with_streaming_response``: its retries, headers, timeout and
+The SDK makes the request (``HttpSdkClient._streamed``: its retries, headers, timeout and
 status errors). As its own stream does, the reader stops at ``[DONE]`` and raises the
 SDK's ``APIError`` for a chunk that is an ``error`` object. The chunk's fields take any
 type, as the SDK's construction does: a compatible server's odd value reaches the
