@@ -17,7 +17,7 @@ from parlour.runtime.providers import (
     OpenAIClient,
     OpenAIResponsesClient,
 )
-from parlour.runtime.testing import ScriptedClient
+from parlour.runtime.testing import ScriptedClient, converse_response
 
 KEYS = (
     "ANTHROPIC_API_KEY",
@@ -184,3 +184,20 @@ def test_bedrock_without_a_region_says_to_pass_region_name_or_set_aws_region(
         client_for("us.anthropic.claude-haiku-4-5-20251001-v1:0")
     assert type(caught.value.__cause__).__name__ == "NoRegionError"
     assert BedrockClient(region_name="us-east-1").sdk_client.meta.region_name == "us-east-1"
+
+
+def test_a_bedrock_client_parlour_makes_retries_with_backoff_and_leaves_checking_to_the_service(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """botocore's client-side check of every parameter costs milliseconds a call on a long
+    conversation; the body is built to the Converse shapes and the service refuses the rest."""
+    from botocore.stub import Stubber
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    boto = BedrockClient(region_name="us-east-1", max_attempts=5).sdk_client
+    assert boto.meta.config.retries == {"mode": "standard", "total_max_attempts": 6}
+    with Stubber(boto) as stub:
+        stub.add_response("converse", converse_response("fine"))
+        odd = [{"role": "user", "content": [{"text": 5}]}]  # a number where text belongs
+        assert boto.converse(modelId="m", messages=odd)["output"]["message"]["role"] == "assistant"
