@@ -298,6 +298,7 @@ class AnthropicClient(HttpSdkClient):
     default_model = "claude-sonnet-4-5"
     error_map = ERROR_MAP
     endpoint = "/v1/messages"
+    plain_clients = ("Anthropic", "AsyncAnthropic")  # Vertex's and Bedrock's read the body
 
     def encode(self, request: WireRequest) -> dict[str, Any]:
         return build_anthropic_params(request)

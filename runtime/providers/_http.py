@@ -2,14 +2,16 @@
 client, with the SDK's own retry, to report what is missing, and to send and stream under
 the dialect's error map. A dialect supplies its encoder, one call and one streamed call.
 
-A call's body goes to the SDK client's own ``post`` as JSON bytes (``content=``), not to
-its typed method (``messages.create``, ``chat.completions.create``): the SDK still makes the
-request (headers, authentication, timeout, retries with backoff, status errors), but no
-longer walks the whole conversation on every call to prepare a body parlour built to its
-request types already. That walk grows with the conversation: OpenAI's typed transform
-cost about 0.3 ms a message (62 ms of CPU a call at 200 messages, against 2 ms now);
-Anthropic's copy and encoder about half of a 200-message call (``benchmarks/sdk_stream.py
---messages``). The tests hold the bytes and headers sent to what the typed method sends.
+A call's body goes to the SDK client's own ``post``, not to its typed method
+(``messages.create``, ``chat.completions.create``): the SDK still makes the request
+(headers, authentication, timeout, retries with backoff, status errors), but no longer
+walks the whole conversation on every call to prepare a body parlour built to its request
+types already. That walk grows with the conversation: OpenAI's typed transform cost about
+0.3 ms a message (109 ms of CPU a call at 200 messages, against 2.3 ms now). Anthropic's
+client also copies the body before encoding it, about half of a 200-message call, so to
+its own client class the body goes as JSON bytes (``content=``); a cloud's client builds
+its URL from the body and gets the mapping (``_posted``). ``benchmarks/sdk_stream.py
+--messages`` measures it; the tests hold the request on the wire to the typed method's.
 """
 
 from __future__ import annotations
@@ -101,6 +103,8 @@ class HttpSdkClient(LLMClient):
     endpoint: ClassVar[str]  # the path a call's body is posted to
     # the request options the SDK's own method adds to its post (OpenAI's authentication)
     post_options: ClassVar[Mapping[str, Any]] = {}
+    # the SDK client classes (by name in the SDK's module) a body is posted to as bytes
+    plain_clients: ClassVar[tuple[str, ...]] = ()
     base_url_env: ClassVar[str | None] = None  # the variable the SDK reads its server from
     keyless: ClassVar[bool] = False  # another server (a base URL) may need no key
     # sent as the key to a server that asked for none: the SDK refuses to run without one
@@ -218,17 +222,23 @@ class HttpSdkClient(LLMClient):
             body["timeout"] = request.timeout_s
         return body
 
-    def _posted(self, body: Mapping[str, Any], raw: str | None = None) -> dict[str, Any]:
-        """The keyword arguments of the SDK client's ``post`` for ``body`` (``_body``'s):
-        its JSON bytes, the request's timeout, the dialect's options, and with ``raw`` the
-        response asked for unparsed (``"true"``) or unread (``"stream"``)."""
-        headers = {"Content-Type": "application/json"}
+    def _posted(self, sdk: Any, body: Mapping[str, Any], raw: str | None = None) -> dict[str, Any]:
+        """The keyword arguments of ``sdk.post`` for ``body`` (``_body``'s): the JSON, the
+        request's timeout, the dialect's options, and with ``raw`` the response asked for
+        unparsed (``"true"``) or unread (``"stream"``). The JSON goes as bytes
+        (``wire_json``) to a client of one of the dialect's ``plain_clients`` classes, else
+        as the mapping, which the SDK encodes: a cloud's client (Azure's, Vertex's, the SDK's
+        Bedrock one) builds its URL from the body's fields."""
+        headers: dict[str, str] = {}
+        options: dict[str, Any] = {"headers": headers, **self.post_options}
         if raw is not None:
             headers[RAW_RESPONSE] = raw
-        options: dict[str, Any] = {"headers": headers, **self.post_options}
         if "timeout" in body:
             options["timeout"] = body["timeout"]
             body = {key: value for key, value in body.items() if key != "timeout"}
+        if not any(type(sdk) is getattr(self._sdk, name) for name in self.plain_clients):
+            return {"body": body, "options": options}
+        headers["Content-Type"] = "application/json"
         return {"content": wire_json(body), "options": options}
 
     @contextlib.contextmanager
@@ -237,8 +247,10 @@ class HttpSdkClient(LLMClient):
         yet read (the SDK's retries and status errors on the way); closed after the block."""
         import httpx2
 
-        posted = self._posted(body, "stream")
-        response = self.sdk_client.post(self.endpoint, cast_to=httpx2.Response, **posted)
+        sdk = self.sdk_client
+        response = sdk.post(
+            self.endpoint, cast_to=httpx2.Response, **self._posted(sdk, body, "stream")
+        )
         try:
             yield response
         finally:
@@ -249,8 +261,8 @@ class HttpSdkClient(LLMClient):
         """``_streamed`` with the async SDK client."""
         import httpx2
 
-        posted = self._posted(body, "stream")
         sdk = self.async_sdk_client
+        posted = self._posted(sdk, body, "stream")
         response = await sdk.post(self.endpoint, cast_to=httpx2.Response, **posted)
         try:
             yield response

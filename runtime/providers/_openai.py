@@ -301,12 +301,14 @@ class OpenAIClient(HttpSdkClient):
         return build_openai_body(request)
 
     def _call(self, body: dict[str, Any]) -> LLMResponse:
-        sdk, posted = self.sdk_client, self._posted(body)
+        sdk = self.sdk_client
+        posted = self._posted(sdk, body)
         return decode_completion(sdk.post(self.endpoint, cast_to=_completion(), **posted))
 
     async def _acall(self, body: dict[str, Any], on_text: TextCallback | None) -> LLMResponse:
         if on_text is None:
-            sdk, posted = self.async_sdk_client, self._posted(body)
+            sdk = self.async_sdk_client
+            posted = self._posted(sdk, body)
             return decode_completion(await sdk.post(self.endpoint, cast_to=_completion(), **posted))
         assembly = _StreamAssembly()
         async with self._astreamed(body | _STREAMED) as response:

@@ -314,8 +314,9 @@ class OpenAIResponsesClient(OpenAIClient):
     endpoint = "/responses"
 
     def _call(self, body: dict[str, Any]) -> LLMResponse:
-        posted = self._posted(body, "true")
-        return self._checked(self.sdk_client.post(self.endpoint, cast_to=_answer(), **posted))
+        sdk = self.sdk_client
+        posted = self._posted(sdk, body, "true")
+        return self._checked(sdk.post(self.endpoint, cast_to=_answer(), **posted))
 
     def _checked(self, raw: Any) -> LLMResponse:
         """A non-streamed answer; a ``failed`` one is raised as its stream's would be."""
@@ -328,9 +329,9 @@ class OpenAIResponsesClient(OpenAIClient):
     async def _acall(self, body: dict[str, Any], on_text: TextCallback | None) -> LLMResponse:
         sdk = self.async_sdk_client
         if on_text is None:
-            posted = self._posted(body, "true")
+            posted = self._posted(sdk, body, "true")
             return self._checked(await sdk.post(self.endpoint, cast_to=_answer(), **posted))
-        posted = self._posted(body | _STREAM)
+        posted = self._posted(sdk, body | _STREAM)
         stream = await sdk.post(
             self.endpoint, cast_to=_answer(), stream=True, stream_cls=_events(sdk), **posted
         )
@@ -342,7 +343,8 @@ class OpenAIResponsesClient(OpenAIClient):
         return events.response()
 
     def _call_streaming(self, body: dict[str, Any]) -> Iterator[str | LLMResponse]:
-        sdk, posted = self.sdk_client, self._posted(body | _STREAM)
+        sdk = self.sdk_client
+        posted = self._posted(sdk, body | _STREAM)
         stream = sdk.post(
             self.endpoint, cast_to=_answer(), stream=True, stream_cls=_events(sdk), **posted
         )

@@ -288,3 +288,53 @@ def test_wire_json_decodes_to_what_the_sdks_encoder_sends(value: Any) -> None:
 
 def _fields(request: Any) -> dict[str, Any]:
     return {name: getattr(request, name) for name in request.__struct_fields__}
+
+
+def _simple() -> ConversationContext:
+    context = ConversationContext("c-cloud", user_id="u")
+    context.depth, context.output_declaration = Depth.IMMEDIATE, 1_000
+    context.add_user_message("Hello.")
+    return context
+
+
+def test_an_azure_client_gets_its_deployment_url_as_the_typed_method_sends_it() -> None:
+    """Azure's client builds the URL from the body's model: it is given the body itself."""
+    import openai
+
+    def azure(recorder: Recorder) -> Any:
+        http = httpx2.Client(transport=httpx2.MockTransport(recorder))
+        return openai.AzureOpenAI(
+            azure_endpoint="https://example.openai.azure.com",
+            api_version="2024-06-01",
+            api_key="test-key",
+            max_retries=0,
+            http_client=http,
+        )
+
+    reply = _openai_reply(openai_completion("Fine."))
+    ours, theirs = Recorder(reply), Recorder(reply)
+    client = OpenAIClient(SPECS["openai"], client=azure(ours))
+    assert client.respond(_simple()).text == "Fine."
+    azure(theirs).chat.completions.create(**client._body(client.preview(_simple())))
+    assert "/openai/deployments/gpt-test/chat/completions" in str(ours.requests[0].url)
+    same_request(ours.requests[0], theirs.requests[0])
+
+
+def test_a_vertex_client_gets_its_model_url_as_the_typed_method_sends_it() -> None:
+    """Vertex's client moves the model from the body into the URL: it is given the body."""
+    import anthropic
+
+    def vertex(recorder: Recorder) -> Any:
+        http = httpx2.Client(transport=httpx2.MockTransport(recorder))
+        return anthropic.AnthropicVertex(
+            region="us-east5", project_id="p", access_token="t", max_retries=0, http_client=http
+        )
+
+    ours, theirs = Recorder(_anthropic_reply), Recorder(_anthropic_reply)
+    client = AnthropicClient(SPECS["anthropic"], client=vertex(ours))
+    assert client.respond(_simple()).text == "Fine."
+    body = client._body(client.preview(_simple()))
+    with vertex(theirs).messages.create(stream=True, **body) as stream:
+        list(stream)
+    assert "/models/claude-test:streamRawPredict" in str(ours.requests[0].url)
+    same_request(ours.requests[0], theirs.requests[0])
