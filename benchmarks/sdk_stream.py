@@ -17,7 +17,10 @@ Completions), with no delay, one call at a time on one loop, CPU time
 - OpenAI, parlour: ``OpenAIClient.arespond`` with its deltas taken (Chat Completions over
   the stream, read by parlour's ``ChunkReader``);
 - OpenAI, SDK chunks: ``chat.completions.create(stream=True)``, every typed chunk read
-  (what ``arespond`` used before).
+  (what ``arespond`` used before);
+- Responses, parlour: ``OpenAIResponsesClient.arespond`` (the Responses API's 20 text deltas
+  among its other events, read by parlour);
+- Responses, SDK events: ``responses.create(stream=True)``, every typed event read.
 
 Every way sends the same conversation: one user message, or with ``--messages N`` an agent's
 longer one (N messages, alternating questions and answers of a few hundred characters), the
@@ -42,12 +45,14 @@ import httpx2
 
 from parlour.runtime import ConversationContext, Depth, IncomingMessage, LLMClient, OutputSize
 from parlour.runtime.blocks import TextBlock
-from parlour.runtime.providers import AnthropicClient, OpenAIClient
+from parlour.runtime.providers import AnthropicClient, OpenAIClient, OpenAIResponsesClient
 from parlour.runtime.testing import (
     anthropic_message,
     anthropic_sse,
     fake_spec,
     openai_completion,
+    openai_response,
+    openai_response_sse,
     openai_sse,
 )
 
@@ -78,7 +83,16 @@ async def _completion(request: httpx2.Request) -> httpx2.Response:
     return _streamed(CHUNKS)
 
 
+async def _response_events(request: httpx2.Request) -> httpx2.Response:
+    return _streamed(RESPONSE_EVENTS)
+
+
 EVENTS = _events()
+RESPONSE_EVENTS = [
+    event + b"\n\n"
+    for event in openai_response_sse(openai_response(ANSWER), chunk=2).split(b"\n\n")
+    if event
+]
 CHUNKS = [
     chunk + b"\n\n"
     for chunk in openai_sse(openai_completion(ANSWER), chunk=2).split(b"\n\n")
@@ -137,6 +151,17 @@ def calls(messages: int = 1) -> dict[str, Call]:
         stream = await openai_sdk.chat.completions.create(**body, stream=True)
         return [chunk async for chunk in stream]
 
+    responses_http = httpx2.AsyncClient(transport=httpx2.MockTransport(_response_events))
+    responses_sdk = openai.AsyncOpenAI(
+        api_key="bench-key", max_retries=0, http_client=responses_http
+    )
+    responses_client = OpenAIResponsesClient(gpt, async_client=responses_sdk, api_key="bench-key")
+    responses_body = responses_client.encode(responses_client.preview(conversation(messages)))
+
+    async def responses_events() -> object:
+        stream = await responses_sdk.responses.create(**responses_body, stream=True)
+        return [event async for event in stream]
+
     return {
         "plain HTTP (baseline)": plain,
         "parlour (arespond)": _asked(client, messages),
@@ -144,6 +169,8 @@ def calls(messages: int = 1) -> dict[str, Call]:
         "SDK events": events,
         "OpenAI, parlour": _asked(openai_client, messages),
         "OpenAI, SDK chunks": openai_chunks,
+        "Responses, parlour": _asked(responses_client, messages),
+        "Responses, SDK events": responses_events,
     }
 
 

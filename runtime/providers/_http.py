@@ -44,7 +44,8 @@ RAW_RESPONSE = "X-Stainless-Raw-Response"
 def wire_json(body: Mapping[str, Any]) -> bytes:
     """``body`` as the JSON bytes a call sends: msgspec's encoding, or where msgspec cannot
     encode a text (a lone surrogate, which UTF-8 cannot hold) the standard library's, which
-    escapes it as the SDKs' own encoders do."""
+    escapes it as the SDKs' own encoders do. A float that is not finite (in a tool call's
+    input) goes as ``null``, where the SDKs' encoders wrote ``NaN``, which is not JSON."""
     try:
         return msgspec.json.encode(body)
     except UnicodeEncodeError:

@@ -13,9 +13,12 @@ map is Chat Completions' (``ERROR_MAP``): a stream's ``error`` event and a
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from typing import Any
+
+import msgspec
 
 from .._prepared import Turn
 from .._roles import TurnRole
@@ -34,6 +37,7 @@ from ..models._spec import ThinkingMode
 from ._openai import EFFORT, OpenAIClient, user_part
 from ._response import LLMResponse, StopReason, Usage
 from ._shared import block_text, is_blank, system_texts, tool_schema
+from ._sse import Events
 from ._template import TextCallback, WireRequest
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
@@ -177,86 +181,119 @@ def build_responses_body(request: WireRequest) -> dict[str, Any]:
 
 
 def _usage(usage: Any) -> Usage:
-    if usage is None:
+    if not isinstance(usage, dict):
         return Usage()
-    details = getattr(usage, "input_tokens_details", None)
-    output = getattr(usage, "output_tokens_details", None)
+    details = usage.get("input_tokens_details") or {}
+    output = usage.get("output_tokens_details") or {}
     return Usage.subset(
-        usage.input_tokens,
-        getattr(details, "cache_write_tokens", None),
-        getattr(details, "cached_tokens", None),
-        usage.output_tokens,
-        getattr(output, "reasoning_tokens", None),
+        usage["input_tokens"],
+        details.get("cache_write_tokens"),
+        details.get("cached_tokens"),
+        usage["output_tokens"],
+        output.get("reasoning_tokens"),
     )
 
 
-def _item_blocks(item: Any, after: Any, refusals: list[str]) -> list[ContentBlock]:
+def _parts(item: dict[str, Any], field: str) -> list[dict[str, Any]]:
+    return [part for part in item.get(field) or () if isinstance(part, dict)]
+
+
+def _item_blocks(item: dict[str, Any], after: Any, refusals: list[str]) -> list[ContentBlock]:
     """The blocks of one output item; ``after`` is the item that follows it, or None."""
-    match item.type:
+    match item.get("type"):
         case "reasoning":
-            raw = item.to_dict(mode="json")  # the fields the server sent, as it sent them
-            summary = "".join(part.text for part in item.summary or ())
-            followed_by = getattr(after, "id", None) if after is not None else None
-            return [
-                ReasoningBlock(item_json=json.dumps(raw), summary=summary, followed_by=followed_by)
+            summary = "".join(part.get("text") or "" for part in _parts(item, "summary"))
+            followed_by = after.get("id") if isinstance(after, dict) else None
+            return [  # the fields the server sent, as it sent them
+                ReasoningBlock(item_json=json.dumps(item), summary=summary, followed_by=followed_by)
             ]
         case "function_call":
-            return [ToolUseBlock(id=item.call_id, name=item.name, input_json=item.arguments)]
+            call = ToolUseBlock(id=item["call_id"], name=item["name"], input_json=item["arguments"])
+            return [call]
         case "message":
-            refusals += [p.refusal for p in item.content if p.type == "refusal"]
-            return [TextBlock(text=p.text) for p in item.content if p.type == "output_text"]
+            parts = _parts(item, "content")
+            refusals += [p.get("refusal") or "" for p in parts if p.get("type") == "refusal"]
+            return [TextBlock(text=p["text"]) for p in parts if p.get("type") == "output_text"]
     return []  # a built-in tool's item: parlour declares none
 
 
-def decode_response(response: Any) -> LLMResponse:
-    """An SDK ``Response`` (completed or incomplete) as parlour's response."""
+def decode_response(response: dict[str, Any]) -> LLMResponse:
+    """A Responses API answer (completed or incomplete), its JSON as sent, as parlour's
+    response."""
     blocks: list[ContentBlock] = []
     refusals: list[str] = []
-    output = list(response.output)
-    for item, after in zip(output, [*output[1:], None], strict=True):
+    output = [item for item in response.get("output") or () if isinstance(item, dict)]
+    for item, after in itertools.pairwise([*output, None]):  # an empty output has none
+        assert item is not None
         blocks.extend(_item_blocks(item, after, refusals))
+    status = response.get("status")
     if refusals:
         stop = StopReason.CONTENT_FILTERED
-    elif response.status == "incomplete":
-        reason = getattr(response.incomplete_details, "reason", None)
+    elif status == "incomplete":
+        details = response.get("incomplete_details")
+        reason = details.get("reason") if isinstance(details, dict) else None
         stop = _INCOMPLETE.get(reason or "", StopReason.UNKNOWN)
     elif any(isinstance(b, ToolUseBlock) for b in blocks):
         stop = StopReason.TOOL_USE
     else:
-        stop = StopReason.END_TURN if response.status == "completed" else StopReason.UNKNOWN
+        stop = StopReason.END_TURN if status == "completed" else StopReason.UNKNOWN
     return LLMResponse(
-        model_id=response.model,
+        model_id=response["model"],
         blocks=blocks,
         stop_reason=stop,
-        usage=_usage(response.usage),
+        usage=_usage(response.get("usage")),
         refusal_explanation="\n".join(refusals) or None,
     )
 
 
+def _decoded(data: bytes) -> dict[str, Any]:
+    """One event's or answer's JSON object (an empty one for anything else)."""
+    try:
+        value = msgspec.json.decode(data)
+    except msgspec.DecodeError:  # msgspec refuses what json takes: a lone surrogate's escape
+        value = json.loads(data)
+    return value if isinstance(value, dict) else {}
+
+
 class _Events:
-    """Reads a stream's events: text deltas out, the final response kept, a failure raised
-    as the SDK's ``APIError`` (on the stream's own request) for the error map to judge."""
+    """Reads a stream's events (``_sse.Events`` of the response's bytes, each decoded with
+    msgspec): text deltas out, the final response kept, a failure raised as the SDK's
+    ``APIError`` (on the stream's own request) for the error map to judge. The SDK's typed
+    events built a pydantic object per event (``benchmarks/sdk_stream.py``)."""
 
     def __init__(self, sdk: Any, request: Any, model_id: str) -> None:
         self._sdk, self._request, self._model_id = sdk, request, model_id
+        self._split = Events()
         self.final: LLMResponse | None = None
 
-    def feed(self, event: Any) -> str | None:
-        kind = event.type
-        if kind == "response.output_text.delta":
-            return str(event.delta) or None
-        if kind in ("response.completed", "response.incomplete"):
-            self.final = decode_response(event.response)
-        elif kind == "response.failed":
-            self.fail(event.response.error)
-        elif kind == "error":
-            self.fail(event)
-        return None
+    def feed(self, chunk: bytes) -> Iterator[str]:
+        """The text deltas of the events ``chunk`` completes."""
+        return self._read(self._split.feed(chunk))
+
+    def close(self) -> Iterator[str]:
+        """The text deltas of the events the stream's last bytes complete."""
+        return self._read(self._split.close())
+
+    def _read(self, events: Iterator[tuple[str | None, bytes]]) -> Iterator[str]:
+        for _, data in events:
+            event = _decoded(data)
+            kind = event.get("type")
+            if kind == "response.output_text.delta":
+                delta = event.get("delta")
+                if delta:
+                    yield str(delta)
+            elif kind in ("response.completed", "response.incomplete"):
+                self.final = decode_response(event.get("response") or {})
+            elif kind == "response.failed":
+                self.fail((event.get("response") or {}).get("error"))
+            elif kind == "error":
+                self.fail(event)
 
     def fail(self, error: Any) -> None:
         """Raise ``error`` (a response's ``error`` or an ``error`` event) as an ``APIError``."""
-        text = getattr(error, "message", None) or "The response failed"
-        body = {"code": getattr(error, "code", None), "message": text}
+        error = error if isinstance(error, dict) else {}
+        text = error.get("message") or "The response failed"
+        body = {"code": error.get("code"), "message": text}
         raise self._sdk.APIError(text, self._request, body=body)
 
     def response(self) -> LLMResponse:
@@ -278,23 +315,6 @@ class _Events:
 _STREAM = {"stream": True}
 
 
-def _answer() -> Any:
-    """The SDK's type of an answer (the SDK is imported by then)."""
-    from openai.types.responses import Response
-
-    return Response
-
-
-def _events(sdk: Any) -> Any:
-    """The SDK's stream of typed events for ``sdk`` (blocking or async), as the SDK's own
-    ``responses.create(stream=True)`` reads it."""
-    import openai
-    from openai.types.responses import ResponseStreamEvent
-
-    stream = openai.AsyncStream if isinstance(sdk, openai.AsyncOpenAI) else openai.Stream
-    return stream[ResponseStreamEvent]
-
-
 class OpenAIResponsesClient(OpenAIClient):
     """OpenAI's Responses API through the official ``openai`` SDK.
 
@@ -308,49 +328,40 @@ class OpenAIResponsesClient(OpenAIClient):
         UncorrectableLLMError: no API key is configured.
     """
 
+    endpoint = "/responses"
+
     def encode(self, request: WireRequest) -> dict[str, Any]:
         return build_responses_body(request)
 
-    endpoint = "/responses"
-
     def _call(self, body: dict[str, Any]) -> LLMResponse:
-        sdk = self.sdk_client
-        posted = self._posted(sdk, body, "true")
-        return self._checked(sdk.post(self.endpoint, cast_to=_answer(), **posted))
+        with self._streamed(body) as response:  # the whole answer read here, not by the SDK
+            return self._checked(b"".join(self._read(response)), response.request)
 
-    def _checked(self, raw: Any) -> LLMResponse:
+    def _checked(self, data: bytes, request: Any) -> LLMResponse:
         """A non-streamed answer; a ``failed`` one is raised as its stream's would be."""
-        response = raw.parse()
-        events = _Events(self._sdk, raw.http_request, response.model)
-        if response.status == "failed":
-            events.fail(response.error)
-        return decode_response(response)
+        answer = _decoded(data)
+        if answer.get("status") == "failed":
+            _Events(self._sdk, request, str(answer.get("model"))).fail(answer.get("error"))
+        return decode_response(answer)
 
     async def _acall(self, body: dict[str, Any], on_text: TextCallback | None) -> LLMResponse:
-        sdk = self.async_sdk_client
         if on_text is None:
-            posted = self._posted(sdk, body, "true")
-            return self._checked(await sdk.post(self.endpoint, cast_to=_answer(), **posted))
-        posted = self._posted(sdk, body | _STREAM)
-        stream = await sdk.post(
-            self.endpoint, cast_to=_answer(), stream=True, stream_cls=_events(sdk), **posted
-        )
-        events = _Events(self._sdk, stream.response.request, body["model"])
-        async for event in stream:
-            delta = events.feed(event)
-            if delta:
+            async with self._astreamed(body) as response:
+                data = b"".join([chunk async for chunk in self._aread(response)])
+                return self._checked(data, response.request)
+        async with self._astreamed(body | _STREAM) as response:
+            events = _Events(self._sdk, response.request, body["model"])
+            async for chunk in self._aread(response):
+                for delta in events.feed(chunk):
+                    on_text(delta)
+            for delta in events.close():
                 on_text(delta)
         return events.response()
 
     def _call_streaming(self, body: dict[str, Any]) -> Iterator[str | LLMResponse]:
-        sdk = self.sdk_client
-        posted = self._posted(sdk, body | _STREAM)
-        stream = sdk.post(
-            self.endpoint, cast_to=_answer(), stream=True, stream_cls=_events(sdk), **posted
-        )
-        events = _Events(self._sdk, stream.response.request, body["model"])
-        for event in stream:
-            delta = events.feed(event)
-            if delta:
-                yield delta
+        with self._streamed(body | _STREAM) as response:
+            events = _Events(self._sdk, response.request, body["model"])
+            for chunk in self._read(response):
+                yield from events.feed(chunk)
+            yield from events.close()
         yield events.response()

@@ -338,3 +338,8 @@ def test_a_vertex_client_gets_its_model_url_as_the_typed_method_sends_it() -> No
         list(stream)
     assert "/models/claude-test:streamRawPredict" in str(ours.requests[0].url)
     same_request(ours.requests[0], theirs.requests[0])
+
+
+def test_a_float_that_is_not_finite_goes_as_null_not_as_text_no_json_reader_takes() -> None:
+    body = {"input": {"x": float("nan"), "y": float("inf"), "z": 10**30}}
+    assert json.loads(wire_json(body)) == {"input": {"x": None, "y": None, "z": 10**30}}
