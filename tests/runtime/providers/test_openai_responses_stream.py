@@ -193,3 +193,13 @@ def test_a_whole_answer_reads_as_the_sdks_typed_response(answer: dict[str, Any])
     ours = client._send(request)
     _, theirs = _sdk_reading(raw, streamed=False)
     same_answer(ours, theirs)
+
+
+def test_an_answer_with_no_output_items_reads_as_its_status_says() -> None:
+    """A reasoning model that ran out of tokens may send no output item at all."""
+    answer = openai_response(None, status="incomplete", incomplete_reason="max_output_tokens")
+    raw = openai_response_sse(answer)
+    events = _Events(openai, httpx2.Request("POST", "https://api.openai.com/v1/responses"), "m")
+    assert list(events.feed(raw)) == []
+    read = events.response()
+    assert (read.blocks, read.stop_reason) == ([], StopReason.MAX_TOKENS)
