@@ -166,47 +166,45 @@ def test_anthropic_posts_what_messages_create_sends(
     assert json.loads(ours.requests[0].content)["stream"] is True
 
 
-@settings(max_examples=40, deadline=None)
-@given(context=conversations(), streamed=st.booleans())
-def test_openai_posts_what_chat_completions_create_sends(
-    context: ConversationContext, streamed: bool
-) -> None:
-    reply = _openai_reply(openai_completion("Fine."))
-    ours, theirs = Recorder(reply), Recorder(reply)
-    client = OpenAIClient(SPECS["openai"], client=mock_openai_sdk(ours))
-    request = client.build_request(context)
-    body = client._body(request)
-    sdk = mock_openai_sdk(theirs)
-    if streamed:
-        list(client._stream(request))
-        streaming = {"stream": True, "stream_options": {"include_usage": True}}
-        with sdk.chat.completions.create(**body, **streaming) as stream:
-            list(stream)
-    else:
-        client._send(request)
+def _typed_chat(sdk: Any, body: dict[str, Any], streamed: bool) -> None:
+    if not streamed:
         sdk.chat.completions.create(**body)
-    same_request(ours.requests[0], theirs.requests[0])
+        return
+    streaming = {"stream": True, "stream_options": {"include_usage": True}}
+    with sdk.chat.completions.create(**body, **streaming) as stream:
+        list(stream)
 
 
+def _typed_responses(sdk: Any, body: dict[str, Any], streamed: bool) -> None:
+    if not streamed:
+        sdk.responses.create(**body)
+        return
+    with sdk.responses.create(**body, stream=True) as stream:
+        list(stream)
+
+
+OPENAI_WAYS = {  # the client, its answer, the SDK's typed method for the same body
+    "chat completions": (OpenAIClient, openai_completion("Fine."), _typed_chat),
+    "responses": (OpenAIResponsesClient, openai_response("Fine."), _typed_responses),
+}
+
+
+@pytest.mark.parametrize("way", sorted(OPENAI_WAYS))
 @settings(max_examples=30, deadline=None)
 @given(context=conversations(), streamed=st.booleans())
-def test_openai_posts_what_responses_create_sends(
-    context: ConversationContext, streamed: bool
+def test_openai_posts_what_the_typed_create_sends(
+    way: str, context: ConversationContext, streamed: bool
 ) -> None:
-    reply = _openai_reply(openai_response("Fine."))
-    ours, theirs = Recorder(reply), Recorder(reply)
-    client = OpenAIResponsesClient(SPECS["openai"], client=mock_openai_sdk(ours))
+    cls, answer, typed = OPENAI_WAYS[way]
+    ours, theirs = Recorder(_openai_reply(answer)), Recorder(_openai_reply(answer))
+    client = cls(SPECS["openai"], client=mock_openai_sdk(ours))
     request = client.build_request(context)
-    body = client._body(request)
-    sdk = mock_openai_sdk(theirs)
     if streamed:
-        *_, answer = client._stream(request)
-        with sdk.responses.create(**body, stream=True) as stream:
-            list(stream)
+        *_, read = client._stream(request)
     else:
-        answer = client._send(request)
-        sdk.responses.create(**body)
-    assert isinstance(answer, LLMResponse) and answer.text == "Fine."
+        read = client._send(request)
+    assert isinstance(read, LLMResponse) and read.text == "Fine."
+    typed(mock_openai_sdk(theirs), client._body(request), streamed)
     same_request(ours.requests[0], theirs.requests[0])
 
 
