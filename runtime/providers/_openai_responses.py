@@ -334,8 +334,11 @@ class OpenAIResponsesClient(OpenAIClient):
         return build_responses_body(request)
 
     def _call(self, body: dict[str, Any]) -> LLMResponse:
-        with self._streamed(body) as response:  # the whole answer read here, not by the SDK
-            return self._checked(b"".join(self._read(response)), response.request)
+        import httpx2
+
+        sdk = self.sdk_client  # the answer read whole by the SDK, inside its retries
+        response = sdk.post(self.endpoint, cast_to=httpx2.Response, **self._posted(sdk, body))
+        return self._checked(response.content, response.request)
 
     def _checked(self, data: bytes, request: Any) -> LLMResponse:
         """A non-streamed answer; a ``failed`` one is raised as its stream's would be."""
@@ -346,9 +349,12 @@ class OpenAIResponsesClient(OpenAIClient):
 
     async def _acall(self, body: dict[str, Any], on_text: TextCallback | None) -> LLMResponse:
         if on_text is None:
-            async with self._astreamed(body) as response:
-                data = b"".join([chunk async for chunk in self._aread(response)])
-                return self._checked(data, response.request)
+            import httpx2
+
+            sdk = self.async_sdk_client
+            posted = self._posted(sdk, body)
+            response = await sdk.post(self.endpoint, cast_to=httpx2.Response, **posted)
+            return self._checked(response.content, response.request)
         async with self._astreamed(body | _STREAM) as response:
             events = _Events(self._sdk, response.request, body["model"])
             async for chunk in self._aread(response):
