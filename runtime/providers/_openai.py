@@ -28,7 +28,7 @@ from ..errors import ParlourError, RetryableLLMError, UncorrectableLLMError
 from ..models._spec import ThinkingMode
 from ._errors import ErrorMap, error_message, status_verdict
 from ._http import HttpSdkClient
-from ._openai_stream import ChunkReader
+from ._openai_stream import ChunkReader, completion
 from ._response import LLMResponse, StopReason, Usage
 from ._shared import block_text, system_texts, tool_schema
 from ._template import TextCallback, WireRequest
@@ -158,9 +158,10 @@ def _usage(usage: Any) -> Usage:
     return Usage.subset(usage.prompt_tokens, None, cached, usage.completion_tokens, reasoning)
 
 
-def decode_completion(completion: Any) -> LLMResponse:
-    """An SDK ``ChatCompletion`` as parlour's response."""
-    choice = completion.choices[0]
+def decode_completion(answer: Any) -> LLMResponse:
+    """A non-streamed answer (``_openai_stream.completion``'s reading of its JSON, or the
+    SDK's ``ChatCompletion``: the same fields) as parlour's response."""
+    choice = answer.choices[0]
     message = choice.message
     blocks: list[ContentBlock] = []
     if message.content:
@@ -171,10 +172,10 @@ def decode_completion(completion: Any) -> LLMResponse:
     refusal = getattr(message, "refusal", None)
     stop = StopReason.CONTENT_FILTERED if refusal else _STOP.get(choice.finish_reason or "")
     return LLMResponse(
-        model_id=completion.model,
+        model_id=answer.model,
         blocks=blocks,
         stop_reason=stop or StopReason.UNKNOWN,
-        usage=_usage(completion.usage),
+        usage=_usage(answer.usage),
         refusal_explanation=refusal,
     )
 
@@ -262,13 +263,6 @@ ERROR_MAP: ErrorMap = (
 # -- the client ----------------------------------------------------------------------------------
 
 
-def _completion() -> Any:
-    """The SDK's type of a non-streamed answer (the SDK is imported by then)."""
-    from openai.types.chat import ChatCompletion
-
-    return ChatCompletion
-
-
 class OpenAIClient(HttpSdkClient):
     """OpenAI's Chat Completions through the official ``openai`` SDK.
 
@@ -301,15 +295,20 @@ class OpenAIClient(HttpSdkClient):
         return build_openai_body(request)
 
     def _call(self, body: dict[str, Any]) -> LLMResponse:
-        sdk = self.sdk_client
-        posted = self._posted(sdk, body)
-        return decode_completion(sdk.post(self.endpoint, cast_to=_completion(), **posted))
+        import httpx2
+
+        sdk = self.sdk_client  # the answer read whole by the SDK, inside its retries
+        response = sdk.post(self.endpoint, cast_to=httpx2.Response, **self._posted(sdk, body))
+        return decode_completion(completion(response.content))
 
     async def _acall(self, body: dict[str, Any], on_text: TextCallback | None) -> LLMResponse:
         if on_text is None:
+            import httpx2
+
             sdk = self.async_sdk_client
             posted = self._posted(sdk, body)
-            return decode_completion(await sdk.post(self.endpoint, cast_to=_completion(), **posted))
+            response = await sdk.post(self.endpoint, cast_to=httpx2.Response, **posted)
+            return decode_completion(completion(response.content))
         assembly = _StreamAssembly()
         async with self._astreamed(body | _STREAMED) as response:
             reader = self._reader(response)

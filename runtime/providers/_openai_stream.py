@@ -63,7 +63,37 @@ class Chunk(msgspec.Struct):
     usage: Tokens | None = None
 
 
+class Message(msgspec.Struct):
+    content: Any = None
+    tool_calls: list[Call] | None = None
+    refusal: Any = None
+
+
+class Answer(msgspec.Struct):
+    message: Message = msgspec.field(default_factory=Message)
+    finish_reason: Any = None
+
+
+class Completion(msgspec.Struct):
+    """A non-streamed answer: the fields of the SDK's ``ChatCompletion`` that
+    ``decode_completion`` reads."""
+
+    model: Any = ""
+    choices: list[Answer] = msgspec.field(default_factory=list)
+    usage: Tokens | None = None
+
+
 _chunk = msgspec.json.Decoder(Chunk).decode
+_completion = msgspec.json.Decoder(Completion).decode
+
+
+def completion(data: bytes) -> Completion:
+    """A non-streamed answer's JSON, read as the SDK's ``ChatCompletion`` reads it for
+    ``decode_completion`` (a pydantic object a call otherwise)."""
+    try:
+        return _completion(data)
+    except msgspec.DecodeError:  # msgspec refuses what json takes: a lone surrogate's escape
+        return msgspec.convert(json.loads(data), Completion)
 
 
 def chunks(

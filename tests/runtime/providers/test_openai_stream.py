@@ -1,7 +1,8 @@
 """A Chat Completions stream read by parlour: for any stream the API can send, cut into
 chunks anywhere, the assembled response and the text deltas are exactly those the SDK's
 own typed chunks give the same assembly (the reference: the SDK over a mock transport),
-and an ``error`` object mid-stream raises what the SDK raises."""
+and an ``error`` object mid-stream raises what the SDK raises. A whole answer read by
+parlour decodes as the SDK's typed ``ChatCompletion`` does."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parlour.runtime.providers._openai import _StreamAssembly
-from parlour.runtime.providers._openai_stream import ChunkReader
+from parlour.runtime.providers._openai import _StreamAssembly, decode_completion
+from parlour.runtime.providers._openai_stream import ChunkReader, completion
 from parlour.runtime.testing import mock_openai_sdk
 
 _text = st.text(st.characters(), max_size=30)  # lone surrogates too: JSON escapes them
@@ -114,3 +115,48 @@ def test_an_error_object_mid_stream_raises_what_the_sdk_raises(error: object) ->
     ours, theirs = _by_parlour([raw]), _by_the_sdk(raw)
     assert isinstance(ours, tuple) and ours[0] == "APIError"
     assert ours == theirs
+
+
+@st.composite
+def _completions(draw: st.DrawFn) -> dict[str, Any]:
+    """A whole answer: text or none, tool calls, a refusal or none, any finish reason, the
+    usage with or without its details."""
+    calls = [
+        {
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {"name": f"tool_{i}", "arguments": json.dumps({"q": draw(_text)})},
+        }
+        for i in range(draw(st.integers(0, 2)))
+    ]
+    message: dict[str, Any] = {"role": "assistant", "content": draw(st.none() | _text)}
+    if draw(st.booleans()):  # a compatible server may leave it out
+        message["refusal"] = draw(st.none() | _text)
+    if calls:
+        message["tool_calls"] = calls
+    finish = draw(st.sampled_from(["stop", "length", "tool_calls", "content_filter"]))
+    usage: dict[str, Any] = {"prompt_tokens": draw(_count), "completion_tokens": draw(_count)}
+    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    if draw(st.booleans()):
+        usage["prompt_tokens_details"] = {"cached_tokens": draw(_count)}
+        usage["completion_tokens_details"] = {"reasoning_tokens": draw(_count)}
+    return {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": draw(st.sampled_from(["gpt-x", "gpt-5-mini"])),
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": usage,
+    }
+
+
+@settings(max_examples=100, deadline=None)
+@given(_completions())
+def test_any_whole_answer_decodes_as_the_sdks_typed_completion(answer: dict[str, Any]) -> None:
+    raw = json.dumps(answer).encode()  # a lone surrogate escaped, as a server sends it
+
+    def reply(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, content=raw, headers={"content-type": "application/json"})
+
+    typed = mock_openai_sdk(reply).chat.completions.create(model="m", messages=[])
+    assert decode_completion(completion(raw)) == decode_completion(typed)
