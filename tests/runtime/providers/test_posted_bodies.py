@@ -1,7 +1,9 @@
-"""A call's body goes to the SDK client's own ``post`` as JSON bytes: the request on the wire
-is the one the SDK's typed method (``messages.create``, ``chat.completions.create``,
-``responses.create``) sends for the same body, header for header, whatever the conversation
-holds; the SDK's retries still apply; and text the SDK escapes reaches the wire alike."""
+"""A call's body goes to the SDK client's own ``post`` (as JSON bytes to Anthropic's own
+client, as the mapping to OpenAI's and to a cloud's): the request on the wire carries the
+JSON and the headers the SDK's typed method (``messages.create``,
+``chat.completions.create``, ``responses.create``) sends for the same body, whatever the
+conversation holds, and goes to the same URL (Azure's and Vertex's included); the SDK's
+retries still apply; and text the SDK escapes reaches the wire alike."""
 
 from __future__ import annotations
 
