@@ -8,6 +8,9 @@ status errors). As its own stream does, the reader stops at ``[DONE]`` and raise
 SDK's ``APIError`` for a chunk that is an ``error`` object. The chunk's fields take any
 type, as the SDK's construction does: a compatible server's odd value reaches the
 assembly as it came.
+
+A whole (non-streamed) answer is read the same way (``completion``): the fields of the
+SDK's ``ChatCompletion`` that ``decode_completion`` reads, without building its object.
 """
 
 from __future__ import annotations
