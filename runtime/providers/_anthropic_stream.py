@@ -19,13 +19,12 @@ as the SDK's own stream does, so the client's error map classifies both alike.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgspec
 
-from ._sse import Events
+from ._sse import Events, json_of
 
 _decode = msgspec.json.Decoder().decode
 
@@ -124,10 +123,7 @@ class StreamReader:
             raise self._failed(text, body)
         if not data:
             return None
-        try:
-            payload = _decode(data)
-        except msgspec.DecodeError:  # msgspec refuses what json takes: a lone surrogate's escape
-            payload = json.loads(data)
+        payload: Any = json_of(data)
         if event == "message_start":
             self._message = payload["message"]
             return None

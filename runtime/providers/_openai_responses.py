@@ -18,8 +18,6 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import msgspec
-
 from .._prepared import Turn
 from .._roles import TurnRole
 from ..blocks import (
@@ -37,7 +35,7 @@ from ..models._spec import ThinkingMode
 from ._openai import EFFORT, OpenAIClient, user_part
 from ._response import LLMResponse, StopReason, Usage
 from ._shared import block_text, is_blank, system_texts, tool_schema
-from ._sse import Events
+from ._sse import Events, json_of
 from ._template import TextCallback, WireRequest
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
@@ -248,10 +246,7 @@ def decode_response(response: dict[str, Any]) -> LLMResponse:
 
 def _decoded(data: bytes) -> dict[str, Any]:
     """One event's or answer's JSON object (an empty one for anything else)."""
-    try:
-        value = msgspec.json.decode(data)
-    except msgspec.DecodeError:  # msgspec refuses what json takes: a lone surrogate's escape
-        value = json.loads(data)
+    value: object = json_of(data)
     return value if isinstance(value, dict) else {}
 
 

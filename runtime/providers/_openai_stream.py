@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from ._sse import Events
+from ._sse import Events, json_of
 
 
 class Function(msgspec.Struct):
@@ -86,17 +86,14 @@ class Completion(msgspec.Struct):
     usage: Tokens | None = None
 
 
-_chunk = msgspec.json.Decoder(Chunk).decode
-_completion = msgspec.json.Decoder(Completion).decode
+_CHUNK = msgspec.json.Decoder(Chunk)
+_COMPLETION = msgspec.json.Decoder(Completion)
 
 
 def completion(data: bytes) -> Completion:
     """A non-streamed answer's JSON, read as the SDK's ``ChatCompletion`` reads it for
     ``decode_completion`` (a pydantic object a call otherwise)."""
-    try:
-        return _completion(data)
-    except msgspec.DecodeError:  # msgspec refuses what json takes: a lone surrogate's escape
-        return msgspec.convert(json.loads(data), Completion)
+    return json_of(data, _COMPLETION)
 
 
 def chunks(
@@ -119,10 +116,7 @@ def chunks(
                 if not isinstance(message, str) or not message:
                     message = "An error occurred during streaming"
                 raise failed(message, error)
-        try:
-            yield _chunk(data)
-        except msgspec.DecodeError:  # msgspec refuses what json takes: a lone surrogate's escape
-            yield msgspec.convert(json.loads(data), Chunk)
+        yield json_of(data, _CHUNK)
 
 
 class ChunkReader:

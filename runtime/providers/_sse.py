@@ -1,6 +1,7 @@
-"""Server-sent events from a response's bytes, for the streams parlour reads itself
-(``_anthropic_stream``, ``_openai_stream``): fed chunks cut anywhere, yields each event's
-name and data once its blank line arrives.
+"""Server-sent events from a response's bytes, for the answers parlour reads itself
+(``_anthropic_stream``, ``_openai_stream``, ``_openai_responses``): fed chunks cut
+anywhere, ``Events`` yields each event's name and data once its blank line arrives;
+``json_of`` decodes an event's data (or a whole answer).
 
 Lines end in LF, CRLF or CR; a line is taken once it ends in LF (a CR at a chunk's end may
 be a CRLF cut in two, and ``close`` takes what is left). ``event:`` names the event,
@@ -9,7 +10,29 @@ be a CRLF cut in two, and ``close`` takes what is left). ``event:`` names the ev
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from typing import Any, TypeVar
+
+import msgspec
+
+T = TypeVar("T")
+_ANY: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
+
+
+def json_of(data: bytes, decoder: msgspec.json.Decoder[T] = _ANY) -> T:
+    """``data`` as ``decoder`` reads it (by default: plain JSON values). JSON that msgspec
+    refuses but the standard library takes (a lone surrogate's escape, which UTF-8 cannot
+    hold) is read by the latter and converted to the decoder's type.
+
+    Raises:
+        msgspec.ValidationError: the JSON does not fit the decoder's type.
+        ValueError: ``data`` is not JSON.
+    """
+    try:
+        return decoder.decode(data)
+    except msgspec.DecodeError:
+        return msgspec.convert(json.loads(data), decoder.type)  # type: ignore[no-any-return]
 
 
 class Events:
