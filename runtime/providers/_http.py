@@ -242,6 +242,21 @@ class HttpSdkClient(LLMClient):
         headers["Content-Type"] = "application/json"
         return {"content": wire_json(body), "options": options}
 
+    def _whole(self, body: Mapping[str, Any]) -> Any:
+        """The HTTP response of posting ``body`` with the blocking SDK client, read whole by
+        the SDK inside its retries (and its status errors)."""
+        import httpx2
+
+        sdk = self.sdk_client
+        return sdk.post(self.endpoint, cast_to=httpx2.Response, **self._posted(sdk, body))
+
+    async def _awhole(self, body: Mapping[str, Any]) -> Any:
+        """``_whole`` with the async SDK client."""
+        import httpx2
+
+        sdk = self.async_sdk_client
+        return await sdk.post(self.endpoint, cast_to=httpx2.Response, **self._posted(sdk, body))
+
     @contextlib.contextmanager
     def _streamed(self, body: Mapping[str, Any]) -> Iterator[Any]:
         """The HTTP response of posting ``body`` with the blocking SDK client, its stream not
@@ -249,9 +264,8 @@ class HttpSdkClient(LLMClient):
         import httpx2
 
         sdk = self.sdk_client
-        response = sdk.post(
-            self.endpoint, cast_to=httpx2.Response, **self._posted(sdk, body, "stream")
-        )
+        posted = self._posted(sdk, body, "stream")
+        response = sdk.post(self.endpoint, cast_to=httpx2.Response, **posted)
         try:
             yield response
         finally:

@@ -295,20 +295,11 @@ class OpenAIClient(HttpSdkClient):
         return build_openai_body(request)
 
     def _call(self, body: dict[str, Any]) -> LLMResponse:
-        import httpx2
-
-        sdk = self.sdk_client  # the answer read whole by the SDK, inside its retries
-        response = sdk.post(self.endpoint, cast_to=httpx2.Response, **self._posted(sdk, body))
-        return decode_completion(completion(response.content))
+        return decode_completion(completion(self._whole(body).content))
 
     async def _acall(self, body: dict[str, Any], on_text: TextCallback | None) -> LLMResponse:
         if on_text is None:
-            import httpx2
-
-            sdk = self.async_sdk_client
-            posted = self._posted(sdk, body)
-            response = await sdk.post(self.endpoint, cast_to=httpx2.Response, **posted)
-            return decode_completion(completion(response.content))
+            return decode_completion(completion((await self._awhole(body)).content))
         assembly = _StreamAssembly()
         async with self._astreamed(body | _STREAMED) as response:
             reader = self._reader(response)

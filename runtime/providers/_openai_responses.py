@@ -329,27 +329,20 @@ class OpenAIResponsesClient(OpenAIClient):
         return build_responses_body(request)
 
     def _call(self, body: dict[str, Any]) -> LLMResponse:
-        import httpx2
+        return self._checked(self._whole(body))
 
-        sdk = self.sdk_client  # the answer read whole by the SDK, inside its retries
-        response = sdk.post(self.endpoint, cast_to=httpx2.Response, **self._posted(sdk, body))
-        return self._checked(response.content, response.request)
-
-    def _checked(self, data: bytes, request: Any) -> LLMResponse:
-        """A non-streamed answer; a ``failed`` one is raised as its stream's would be."""
-        answer = _decoded(data)
+    def _checked(self, response: Any) -> LLMResponse:
+        """A non-streamed answer (its HTTP response, read whole); a ``failed`` one is raised
+        as its stream's would be."""
+        answer = _decoded(response.content)
         if answer.get("status") == "failed":
-            _Events(self._sdk, request, str(answer.get("model"))).fail(answer.get("error"))
+            events = _Events(self._sdk, response.request, str(answer.get("model")))
+            events.fail(answer.get("error"))
         return decode_response(answer)
 
     async def _acall(self, body: dict[str, Any], on_text: TextCallback | None) -> LLMResponse:
         if on_text is None:
-            import httpx2
-
-            sdk = self.async_sdk_client
-            posted = self._posted(sdk, body)
-            response = await sdk.post(self.endpoint, cast_to=httpx2.Response, **posted)
-            return self._checked(response.content, response.request)
+            return self._checked(await self._awhole(body))
         async with self._astreamed(body | _STREAM) as response:
             events = _Events(self._sdk, response.request, body["model"])
             async for chunk in self._aread(response):
