@@ -40,6 +40,7 @@ import argparse
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import httpx2
 
@@ -115,17 +116,25 @@ def conversation(messages: int) -> ConversationContext:
     return context
 
 
+def _over(reply: Any, sdk_class: Any, client_class: Any, model: str, messages: int) -> Any:
+    """An async SDK client and parlour's client over a mock transport that answers with
+    ``reply``, and parlour's body for a conversation of ``messages`` messages."""
+    http = httpx2.AsyncClient(transport=httpx2.MockTransport(reply))
+    sdk = sdk_class(api_key="bench-key", max_retries=0, http_client=http)
+    spec = fake_spec(id=model, provider=client_class.module)  # the SDK's name, the provider's
+    client = client_class(spec, async_client=sdk, api_key="bench-key")
+    return http, sdk, client, client.encode(client.preview(conversation(messages)))
+
+
 def calls(messages: int = 1) -> dict[str, Call]:
     """Each way of making the call, on one shared mock transport, for a conversation of
     ``messages`` messages."""
     import anthropic
     import openai
 
-    http = httpx2.AsyncClient(transport=httpx2.MockTransport(_answer))
-    sdk = anthropic.AsyncAnthropic(api_key="bench-key", max_retries=0, http_client=http)
-    spec = fake_spec(id="claude-test", provider="anthropic")
-    client = AnthropicClient(spec, async_client=sdk, api_key="bench-key")
-    params = client.encode(client.preview(conversation(messages)))
+    http, sdk, client, params = _over(
+        _answer, anthropic.AsyncAnthropic, AnthropicClient, "claude-test", messages
+    )
 
     async def plain() -> object:
         response = await http.post(URL, json=params)
@@ -141,22 +150,17 @@ def calls(messages: int = 1) -> dict[str, Call]:
         stream = await sdk.messages.create(stream=True, **params)
         return [event async for event in stream]
 
-    openai_http = httpx2.AsyncClient(transport=httpx2.MockTransport(_completion))
-    openai_sdk = openai.AsyncOpenAI(api_key="bench-key", max_retries=0, http_client=openai_http)
-    gpt = fake_spec(id="gpt-test", provider="openai")
-    openai_client = OpenAIClient(gpt, async_client=openai_sdk, api_key="bench-key")
-    body = openai_client.encode(openai_client.preview(conversation(messages)))
+    _, openai_sdk, openai_client, body = _over(
+        _completion, openai.AsyncOpenAI, OpenAIClient, "gpt-test", messages
+    )
 
     async def openai_chunks() -> object:
         stream = await openai_sdk.chat.completions.create(**body, stream=True)
         return [chunk async for chunk in stream]
 
-    responses_http = httpx2.AsyncClient(transport=httpx2.MockTransport(_response_events))
-    responses_sdk = openai.AsyncOpenAI(
-        api_key="bench-key", max_retries=0, http_client=responses_http
+    _, responses_sdk, responses_client, responses_body = _over(
+        _response_events, openai.AsyncOpenAI, OpenAIResponsesClient, "gpt-test", messages
     )
-    responses_client = OpenAIResponsesClient(gpt, async_client=responses_sdk, api_key="bench-key")
-    responses_body = responses_client.encode(responses_client.preview(conversation(messages)))
 
     async def responses_events() -> object:
         stream = await responses_sdk.responses.create(**responses_body, stream=True)
