@@ -312,7 +312,7 @@ class AnthropicClient(HttpSdkClient):
 
     async def _acall(self, body: dict[str, Any], on_text: TextCallback | None) -> LLMResponse:
         async with self._astreamed(body | _STREAM) as response:
-            reader = self._reader(response)
+            reader = self._reader(response, body)
             async for chunk in self._aread(response):
                 for text in reader.feed(chunk):
                     if on_text is not None:
@@ -321,16 +321,18 @@ class AnthropicClient(HttpSdkClient):
 
     def _call_streaming(self, body: dict[str, Any]) -> Iterator[str | LLMResponse]:
         with self._streamed(body | _STREAM) as response:
-            reader = self._reader(response)
+            reader = self._reader(response, body)
             for chunk in self._read(response):
                 yield from reader.feed(chunk)
         yield decode_message(reader.message())
 
-    def _reader(self, response: Any) -> StreamReader:
-        """A reader of ``response``'s events (``_anthropic_stream``): an ``error`` event
-        raises the SDK's ``APIStatusError`` on it, as the SDK's own stream does."""
+    def _reader(self, response: Any, body: dict[str, Any]) -> StreamReader:
+        """A reader of ``response``'s events (``_anthropic_stream``) for ``body``'s model: an
+        ``error`` event raises the SDK's ``APIStatusError`` on it, as the SDK's stream does."""
         status_error = self._sdk.APIStatusError
-        return StreamReader(lambda text, body: status_error(text, response=response, body=body))
+        return StreamReader(
+            lambda text, error: status_error(text, response=response, body=error), body["model"]
+        )
 
     def count_tokens(self, conversation: ConversationContext) -> int:
         """The exact input tokens of the request ``respond`` would send for

@@ -15,6 +15,11 @@ helper parses it); the stop reason, stop sequence, stop details and the usage fr
 ``message_delta`` (its counts are totals: each one given replaces the start's). ``ping``
 and unknown events are skipped; an ``error`` event raises the SDK's ``APIStatusError``,
 as the SDK's own stream does, so the client's error map classifies both alike.
+
+Where the helper keeps what a stream left, the reader refuses it: a stream that ends
+before ``message_stop`` (a connection closed early) is a ``RetryableLLMError``, never a
+partial message to store, and events that do not read as the API documents them are an
+``UncorrectableLLMError`` (``_sse.unreadable``).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any
 
 import msgspec
 
-from ._sse import Events, json_of
+from ._sse import Events, cut_short, guarded, json_of, unreadable
 
 _decode = msgspec.json.Decoder().decode
 
@@ -71,24 +76,27 @@ class StreamReader:
     Args:
         failed: makes the exception an ``error`` event raises, from its message and its
             decoded body (the SDK's ``APIStatusError`` on the response).
+        model_id: the model asked, for the errors' messages.
     """
 
-    __slots__ = ("_events", "_failed", "_inputs", "_message")
+    __slots__ = ("_ended", "_events", "_failed", "_inputs", "_message", "_model_id")
 
-    def __init__(self, failed: Callable[[str, object], Exception]) -> None:
-        self._failed = failed
+    def __init__(self, failed: Callable[[str, object], Exception], model_id: str) -> None:
+        self._failed, self._model_id = failed, model_id
         self._events = Events()
         self._message: dict[str, Any] | None = None
         self._inputs: dict[int, list[str]] = {}  # each tool block's JSON pieces
+        self._ended = False  # message_stop arrived
 
     def feed(self, chunk: bytes) -> Iterator[str]:
         """The text deltas the events completed by ``chunk`` carry, in order.
 
         Raises:
             Exception: ``failed``'s, for an ``error`` event.
-            ValueError: a tool's input that is not JSON; an event before ``message_start``.
+            UncorrectableLLMError: an event that is not the API's (not JSON, a field missing,
+                before ``message_start``), a tool's input that is not JSON.
         """
-        return self._texts(self._events.feed(chunk))
+        return guarded("Anthropic", self._model_id, self._texts(self._events.feed(chunk)))
 
     def _texts(self, events: Iterator[tuple[str | None, bytes]]) -> Iterator[str]:
         for event, data in events:
@@ -98,20 +106,21 @@ class StreamReader:
                     yield text
 
     def message(self) -> Message:
-        """The message the stream carried (a tool block the stream left unstopped holds
-        what its input's JSON said so far, as the helper's snapshot does).
+        """The message the stream carried, once it has ended.
 
         Raises:
-            ValueError: the stream ended before ``message_start``.
+            RetryableLLMError: the stream ended before ``message_stop``.
+            UncorrectableLLMError: as ``feed``.
         """
-        for _ in self._texts(self._events.close()):
-            pass
-        message = self._message
-        if message is None:
-            raise ValueError("The model's stream ended before its message started.")
-        for index in list(self._inputs):
-            self._stopped(message["content"][index], index)
-        return msgspec.convert(message, Message)
+        with unreadable("Anthropic", self._model_id):
+            for _ in self._texts(self._events.close()):
+                pass
+            message = self._message
+            if message is None or not self._ended:
+                raise cut_short("Anthropic", self._model_id, "its message")
+            for index in list(self._inputs):  # a block the stream left unstopped
+                self._stopped(message["content"][index], index)
+            return msgspec.convert(message, Message)
 
     def _apply(self, event: str, data: bytes) -> str | None:
         if event == "error":
@@ -126,6 +135,9 @@ class StreamReader:
         payload: Any = json_of(data)
         if event == "message_start":
             self._message = payload["message"]
+            return None
+        if event == "message_stop":
+            self._ended = self._message is not None
             return None
         message = self._message
         if message is None:

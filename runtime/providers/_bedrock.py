@@ -25,6 +25,7 @@ from ._errors import ErrorMap, map_errors, require_sdk
 from ._http import UNSET, injected
 from ._response import LLMResponse, StopReason, Usage
 from ._shared import OutputDeclaration, spec_of
+from ._sse import cut_short
 from ._template import LLMClient, WireRequest
 
 _STOP = {
@@ -201,4 +202,6 @@ class BedrockClient(LLMClient):
                     yield delta
                 stop = event.get("messageStop", {}).get("stopReason", stop)
                 usage = event.get("metadata", {}).get("usage", usage)
+        if stop is None:  # no messageStop: never a partial answer to keep
+            raise cut_short("Bedrock", request.spec.id, "its message")
         yield _answer(request.spec.id, "".join(text), stop, usage)

@@ -31,6 +31,7 @@ from ._http import HttpSdkClient
 from ._openai_stream import ChunkReader, completion
 from ._response import LLMResponse, StopReason, Usage
 from ._shared import block_text, system_texts, tool_schema
+from ._sse import cut_short, unreadable
 from ._template import TextCallback, WireRequest
 
 _STOP = {
@@ -181,16 +182,30 @@ def decode_completion(answer: Any) -> LLMResponse:
 
 
 class _StreamAssembly:
-    """Folds streamed chunks into the final response, yielding text deltas on the way."""
+    """Folds streamed chunks into the final response, yielding text deltas on the way.
 
-    def __init__(self) -> None:
+    Args:
+        model_id: the model asked, for the errors' messages.
+    """
+
+    def __init__(self, model_id: str) -> None:
         self.text: list[str] = []
         self.calls: dict[int, dict[str, str]] = {}
         self.finish: str | None = None
         self.model = ""
         self.usage: Any = None
+        self._model_id = model_id
 
     def feed(self, chunk: Any) -> str | None:
+        """The text delta ``chunk`` carries, if any.
+
+        Raises:
+            UncorrectableLLMError: a field of a type the API does not send.
+        """
+        with unreadable("OpenAI", self._model_id):
+            return self._fold(chunk)
+
+    def _fold(self, chunk: Any) -> str | None:
         self.model = chunk.model or self.model
         self.usage = chunk.usage or self.usage
         if not chunk.choices:
@@ -208,7 +223,20 @@ class _StreamAssembly:
             self.text.append(delta)
         return delta or None
 
-    def response(self) -> LLMResponse:
+    def response(self, done: bool) -> LLMResponse:
+        """The answer, once the stream has ended (``done``: at ``[DONE]``).
+
+        Raises:
+            RetryableLLMError: the stream ended before ``[DONE]`` and before a choice's
+                ``finish_reason`` (a compatible server may leave ``[DONE]`` out).
+            UncorrectableLLMError: a field of a type the API does not send.
+        """
+        if not done and self.finish is None:
+            raise cut_short("OpenAI", self._model_id, "the answer")
+        with unreadable("OpenAI", self._model_id):
+            return self._assembled()
+
+    def _assembled(self) -> LLMResponse:
         blocks: list[ContentBlock] = []
         if self.text:
             blocks.append(TextBlock(text="".join(self.text)))
@@ -295,14 +323,14 @@ class OpenAIClient(HttpSdkClient):
         return build_openai_body(request)
 
     def _call(self, body: dict[str, Any]) -> LLMResponse:
-        return decode_completion(completion(self._whole(body).content))
+        return self._whole_answer(self._whole(body), body)
 
     async def _acall(self, body: dict[str, Any], on_text: TextCallback | None) -> LLMResponse:
         if on_text is None:
-            return decode_completion(completion((await self._awhole(body)).content))
-        assembly = _StreamAssembly()
+            return self._whole_answer(await self._awhole(body), body)
+        assembly = _StreamAssembly(body["model"])
         async with self._astreamed(body | _STREAMED) as response:
-            reader = self._reader(response)
+            reader = self._reader(response, body)
             async for piece in self._aread(response):
                 for chunk in reader.feed(piece):
                     delta = assembly.feed(chunk)
@@ -310,12 +338,12 @@ class OpenAIClient(HttpSdkClient):
                         on_text(delta)
             for chunk in reader.close():
                 assembly.feed(chunk)
-        return assembly.response()
+        return assembly.response(reader.done)
 
     def _call_streaming(self, body: dict[str, Any]) -> Iterator[str | LLMResponse]:
-        assembly = _StreamAssembly()
+        assembly = _StreamAssembly(body["model"])
         with self._streamed(body | _STREAMED) as response:
-            reader = self._reader(response)
+            reader = self._reader(response, body)
             for piece in self._read(response):
                 for chunk in reader.feed(piece):
                     delta = assembly.feed(chunk)
@@ -323,11 +351,20 @@ class OpenAIClient(HttpSdkClient):
                         yield delta
             for chunk in reader.close():
                 assembly.feed(chunk)
-        yield assembly.response()
+        yield assembly.response(reader.done)
 
-    def _reader(self, response: Any) -> ChunkReader:
-        """A reader of ``response``'s chunks (``_openai_stream``): an ``error`` chunk raises
-        the SDK's ``APIError`` on its request, as the SDK's own stream does."""
+    def _whole_answer(self, response: Any, body: dict[str, Any]) -> LLMResponse:
+        """A non-streamed answer's HTTP response as parlour's response.
+
+        Raises:
+            UncorrectableLLMError: it is not the API's answer (not JSON, no choice).
+        """
+        with unreadable(self.provider, body["model"]):
+            return decode_completion(completion(response.content))
+
+    def _reader(self, response: Any, body: dict[str, Any]) -> ChunkReader:
+        """A reader of ``response``'s chunks (``_openai_stream``) for ``body``'s model: an
+        ``error`` chunk raises the SDK's ``APIError`` on its request, as its stream does."""
         api_error = self._sdk.APIError
         request = response.request
-        return ChunkReader(lambda text, body: api_error(text, request, body=body))
+        return ChunkReader(lambda text, error: api_error(text, request, body=error), body["model"])

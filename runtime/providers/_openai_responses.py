@@ -30,12 +30,11 @@ from ..blocks import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from ..errors import RetryableLLMError
 from ..models._spec import ThinkingMode
 from ._openai import EFFORT, OpenAIClient, user_part
 from ._response import LLMResponse, StopReason, Usage
 from ._shared import block_text, is_blank, system_texts, tool_schema
-from ._sse import Events, json_of
+from ._sse import Events, cut_short, guarded, json_of, unreadable
 from ._template import TextCallback, WireRequest
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
@@ -192,6 +191,17 @@ def _usage(usage: Any) -> Usage:
     )
 
 
+def _str(value: Any) -> str:
+    """A field the API sends as a string (anything else would be stored and fail to load).
+
+    Raises:
+        TypeError: it is not one (``_sse.unreadable`` makes it the provider's error).
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"a string was expected, not {value!r}")
+    return value
+
+
 def _parts(item: dict[str, Any], field: str) -> list[dict[str, Any]]:
     return [part for part in item.get(field) or () if isinstance(part, dict)]
 
@@ -200,18 +210,24 @@ def _item_blocks(item: dict[str, Any], after: Any, refusals: list[str]) -> list[
     """The blocks of one output item; ``after`` is the item that follows it, or None."""
     match item.get("type"):
         case "reasoning":
-            summary = "".join(part.get("text") or "" for part in _parts(item, "summary"))
+            summary = "".join(_str(part.get("text") or "") for part in _parts(item, "summary"))
             followed_by = after.get("id") if isinstance(after, dict) else None
+            if followed_by is not None:
+                _str(followed_by)
             return [  # the fields the server sent, as it sent them
                 ReasoningBlock(item_json=json.dumps(item), summary=summary, followed_by=followed_by)
             ]
         case "function_call":
-            call = ToolUseBlock(id=item["call_id"], name=item["name"], input_json=item["arguments"])
-            return [call]
+            call_id, name, arguments = (_str(item[f]) for f in ("call_id", "name", "arguments"))
+            return [ToolUseBlock(id=call_id, name=name, input_json=arguments)]
         case "message":
-            parts = _parts(item, "content")
-            refusals += [p.get("refusal") or "" for p in parts if p.get("type") == "refusal"]
-            return [TextBlock(text=p["text"]) for p in parts if p.get("type") == "output_text"]
+            texts: list[ContentBlock] = []
+            for part in _parts(item, "content"):
+                if part.get("type") == "output_text":
+                    texts.append(TextBlock(text=_str(part["text"])))
+                elif part.get("type") == "refusal":
+                    refusals.append(_str(part.get("refusal") or ""))
+            return texts
     return []  # a built-in tool's item: parlour declares none
 
 
@@ -236,7 +252,7 @@ def decode_response(response: dict[str, Any]) -> LLMResponse:
     else:
         stop = StopReason.END_TURN if status == "completed" else StopReason.UNKNOWN
     return LLMResponse(
-        model_id=response["model"],
+        model_id=_str(response["model"]),
         blocks=blocks,
         stop_reason=stop,
         usage=_usage(response.get("usage")),
@@ -262,12 +278,19 @@ class _Events:
         self.final: LLMResponse | None = None
 
     def feed(self, chunk: bytes) -> Iterator[str]:
-        """The text deltas of the events ``chunk`` completes."""
-        return self._read(self._split.feed(chunk))
+        """The text deltas of the events ``chunk`` completes.
+
+        Raises:
+            openai.APIError: a ``response.failed`` or ``error`` event.
+            UncorrectableLLMError: an event that is not the API's (not JSON, a field of
+                another type).
+        """
+        return guarded("OpenAI", self._model_id, self._read(self._split.feed(chunk)))
 
     def close(self) -> Iterator[str]:
-        """The text deltas of the events the stream's last bytes complete."""
-        return self._read(self._split.close())
+        """The text deltas of the events the stream's last bytes complete; raises as
+        ``feed``."""
+        return guarded("OpenAI", self._model_id, self._read(self._split.close()))
 
     def _read(self, events: Iterator[tuple[str | None, bytes]]) -> Iterator[str]:
         for _, data in events:
@@ -298,9 +321,7 @@ class _Events:
             RetryableLLMError: the stream ended before its terminal event (a dropped link).
         """
         if self.final is None:
-            raise RetryableLLMError(
-                f"OpenAI's stream for model {self._model_id} ended before the response did."
-            )
+            raise cut_short("OpenAI", self._model_id, "the response")
         return self.final
 
 
@@ -329,20 +350,25 @@ class OpenAIResponsesClient(OpenAIClient):
         return build_responses_body(request)
 
     def _call(self, body: dict[str, Any]) -> LLMResponse:
-        return self._checked(self._whole(body))
+        return self._checked(self._whole(body), body)
 
-    def _checked(self, response: Any) -> LLMResponse:
+    def _checked(self, response: Any, body: dict[str, Any]) -> LLMResponse:
         """A non-streamed answer (its HTTP response, read whole); a ``failed`` one is raised
-        as its stream's would be."""
-        answer = _decoded(response.content)
-        if answer.get("status") == "failed":
-            events = _Events(self._sdk, response.request, str(answer.get("model")))
-            events.fail(answer.get("error"))
-        return decode_response(answer)
+        as its stream's would be.
+
+        Raises:
+            UncorrectableLLMError: it is not the API's answer (not a JSON object, no model).
+        """
+        with unreadable(self.provider, body["model"]):
+            answer = _decoded(response.content)
+            if answer.get("status") == "failed":
+                events = _Events(self._sdk, response.request, str(answer.get("model")))
+                events.fail(answer.get("error"))
+            return decode_response(answer)
 
     async def _acall(self, body: dict[str, Any], on_text: TextCallback | None) -> LLMResponse:
         if on_text is None:
-            return self._checked(await self._awhole(body))
+            return self._checked(await self._awhole(body), body)
         async with self._astreamed(body | _STREAM) as response:
             events = _Events(self._sdk, response.request, body["model"])
             async for chunk in self._aread(response):

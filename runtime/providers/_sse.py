@@ -1,7 +1,9 @@
 """Server-sent events from a response's bytes, for the answers parlour reads itself
 (``_anthropic_stream``, ``_openai_stream``, ``_openai_responses``): fed chunks cut
 anywhere, ``Events`` yields each event's name and data once its blank line arrives;
-``json_of`` decodes an event's data (or a whole answer).
+``json_of`` decodes an event's data (or a whole answer); ``unreadable`` (and ``guarded``,
+for a reading that yields) turns what does not read as the API documents it into a
+provider error, and ``cut_short`` names a stream that ended before its last event.
 
 Lines end in LF, CRLF or CR; a line is taken once it ends in LF (a CR at a chunk's end may
 be a CRLF cut in two, and ``close`` takes what is left). ``event:`` names the event,
@@ -10,14 +12,18 @@ be a CRLF cut in two, and ``close`` takes what is left). ``event:`` names the ev
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import msgspec
 
+from ..errors import RetryableLLMError, UncorrectableLLMError
+
 T = TypeVar("T")
 _ANY: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
+_END: Any = object()
 
 
 def json_of(data: bytes, decoder: msgspec.json.Decoder[T] = _ANY) -> T:
@@ -33,6 +39,53 @@ def json_of(data: bytes, decoder: msgspec.json.Decoder[T] = _ANY) -> T:
         return decoder.decode(data)
     except msgspec.DecodeError:
         return msgspec.convert(json.loads(data), decoder.type)  # type: ignore[no-any-return]
+
+
+# what a reading raises when an answer is not the API's (a ``KeyError``, an ``IndexError``,
+# not JSON, msgspec's ``ValidationError``, a value of another type)
+_UNREADABLE = (LookupError, TypeError, ValueError, AttributeError)
+
+
+@contextlib.contextmanager
+def unreadable(provider: str, model_id: str) -> Iterator[None]:
+    """Reading an answer inside: an answer that does not read as the API documents it (not
+    JSON, a field missing or of another type, events out of order) is the provider's
+    fault, raised as ``UncorrectableLLMError`` (the reading's error its cause), never as a
+    bare ``KeyError`` or ``ValueError`` past the client's error map. Only the reading goes
+    inside: an exception of a caller's ``on_text`` is its own.
+
+    Raises:
+        UncorrectableLLMError: the answer could not be read.
+    """
+    try:
+        yield
+    except _UNREADABLE as exc:
+        raise _not_read(provider, model_id, exc) from exc
+
+
+def guarded(provider: str, model_id: str, items: Iterator[T]) -> Iterator[T]:
+    """``items`` (a reading of an answer), each taken as inside ``unreadable``: what the
+    caller does with one (an ``on_text``) is outside it, and one read before an error
+    still arrives before it, in the stream's order."""
+    while True:
+        try:
+            item = next(items, _END)
+        except _UNREADABLE as exc:
+            raise _not_read(provider, model_id, exc) from exc
+        if item is _END:
+            return
+        yield item
+
+
+def _not_read(provider: str, model_id: str, exc: Exception) -> UncorrectableLLMError:
+    text = f"{provider}'s answer for model {model_id} could not be read: {exc}"
+    return UncorrectableLLMError(text)
+
+
+def cut_short(provider: str, model_id: str, what: str) -> RetryableLLMError:
+    """The error of a stream that ended before its last event (``what``): a connection a
+    proxy or the server closed early, never an answer to keep, which would be partial."""
+    return RetryableLLMError(f"{provider}'s stream for model {model_id} ended before {what} did.")
 
 
 class Events:

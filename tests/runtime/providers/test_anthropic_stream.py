@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from parlour.runtime.errors import RetryableLLMError, UncorrectableLLMError
 from parlour.runtime.providers._anthropic import decode_message
 from parlour.runtime.providers._anthropic_stream import StreamReader
 from parlour.runtime.testing import mock_anthropic_sdk
@@ -117,12 +118,12 @@ def _by_the_sdk(raw: bytes) -> object:
 
 
 def _by_parlour(chunks: list[bytes]) -> object:
-    reader = StreamReader(lambda text, body: RuntimeError(text))
+    reader = StreamReader(lambda text, body: RuntimeError(text), "claude-x")
     try:
         texts = [text for chunk in chunks for text in reader.feed(chunk)]
         return texts, decode_message(reader.message())
-    except ValueError as exc:
-        return type(exc), str(exc)
+    except UncorrectableLLMError as exc:  # the helper's ValueError, as its cause
+        return type(exc.__cause__), str(exc.__cause__)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -137,7 +138,7 @@ def test_any_stream_cut_anywhere_reads_as_the_sdks_helper_reads_it(
 
 
 def test_an_error_event_raises_what_the_reader_was_given_with_its_body() -> None:
-    reader = StreamReader(lambda text, body: RuntimeError(text, body))
+    reader = StreamReader(lambda text, body: RuntimeError(text, body), "m")
     start = {"type": "message_start", "message": {"model": "m", "content": [], "usage": {}}}
     error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
     raw = f"event: message_start\ndata: {json.dumps(start)}\n\n"
@@ -147,10 +148,10 @@ def test_an_error_event_raises_what_the_reader_was_given_with_its_body() -> None
     assert caught.value.args[1] == error
 
 
-def test_a_stream_that_ends_before_its_message_starts_is_a_clear_error() -> None:
-    reader = StreamReader(lambda text, body: RuntimeError(text))
+def test_a_stream_that_ends_before_its_message_starts_is_a_dropped_link() -> None:
+    reader = StreamReader(lambda text, body: RuntimeError(text), "m")
     assert list(reader.feed(b"event: ping\ndata: {}\n\n")) == []
-    with pytest.raises(ValueError, match="ended before its message started"):
+    with pytest.raises(RetryableLLMError, match="for model m ended before its message did"):
         reader.message()
 
 
@@ -168,11 +169,12 @@ def test_a_tool_input_cut_inside_an_escape_reads_whole_and_one_not_json_is_refus
             delta = {"type": "input_json_delta", "partial_json": piece}
             events.append({"type": "content_block_delta", "index": 0, "delta": delta})
         events.append({"type": "content_block_stop", "index": 0})
+        events.append({"type": "message_stop"})
         return b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
 
-    reader = StreamReader(lambda text, body: RuntimeError(text))
+    reader = StreamReader(lambda text, body: RuntimeError(text), "m")
     list(reader.feed(stream('{"q": "\\ud83d', '\\ude00"}')))
     assert reader.message().content[0].input == {"q": "\U0001f600"}
-    reader = StreamReader(lambda text, body: RuntimeError(text))
-    with pytest.raises(ValueError, match="Unable to parse tool parameter JSON"):
+    reader = StreamReader(lambda text, body: RuntimeError(text), "m")
+    with pytest.raises(UncorrectableLLMError, match="Unable to parse tool parameter JSON"):
         list(reader.feed(stream('{"q": ', "nope}")))

@@ -69,29 +69,30 @@ def _by_the_sdk(raw: bytes) -> object:
         return httpx2.Response(200, content=raw, headers={"content-type": "text/event-stream"})
 
     sdk = mock_openai_sdk(answer)
-    assembly, texts = _StreamAssembly(), []
+    assembly, texts = _StreamAssembly("gpt-x"), []
     try:
         asked = [{"role": "user", "content": "hi"}]
         for chunk in sdk.chat.completions.create(model="gpt-x", messages=asked, stream=True):
             texts.append(assembly.feed(chunk))
     except Exception as exc:  # the SDK's APIError for an error object
         return type(exc).__name__, str(exc), getattr(exc, "body", None)
-    return [t for t in texts if t], assembly.response()
+    return [t for t in texts if t], assembly.response(True)
 
 
 def _by_parlour(chunks: list[bytes]) -> object:
     import openai
 
     request = httpx2.Request("POST", "https://api.openai.com/v1/chat/completions")
-    reader = ChunkReader(lambda text, body: openai.APIError(text, request, body=body))
-    assembly, texts = _StreamAssembly(), []
+    reader = ChunkReader(lambda text, body: openai.APIError(text, request, body=body), "gpt-x")
+    assembly, texts = _StreamAssembly("gpt-x"), []
     try:
         for piece in chunks:
             texts += [assembly.feed(chunk) for chunk in reader.feed(piece)]
         texts += [assembly.feed(chunk) for chunk in reader.close()]
     except Exception as exc:
         return type(exc).__name__, str(exc), getattr(exc, "body", None)
-    return [t for t in texts if t], assembly.response()
+    assert reader.done
+    return [t for t in texts if t], assembly.response(reader.done)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
