@@ -30,6 +30,7 @@ from ..blocks import (
 )
 from ..errors import ParlourError, RetryableLLMError, UncorrectableLLMError
 from ._anthropic_stream import StreamReader
+from ._call_ids import wire_turns
 from ._errors import (
     ErrorMap,
     error_message,
@@ -42,6 +43,7 @@ from ._shared import block_text, image_subtype, is_blank, system_texts, tool_sch
 from ._template import TextCallback, WireRequest
 
 MAX_CACHE_BREAKPOINTS = 4
+_NAME_LIMIT = 200  # the longest tool name the API takes in a tool_use block
 EPHEMERAL = {"type": "ephemeral"}
 
 _STOP = {
@@ -70,13 +72,35 @@ def encode_block(block: ContentBlock, conversation_id: str | None = None) -> dic
         case TextBlock(text=text) if is_blank(text):
             return None
         case ToolUseBlock(id=call_id, name=name, input_json=arguments):
-            return {"type": "tool_use", "id": call_id, "name": name, "input": json.loads(arguments)}
+            return {
+                "type": "tool_use",
+                "id": call_id,
+                "name": _name(name),
+                "input": _input(arguments),
+            }
         case ThinkingBlock(text=text, signature=signature):
             return {"type": "thinking", "thinking": text, "signature": signature or ""}
         case RedactedThinkingBlock(data=data):
             return {"type": "redacted_thinking", "data": data}
         case _:
             return _encode_content(block, conversation_id)
+
+
+def _name(name: str) -> str:
+    """A call's tool name as the API takes it back: 1 to 200 characters (a model may have
+    called a tool by no name or by a long one; its result said there is no such tool)."""
+    return name[:_NAME_LIMIT] or "unnamed_tool"
+
+
+def _input(arguments: str) -> dict[str, Any]:
+    """A call's input as the API takes it back: a JSON object. Arguments that are not one
+    (a model's JSON cut short or malformed, which OpenAI's models may give and its API
+    keeps) go as an empty object; the call's result already told the model so."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _encode_content(block: ContentBlock, conversation_id: str | None) -> dict[str, Any]:
@@ -152,7 +176,7 @@ def build_anthropic_params(request: WireRequest) -> dict[str, Any]:
     cache_system = bool(system) and caching and prepared.cache_system
     used = 1 if cache_system else 0
     messages: list[dict[str, Any]] = []
-    for turn in prepared.turns:
+    for turn in wire_turns(prepared.turns):
         anchor = caching and turn.cache and used < MAX_CACHE_BREAKPOINTS
         param, spent = _encode_turn(turn, anchor, request.conversation_id)
         used += spent

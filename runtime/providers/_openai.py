@@ -26,6 +26,7 @@ from ..blocks import (
 )
 from ..errors import ParlourError, RetryableLLMError, UncorrectableLLMError
 from ..models._spec import ThinkingMode
+from ._call_ids import wire_turns
 from ._errors import ErrorMap, error_message, status_verdict
 from ._http import HttpSdkClient
 from ._openai_stream import ChunkReader, completion
@@ -117,7 +118,7 @@ def build_openai_body(request: WireRequest) -> dict[str, Any]:
     messages: list[dict[str, Any]] = []
     if system := system_texts(prepared):
         messages.append({"role": "system", "content": "\n\n".join(system)})
-    for turn in prepared.turns:
+    for turn in wire_turns(prepared.turns):
         if turn.role is TurnRole.USER:
             messages.extend(_user_messages(turn))
         else:

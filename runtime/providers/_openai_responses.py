@@ -31,6 +31,7 @@ from ..blocks import (
     ToolUseBlock,
 )
 from ..models._spec import ThinkingMode
+from ._call_ids import wire_turns
 from ._openai import EFFORT, OpenAIClient, user_part
 from ._response import LLMResponse, StopReason, Usage
 from ._shared import block_text, is_blank, system_texts, tool_schema
@@ -146,7 +147,7 @@ def build_responses_body(request: WireRequest) -> dict[str, Any]:
     """
     prepared = request.prepared
     items: list[dict[str, Any]] = []
-    for turn in prepared.turns:
+    for turn in wire_turns(prepared.turns):
         items.extend(_user_items(turn) if turn.role is TurnRole.USER else _assistant_items(turn))
     body: dict[str, Any] = {
         "model": request.spec.id,

@@ -128,10 +128,21 @@ def says_interrupted(text: str) -> bool:
 # -- each dialect's rules, on the body sent -----------------------------------------------------
 
 
+# the call ids Anthropic takes (no id twice in a request), and OpenAI's longest
+ANTHROPIC_ID = re.compile(r"[A-Za-z0-9_-]+")
+OPENAI_ID_LIMIT = 40
+
+
 def anthropic_pairs(body: dict[str, Any]) -> Pairs:
     """Every tool_use is answered by tool_result blocks first in the very next (user)
-    message, one per call; no tool_result stands anywhere else."""
+    message, one per call; no tool_result stands anywhere else; every tool_use has an id
+    of the allowed characters that no other has, a name of 1 to 200 characters and an
+    object for its input."""
     messages, pairs = body["messages"], []
+    uses = [p for m in messages for p in m["content"] if p["type"] == "tool_use"]
+    assert all(ANTHROPIC_ID.fullmatch(p["id"]) for p in uses), [p["id"] for p in uses]
+    assert len({p["id"] for p in uses}) == len(uses), [p["id"] for p in uses]
+    assert all(1 <= len(p["name"]) <= 200 and isinstance(p["input"], dict) for p in uses)
     for at, message in enumerate(messages):
         calls = [p["id"] for p in message["content"] if p["type"] == "tool_use"]
         if message["role"] == "assistant" and calls:
@@ -149,6 +160,8 @@ def openai_pairs(body: dict[str, Any]) -> Pairs:
     """Every assistant message with tool_calls is followed directly by one tool message
     per call id; no tool message stands anywhere else."""
     messages, pairs, at = body["messages"], [], 0
+    ids = [c["id"] for m in messages for c in m.get("tool_calls", ())]
+    assert all(len(i) <= OPENAI_ID_LIMIT for i in ids), ids
     while at < len(messages):
         message = messages[at]
         assert message["role"] != "tool"
@@ -167,6 +180,8 @@ def responses_pairs(body: dict[str, Any]) -> Pairs:
     """Every run of function_call items is followed directly by one function_call_output
     per call id; no output stands anywhere else."""
     items, pairs, at = body["input"], [], 0
+    calls = [i["call_id"] for i in items if i.get("type") == "function_call"]
+    assert all(len(i) <= OPENAI_ID_LIMIT for i in calls), calls
     while at < len(items):
         assert items[at].get("type") != "function_call_output"
         ids = []
