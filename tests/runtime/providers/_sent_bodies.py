@@ -12,6 +12,7 @@ thread of an async client, ``check_all`` runs after the test.
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -55,13 +56,48 @@ def request_type(endpoint: str, body: dict[str, Any]) -> Any:
     raise RequestTypeError(endpoint, "no SDK request type is known for this endpoint")
 
 
+# the tool call ids Anthropic takes (and none twice in a request), and OpenAI's longest
+ANTHROPIC_ID = re.compile(r"[A-Za-z0-9_-]+")
+OPENAI_ID_LIMIT = 40
+
+
 def check_request(endpoint: str, body: dict[str, Any]) -> None:
-    """Check ``body``, as sent to ``endpoint``, against its SDK request type.
+    """Check ``body``, as sent to ``endpoint``, against its SDK request type and the rules
+    the provider documents for the tool calls it holds, which no type says.
 
     Raises:
         RequestTypeError: the endpoint is unknown or the body does not fit, with the path.
     """
     check(body, request_type(endpoint, body))
+    check_calls(endpoint, body)
+
+
+def check_calls(endpoint: str, body: dict[str, Any]) -> None:
+    """Anthropic: each ``tool_use`` id of ``[A-Za-z0-9_-]`` and no two alike, a name of 1
+    to 200 characters, an object for its input. OpenAI: call ids of at most 40 characters.
+
+    Raises:
+        RequestTypeError: a call that breaks one, with its path.
+    """
+    messages = body.get("messages") or body.get("input") or []
+    if endpoint.endswith("/v1/messages"):
+        seen: set[str] = set()
+        for at, message in enumerate(messages):
+            content = message["content"] if isinstance(message["content"], list) else []
+            for index, part in enumerate(content):
+                if part.get("type") != "tool_use":
+                    continue
+                path = f"messages.{at}.content.{index}"
+                if not ANTHROPIC_ID.fullmatch(part["id"]) or part["id"] in seen:
+                    raise RequestTypeError(path, f"id {part['id']!r} not allowed or twice")
+                if not 1 <= len(part["name"]) <= 200 or not isinstance(part["input"], dict):
+                    raise RequestTypeError(path, "a name of 1-200 characters, an object input")
+                seen.add(part["id"])
+    elif endpoint.endswith(("/chat/completions", "/responses")):
+        for at, item in enumerate(messages):
+            ids = [c["id"] for c in item.get("tool_calls", ())] + [item.get("call_id") or ""]
+            if any(len(i) > OPENAI_ID_LIMIT for i in ids):
+                raise RequestTypeError(f"messages[{at}]", f"a call id over 40 characters: {ids}")
 
 
 class SentBodies:

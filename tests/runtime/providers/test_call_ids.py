@@ -42,10 +42,8 @@ from parlour.runtime.testing import (
     openai_completion,
     openai_response,
 )
-from tests.runtime.providers._sent_bodies import check_request
+from tests.runtime.providers._sent_bodies import ANTHROPIC_ID, OPENAI_ID_LIMIT, check_request
 from tests.runtime.providers.test_tool_pairing_wire import (
-    ANTHROPIC_ID,
-    OPENAI_ID_LIMIT,
     anthropic_pairs,
     openai_pairs,
     responses_pairs,

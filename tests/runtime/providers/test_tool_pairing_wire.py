@@ -49,6 +49,7 @@ from parlour.runtime.testing import (
     openai_response,
     record_params,
 )
+from tests.runtime.providers._sent_bodies import ANTHROPIC_ID, OPENAI_ID_LIMIT
 
 SPECS = {
     "anthropic": fake_spec(id="claude-test", provider="anthropic"),
@@ -126,11 +127,6 @@ def says_interrupted(text: str) -> bool:
 
 
 # -- each dialect's rules, on the body sent -----------------------------------------------------
-
-
-# the call ids Anthropic takes (no id twice in a request), and OpenAI's longest
-ANTHROPIC_ID = re.compile(r"[A-Za-z0-9_-]+")
-OPENAI_ID_LIMIT = 40
 
 
 def anthropic_pairs(body: dict[str, Any]) -> Pairs:
