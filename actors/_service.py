@@ -228,12 +228,13 @@ class ConversationService:
     async def save_async(
         self, context: ConversationContext | None, thinker: Thinker | None, *, wait: bool = True
     ) -> None:
-        """``save_conversation`` on the running loop, never blocking it, with the same
+        """``save_conversation`` on the running loop, with the same
         contract: durable when it returns, a deferred update (``wait=False``) queued at
         once. The snapshot is taken and (``LmdbStore``) the write planned and encoded on
-        the loop; the commit and its fsync run in the store's commit thread (or in a
-        writer thread that leads), which wakes the loop once per batch. A store that cannot
-        queue saves in a thread. No turn gate is taken (a loop never waits for it).
+        the loop, and committed on it after the loop's turn, with every save queued in that
+        turn (the fsync holds the loop for that one commit; a writer thread that leads
+        meanwhile takes them instead). A store that cannot queue saves in a thread. No turn
+        gate is taken (a loop never waits for it).
         Cancelling the awaiting task while the commit is under way waits for its answer,
         records it as a finished save would, then raises ``CancelledError``.
 

@@ -32,7 +32,7 @@
 - The agent's model and tool workers are started as needed, never capped (a call waits for
   its model or its tool, never for a thread): ``Chat.stream``'s model calls and every sync
   tool call run on them. The asyncio path's saves need none:
-  ``ConversationService.save_async`` commits through the store's commit thread.
+  ``ConversationService.save_async`` commits on the loop, once per turn of it.
 - ``host_collector``: the cyclic garbage collector's youngest generation grown to 50,000
   objects while a block runs (the interpreter's 700); ``parlour serve`` serves under it.
 - ``one_core``: keep every thread of the process on one CPU while a block runs.

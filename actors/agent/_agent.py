@@ -7,7 +7,7 @@ threads and from asyncio.
     chat = agent.chat(service, user_id="alice")       # a new durable conversation
     reply = chat.send("Weather in Paris?")             # obtain, save, call, tools, save, release
     for event in chat.stream("And tomorrow?"): ...     # the same turn as typed events
-    reply = await chat.asend("...")                    # never blocks the event loop
+    reply = await chat.asend("...")                    # the loop serves other chats meanwhile
 """
 
 from __future__ import annotations

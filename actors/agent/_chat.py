@@ -306,8 +306,10 @@ class Chat:
     # -- from asyncio ---------------------------------------------------------------------------
 
     async def asend(self, text: str, attachments: Sequence[ContentBlock] = ()) -> Reply:
-        """``send`` on the running loop, never blocking it. Cancelling the awaiting task
-        cancels the turn (saved and released first) and raises ``CancelledError``."""
+        """``send`` on the running loop: it waits for the model and its tools without
+        holding the loop (only a commit's fsync, led on the loop for all the saves of a turn
+        of it, holds it). Cancelling the awaiting task cancels the turn (saved and released
+        first) and raises ``CancelledError``."""
         return await self._arun(text, attachments, lambda event: None, deltas=False)
 
     async def aresume(self) -> Reply:

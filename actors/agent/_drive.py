@@ -7,9 +7,9 @@ followers, a force release or ``model_timeout_s`` ending it at its next delta; a
 caller's (``stream``) runs on a model worker and hands its deltas to the waiting turn,
 which waits at most ``model_timeout_s`` and wakes at once on a force release (a client that
 answers inline, with no I/O, is asked in the calling thread either way).
-``drive_async`` performs them without blocking the event loop, in the task that awaits
-it: saves through ``ConversationService.save_async`` (planned on the loop, the commit and
-its fsync in the store's commit thread, which wakes the loop once per batch), the model
+``drive_async`` performs them on the event loop, holding it for nothing but a commit, in
+the task that awaits it: saves through ``ConversationService.save_async`` (planned on the
+loop, committed on it once per turn of the loop, its fsync included), the model
 call through ``client.arespond`` (the SDKs' async clients on the loop, the scripted model
 inline, boto3 on a worker thread), async tools on the loop, the obtain through
 ``ConversationService.obtain_async`` (its grant completes a loop future from the releasing
@@ -443,7 +443,8 @@ async def drive_async(
     service: ConversationService,
     emit: Callable[[AgentEvent], None] = lambda event: None,
 ) -> Reply:
-    """Perform the turn on the running loop, never blocking it; returns the reply.
+    """Perform the turn on the running loop (holding it only for a save's commit it
+    leads); returns the reply.
 
     ``force_release`` cancels it at once (``TurnCancelledError``); cancelling the calling
     task does the same and re-raises ``CancelledError``; either way after the boundary save

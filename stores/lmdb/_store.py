@@ -161,7 +161,7 @@ class LmdbStore:
         self, snapshot: ConversationPersistenceSnapshot, user_id: str, caller: object = None
     ) -> SaveFuture:
         """``create_context`` from the running loop: planned and encoded here, queued, and
-        committed by whoever leads next (the store's commit thread when no thread does);
+        committed on this loop after its turn (or by a thread leading meanwhile);
         the future completes on this loop once the commit is durable. An update of the
         same id queued after this call commits after it (the queue keeps its order)."""
         self._reserved.check(snapshot.conversation_id, user_id)

@@ -485,7 +485,7 @@ def test_what_a_refused_write_noted_before_raising_is_not_remembered_as_written(
         reopened.close()
 
 
-# -- writers on event loops: the commit thread -------------------------------------------------
+# -- writers on event loops: the loop leads, or the commit thread ------------------------------
 
 
 def _on_a_loop(
@@ -590,6 +590,55 @@ def test_an_unsynced_store_lets_a_loop_writer_finding_the_lock_free_lead_at_once
         asyncio.run(main())
         loaded = store.load("c1", "alice")
         assert loaded is not None and loaded.messages[0].raw_content == "again"
+
+
+def test_a_loop_leads_its_own_writes_once_per_turn_of_it_on_its_own_thread(
+    tmp_path: Path,
+) -> None:
+    """The writes a loop queues in one turn of it commit in one batch, led on the loop's
+    own thread after that turn (none of it before), their futures completed there with no
+    call into the loop from another thread and no commit thread started; the next turn's
+    writes make the next batch."""
+    env = lmdb.open(str(tmp_path), map_size=1 << 22)
+    hooks = _Hooks(env)
+    commits = GroupCommit(hooks, str(tmp_path), max_batch=64)
+    led_on: list[int] = []
+    begin = hooks.begin
+
+    def noting(write: bool, parent: Any) -> Any:
+        led_on.append(threading.get_ident())
+        return begin(write, parent)
+
+    hooks.begin = noting  # type: ignore[method-assign]
+    crossed: list[Any] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        call = loop.call_soon_threadsafe
+
+        def counted(fn: Any, *args: Any) -> Any:
+            crossed.append(fn)  # a call into the loop from another thread
+            return call(fn, *args)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
+        first = [commits.submit_async(_put(f"a{k}".encode()), 0) for k in range(5)]
+        assert not any(f.done() for f in first) and hooks.committed_batches == 0
+        assert await asyncio.gather(*first) == [f"a{k}".encode() for k in range(5)]
+        assert hooks.committed_batches == 1
+        second = [commits.submit_async(_put(f"b{k}".encode()), 0) for k in range(3)]
+        assert await asyncio.gather(*second) == [f"b{k}".encode() for k in range(3)]
+        assert hooks.committed_batches == 2
+
+    asyncio.run(main())
+    assert _group_commit._complete not in crossed
+    assert led_on == [threading.get_ident()] * 2  # the loop's thread led both
+    assert commits._committer is None and commits.loop_wakes == 2
+    with env.begin() as txn:
+        assert all(
+            txn.get(f"{p}{k}".encode()) == b"v" for p, n in (("a", 5), ("b", 3)) for k in range(n)
+        )
+    commits.close(lambda: None)
+    env.close()
 
 
 @pytest.mark.parametrize("alone", [True, False], ids=["alone", "batched"])
