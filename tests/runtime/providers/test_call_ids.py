@@ -135,30 +135,19 @@ def _begun_on_bedrock() -> ConversationContext:
 
 
 def _http_clients() -> dict[str, tuple[LLMClient, MockProvider]]:
-    clients: dict[str, tuple[LLMClient, MockProvider]] = {}
-    anthropic = MockProvider()
-    anthropic.add(anthropic_message("High at nine, low at three."))
-    clients["anthropic"] = (
-        AnthropicClient(
-            fake_spec(id="claude-t", provider="anthropic"), client=mock_anthropic_sdk(anthropic)
-        ),
-        anthropic,
-    )
-    chat = MockProvider()
-    chat.add(openai_completion("High at nine, low at three."))
-    clients["chat"] = (
-        OpenAIClient(fake_spec(id="gpt-t", provider="openai"), client=mock_openai_sdk(chat)),
-        chat,
-    )
-    responses = MockProvider()
-    responses.add(openai_response("High at nine, low at three."))
-    clients["responses"] = (
-        OpenAIResponsesClient(
-            fake_spec(id="gpt-t", provider="openai"), client=mock_openai_sdk(responses)
-        ),
-        responses,
-    )
-    return clients
+    """Each HTTP dialect's client over its SDK's double, answering once."""
+    said = "High at nine, low at three."
+    made: dict[str, tuple[LLMClient, MockProvider]] = {}
+    for name, cls, provider, sdk, answer in (
+        ("anthropic", AnthropicClient, "anthropic", mock_anthropic_sdk, anthropic_message),
+        ("chat", OpenAIClient, "openai", mock_openai_sdk, openai_completion),
+        ("responses", OpenAIResponsesClient, "openai", mock_openai_sdk, openai_response),
+    ):
+        server = MockProvider()
+        server.add(answer(said))
+        spec = fake_spec(id=f"{provider}-t", provider=provider)
+        made[name] = (cls(spec, client=sdk(server)), server)
+    return made
 
 
 RULES = {"anthropic": anthropic_pairs, "chat": openai_pairs, "responses": responses_pairs}

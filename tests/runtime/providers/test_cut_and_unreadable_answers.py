@@ -82,35 +82,36 @@ def _conversation() -> ConversationContext:
     return c
 
 
-def _streamed_ways(client: LLMClient) -> list[Any]:
-    """Each way of calling that reads the stream: the answer, or the error raised."""
+def _outcomes(calls: list[Callable[[], Any]]) -> list[Any]:
+    """What each call returned, or the exception it raised."""
     outcomes: list[Any] = []
-    calls: list[Callable[[], Any]] = [
-        lambda: client.respond(_conversation(), on_text=lambda text: None),
-        lambda: client.stream(_conversation()).get_final_response(),
-        lambda: asyncio.run(client.arespond(_conversation(), on_text=lambda text: None)),
-    ]
     for call in calls:
         try:
             outcomes.append(call())
         except Exception as exc:
             outcomes.append(exc)
     return outcomes
+
+
+def _streamed_ways(client: LLMClient) -> list[Any]:
+    """Each way of calling that reads the stream: the answer, or the error raised."""
+    return _outcomes(
+        [
+            lambda: client.respond(_conversation(), on_text=lambda text: None),
+            lambda: client.stream(_conversation()).get_final_response(),
+            lambda: asyncio.run(client.arespond(_conversation(), on_text=lambda text: None)),
+        ]
+    )
 
 
 def _whole_ways(client: LLMClient) -> list[Any]:
     """Each way of calling that reads a whole (non-streamed) answer."""
-    outcomes: list[Any] = []
-    calls: list[Callable[[], Any]] = [
-        lambda: client.respond(_conversation()),
-        lambda: asyncio.run(client.arespond(_conversation())),
-    ]
-    for call in calls:
-        try:
-            outcomes.append(call())
-        except Exception as exc:
-            outcomes.append(exc)
-    return outcomes
+    return _outcomes(
+        [
+            lambda: client.respond(_conversation()),
+            lambda: asyncio.run(client.arespond(_conversation())),
+        ]
+    )
 
 
 def _events(dialect: str) -> list[bytes]:
