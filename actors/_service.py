@@ -422,8 +422,13 @@ class ConversationService:
             False when no turn runs (it has closed, or the conversation is another
             user's): start a fresh turn instead.
 
+        Raises:
+            ValueError: ``text`` is blank (empty or only whitespace); nothing was offered.
+
         Thread-safety: any number of threads may offer at once; none is lost.
         """
+        if not text or text.isspace():
+            raise ValueError("A message needs text that is not blank.")
         host = self._host(conversation_id, user_id)
         return host is not None and host.offer(text)
 

@@ -258,6 +258,7 @@ class Chat:
             ConversationUnavailableError, PermissionError: it could not be obtained.
             RetryableLLMError, UncorrectableLLMError: the model failed it (after the save).
             IllegalStateError: a turn is already running on this chat.
+            ValueError: ``text`` is blank and there is no attachment (nothing obtained).
         """
         return self._send(text, attachments)
 

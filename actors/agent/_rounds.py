@@ -42,6 +42,19 @@ def add(context: ConversationContext, plan: TurnPlan, message: Message) -> None:
     plan.added.append(message)
 
 
+def check_said(text: str, attachments: Sequence[ContentBlock] = ()) -> None:
+    """Refuse a message that says nothing: blank text (empty or only whitespace) and no
+    attachment. The providers drop blank text, so such a message would leave the request
+    ending in the model's own last answer, which Anthropic reads as the start of its
+    next one (and refuses with thinking on).
+
+    Raises:
+        ValueError: nothing is said; nothing was added or saved.
+    """
+    if not attachments and (not text or text.isspace()):
+        raise ValueError("A message needs text that is not blank, or an attachment.")
+
+
 def user_message(
     text: str, attachments: Sequence[ContentBlock], handler: ResponseHandler | None
 ) -> OutgoingMessage:

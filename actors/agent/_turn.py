@@ -64,7 +64,7 @@ from ._plan import NO_USAGE, Steps, TurnPlan
 from ._record import kept_offers, mark, mark_round, moved, new_turn_id, with_offers
 from ._recovery import begin, pick_up, resume
 from ._rounds import add as _add
-from ._rounds import add_offers, run_tools, user_message
+from ._rounds import add_offers, check_said, run_tools, user_message
 
 OBJECTIVE_KEY = "agent"
 
@@ -80,7 +80,10 @@ _ANSWER: Final = TurnStep.ANSWER
 
 def turn_steps(plan: TurnPlan, text: str | None, attachments: Sequence[ContentBlock] = ()) -> Steps:
     """One whole turn (see the module docstring); returns the reply. With ``text`` None the
-    turn resumes an interrupted one: no user message is added."""
+    turn resumes an interrupted one: no user message is added. A message that says nothing
+    raises ``ValueError`` before the conversation is obtained (``check_said``)."""
+    if text is not None:
+        check_said(text, attachments)
 
     def turn(context: ConversationContext) -> Steps:
         if text is None:
