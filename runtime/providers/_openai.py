@@ -191,7 +191,8 @@ class _StreamAssembly:
 
     def __init__(self, model_id: str) -> None:
         self.text: list[str] = []
-        self.calls: dict[int, dict[str, str]] = {}
+        self.calls: list[dict[str, str]] = []  # in order of arrival
+        self._at: dict[int, dict[str, str]] = {}  # a call index -> its call so far
         self.finish: str | None = None
         self.model = ""
         self.usage: Any = None
@@ -214,7 +215,12 @@ class _StreamAssembly:
         choice = chunk.choices[0]
         self.finish = choice.finish_reason or self.finish
         for call in choice.delta.tool_calls or ():
-            slot = self.calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+            slot = self._at.get(call.index)
+            if slot is None or (call.id and slot["id"] and call.id != slot["id"]):
+                # a call of its own; a server that numbers every call 0 (Ollama) tells
+                # them apart by their ids only, which the SDK's assembly merged
+                slot = self._at[call.index] = {"id": "", "name": "", "arguments": ""}
+                self.calls.append(slot)
             slot["id"] = call.id or slot["id"]
             if call.function is not None:
                 slot["name"] += call.function.name or ""
@@ -241,7 +247,7 @@ class _StreamAssembly:
         blocks: list[ContentBlock] = []
         if self.text:
             blocks.append(TextBlock(text="".join(self.text)))
-        for _, c in sorted(self.calls.items()):
+        for c in self.calls:
             blocks.append(ToolUseBlock(id=c["id"], name=c["name"], input_json=c["arguments"]))
         return LLMResponse(
             model_id=self.model,

@@ -161,3 +161,64 @@ def test_any_whole_answer_decodes_as_the_sdks_typed_completion(answer: dict[str,
 
     typed = mock_openai_sdk(reply).chat.completions.create(model="m", messages=[])
     assert decode_completion(completion(raw)) == decode_completion(typed)
+
+
+def _calls_of(deltas: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """The calls a stream of these tool-call deltas (one chunk each, then a finish)
+    decodes to, through the client: (id, name, arguments)."""
+    from parlour.runtime import ConversationContext, Depth
+    from parlour.runtime.providers import OpenAIClient
+    from parlour.runtime.testing import fake_spec
+
+    chunks = [
+        {"model": "m", "choices": [{"index": 0, "delta": {"tool_calls": [delta]}}]}
+        for delta in deltas
+    ]
+    chunks.append(
+        {"model": "m", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+    )
+    raw = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(
+            200, content=raw.encode(), headers={"content-type": "text/event-stream"}
+        )
+
+    client = OpenAIClient(fake_spec(id="gpt-t", provider="openai"), client=mock_openai_sdk(answer))
+    c = ConversationContext("c1", user_id="alice")
+    c.depth, c.output_declaration = Depth.IMMEDIATE, 1_000
+    c.add_user_message("Look both up.")
+    calls = client.respond(c, on_text=lambda text: None).tool_uses
+    return [(u.id, u.name, u.input_json) for u in calls]
+
+
+def _delta(index: int, call_id: str | None, name: str | None, arguments: str) -> dict[str, Any]:
+    function: dict[str, Any] = {"arguments": arguments}
+    if name is not None:
+        function["name"] = name
+    return {"index": index, "id": call_id, "type": "function", "function": function}
+
+
+def test_calls_a_server_numbers_alike_are_told_apart_by_their_ids() -> None:
+    """Ollama labels every call of a turn index 0; vLLM repeats a call's id in each of its
+    chunks; OpenAI gives the id once and interleaves nothing. Each reads as its calls."""
+    ollama = [
+        _delta(0, "call_a", "look_up", '{"q": "a"}'),
+        _delta(0, "call_b", "look_up", '{"q": "b"}'),
+    ]
+    assert _calls_of(ollama) == [
+        ("call_a", "look_up", '{"q": "a"}'),
+        ("call_b", "look_up", '{"q": "b"}'),
+    ]
+    vllm = [_delta(0, "call_a", "look_up", '{"q"'), _delta(0, "call_a", None, ': "a"}')]
+    assert _calls_of(vllm) == [("call_a", "look_up", '{"q": "a"}')]
+    openai_style = [
+        _delta(0, "call_a", "look_up", '{"q"'),
+        _delta(0, None, None, ': "a"}'),
+        _delta(1, "call_b", "fetch", '{"u": 1'),
+        _delta(1, None, None, "}"),
+    ]
+    assert _calls_of(openai_style) == [
+        ("call_a", "look_up", '{"q": "a"}'),
+        ("call_b", "fetch", '{"u": 1}'),
+    ]
