@@ -80,10 +80,12 @@ _ANSWER: Final = TurnStep.ANSWER
 
 def turn_steps(plan: TurnPlan, text: str | None, attachments: Sequence[ContentBlock] = ()) -> Steps:
     """One whole turn (see the module docstring); returns the reply. With ``text`` None the
-    turn resumes an interrupted one: no user message is added. A message that says nothing
-    raises ``ValueError`` before the conversation is obtained (``check_said``)."""
+    turn resumes an interrupted one: no user message is added. A message that says nothing,
+    or carries an attachment the client's provider cannot take, raises ``ValueError``
+    before the conversation is obtained (``check_said``, ``LLMClient.check_attachments``)."""
     if text is not None:
         check_said(text, attachments)
+        plan.client.check_attachments(attachments, plan.thinker.conversation_id)
 
     def turn(context: ConversationContext) -> Steps:
         if text is None:

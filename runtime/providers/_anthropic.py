@@ -39,11 +39,12 @@ from ._errors import (
 )
 from ._http import HttpSdkClient
 from ._response import LLMResponse, StopReason, Usage
-from ._shared import block_text, image_subtype, is_blank, system_texts, tool_schema
+from ._shared import block_text, check_size, image_subtype, is_blank, system_texts, tool_schema
 from ._template import TextCallback, WireRequest
 
 MAX_CACHE_BREAKPOINTS = 4
 _NAME_LIMIT = 200  # the longest tool name the API takes in a tool_use block
+_IMAGE_LIMIT = 5 * 1024 * 1024  # an image's base64, the most the API takes
 EPHEMERAL = {"type": "ephemeral"}
 
 _STOP = {
@@ -107,6 +108,7 @@ def _encode_content(block: ContentBlock, conversation_id: str | None) -> dict[st
     match block:
         case ImageBlock(data=data, mime_type=mime):
             media = f"image/{image_subtype(mime, 'Anthropic', conversation_id)}"
+            check_size(len(data), _IMAGE_LIMIT, "Anthropic", "an image (base64)", conversation_id)
             return {
                 "type": "image",
                 "source": {"type": "base64", "media_type": media, "data": data},

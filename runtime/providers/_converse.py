@@ -30,7 +30,7 @@ from ..blocks import (
     ToolUseBlock,
     render_tool_text,
 )
-from ._shared import block_text, image_subtype, is_blank, system_texts
+from ._shared import block_text, check_size, image_subtype, is_blank, system_texts
 from ._template import WireRequest
 
 # What a history that opens with an assistant turn is preceded by (Converse refuses it).
@@ -51,6 +51,8 @@ DOCUMENT_FORMATS = {
 # A document name may hold only alphanumerics, single whitespace, hyphens, parentheses and
 # square brackets (a "." is refused).
 _NAME_REFUSED = re.compile(r"[^A-Za-z0-9\s\-()\[\]]+")
+# the most Converse takes of one image and of one document, in bytes
+_IMAGE_LIMIT, _DOCUMENT_LIMIT = 3_750_000, 4_500_000
 _ARGUMENT_KEYS = ("arguments", "input", "parameters")
 
 Content = dict[str, Any]
@@ -79,7 +81,9 @@ def encode_block(block: ContentBlock, conversation_id: str | None = None) -> Con
             return {"text": f"{label} for {call_id}: {content}"}
         case ImageBlock(data=data, mime_type=mime):
             image_format = image_subtype(mime, "Converse", conversation_id)
-            return {"image": {"format": image_format, "source": {"bytes": base64.b64decode(data)}}}
+            raw = base64.b64decode(data)
+            check_size(len(raw), _IMAGE_LIMIT, "Converse", "an image", conversation_id)
+            return {"image": {"format": image_format, "source": {"bytes": raw}}}
         case FileBlock():
             return {"document": _document(block, conversation_id)}
         case _:
@@ -95,11 +99,10 @@ def _document(block: FileBlock, conversation_id: str | None) -> Content:
             f"{', '.join(sorted(set(DOCUMENT_FORMATS.values())))}, and file "
             f"{block.filename!r} is {block.mime_type}."
         )
-    return {
-        "format": document_format,
-        "name": document_name(block.filename),
-        "source": {"bytes": base64.b64decode(block.data)},
-    }
+    raw = base64.b64decode(block.data)
+    check_size(len(raw), _DOCUMENT_LIMIT, "Converse", "a document", conversation_id)
+    name = document_name(block.filename)
+    return {"format": document_format, "name": name, "source": {"bytes": raw}}
 
 
 def document_name(filename: str | None) -> str:

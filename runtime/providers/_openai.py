@@ -31,7 +31,7 @@ from ._errors import ErrorMap, error_message, status_verdict
 from ._http import HttpSdkClient
 from ._openai_stream import ChunkReader, completion
 from ._response import LLMResponse, StopReason, Usage
-from ._shared import block_text, system_texts, tool_schema
+from ._shared import block_text, image_subtype, system_texts, tool_schema
 from ._sse import cut_short, unreadable
 from ._template import TextCallback, WireRequest
 
@@ -55,10 +55,15 @@ _STREAMED = {"stream": True, "stream_options": {"include_usage": True}}
 # -- encoding ------------------------------------------------------------------------------------
 
 
-def user_part(block: ContentBlock) -> dict[str, Any]:
-    """A user block as a Chat Completions content part (text, ``image_url`` or ``file``)."""
+def user_part(block: ContentBlock, conversation_id: str | None = None) -> dict[str, Any]:
+    """A user block as a Chat Completions content part (text, ``image_url`` or ``file``).
+
+    Raises:
+        ValueError: an image that is not PNG, JPEG, GIF or WebP, the types OpenAI takes.
+    """
     match block:
         case ImageBlock(data=data, mime_type=mime):
+            image_subtype(mime, "OpenAI", conversation_id)
             return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
         case FileBlock(data=data, mime_type=mime, filename=filename):
             file: dict[str, Any] = {"file_data": f"data:{mime};base64,{data}"}
@@ -69,7 +74,7 @@ def user_part(block: ContentBlock) -> dict[str, Any]:
             return {"type": "text", "text": block_text(block)}
 
 
-def _user_messages(turn: Turn) -> list[dict[str, Any]]:
+def _user_messages(turn: Turn, conversation_id: str | None) -> list[dict[str, Any]]:
     """Tool results first, each its own ``tool`` message; the rest as one user message."""
     messages: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
@@ -78,7 +83,7 @@ def _user_messages(turn: Turn) -> list[dict[str, Any]]:
             content = f"Error: {block.content}" if block.is_error else block.content
             messages.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
         elif not isinstance(block, _SKIPPED):
-            parts.append(user_part(block))
+            parts.append(user_part(block, conversation_id))
     if parts:
         messages.append({"role": "user", "content": parts})
     return messages
@@ -120,7 +125,7 @@ def build_openai_body(request: WireRequest) -> dict[str, Any]:
         messages.append({"role": "system", "content": "\n\n".join(system)})
     for turn in wire_turns(prepared.turns):
         if turn.role is TurnRole.USER:
-            messages.extend(_user_messages(turn))
+            messages.extend(_user_messages(turn, request.conversation_id))
         else:
             assistant = _assistant_message(turn)
             if assistant is not None:

@@ -49,9 +49,9 @@ _INCOMPLETE = {
 # -- encoding ------------------------------------------------------------------------------------
 
 
-def _user_part(block: ContentBlock) -> dict[str, Any]:
+def _user_part(block: ContentBlock, conversation_id: str | None) -> dict[str, Any]:
     """The Chat Completions part of ``block`` in this endpoint's names."""
-    part = user_part(block)
+    part = user_part(block, conversation_id)
     match part["type"]:
         case "image_url":
             return {"type": "input_image", "image_url": part["image_url"]["url"], "detail": "auto"}
@@ -61,7 +61,7 @@ def _user_part(block: ContentBlock) -> dict[str, Any]:
             return {"type": "input_text", "text": part["text"]}
 
 
-def _user_items(turn: Turn) -> list[dict[str, Any]]:
+def _user_items(turn: Turn, conversation_id: str | None) -> list[dict[str, Any]]:
     """Tool results first, each a ``function_call_output``; the rest as one user message."""
     items: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
@@ -72,7 +72,7 @@ def _user_items(turn: Turn) -> list[dict[str, Any]]:
                 {"type": "function_call_output", "call_id": block.tool_use_id, "output": output}
             )
         elif not isinstance(block, (*_SKIPPED, ReasoningBlock)):
-            parts.append(_user_part(block))
+            parts.append(_user_part(block, conversation_id))
     if parts:
         items.append({"role": "user", "content": parts})
     return items
@@ -148,7 +148,10 @@ def build_responses_body(request: WireRequest) -> dict[str, Any]:
     prepared = request.prepared
     items: list[dict[str, Any]] = []
     for turn in wire_turns(prepared.turns):
-        items.extend(_user_items(turn) if turn.role is TurnRole.USER else _assistant_items(turn))
+        if turn.role is TurnRole.USER:
+            items.extend(_user_items(turn, request.conversation_id))
+        else:
+            items.extend(_assistant_items(turn))
     body: dict[str, Any] = {
         "model": request.spec.id,
         "input": items,

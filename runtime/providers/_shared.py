@@ -24,6 +24,7 @@ __all__ = [
     "OutputDeclaration",
     "block_text",
     "check_base_url",
+    "check_size",
     "image_subtype",
     "is_blank",
     "spec_of",
@@ -50,6 +51,21 @@ def image_subtype(mime: str, provider: str, conversation_id: str | None) -> str:
             f"WebP, and an image block is {mime}."
         )
     return format_
+
+
+def check_size(
+    size: int, limit: int, provider: str, what: str, conversation_id: str | None
+) -> None:
+    """Refuse an attachment past the size ``provider`` takes (``what`` names it).
+
+    Raises:
+        ValueError: ``size`` is past ``limit``; the message names the conversation and both.
+    """
+    if size > limit:
+        raise ValueError(
+            f"Conversation {conversation_id}: {provider} takes {what} of at most "
+            f"{limit:,} bytes, and one is {size:,}."
+        )
 
 
 def check_base_url(url: str) -> str:

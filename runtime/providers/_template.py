@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import cast
 
 import msgspec
@@ -20,8 +20,9 @@ from .._context import ConversationContext
 from .._handlers import ContentFormatter, GenericContentFormatter
 from .._messages import OutgoingMessage
 from .._pairing import check_rendered
-from .._prepared import PreparedConversation
-from .._roles import Depth
+from .._prepared import PreparedConversation, Turn
+from .._roles import Depth, TurnRole
+from ..blocks import ContentBlock
 from ..errors import (
     IllegalStateError,
     OutputCeilingError,
@@ -280,7 +281,39 @@ class LLMClient(ABC):
             _escalate(conversation, request)
         return response
 
+    def check_attachments(
+        self, blocks: Sequence[ContentBlock], conversation_id: str | None = None
+    ) -> None:
+        """Refuse, before they enter a conversation, the blocks a user's message would carry
+        that this client's provider cannot take: an image or a file of a type it lacks, or
+        past its size. Stored, such a block would fail every later request of the
+        conversation. The dialect's own encoder decides (``encode`` of a request holding
+        them alone); a client without one (the scripted model) takes anything.
+
+        Raises:
+            ValueError: a block the provider cannot take, naming the conversation and why.
+        """
+        if not blocks:
+            return
+        turn = Turn(role=TurnRole.USER, blocks=list(blocks))
+        self.encode(
+            WireRequest(
+                prepared=PreparedConversation(system_text="", turns=[turn]),
+                spec=self.spec,
+                depth=Depth.IMMEDIATE,
+                output_budget=1,
+                max_tokens=1,
+                thinking_active=False,
+                conversation_id=conversation_id,
+            )
+        )
+
     # -- the dialect ---------------------------------------------------------------------------
+
+    def encode(self, request: WireRequest) -> object:
+        """The call's body for ``request`` in this client's dialect; None for a client that
+        sends none (the scripted model)."""
+        return None
 
     @abstractmethod
     def _send(self, request: WireRequest) -> LLMResponse:
