@@ -506,6 +506,7 @@ def _on_a_loop(
 
         loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
         futures = [commits.submit_async(_put(key), 0) for key in keys]
+        await asyncio.sleep(0)  # the loop's flush ran, found the lock taken, called the thread
         queued.set()
         assert await asyncio.gather(*futures) == keys
 

@@ -187,7 +187,13 @@ def test_an_interrupted_turn_shows_as_interrupted(
     page.js("document.getElementById('chat').requestSubmit()")
     page.wait("!document.getElementById('cancel').hidden")
     assert gate.entered.wait(15)
-    page.js("document.getElementById('cancel').click()")
+    # the page's own cancel, and the server's answer to it before the tool returns (else a
+    # turn that goes on quickly may end before the cancel lands)
+    page.js(
+        "window.cancelTaken = false; document.getElementById('cancel').onclick()"
+        ".then(() => { window.cancelTaken = true; }); true"
+    )
+    page.wait("window.cancelTaken")
     gate.opened.set()  # the tool returns; the turn is cancelled at its next boundary
     page.wait("document.getElementById('status').innerText === 'idle'")
     page.wait("!document.getElementById('interrupted').hidden")
