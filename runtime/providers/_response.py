@@ -1,4 +1,5 @@
-"""The normalized model answer: blocks, stop reason, usage and cache metrics.
+"""The normalized model answer: blocks, stop reason, usage and cache metrics; and
+``ResponseStream``, an answer read delta by delta as it arrives.
 
 Provider-reported token counts live here and never on the conversation: each call reports
 the whole conversation's input, not an increment, so per-message actuals cannot exist.
@@ -8,11 +9,13 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+from collections.abc import Callable, Iterator
 
 import msgspec
 
 from .._messages import IncomingMessage
 from ..blocks import ContentBlock, TextBlock, ThinkingBlock, ToolUseBlock
+from ..errors import IllegalStateError
 
 
 class StopReason(enum.Enum):
@@ -142,3 +145,44 @@ class LLMResponse(msgspec.Struct, kw_only=True):
         if written + read == 0:
             return 0.0
         return read / (written + read)
+
+
+class ResponseStream:
+    """An answer's text deltas as they arrive; ``response`` once they are all read.
+
+    Iterate it once. The template's checks (truncation, refusal) run when the last delta
+    has been read, so the loop itself raises what ``respond`` would.
+    """
+
+    def __init__(
+        self,
+        chunks: Iterator[str | LLMResponse],
+        finish: Callable[[LLMResponse], LLMResponse],
+    ) -> None:
+        self._chunks = chunks
+        self._finish = finish
+        self._response: LLMResponse | None = None
+
+    def __iter__(self) -> Iterator[str]:
+        for chunk in self._chunks:
+            if isinstance(chunk, str):
+                yield chunk
+            else:
+                self._response = self._finish(chunk)
+
+    @property
+    def response(self) -> LLMResponse:
+        """The complete response.
+
+        Raises:
+            IllegalStateError: the stream has not been read to its end.
+        """
+        if self._response is None:
+            raise IllegalStateError("The stream has not been read to its end yet.")
+        return self._response
+
+    def get_final_response(self) -> LLMResponse:
+        """Read whatever is left of the stream and return the complete response."""
+        for _ in self:
+            pass
+        return self.response

@@ -33,7 +33,7 @@ from ..errors import (
 from ..models._budget import ModelBinding, OutputDeclaration
 from ..models._spec import ModelSpec
 from ._prefix import PrefixMonitor
-from ._response import LLMResponse, StopReason
+from ._response import LLMResponse, ResponseStream, StopReason
 from ._workers import called_on, model_workers
 
 TextCallback = Callable[[str], None]
@@ -389,44 +389,3 @@ def _escalate(conversation: ConversationContext, request: WireRequest) -> None:
         )
     sent.requested_output_tokens = ceiling
     raise OutputTruncationRetry(request.output_budget, ceiling)
-
-
-class ResponseStream:
-    """An answer's text deltas as they arrive; ``response`` once they are all read.
-
-    Iterate it once. The template's checks (truncation, refusal) run when the last delta
-    has been read, so the loop itself raises what ``respond`` would.
-    """
-
-    def __init__(
-        self,
-        chunks: Iterator[str | LLMResponse],
-        finish: Callable[[LLMResponse], LLMResponse],
-    ) -> None:
-        self._chunks = chunks
-        self._finish = finish
-        self._response: LLMResponse | None = None
-
-    def __iter__(self) -> Iterator[str]:
-        for chunk in self._chunks:
-            if isinstance(chunk, str):
-                yield chunk
-            else:
-                self._response = self._finish(chunk)
-
-    @property
-    def response(self) -> LLMResponse:
-        """The complete response.
-
-        Raises:
-            IllegalStateError: the stream has not been read to its end.
-        """
-        if self._response is None:
-            raise IllegalStateError("The stream has not been read to its end yet.")
-        return self._response
-
-    def get_final_response(self) -> LLMResponse:
-        """Read whatever is left of the stream and return the complete response."""
-        for _ in self:
-            pass
-        return self.response

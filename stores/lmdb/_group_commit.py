@@ -11,9 +11,9 @@ waiting, which tries to lead the next batch. A deferred write is queued without 
 (``defer``); whoever leads next commits it, and ``settle`` waits for it later.
 
 A writer on an event loop (``submit_async``) queues its write and awaits an asyncio future;
-the loop leads the commit itself, once per turn of the loop (``_flush``: everything queued
-by then in one transaction), so its synced commit's fsync holds the loop for that commit
-(about 0.7 ms on this machine's disk). That is cheaper than handing the commit to a
+the loop leads the commit itself, once per turn of the loop (``_flush``: what is queued by
+then in one transaction, at most a batch), so its synced commit's fsync holds the loop for
+that commit (about 0.7 ms on this machine's disk). That is cheaper than handing it to a
 thread: py-lmdb lets go of the interpreter lock at every get and put, the loop takes it,
 and the commit thread waits up to the switch interval (5 ms) to get it back, about nine
 times a write. ``benchmarks/host.py`` at 2,000 chats, ``asend``: 1,166-1,363 -> 1,450-1,453
@@ -298,17 +298,21 @@ class GroupCommit:
         return answer.future
 
     def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
-        """On ``loop``, after the writes queued this turn of it: lead their commit, or
+        """On ``loop``, after the writes queued this turn of it: lead one batch of what is
+        queued (the rest on its next turn: the loop is held for one commit at a time), or
         have the commit thread lead when a thread holds the commit lock."""
         self._flushing.discard(loop)
         if not self._lock.acquire(blocking=False):
             self._call_committer()
             return
         try:
-            while batch := self._drain(self._max_batch):
+            if batch := self._drain(self._max_batch):
                 self._run(batch)
         finally:
             self._release()
+        if not self._queue.empty() and loop not in self._flushing:
+            self._flushing.add(loop)
+            loop.call_soon(self._flush, loop)
 
     def _call_committer(self) -> None:
         """Have the commit thread lead (started at the first call). Once it is stopped

@@ -642,6 +642,43 @@ def test_a_loop_leads_its_own_writes_once_per_turn_of_it_on_its_own_thread(
     env.close()
 
 
+def test_a_loop_holds_itself_for_one_batch_at_a_time(tmp_path: Path) -> None:
+    """More writes in one turn of the loop than a batch takes commit a batch a turn, each
+    led by the loop, in the order queued."""
+    env = lmdb.open(str(tmp_path), map_size=1 << 22)
+    hooks = _Hooks(env)
+    commits = GroupCommit(hooks, str(tmp_path), max_batch=2)
+    turns_seen: list[int] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        ticks = 0
+
+        def tick() -> None:  # counts the loop's turns while the writes wait
+            nonlocal ticks
+            ticks += 1
+            if not all(f.done() for f in futures):
+                loop.call_soon(tick)
+
+        futures = [commits.submit_async(_put(f"w{k}".encode()), 0) for k in range(5)]
+        commit = hooks.committed
+
+        def noting() -> None:
+            turns_seen.append(ticks)
+            commit()
+
+        hooks.committed = noting  # type: ignore[method-assign]
+        loop.call_soon(tick)
+        assert await asyncio.gather(*futures) == [f"w{k}".encode() for k in range(5)]
+
+    asyncio.run(main())
+    assert hooks.committed_batches == 3
+    assert len(set(turns_seen)) == 3  # each batch in a turn of the loop of its own
+    assert commits._committer is None
+    commits.close(lambda: None)
+    env.close()
+
+
 @pytest.mark.parametrize("alone", [True, False], ids=["alone", "batched"])
 def test_a_write_past_the_map_grows_it_and_commits_once(tmp_path: Path, alone: bool) -> None:
     env = lmdb.open(str(tmp_path), map_size=1 << 16)
