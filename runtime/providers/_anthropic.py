@@ -7,8 +7,6 @@ this dialect's table of SDK errors.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -39,7 +37,15 @@ from ._errors import (
 )
 from ._http import HttpSdkClient
 from ._response import LLMResponse, StopReason, Usage
-from ._shared import block_text, check_size, image_subtype, is_blank, system_texts, tool_schema
+from ._shared import (
+    block_text,
+    check_size,
+    file_text,
+    image_subtype,
+    is_blank,
+    system_texts,
+    tool_schema,
+)
 from ._template import TextCallback, WireRequest
 
 MAX_CACHE_BREAKPOINTS = 4
@@ -132,13 +138,7 @@ def _document_source(block: FileBlock, conversation_id: str | None) -> dict[str,
     if block.mime_type == "application/pdf":
         return {"type": "base64", "media_type": "application/pdf", "data": block.data}
     if block.mime_type.startswith("text/"):
-        try:
-            text = base64.b64decode(block.data, validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError) as exc:
-            raise ValueError(
-                f"Conversation {conversation_id}: file {block.filename!r} ({block.mime_type}) "
-                "is not base64 of UTF-8 text, which a plain-text document must be."
-            ) from exc
+        text = file_text(block, conversation_id)
         return {"type": "text", "media_type": "text/plain", "data": text}
     raise ValueError(
         f"Conversation {conversation_id}: Anthropic takes documents as PDF or plain text, and "

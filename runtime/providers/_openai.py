@@ -31,7 +31,7 @@ from ._errors import ErrorMap, error_message, status_verdict
 from ._http import HttpSdkClient
 from ._openai_stream import ChunkReader, completion
 from ._response import LLMResponse, StopReason, Usage
-from ._shared import block_text, image_subtype, system_texts, tool_schema
+from ._shared import block_text, file_text, image_subtype, system_texts, tool_schema
 from ._sse import cut_short, unreadable
 from ._template import TextCallback, WireRequest
 
@@ -55,16 +55,32 @@ _STREAMED = {"stream": True, "stream_options": {"include_usage": True}}
 # -- encoding ------------------------------------------------------------------------------------
 
 
-def user_part(block: ContentBlock, conversation_id: str | None = None) -> dict[str, Any]:
+def user_part(
+    block: ContentBlock, conversation_id: str | None = None, any_file: bool = False
+) -> dict[str, Any]:
     """A user block as a Chat Completions content part (text, ``image_url`` or ``file``).
+    Chat Completions takes a file only as a PDF: a ``text/*`` file goes as its text, as
+    OpenAI's guide says; ``any_file`` (the Responses API, which reads many types) sends
+    every file as a file.
 
     Raises:
-        ValueError: an image that is not PNG, JPEG, GIF or WebP, the types OpenAI takes.
+        ValueError: an image that is not PNG, JPEG, GIF or WebP, the types OpenAI takes;
+            without ``any_file``, a file that is neither PDF nor UTF-8 text.
     """
     match block:
         case ImageBlock(data=data, mime_type=mime):
             image_subtype(mime, "OpenAI", conversation_id)
             return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
+        case FileBlock(mime_type=mime) if not any_file and mime != "application/pdf":
+            if not mime.startswith("text/"):
+                raise ValueError(
+                    f"Conversation {conversation_id}: OpenAI's Chat Completions takes files "
+                    f"as PDF or text, and file {block.filename!r} is {mime}; send it through "
+                    "OpenAIResponsesClient or convert it first."
+                )
+            text = file_text(block, conversation_id)
+            title = f"File {block.filename}:\n" if block.filename else ""
+            return {"type": "text", "text": title + text}
         case FileBlock(data=data, mime_type=mime, filename=filename):
             file: dict[str, Any] = {"file_data": f"data:{mime};base64,{data}"}
             if filename:

@@ -51,7 +51,7 @@ _INCOMPLETE = {
 
 def _user_part(block: ContentBlock, conversation_id: str | None) -> dict[str, Any]:
     """The Chat Completions part of ``block`` in this endpoint's names."""
-    part = user_part(block, conversation_id)
+    part = user_part(block, conversation_id, any_file=True)
     match part["type"]:
         case "image_url":
             return {"type": "input_image", "image_url": part["image_url"]["url"], "detail": "auto"}

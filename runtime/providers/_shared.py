@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from typing import Any
 from urllib.parse import urlsplit
@@ -11,6 +13,7 @@ import msgspec
 from .._prepared import PreparedConversation
 from ..blocks import (
     ContentBlock,
+    FileBlock,
     JsonBlock,
     SkillBlock,
     TextBlock,
@@ -25,6 +28,7 @@ __all__ = [
     "block_text",
     "check_base_url",
     "check_size",
+    "file_text",
     "image_subtype",
     "is_blank",
     "spec_of",
@@ -51,6 +55,21 @@ def image_subtype(mime: str, provider: str, conversation_id: str | None) -> str:
             f"WebP, and an image block is {mime}."
         )
     return format_
+
+
+def file_text(block: FileBlock, conversation_id: str | None) -> str:
+    """A ``text/*`` file's text.
+
+    Raises:
+        ValueError: its data is not base64 of UTF-8 text.
+    """
+    try:
+        return base64.b64decode(block.data, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        raise ValueError(
+            f"Conversation {conversation_id}: file {block.filename!r} ({block.mime_type}) "
+            "is not base64 of UTF-8 text, which a plain-text document must be."
+        ) from exc
 
 
 def check_size(

@@ -42,8 +42,12 @@ def _image(mime: str, raw: bytes = b"\x89PNG\r\n\x1a\n" + bytes(24)) -> ImageBlo
     return ImageBlock(data=base64.b64encode(raw).decode(), mime_type=mime)
 
 
-def _file(mime: str, size: int, name: str = "notes") -> FileBlock:
-    return FileBlock(data=base64.b64encode(bytes(size)).decode(), mime_type=mime, filename=name)
+DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+
+
+def _file(mime: str, size: int, name: str = "notes", data: bytes | None = None) -> FileBlock:
+    raw = bytes(size) if data is None else data
+    return FileBlock(data=base64.b64encode(raw).decode(), mime_type=mime, filename=name)
 
 
 def _base64_of(length: int) -> ImageBlock:
@@ -92,6 +96,8 @@ REFUSED: list[tuple[str, Any, str]] = [
     ("bedrock", _image("image/png", bytes(3_750_001)), "at most 3,750,000 bytes"),
     ("bedrock", _file("application/pdf", 4_500_001), "at most 4,500,000 bytes"),
     ("bedrock", _file("application/x-msdownload", 10), "takes documents as"),
+    ("chat", _file(DOCX, 10), "Chat Completions takes files as PDF or text"),
+    ("chat", _file("text/plain", 0, data=b"\xff\xfe not UTF-8"), "not base64 of UTF-8 text"),
 ]
 
 
@@ -120,6 +126,8 @@ def test_an_attachment_the_provider_cannot_take_is_refused_at_send_and_nothing_i
         ("bedrock", _image("image/png", bytes(3_750_000))),
         ("bedrock", _file("application/pdf", 4_500_000)),
         ("chat", _image("image/webp")),
+        ("chat", _file("application/pdf", 10)),
+        ("responses", _file(DOCX, 10)),  # the Responses API reads many types
     ],
 )
 def test_an_attachment_at_the_limit_is_taken(
@@ -138,3 +146,17 @@ def test_a_chat_sends_an_image_its_provider_takes(
 def test_the_scripted_model_takes_any_attachment(service: ConversationService) -> None:
     chat = _chat(ScriptedClient(), service)
     assert chat.send("What is this?", attachments=[_image("image/heic")]).text
+
+
+def test_chat_completions_gets_a_text_file_as_its_text(service: ConversationService) -> None:
+    """OpenAI's guide: Chat Completions takes a file only as a PDF; a text file's text goes
+    as a text part."""
+    server = MockProvider()
+    server.add(openai_completion("ok"))
+    client = OpenAIClient(fake_spec(id="gpt-t", provider="openai"), client=mock_openai_sdk(server))
+    notes = _file("text/markdown", 0, name="notes.md", data=b"# Tides\nHigh at nine.")
+    assert _chat(client, service).send("Summarize.", attachments=[notes]).text == "ok"
+    [body] = server.bodies
+    parts = body["messages"][-1]["content"]
+    assert {"type": "text", "text": "File notes.md:\n# Tides\nHigh at nine."} in parts
+    assert not any(part["type"] == "file" for part in parts)
