@@ -220,15 +220,7 @@ class _StreamAssembly:
         self._model_id = model_id
 
     def feed(self, chunk: Any) -> str | None:
-        """The text delta ``chunk`` carries, if any.
-
-        Raises:
-            UncorrectableLLMError: a field of a type the API does not send.
-        """
-        with unreadable("OpenAI", self._model_id):
-            return self._fold(chunk)
-
-    def _fold(self, chunk: Any) -> str | None:
+        """The text delta ``chunk`` carries, if any (its fields typed by the reader)."""
         self.model = chunk.model or self.model
         self.usage = chunk.usage or self.usage
         if not chunk.choices:
@@ -257,14 +249,9 @@ class _StreamAssembly:
         Raises:
             RetryableLLMError: the stream ended before ``[DONE]`` and before a choice's
                 ``finish_reason`` (a compatible server may leave ``[DONE]`` out).
-            UncorrectableLLMError: a field of a type the API does not send.
         """
         if not done and self.finish is None:
             raise cut_short("OpenAI", self._model_id, "the answer")
-        with unreadable("OpenAI", self._model_id):
-            return self._assembled()
-
-    def _assembled(self) -> LLMResponse:
         blocks: list[ContentBlock] = []
         if self.text:
             blocks.append(TextBlock(text="".join(self.text)))

@@ -34,6 +34,10 @@ from parlour.runtime.testing import (
     converse_stream_events,
     dummy_bedrock_client,
     fake_spec,
+    mock_anthropic_sdk,
+    mock_async_anthropic_sdk,
+    mock_async_openai_sdk,
+    mock_openai_sdk,
     openai_completion,
     openai_response,
     openai_response_sse,
@@ -47,31 +51,21 @@ WHOLE = {"content-type": "application/json"}
 
 def _client(dialect: str, body: bytes, headers: dict[str, str]) -> LLMClient:
     """A client of ``dialect`` whose every call (blocking or async) is answered ``body``."""
-    sync = httpx2.Client(
-        transport=httpx2.MockTransport(
-            lambda r: httpx2.Response(200, content=body, headers=headers)
-        )
-    )
 
-    async def answer(request: httpx2.Request) -> httpx2.Response:
+    def answer(request: httpx2.Request) -> httpx2.Response:
         return httpx2.Response(200, content=body, headers=headers)
 
-    loop = httpx2.AsyncClient(transport=httpx2.MockTransport(answer))
     if dialect == "anthropic":
-        import anthropic
-
         return AnthropicClient(
             fake_spec(id="claude-t", provider="anthropic"),
-            client=anthropic.Anthropic(api_key="k", max_retries=0, http_client=sync),
-            async_client=anthropic.AsyncAnthropic(api_key="k", max_retries=0, http_client=loop),
+            client=mock_anthropic_sdk(answer),
+            async_client=mock_async_anthropic_sdk(answer),
         )
-    import openai
-
     cls = OpenAIClient if dialect == "chat" else OpenAIResponsesClient
     return cls(
         fake_spec(id="gpt-t", provider="openai"),
-        client=openai.OpenAI(api_key="k", max_retries=0, http_client=sync),
-        async_client=openai.AsyncOpenAI(api_key="k", max_retries=0, http_client=loop),
+        client=mock_openai_sdk(answer),
+        async_client=mock_async_openai_sdk(answer),
     )
 
 
