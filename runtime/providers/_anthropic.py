@@ -36,6 +36,7 @@ from ._errors import (
     status_verdict,
 )
 from ._http import HttpSdkClient
+from ._image_size import MAX_SIDE
 from ._response import LLMResponse, StopReason, Usage
 from ._shared import (
     block_text,
@@ -325,6 +326,7 @@ class AnthropicClient(HttpSdkClient):
     error_map = ERROR_MAP
     endpoint = "/v1/messages"
     plain_clients = ("Anthropic", "AsyncAnthropic")  # Vertex's and Bedrock's read the body
+    image_sides = ("Anthropic", MAX_SIDE)
 
     def encode(self, request: WireRequest) -> dict[str, Any]:
         return build_anthropic_params(request)

@@ -23,6 +23,7 @@ from ._converse import (
 )
 from ._errors import ErrorMap, map_errors, require_sdk
 from ._http import UNSET, injected
+from ._image_size import MAX_SIDE
 from ._response import LLMResponse, StopReason, Usage
 from ._shared import OutputDeclaration, spec_of
 from ._sse import cut_short
@@ -141,6 +142,7 @@ class BedrockClient(LLMClient):
     """
 
     formatter = GenericContentFormatter()
+    image_sides = ("Converse", MAX_SIDE)
 
     def __init__(
         self,

@@ -32,6 +32,7 @@ from ..errors import (
 )
 from ..models._budget import ModelBinding, OutputDeclaration
 from ..models._spec import ModelSpec
+from ._image_size import check_sides
 from ._prefix import PrefixMonitor
 from ._response import LLMResponse, ResponseStream, StopReason
 from ._workers import called_on, model_workers
@@ -83,6 +84,9 @@ class LLMClient(ABC):
 
     formatter: ContentFormatter = GenericContentFormatter()
     _serves_any = False  # the scripted client stands in for any provider's model
+    # (the name in messages, the most pixels on an image's side) where the provider refuses
+    # larger ones; read from each image's header by ``check_attachments``
+    image_sides: tuple[str, int] | None = None
 
     def __init__(
         self,
@@ -286,9 +290,10 @@ class LLMClient(ABC):
     ) -> None:
         """Refuse, before they enter a conversation, the blocks a user's message would carry
         that this client's provider cannot take: an image or a file of a type it lacks, or
-        past its size. Stored, such a block would fail every later request of the
-        conversation. The dialect's own encoder decides (``encode`` of a request holding
-        them alone); a client without one (the scripted model) takes anything.
+        past its size, or an image past its pixels on a side (``image_sides``). Stored,
+        such a block would fail every later request of the conversation. The dialect's own
+        encoder decides the rest (``encode`` of a request holding them alone); a client
+        without one (the scripted model) takes anything.
 
         Raises:
             ValueError: a block the provider cannot take, naming the conversation and why.
@@ -307,6 +312,8 @@ class LLMClient(ABC):
                 conversation_id=conversation_id,
             )
         )
+        if self.image_sides is not None:
+            check_sides(blocks, *self.image_sides, conversation_id)
 
     # -- the dialect ---------------------------------------------------------------------------
 

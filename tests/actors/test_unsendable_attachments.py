@@ -1,7 +1,8 @@
 """An attachment the agent's provider cannot take (an image or file type it lacks, an image
-or document past its size) is refused when it is sent, before the conversation is
-obtained: nothing is stored, and the chat goes on. Stored, it failed every later request of
-the conversation. At the limit it is sent; the scripted model takes anything."""
+or document past its size, an image past its pixels on a side) is refused when it is sent,
+before the conversation is obtained: nothing is stored, and the chat goes on. Stored, it
+failed every later request of the conversation. At the limit it is sent; the scripted
+model takes anything."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from parlour.runtime.testing import (
     openai_completion,
     openai_response,
 )
+from tests.runtime.providers._image_headers import gif, image, jpeg, png, webp
 
 from .agent_helpers import stored, user_texts
 
@@ -96,6 +98,14 @@ REFUSED: list[tuple[str, Any, str]] = [
     ("bedrock", _image("image/png", bytes(3_750_001)), "at most 3,750,000 bytes"),
     ("bedrock", _file("application/pdf", 4_500_001), "at most 4,500,000 bytes"),
     ("bedrock", _file("application/x-msdownload", 10), "takes documents as"),
+    (
+        "anthropic",
+        image(png(8_001, 600), "image/png"),
+        "8,000 pixels on a side, and one is 8,001 x 600",
+    ),
+    ("anthropic", image(jpeg(4_000, 9_000, metadata=200_000), "image/jpeg"), "9,000"),
+    ("bedrock", image(webp(600, 8_001), "image/webp"), "Converse takes images of at most 8,000"),
+    ("bedrock", image(gif(12_000, 10), "image/gif"), "12,000 x 10"),
     ("chat", _file(DOCX, 10), "Chat Completions takes files as PDF or text"),
     ("chat", _file("text/plain", 0, data=b"\xff\xfe not UTF-8"), "not base64 of UTF-8 text"),
 ]
@@ -126,6 +136,10 @@ def test_an_attachment_the_provider_cannot_take_is_refused_at_send_and_nothing_i
         ("bedrock", _image("image/png", bytes(3_750_000))),
         ("bedrock", _file("application/pdf", 4_500_000)),
         ("chat", _image("image/webp")),
+        ("anthropic", image(png(8_000, 8_000), "image/png")),
+        ("bedrock", image(jpeg(8_000, 100), "image/jpeg")),
+        ("chat", image(png(12_000, 12_000), "image/png")),  # OpenAI scales a large one down
+        ("responses", image(png(12_000, 12_000), "image/png")),
         ("chat", _file("application/pdf", 10)),
         ("responses", _file(DOCX, 10)),  # the Responses API reads many types
     ],
