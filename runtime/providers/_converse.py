@@ -4,7 +4,8 @@ Converse takes no native tools here (parlour speaks its text tool dialect on Bed
 tool traffic is text both ways: definitions and results are written as text, and calls are
 parsed out of the answer's ``tool_calls`` envelope. The builder also keeps Converse's own
 rules: roles alternate starting with a user turn, no blank text, document names of its
-allowed characters and formats of its ``DocumentFormat`` enum.
+allowed characters and formats of its ``DocumentFormat`` enum, and over a whole request
+at most five documents, no two of one name, text beside every document.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ DOCUMENT_FORMATS = {
 _NAME_REFUSED = re.compile(r"[^A-Za-z0-9\s\-()\[\]]+")
 # the most Converse takes of one image and of one document, in bytes
 _IMAGE_LIMIT, _DOCUMENT_LIMIT = 3_750_000, 4_500_000
+_DOCUMENTS = 5  # the most documents a request may hold
 _ARGUMENT_KEYS = ("arguments", "input", "parameters")
 
 Content = dict[str, Any]
@@ -174,7 +176,35 @@ def _messages(turns: list[Turn], conversation_id: str | None, opener: str) -> li
             messages.append({"role": turn.role.value, "content": content})
     if messages and messages[0]["role"] == TurnRole.ASSISTANT.value:
         messages.insert(0, {"role": TurnRole.USER.value, "content": [{"text": opener}]})
+    _keep_documents_sendable(messages)
     return messages
+
+
+def _keep_documents_sendable(messages: list[Content]) -> None:
+    """Hold Converse's rules for documents across the request, which it refuses otherwise
+    (and would refuse every later request of the conversation): at most five documents
+    (the latest; each earlier one goes as a note naming it), no two of one name (a later
+    one is numbered: ``report pdf (2)``), and a message that holds a document holds text
+    (its documents' names, where it had none)."""
+    documents = [(m, c) for m in messages for c in m["content"] if "document" in c]
+    used: set[str] = set()
+    for order, (message, content) in enumerate(documents):
+        name = base = content["document"]["name"]
+        count = 1
+        while name in used:
+            count += 1
+            name = base[: 200 - len(f" ({count})")].rstrip() + f" ({count})"
+        used.add(name)
+        content["document"]["name"] = name
+        if order < len(documents) - _DOCUMENTS:
+            note = f"(A document, {name}, was attached here; only the latest "
+            note += f"{_DOCUMENTS} documents are sent.)"
+            place = next(i for i, c in enumerate(message["content"]) if c is content)
+            message["content"][place] = {"text": note}
+    for message in {id(m): m for m, _ in documents}.values():
+        if not any("text" in c for c in message["content"]):
+            names = [c["document"]["name"] for c in message["content"] if "document" in c]
+            message["content"].append({"text": ", ".join(names)})
 
 
 def build_converse_request(
