@@ -36,7 +36,7 @@ from ._errors import (
     status_verdict,
 )
 from ._http import HttpSdkClient
-from ._image_size import MAX_SIDE
+from ._image_size import MAX_SIDE, images_left_out
 from ._response import LLMResponse, StopReason, Usage
 from ._shared import (
     block_text,
@@ -52,6 +52,8 @@ from ._template import TextCallback, WireRequest
 MAX_CACHE_BREAKPOINTS = 4
 _NAME_LIMIT = 200  # the longest tool name the API takes in a tool_use block
 _IMAGE_LIMIT = 5 * 1024 * 1024  # an image's base64, the most the API takes
+_IMAGES, _MANY_IMAGES, _MANY_SIDE = 100, 20, 2_000  # a request's images (``_leave_out_images``)
+_LEFT_OUT = "(An image was attached here; only the latest images of the conversation are sent.)"
 EPHEMERAL = {"type": "ephemeral"}
 
 _STOP = {
@@ -185,6 +187,7 @@ def build_anthropic_params(request: WireRequest) -> dict[str, Any]:
         used += spent
         if param["content"]:
             messages.append(param)
+    _leave_out_images(messages)
     if cache_system:
         system[-1]["cache_control"] = dict(EPHEMERAL)
     params: dict[str, Any] = {
@@ -202,6 +205,16 @@ def build_anthropic_params(request: WireRequest) -> dict[str, Any]:
         budget = min(request.thinking_budget, request.max_tokens - 1)
         params["thinking"] = {"type": "enabled", "budget_tokens": budget}
     return params
+
+
+def _leave_out_images(messages: list[dict[str, Any]]) -> None:
+    """Anthropic refuses a request of more than 100 images, or of more than 20 with one
+    over 2,000 pixels on a side: the earliest images past those go as a note instead."""
+    images = [c for m in messages for c in m["content"] if c["type"] == "image"]
+    datas = [c["source"]["data"] for c in images]
+    for content in images[: images_left_out(datas, _IMAGES, _MANY_IMAGES, _MANY_SIDE)]:
+        content.clear()
+        content.update(type="text", text=_LEFT_OUT)
 
 
 def _system_blocks(prepared: PreparedConversation) -> list[dict[str, Any]]:

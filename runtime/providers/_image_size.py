@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from ..blocks import ContentBlock, ImageBlock
 
-__all__ = ["MAX_SIDE", "check_sides", "image_size", "image_size_b64"]
+__all__ = ["MAX_SIDE", "check_sides", "image_size", "image_size_b64", "images_left_out"]
 
 MAX_SIDE = 8_000  # pixels: the longest side Anthropic and Converse take
 _PREFIX = 128 * 1024  # base64 characters decoded first: past a JPEG's usual metadata
@@ -110,3 +110,18 @@ def _jpeg(data: bytes) -> tuple[int, int] | None:
             return None
         at += 2 + length
     return None
+
+
+def images_left_out(images: Sequence[str], most: int, many: int, side: int) -> int:
+    """How many of a request's images (base64, oldest first) to leave out, for a provider
+    that takes at most ``most`` images a request and, in a request of more than ``many``,
+    none over ``side`` pixels on a side (Anthropic: 100, 20, 2,000): those past the latest
+    ``most``, or past the latest ``many`` when more are sent and one of them is larger.
+    Sizes are read (``image_size_b64``) only when more than ``many`` images are sent."""
+    kept = min(len(images), most)
+    if kept > many and any(
+        (size := image_size_b64(data)) is not None and max(size) > side
+        for data in images[len(images) - kept :]
+    ):
+        kept = many
+    return len(images) - kept

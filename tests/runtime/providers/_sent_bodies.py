@@ -16,6 +16,7 @@ import re
 import threading
 from typing import Any
 
+from parlour.runtime.providers._image_size import image_size_b64
 from tests.runtime.providers._request_types import RequestTypeError, check
 
 
@@ -74,7 +75,8 @@ def check_request(endpoint: str, body: dict[str, Any]) -> None:
 
 def check_calls(endpoint: str, body: dict[str, Any]) -> None:
     """Anthropic: each ``tool_use`` id of ``[A-Za-z0-9_-]`` and no two alike, a name of 1
-    to 200 characters, an object for its input. OpenAI: call ids of at most 40 characters.
+    to 200 characters, an object for its input; at most 100 images, and none over 2,000
+    pixels on a side past 20. OpenAI: call ids of at most 40 characters.
 
     Raises:
         RequestTypeError: a call that breaks one, with its path.
@@ -93,6 +95,16 @@ def check_calls(endpoint: str, body: dict[str, Any]) -> None:
                 if not 1 <= len(part["name"]) <= 200 or not isinstance(part["input"], dict):
                     raise RequestTypeError(path, "a name of 1-200 characters, an object input")
                 seen.add(part["id"])
+        images = [
+            p["source"]["data"]
+            for m in messages
+            if isinstance(m["content"], list)
+            for p in m["content"]
+            if p.get("type") == "image"
+        ]
+        sizes = [image_size_b64(data) or (0, 0) for data in images]
+        if len(images) > 100 or (len(images) > 20 and max(max(s) for s in sizes) > 2000):
+            raise RequestTypeError("messages", f"{len(images)} images, one over 2,000 pixels")
     elif endpoint.endswith(("/chat/completions", "/responses")):
         for at, item in enumerate(messages):
             ids = [c["id"] for c in item.get("tool_calls", ())] + [item.get("call_id") or ""]
