@@ -5,7 +5,8 @@ tool traffic is text both ways: definitions and results are written as text, and
 parsed out of the answer's ``tool_calls`` envelope. The builder also keeps Converse's own
 rules: roles alternate starting with a user turn, no blank text, document names of its
 allowed characters and formats of its ``DocumentFormat`` enum, and over a whole request
-at most five documents, no two of one name, text beside every document.
+at most five documents, no two of one name, text beside every document; at most twenty
+images a message.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ DOCUMENT_FORMATS = {
 _NAME_REFUSED = re.compile(r"[^A-Za-z0-9\s\-()\[\]]+")
 # the most Converse takes of one image and of one document, in bytes
 _IMAGE_LIMIT, _DOCUMENT_LIMIT = 3_750_000, 4_500_000
-_DOCUMENTS = 5  # the most documents a request may hold
+_DOCUMENTS, _IMAGES = 5, 20  # the most documents a request, and images a message, may hold
 _ARGUMENT_KEYS = ("arguments", "input", "parameters")
 
 Content = dict[str, Any]
@@ -177,6 +178,11 @@ def _messages(turns: list[Turn], conversation_id: str | None, opener: str) -> li
     if messages and messages[0]["role"] == TurnRole.ASSISTANT.value:
         messages.insert(0, {"role": TurnRole.USER.value, "content": [{"text": opener}]})
     _keep_documents_sendable(messages)
+    for message in messages:  # the latest twenty images of each; each earlier one a note
+        images = [c for c in message["content"] if "image" in c]
+        for content in images[: max(0, len(images) - _IMAGES)]:
+            content.clear()
+            content["text"] = f"(An image was attached here; a message sends its latest {_IMAGES}.)"
     return messages
 
 

@@ -1,11 +1,13 @@
 """Converse refuses a request of more than five documents, of two documents of one name, or
-with a message that holds a document and no text, and a conversation that stored such
-attachments would have every later request refused. The builder keeps each rule over the
-whole request: the latest five documents (each earlier one a note naming it), a later
-namesake numbered, the names as text where a message had none."""
+with a message that holds a document and no text, or more than twenty images, and a
+conversation that stored such attachments would have every later request refused. The
+builder keeps each rule: the latest five documents of the request (each earlier one a note
+naming it), a later namesake numbered, the names as text where a message had none, the
+latest twenty images of a message (each earlier one a note)."""
 
 from __future__ import annotations
 
+import base64
 import re
 from typing import Any
 
@@ -22,6 +24,7 @@ from parlour.runtime.testing import (
     fake_spec,
     record_params,
 )
+from tests.runtime.providers._image_headers import image, png
 
 SPEC = fake_spec(id="anthropic.claude-test-v1:0", provider="bedrock", supports_prompt_caching=False)
 NAME = re.compile(r"[A-Za-z0-9\-()\[\]]+( [A-Za-z0-9\-()\[\]]+)*")
@@ -117,3 +120,13 @@ def test_a_numbered_name_at_the_length_limit_stays_within_it_with_single_spaces(
     params = _sent(_conversation([[_document(long)], [_document(long)]]))
     second = _documents(params)[1]["name"]
     assert len(second) <= 200 and second.endswith(" (2)") and "  " not in second
+
+
+def test_a_message_sends_its_latest_twenty_images_and_a_note_for_each_earlier_one() -> None:
+    first, last = image(png(10, 10), "image/png"), image(png(20, 20), "image/png")
+    params = _sent(_conversation([[first, *[last] * 21]]))
+    content = params["messages"][0]["content"]
+    images = [c["image"]["source"]["bytes"] for c in content if "image" in c]
+    assert images == [base64.b64decode(last.data)] * 20
+    assert content[0] == {"text": "(An image was attached here; a message sends its latest 20.)"}
+    assert content[1] == {"text": "(An image was attached here; a message sends its latest 20.)"}
