@@ -93,7 +93,7 @@ def test_a_shard_killed_mid_turn_fails_it_retryably_and_loses_nothing_acknowledg
     chat.send("second")
     before = cluster.status()[0]
     assert isinstance(before, ShardStatus)
-    assert before.collector == (10_000, 100, 10)  # a shard's process hosts chats
+    assert before.collector == (50_000, 10, 10)  # a shard's process hosts chats
     turn, failures = send_in_thread(chat, "please hold")
     assert ray.get(gate.arrived.remote(), timeout=60) == 1  # the turn is inside its tool
     ray.kill(cluster.handle(chat.shard), no_restart=False)

@@ -57,7 +57,7 @@ def test_first_run_prints_a_token_url_and_a_restart_keeps_the_token_and_the_chat
         assert process.stderr is not None
         log = process.stderr.read()
         assert "Traceback" not in log and f"POST /api/conversations/{cid}/messages 200" in log
-        assert "The garbage collector's thresholds: (10000, 100, 10)" in log  # a host's
+        assert "The garbage collector's thresholds: (50000, 10, 10)" in log  # a host's
     assert (tmp_path / "tokens.json").stat().st_mode & 0o077 == 0  # readable by its owner only
     assert token not in (tmp_path / "tokens.json").read_text()
 
