@@ -33,38 +33,26 @@
   its model or its tool, never for a thread): ``Chat.stream``'s model calls and every sync
   tool call run on them. The asyncio path's saves need none:
   ``ConversationService.save_async`` commits on the loop, once per turn of it.
-- ``host_collector``: the cyclic garbage collector's young generation at 10,000 objects
-  (the interpreter's 700) and its middle one at 100 young collections (the interpreter's
-  10) while a block runs; ``parlour serve`` serves under it.
+- ``host_collector``: the cyclic garbage collector's youngest generation grown to 50,000
+  objects while a block runs (the interpreter's 700); ``parlour serve`` serves under it.
 - ``one_core``: keep every thread of the process on one CPU while a block runs.
 
 ``host_collector`` in detail. A turn that waits on its model keeps its state alive for the
 model's latency (on ``asend`` about 70 objects the collector tracks: the task's coroutines,
-the request, the turn's plan), beside the 70 a live conversation keeps. With the
+the request, the turn's plan), beside the 64 a live conversation keeps. With the
 interpreter's thresholds (700, 10, 10) that state outlives two young collections and is
 promoted to the oldest generation, and every quarter the oldest grows by starts a full
 collection, which visits every conversation's objects with the interpreter lock held.
 Measured with ``benchmarks/host.py --chats 2000 --turns 10`` (a 1 s model, 2 shared
 cores), ``asend``: 13 full collections in 16 s, 0.1-0.3 s each, 0.22 ms of the turn's
-0.73 ms of CPU spent collecting, and the pauses in every turn's latency.
-
-A collection pauses the process for as long as it takes to visit what it collects, and a
-visit costs more as the heap grows (each object's references are read, most of them
-cache misses in a large heap): a young collection of 50,000 objects took 6 ms early
-in a run and 70-150 ms once 2,000-5,000 chats were live, the most of a turn's
-p99 added latency. So the young generation is kept short (10,000 objects: pauses of
-20-50 ms there) and the middle one long: a middle collection visits everything promoted
-since the last, so at every tenth young collection (the interpreter's 10) each was a
-pause of 100-300 ms; at every hundredth they are ten times rarer. ``asend`` at 2,000
-chats, 10 turns each: p99 added latency 105-119 -> 32-45 ms at the same throughput (see
-``benchmarks/README.md``). The price is more young collections, each finding the turns
-then waiting on the model: a fifth to a half more time collecting in all, which a
-process whose loop is saturated pays in turns (5,000 chats: within the run-to-run noise,
-at most about a tenth fewer). parlour's turns make next to no cycles
-(416 cyclic objects in 20,000 turns; a test holds it under one in ten), so a middle
-generation collected less often holds little garbage; an application that makes many
-cycles gets them collected less often. Process-wide, so the application's to choose:
-enter it once, at start-up, around serving.
+0.73 ms of CPU spent collecting, and the pauses in every turn's latency. With a young
+generation of 50,000 a turn's state mostly ends before a collection finds it: one young
+collection a second and no full one in the run (see ``benchmarks/README.md`` for the
+figures). parlour's turns make next to no cycles (416 cyclic objects in those 20,000
+turns; a test holds it under one in ten), so the bigger generation holds little garbage;
+an application that makes many cycles gets them collected less often, in fewer, longer
+young collections. Process-wide, so the application's to choose: enter it once, at
+start-up, around serving.
 
 ``one_core`` in detail. The threads of a Python process take turns at one interpreter lock,
 and py-lmdb lets it go around every LMDB call. A thread that lets it go wakes one that waits
@@ -112,8 +100,7 @@ __all__ = [
 ]
 
 _TASKS = Path("/proc/self/task")
-HOST_YOUNG = 10_000  # objects: ``host_collector``'s youngest generation
-HOST_MIDDLE = 100  # young collections: ``host_collector``'s middle generation
+HOST_YOUNG = 50_000  # objects: ``host_collector``'s youngest generation
 
 _set: dict[str, Limiter] = {}  # the application's, by model id or provider
 _followed: dict[str, Limiter] = {}  # the catalog's, by model id, made on first use
@@ -212,25 +199,19 @@ def limiter_for(spec: ModelSpec) -> Limiter | None:
 
 
 @contextlib.contextmanager
-def host_collector(
-    young: int = HOST_YOUNG, middle: int = HOST_MIDDLE
-) -> Iterator[tuple[int, int, int]]:
-    """Set the garbage collector's youngest generation to ``young`` tracked objects and
-    the middle one to ``middle`` young collections while the block runs, the oldest
-    generation's threshold as it was; after the block the thresholds before it are back.
-    Yields the thresholds in effect. Process-wide: enter it once, around serving (see the
-    module's docstring for what it gains).
+def host_collector(young: int = HOST_YOUNG) -> Iterator[tuple[int, int, int]]:
+    """Let the garbage collector's youngest generation grow to ``young`` tracked objects
+    while the block runs, the older generations' thresholds as they were; after the block
+    the thresholds before it are back. Yields the thresholds in effect. Process-wide: enter
+    it once, around serving (see the module's docstring for what it gains).
 
     Raises:
-        ValueError: ``young`` or ``middle`` is not a whole number of at least 1.
+        ValueError: ``young`` is not a whole number of at least 1.
     """
-    for name, value in (("young", young), ("middle", middle)):
-        if type(value) is not int or value < 1:
-            raise ValueError(
-                f"The {name} generation's threshold must be at least 1, not {value!r}."
-            )
+    if type(young) is not int or young < 1:
+        raise ValueError(f"The young generation's threshold must be at least 1, not {young!r}.")
     before = gc.get_threshold()
-    gc.set_threshold(young, middle, before[2])
+    gc.set_threshold(young, *before[1:])
     try:
         yield gc.get_threshold()
     finally:

@@ -27,10 +27,9 @@ out), or all at once (``--start together``: a thundering herd, the old shape). A
 printed: context switches per turn (voluntary and not), the mark of threads woken for
 nothing.
 
-Every path runs under ``tuning.host_collector`` (the garbage collector's young generation
-at 10,000 objects, its middle one at 100 young collections, as ``parlour serve`` runs),
-the floor included; ``--collector interpreter`` keeps the interpreter's thresholds (700,
-10, 10).
+Every path runs under ``tuning.host_collector`` (the garbage collector's youngest
+generation at 50,000 objects, as ``parlour serve`` runs), the floor included;
+``--collector interpreter`` keeps the interpreter's thresholds (700, 10, 10).
 
 ``--processes P`` runs each path in P processes at once, the chats split evenly, each
 process with its own store and event loop (or threads): a measure of a host that spreads
