@@ -2,7 +2,9 @@
 WebP and JPEG, the types Anthropic and Converse take. Both refuse an image over 8,000
 pixels on a side, and a conversation that stored one would have every later request
 refused; so their clients check it at ``check_attachments``, before a message enters a
-conversation (once per image: not on every request).
+conversation (once per image). Anthropic also refuses a request of more than 20 images
+with one over 2,000 pixels on a side: ``images_left_out`` reads the sizes for that, on a
+request only when it holds more than 20.
 
 What cannot be read (another type, a header cut short, a JPEG whose frame header is
 missing) is None: the provider decides, as it would without this.
