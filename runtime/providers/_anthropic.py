@@ -48,6 +48,7 @@ from ._shared import (
     tool_schema,
 )
 from ._template import TextCallback, WireRequest
+from ._user_media import user_media
 
 MAX_CACHE_BREAKPOINTS = 4
 _NAME_LIMIT = 200  # the longest tool name the API takes in a tool_use block
@@ -181,7 +182,7 @@ def build_anthropic_params(request: WireRequest) -> dict[str, Any]:
     cache_system = bool(system) and caching and prepared.cache_system
     used = 1 if cache_system else 0
     messages: list[dict[str, Any]] = []
-    for turn in wire_turns(prepared.turns):
+    for turn in wire_turns(user_media(prepared.turns)):
         anchor = caching and turn.cache and used < MAX_CACHE_BREAKPOINTS
         param, spent = _encode_turn(turn, anchor, request.conversation_id)
         used += spent

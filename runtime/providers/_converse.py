@@ -34,6 +34,7 @@ from ..blocks import (
 )
 from ._shared import block_text, check_size, image_subtype, is_blank, system_texts
 from ._template import WireRequest
+from ._user_media import user_media
 
 # What a history that opens with an assistant turn is preceded by (Converse refuses it).
 DEFAULT_USER_OPENER = "Hello."
@@ -228,7 +229,7 @@ def build_converse_request(
     prepared = request.prepared
     params: dict[str, Any] = {
         "modelId": request.spec.id,
-        "messages": _messages(prepared.turns, request.conversation_id, opener),
+        "messages": _messages(user_media(prepared.turns), request.conversation_id, opener),
         "inferenceConfig": {"maxTokens": request.max_tokens},
     }
     if system := [{"text": text} for text in system_texts(prepared)]:

@@ -34,6 +34,7 @@ from ._response import LLMResponse, StopReason, Usage
 from ._shared import block_text, file_text, image_subtype, system_texts, tool_schema
 from ._sse import cut_short, unreadable
 from ._template import TextCallback, WireRequest
+from ._user_media import user_media
 
 _STOP = {
     "stop": StopReason.END_TURN,
@@ -139,7 +140,7 @@ def build_openai_body(request: WireRequest) -> dict[str, Any]:
     messages: list[dict[str, Any]] = []
     if system := system_texts(prepared):
         messages.append({"role": "system", "content": "\n\n".join(system)})
-    for turn in wire_turns(prepared.turns):
+    for turn in wire_turns(user_media(prepared.turns)):
         if turn.role is TurnRole.USER:
             messages.extend(_user_messages(turn, request.conversation_id))
         else:

@@ -37,6 +37,7 @@ from ._response import LLMResponse, StopReason, Usage
 from ._shared import block_text, is_blank, system_texts, tool_schema
 from ._sse import Events, cut_short, guarded, json_of, unreadable
 from ._template import TextCallback, WireRequest
+from ._user_media import user_media
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
 _SKIPPED = (ToolDefinitionBlock, ThinkingBlock, RedactedThinkingBlock)  # not OpenAI's to read
@@ -147,7 +148,7 @@ def build_responses_body(request: WireRequest) -> dict[str, Any]:
     """
     prepared = request.prepared
     items: list[dict[str, Any]] = []
-    for turn in wire_turns(prepared.turns):
+    for turn in wire_turns(user_media(prepared.turns)):
         if turn.role is TurnRole.USER:
             items.extend(_user_items(turn, request.conversation_id))
         else:

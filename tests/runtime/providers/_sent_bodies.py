@@ -76,12 +76,18 @@ def check_request(endpoint: str, body: dict[str, Any]) -> None:
 def check_calls(endpoint: str, body: dict[str, Any]) -> None:
     """Anthropic: each ``tool_use`` id of ``[A-Za-z0-9_-]`` and no two alike, a name of 1
     to 200 characters, an object for its input; at most 100 images, and none over 2,000
-    pixels on a side past 20. OpenAI: call ids of at most 40 characters.
+    pixels on a side past 20. OpenAI: call ids of at most 40 characters. Both: images and
+    files in user messages only.
 
     Raises:
         RequestTypeError: a call that breaks one, with its path.
     """
     messages = body.get("messages") or body.get("input") or []
+    for at, message in enumerate(messages):
+        parts = message.get("content") if message.get("role") == "assistant" else None
+        media = {"image", "document", "image_url", "file", "input_image", "input_file"}
+        if isinstance(parts, list) and any(p.get("type") in media for p in parts):
+            raise RequestTypeError(f"messages[{at}]", "an image or a file from the assistant")
     if endpoint.endswith("/v1/messages"):
         seen: set[str] = set()
         for at, message in enumerate(messages):
