@@ -17,15 +17,16 @@ from .._roles import TurnRole
 from ..blocks import ContentBlock, FileBlock, ImageBlock, TextBlock
 
 _MEDIA = (ImageBlock, FileBlock)
+_MEDIA_TYPES: frozenset[type] = frozenset(_MEDIA)
 
 
 def user_media(turns: list[Turn]) -> list[Turn]:
     """``turns`` with every image and file of an assistant turn moved to the end of the next
     user turn (a note in its place); the list itself when no assistant turn holds one, the
     usual case."""
+    assistant = TurnRole.ASSISTANT
     if not any(
-        turn.role is TurnRole.ASSISTANT and any(type(b) in _MEDIA for b in turn.blocks)
-        for turn in turns
+        t.role is assistant and not _MEDIA_TYPES.isdisjoint(map(type, t.blocks)) for t in turns
     ):
         return turns
     last_user = max((i for i, t in enumerate(turns) if t.role is TurnRole.USER), default=-1)
