@@ -195,7 +195,7 @@ def _keep_documents_sendable(messages: list[Content]) -> None:
     (its documents' names, where it had none)."""
     documents = [(m, c) for m in messages for c in m["content"] if "document" in c]
     used: set[str] = set()
-    for order, (message, content) in enumerate(documents):
+    for order, (_, content) in enumerate(documents):
         name = base = content["document"]["name"]
         count = 1
         while name in used:
@@ -203,11 +203,12 @@ def _keep_documents_sendable(messages: list[Content]) -> None:
             name = base[: 200 - len(f" ({count})")].rstrip() + f" ({count})"
         used.add(name)
         content["document"]["name"] = name
-        if order < len(documents) - _DOCUMENTS:
-            note = f"(A document, {name}, was attached here; only the latest "
-            note += f"{_DOCUMENTS} documents are sent.)"
-            place = next(i for i, c in enumerate(message["content"]) if c is content)
-            message["content"][place] = {"text": note}
+        if order < len(documents) - _DOCUMENTS:  # a note in its place, as an image's
+            content.clear()
+            content["text"] = (
+                f"(A document, {name}, was attached here; only the latest "
+                f"{_DOCUMENTS} documents are sent.)"
+            )
     for message in {id(m): m for m, _ in documents}.values():
         if not any("text" in c for c in message["content"]):
             names = [c["document"]["name"] for c in message["content"] if "document" in c]
