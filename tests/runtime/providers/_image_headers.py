@@ -1,14 +1,17 @@
 """Image files whose headers say a width and a height, made by hand (no imaging library):
 a PNG's signature and IHDR chunk, a GIF's screen descriptor, a WebP's three chunk kinds, a
-JPEG's segments up to its frame header (after metadata, as a phone's carry)."""
+JPEG's segments up to its frame header (after metadata, as a phone's carry); and a
+conversation of user messages that carry attachments."""
 
 from __future__ import annotations
 
 import base64
 import struct
 import zlib
+from collections.abc import Sequence
 
-from parlour.runtime.blocks import ImageBlock
+from parlour.runtime import ConversationContext, Depth, IncomingMessage, OutgoingMessage
+from parlour.runtime.blocks import ContentBlock, ImageBlock, TextBlock
 
 
 def png(width: int, height: int) -> bytes:
@@ -49,3 +52,17 @@ def jpeg(width: int, height: int, metadata: int = 0, frame: int = 0xC0) -> bytes
 
 def image(raw: bytes, mime: str) -> ImageBlock:
     return ImageBlock(data=base64.b64encode(raw).decode(), mime_type=mime)
+
+
+def conversation_of(
+    cid: str, messages: Sequence[Sequence[ContentBlock]], answer: Sequence[ContentBlock] = ()
+) -> ConversationContext:
+    """A conversation of these user messages, each but the last answered with ``answer``
+    (default: a line of text)."""
+    c = ConversationContext(cid)
+    c.output_declaration, c.depth = 16_000, Depth.IMMEDIATE
+    for n, blocks in enumerate(messages):
+        if n:
+            c.add_message(IncomingMessage(blocks=list(answer) or [TextBlock(text="Read.")]))
+        c.add_message(OutgoingMessage(blocks=list(blocks)))
+    return c

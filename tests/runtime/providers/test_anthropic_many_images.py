@@ -12,12 +12,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parlour.runtime import ConversationContext, Depth, IncomingMessage, OutgoingMessage
+from parlour.runtime import ConversationContext
 from parlour.runtime.blocks import ContentBlock, ImageBlock, TextBlock
 from parlour.runtime.providers import AnthropicClient, build_anthropic_params
 from parlour.runtime.testing import MockProvider, anthropic_message, fake_spec, mock_anthropic_sdk
 
-from ._image_headers import image, jpeg, png
+from ._image_headers import conversation_of, image, jpeg, png
 from ._sent_bodies import check_request
 
 SPEC = fake_spec(id="claude-test", provider="anthropic")
@@ -25,13 +25,7 @@ SMALL, LARGE = image(png(800, 600), "image/png"), image(jpeg(3_000, 2_000), "ima
 
 
 def _conversation(turns: Sequence[Sequence[ContentBlock]]) -> ConversationContext:
-    c = ConversationContext("a-1")
-    c.output_declaration, c.depth = 16_000, Depth.IMMEDIATE
-    for n, blocks in enumerate(turns):
-        if n:
-            c.add_message(IncomingMessage(blocks=[TextBlock(text="Seen.")]))
-        c.add_message(OutgoingMessage(blocks=[TextBlock(text="Look."), *blocks]))
-    return c
+    return conversation_of("a-1", [[TextBlock(text="Look."), *blocks] for blocks in turns])
 
 
 def _sent(c: ConversationContext) -> dict[str, Any]:

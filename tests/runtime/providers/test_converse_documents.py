@@ -15,7 +15,7 @@ from botocore.stub import Stubber
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parlour.runtime import ConversationContext, Depth, IncomingMessage, OutgoingMessage
+from parlour.runtime import ConversationContext
 from parlour.runtime.blocks import ContentBlock, FileBlock, TextBlock
 from parlour.runtime.providers import BedrockClient, build_converse_request
 from parlour.runtime.testing import (
@@ -24,7 +24,7 @@ from parlour.runtime.testing import (
     fake_spec,
     record_params,
 )
-from tests.runtime.providers._image_headers import image, png
+from tests.runtime.providers._image_headers import conversation_of, image, png
 
 SPEC = fake_spec(id="anthropic.claude-test-v1:0", provider="bedrock", supports_prompt_caching=False)
 NAME = re.compile(r"[A-Za-z0-9\-()\[\]]+( [A-Za-z0-9\-()\[\]]+)*")
@@ -32,17 +32,6 @@ NAME = re.compile(r"[A-Za-z0-9\-()\[\]]+( [A-Za-z0-9\-()\[\]]+)*")
 
 def _document(filename: str) -> FileBlock:
     return FileBlock(data="aGk=", mime_type="application/pdf", filename=filename)
-
-
-def _conversation(turns: list[list[ContentBlock]]) -> ConversationContext:
-    """A conversation of these user messages, each answered but the last."""
-    c = ConversationContext("b-1")
-    c.output_declaration, c.depth = 16_000, Depth.IMMEDIATE
-    for n, blocks in enumerate(turns):
-        if n:
-            c.add_message(IncomingMessage(blocks=[TextBlock(text="Read.")]))
-        c.add_message(OutgoingMessage(blocks=blocks))
-    return c
 
 
 def _sent(c: ConversationContext) -> dict[str, Any]:
@@ -72,7 +61,7 @@ def test_any_history_of_documents_is_sent_as_converse_takes_it(
         blocks: list[ContentBlock] = [TextBlock(text="Look.")] if says or not filenames else []
         messages.append(blocks + [_document(name) for name in filenames])
     attached = sum(len(filenames) for filenames, _ in turns)
-    params = _sent(_conversation(messages))
+    params = _sent(conversation_of("b-1", messages))
     documents = _documents(params)
     names = [document["name"] for document in documents]
     assert len(documents) == min(attached, 5)
@@ -92,7 +81,7 @@ def test_any_history_of_documents_is_sent_as_converse_takes_it(
 
 def test_the_latest_five_documents_are_sent_and_each_earlier_one_is_named_in_its_place() -> None:
     turns: list[list[ContentBlock]] = [[_document(f"part {n}.pdf")] for n in range(7)]
-    params = _sent(_conversation(turns))
+    params = _sent(conversation_of("b-1", turns))
     assert [d["name"] for d in _documents(params)] == [f"part {n} pdf" for n in range(2, 7)]
     first = params["messages"][0]["content"]
     note = "(A document, part 0 pdf, was attached here; only the latest 5 documents are sent.)"
@@ -105,7 +94,9 @@ def test_a_document_sent_again_gets_a_number_and_a_document_alone_gets_its_name_
     with Stubber(boto) as stubber:  # botocore checks the request's shape
         stubber.add_response("converse", converse_response("ok"))
         client = BedrockClient(SPEC, client=boto)
-        client.respond(_conversation([[_document("report.pdf")], [_document("report.pdf")]]))
+        client.respond(
+            conversation_of("b-1", [[_document("report.pdf")], [_document("report.pdf")]])
+        )
     first, last = seen[-1]["messages"][0], seen[-1]["messages"][2]
     assert first["content"] == [
         {"document": {"format": "pdf", "name": "report pdf", "source": {"bytes": b"hi"}}},
@@ -117,14 +108,14 @@ def test_a_document_sent_again_gets_a_number_and_a_document_alone_gets_its_name_
 
 def test_a_numbered_name_at_the_length_limit_stays_within_it_with_single_spaces() -> None:
     long = "a" * 195 + " bcdef.pdf"  # its name cut to 200; numbered, cut after the space
-    params = _sent(_conversation([[_document(long)], [_document(long)]]))
+    params = _sent(conversation_of("b-1", [[_document(long)], [_document(long)]]))
     second = _documents(params)[1]["name"]
     assert len(second) <= 200 and second.endswith(" (2)") and "  " not in second
 
 
 def test_a_message_sends_its_latest_twenty_images_and_a_note_for_each_earlier_one() -> None:
     first, last = image(png(10, 10), "image/png"), image(png(20, 20), "image/png")
-    params = _sent(_conversation([[first, *[last] * 21]]))
+    params = _sent(conversation_of("b-1", [[first, *[last] * 21]]))
     content = params["messages"][0]["content"]
     images = [c["image"]["source"]["bytes"] for c in content if "image" in c]
     assert images == [base64.b64decode(last.data)] * 20

@@ -15,10 +15,7 @@ from hypothesis import strategies as st
 
 from parlour.runtime import (
     ConversationContext,
-    Depth,
-    IncomingMessage,
     LLMClient,
-    OutgoingMessage,
     Turn,
     TurnRole,
 )
@@ -32,7 +29,7 @@ from parlour.runtime.providers import (
 from parlour.runtime.providers._user_media import user_media
 from parlour.runtime.testing import fake_spec
 
-from ._image_headers import image, png
+from ._image_headers import conversation_of, image, png
 from ._sent_bodies import check_request
 
 PICTURE = image(png(64, 48), "image/png")
@@ -54,12 +51,8 @@ CLIENTS: dict[str, Callable[[], LLMClient]] = {
 
 
 def _conversation() -> ConversationContext:
-    c = ConversationContext("m-1")
-    c.output_declaration, c.depth = 16_000, Depth.IMMEDIATE
-    c.add_message(OutgoingMessage(blocks=[TextBlock(text="Draw a cat.")]))
-    c.add_message(IncomingMessage(blocks=[TextBlock(text="Here it is."), PICTURE]))
-    c.add_message(OutgoingMessage(blocks=[TextBlock(text="Describe it.")]))
-    return c
+    draw, describe = [TextBlock(text="Draw a cat.")], [TextBlock(text="Describe it.")]
+    return conversation_of("m-1", [draw, describe], answer=[TextBlock(text="Here it is."), PICTURE])
 
 
 def _body(endpoint: str, c: ConversationContext) -> dict[str, Any]:
